@@ -1,0 +1,128 @@
+//! The poll contract: what a poller is given and what it returns.
+//!
+//! This is Beam's `Watch.growthOf` `PollFn`: one poll returns the outputs it can see now
+//! (each with a key that identifies it across polls and an event time), optionally a
+//! watermark promising that no future output will be earlier, and whether the set is final.
+//! Errors are values: a poller never panics on bad data (and if one does anyway, the engine
+//! turns the panic into a failed poll, never a crash).
+
+use crate::clock::Millis;
+use bytes::Bytes;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One thing a poll saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// Identity across polls: two outputs with equal keys are the same output.
+    pub key: Bytes,
+    /// The payload that goes to the output topic.
+    pub value: Bytes,
+    /// When the output happened, in epoch milliseconds (the Kafka record timestamp).
+    pub event_time: Millis,
+}
+
+impl Output {
+    pub fn new(key: impl Into<Bytes>, value: impl Into<Bytes>, event_time: Millis) -> Self {
+        Self {
+            key: key.into(),
+            value: value.into(),
+            event_time,
+        }
+    }
+}
+
+/// Everything one poll saw, plus what the poller can promise about the future.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PollResult {
+    pub outputs: Vec<Output>,
+    /// No output seen by later polls will have an earlier event time than this.
+    pub watermark: Option<Millis>,
+    /// The set of outputs is final: the watch ends after this poll.
+    pub complete: bool,
+}
+
+impl PollResult {
+    /// A result that may grow on later polls.
+    pub fn incomplete(outputs: Vec<Output>) -> Self {
+        Self {
+            outputs,
+            watermark: None,
+            complete: false,
+        }
+    }
+
+    /// A result that is final.
+    pub fn complete(outputs: Vec<Output>) -> Self {
+        Self {
+            outputs,
+            watermark: None,
+            complete: true,
+        }
+    }
+
+    pub fn with_watermark(mut self, watermark: Millis) -> Self {
+        self.watermark = Some(watermark);
+        self
+    }
+}
+
+/// A failed poll. `kind` is a short, fixed label (used in metrics); `message` is for people.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct PollError {
+    pub kind: &'static str,
+    pub message: String,
+    /// The resource asked us to wait this long (HTTP `Retry-After`); the retry waits at least
+    /// this, whatever the backoff says.
+    pub retry_after: Option<Duration>,
+    /// Retrying cannot help (e.g. the input names something that can never exist): the watch
+    /// ends as `failed` at once instead of retrying.
+    pub permanent: bool,
+}
+
+impl PollError {
+    /// A transient failure: retried with backoff up to the retry limit.
+    pub fn transient(kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            retry_after: None,
+            permanent: false,
+        }
+    }
+
+    /// A failure that retrying cannot fix.
+    pub fn permanent(kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            permanent: true,
+            ..Self::transient(kind, message)
+        }
+    }
+
+    pub fn with_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+}
+
+/// A source of outputs for one input. Implementations hold their configuration (URL
+/// template, glob, client) and derive the resource from the input on each poll.
+///
+/// The future is `'static` so the engine can run polls concurrently on the runtime's
+/// threads; clone what you need (an `Arc`'d client) into it.
+pub trait Poller: Send + Sync + 'static {
+    /// What a watch is started from (a decoded input record).
+    type Input: Send + Sync + 'static;
+
+    fn poll(
+        &self,
+        input: Arc<Self::Input>,
+    ) -> impl Future<Output = Result<PollResult, PollError>> + Send + 'static;
+
+    /// The key this poll is rate-limited under (for HTTP, the host), or `None` for no limit.
+    fn rate_key(&self, _input: &Self::Input) -> Option<Arc<str>> {
+        None
+    }
+}
