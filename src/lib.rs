@@ -2,5 +2,14 @@
 //! output not seen before, stamped with its event time. See `docs/architecture.md`.
 
 pub mod clock;
+pub mod engine;
+pub mod internal_events;
+pub mod limits;
+pub mod metrics;
 pub mod poll;
 pub mod reason;
+pub mod schedule;
+pub mod seen;
+pub mod table;
+pub mod termination;
+pub mod watch;

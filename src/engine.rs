@@ -1,0 +1,391 @@
+//! The engine: runs the polls of one set of watches (in the bridge, those started from one
+//! input partition) and reports what they find.
+//!
+//! It is one task that alone owns its [`WatchTable`] — no locks on watch state. Inputs come
+//! in as [`Command`]s; new outputs, terminations and hold changes go out as [`Event`]s on a
+//! bounded channel, so a slow consumer of events (a full producer queue) stops the engine
+//! from dispatching more polls instead of buffering without bound. Polls run as their own
+//! tokio tasks (so a slow or CPU-heavy poller uses the other cores and a panicking one
+//! fails its poll, not the engine), each under the global in-flight limit, the per-host
+//! rate limit and the poll timeout.
+
+use crate::clock::{millis, Clock, Millis};
+use crate::internal_events::{
+    InputAlreadyWatching, PollFailed, PollRateLimited, PollStarted, PollSucceeded, WatchStarted,
+    WatchTerminated,
+};
+use crate::limits::Limits;
+use crate::metrics::Metrics;
+use crate::poll::{Output, PollError, PollResult, Poller};
+use crate::reason::TerminatedReason;
+use crate::table::{Completion, WatchId, WatchTable};
+use crate::watch::{Next, WatchRules};
+use bytes::Bytes;
+use futures::stream::{FuturesUnordered, StreamExt};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub rules: WatchRules,
+    /// A poll that takes longer fails with kind `timeout` (and is retried like any failure).
+    pub poll_timeout: Duration,
+    /// Fixes the jitter sequence (tests); `None` seeds from the OS.
+    pub seed: Option<u64>,
+}
+
+/// What the engine is asked to do.
+#[derive(Debug)]
+pub enum Command<I> {
+    /// Start watching `input` under `key`, unless a watch with that key is running.
+    Watch {
+        key: Bytes,
+        input: Arc<I>,
+        /// The input record's timestamp: the watch's first watermark hold.
+        input_time: Millis,
+    },
+    /// Stop every watch at once and end the engine (the partition was revoked or the bridge
+    /// is shutting down). Watches are not reported as terminated: they did not finish.
+    Shutdown,
+}
+
+/// What the engine reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Started {
+        key: Bytes,
+    },
+    /// The input's key already had a running watch; nothing was started.
+    AlreadyWatching {
+        key: Bytes,
+    },
+    /// A poll found outputs not seen before (in event-time order), and the watch's hold after it.
+    Outputs {
+        key: Bytes,
+        outputs: Vec<Output>,
+        hold: Millis,
+    },
+    Terminated {
+        key: Bytes,
+        reason: TerminatedReason,
+    },
+}
+
+pub struct Engine<P: Poller> {
+    poller: Arc<P>,
+    table: WatchTable<P::Input>,
+    limits: Limits,
+    clock: Clock,
+    metrics: Arc<Metrics>,
+    poll_timeout: Duration,
+    in_flight: FuturesUnordered<InFlight>,
+    min_hold: watch::Sender<Option<Millis>>,
+}
+
+/// Why `run` returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The command channel closed and every watch finished.
+    Drained,
+    /// `Command::Shutdown`.
+    Shutdown,
+    /// The event receiver was dropped: nobody is listening any more.
+    EventsClosed,
+}
+
+impl<P: Poller> Engine<P> {
+    pub fn new(
+        poller: Arc<P>,
+        config: EngineConfig,
+        limits: Limits,
+        clock: Clock,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            poller,
+            table: WatchTable::new(config.rules, config.seed),
+            limits,
+            clock,
+            metrics,
+            poll_timeout: config.poll_timeout,
+            in_flight: FuturesUnordered::new(),
+            min_hold: watch::channel(None).0,
+        }
+    }
+
+    /// The earliest watermark hold among this engine's running watches (`None`: no watch
+    /// holds anything back), updated as it changes.
+    pub fn min_hold(&self) -> watch::Receiver<Option<Millis>> {
+        self.min_hold.subscribe()
+    }
+
+    /// Run until shut down, until nobody listens, or — once `commands` is closed — until
+    /// every watch has finished.
+    pub async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command<P::Input>>,
+        events: mpsc::Sender<Event>,
+    ) -> Ended {
+        let mut commands_open = true;
+        let mut spare_permit: Option<OwnedSemaphorePermit> = None;
+        let ended = loop {
+            let now = self.clock.now_ms();
+            let blocked = match self.dispatch_due(now, &mut spare_permit, &events).await {
+                Ok(blocked) => blocked,
+                Err(ended) => break ended,
+            };
+            if !commands_open && self.table.is_empty() && self.in_flight.is_empty() {
+                break Ended::Drained;
+            }
+            let wake = match (blocked, self.table.next_due()) {
+                (false, Some(due)) => Some(self.clock.instant_at(due)),
+                _ => None,
+            };
+            tokio::select! {
+                biased;
+                command = commands.recv(), if commands_open => match command {
+                    None => commands_open = false,
+                    Some(Command::Shutdown) => break Ended::Shutdown,
+                    Some(Command::Watch { key, input, input_time }) => {
+                        if let Err(ended) = self.start(key, input, input_time, &events).await {
+                            break ended;
+                        }
+                    }
+                },
+                Some(done) = self.in_flight.next() => {
+                    if let Err(ended) = self.complete(done, &events).await {
+                        break ended;
+                    }
+                }
+                permit = self.limits.in_flight().clone().acquire_owned(), if blocked => {
+                    spare_permit = permit.ok();
+                }
+                () = sleep_until_opt(wake), if wake.is_some() => {}
+            }
+        };
+        // Watches left running are not finished; they just stop being counted here.
+        self.metrics.watches_active.sub(self.table.len() as i64);
+        ended
+    }
+
+    async fn start(
+        &mut self,
+        key: Bytes,
+        input: Arc<P::Input>,
+        input_time: Millis,
+        events: &mpsc::Sender<Event>,
+    ) -> Result<(), Ended> {
+        let now = self.clock.now_ms();
+        let event = match self.table.insert(key.clone(), input, input_time, now) {
+            Ok(_) => {
+                WatchStarted { key: &key }.emit(&self.metrics);
+                Event::Started { key }
+            }
+            Err(_) => {
+                InputAlreadyWatching { key: &key }.emit(&self.metrics);
+                Event::AlreadyWatching { key }
+            }
+        };
+        self.publish_min_hold();
+        send(events, event).await
+    }
+
+    /// Start every poll that is due, as far as the in-flight limit allows. Returns whether
+    /// a due watch is waiting for a permit.
+    async fn dispatch_due(
+        &mut self,
+        now: Millis,
+        spare_permit: &mut Option<OwnedSemaphorePermit>,
+        events: &mpsc::Sender<Event>,
+    ) -> Result<bool, Ended> {
+        while self.table.next_due().is_some_and(|due| due <= now) {
+            let permit = match spare_permit.take() {
+                Some(p) => p,
+                None => match self.limits.in_flight().clone().try_acquire_owned() {
+                    Ok(p) => p,
+                    Err(_) => return Ok(true),
+                },
+            };
+            let Some((id, due)) = self.table.pop_due(now) else {
+                *spare_permit = Some(permit);
+                break;
+            };
+            if let Some((key, reason)) = self.table.stop_if_done(id, now) {
+                *spare_permit = Some(permit);
+                self.terminated(key, reason, events).await?;
+                continue;
+            }
+            let Some(input) = self.table.watch(id).map(|w| w.input().clone()) else {
+                *spare_permit = Some(permit);
+                continue;
+            };
+            if let Some(host) = self.poller.rate_key(&input) {
+                if let Err(wait) = self.limits.check_host(&host) {
+                    PollRateLimited { host: &host, wait }.emit(&self.metrics);
+                    // Round up so a sub-millisecond wait cannot spin.
+                    self.table.defer(id, now + millis(wait) + 1);
+                    *spare_permit = Some(permit);
+                    continue;
+                }
+            }
+            PollStarted {
+                lateness: Duration::from_millis((now - due).max(0) as u64),
+            }
+            .emit(&self.metrics);
+            let poll = self.poller.poll(input);
+            let timeout = self.poll_timeout;
+            let task = tokio::spawn(async move {
+                let result = match tokio::time::timeout(timeout, poll).await {
+                    Ok(result) => result,
+                    Err(_) => Err(PollError::transient(
+                        "timeout",
+                        format!(
+                            "no result within the poll timeout ({})",
+                            humantime::format_duration(timeout)
+                        ),
+                    )),
+                };
+                drop(permit);
+                result
+            });
+            self.in_flight.push(InFlight {
+                id,
+                started: Instant::now(),
+                task: AbortOnDrop(task),
+            });
+        }
+        Ok(false)
+    }
+
+    async fn complete(&mut self, done: Done, events: &mpsc::Sender<Event>) -> Result<(), Ended> {
+        let now = self.clock.now_ms();
+        let duration = done.started.elapsed();
+        let error = done.outcome.as_ref().err().cloned();
+        let Some(completion) = self.table.complete(done.id, done.outcome, now) else {
+            return Ok(());
+        };
+        match completion {
+            Completion::Polled { key, polled, hold } => {
+                PollSucceeded {
+                    new_outputs: polled.new_outputs.len(),
+                    duplicates: polled.duplicates,
+                    duration,
+                }
+                .emit(&self.metrics);
+                self.publish_min_hold();
+                if !polled.new_outputs.is_empty() {
+                    let outputs = polled.new_outputs;
+                    let key = key.clone();
+                    send(events, Event::Outputs { key, outputs, hold }).await?;
+                }
+                if let Next::Stop(reason) = polled.next {
+                    self.terminated(key, reason, events).await?;
+                }
+            }
+            Completion::Failed { key, failed } => {
+                let error = error.unwrap_or_else(|| {
+                    PollError::transient("internal", "poll failed without an error")
+                });
+                let retry_in = match failed.next {
+                    Next::PollAt(at) => Some(Duration::from_millis((at - now).max(0) as u64)),
+                    Next::Stop(_) => None,
+                };
+                PollFailed {
+                    key: &key,
+                    error: &error,
+                    failures: failed.failures,
+                    duration,
+                    retry_in,
+                }
+                .emit(&self.metrics);
+                if let Next::Stop(reason) = failed.next {
+                    self.publish_min_hold();
+                    self.terminated(key, reason, events).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn terminated(
+        &mut self,
+        key: Bytes,
+        reason: TerminatedReason,
+        events: &mpsc::Sender<Event>,
+    ) -> Result<(), Ended> {
+        WatchTerminated {
+            key: &key,
+            reason: &reason,
+        }
+        .emit(&self.metrics);
+        self.publish_min_hold();
+        send(events, Event::Terminated { key, reason }).await
+    }
+
+    fn publish_min_hold(&self) {
+        let min = self.table.min_hold();
+        self.min_hold.send_if_modified(|current| {
+            let changed = *current != min;
+            *current = min;
+            changed
+        });
+    }
+}
+
+async fn send(events: &mpsc::Sender<Event>, event: Event) -> Result<(), Ended> {
+    events.send(event).await.map_err(|_| Ended::EventsClosed)
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A running poll task that is cancelled if the engine goes away (revoked partition).
+struct AbortOnDrop(JoinHandle<Result<PollResult, PollError>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+struct InFlight {
+    id: WatchId,
+    started: Instant,
+    task: AbortOnDrop,
+}
+
+struct Done {
+    id: WatchId,
+    started: Instant,
+    outcome: Result<PollResult, PollError>,
+}
+
+impl Future for InFlight {
+    type Output = Done;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Done> {
+        let joined = std::task::ready!(Pin::new(&mut self.task.0).poll(cx));
+        let outcome = joined.unwrap_or_else(|e| {
+            // A poller that panicked (or was cancelled) failed this poll; the engine goes on.
+            Err(PollError::transient(
+                "panic",
+                format!("poller task failed: {e}"),
+            ))
+        });
+        Poll::Ready(Done {
+            id: self.id,
+            started: self.started,
+            outcome,
+        })
+    }
+}

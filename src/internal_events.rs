@@ -1,0 +1,139 @@
+//! Everything the engine reports about itself, in one place (after Vector's
+//! `internal_events`): each event is a struct whose `emit` both writes the log line and
+//! counts the metric, so the two cannot drift apart.
+
+use crate::metrics::Metrics;
+use crate::poll::PollError;
+use crate::reason::TerminatedReason;
+use std::time::Duration;
+
+/// Watch keys are user data of any bytes; log them readably and bounded.
+pub struct KeyDisplay<'a>(pub &'a [u8]);
+
+impl std::fmt::Display for KeyDisplay<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const MAX: usize = 128;
+        let shown = &self.0[..self.0.len().min(MAX)];
+        write!(f, "{}", String::from_utf8_lossy(shown).escape_debug())?;
+        if self.0.len() > MAX {
+            write!(f, "…({} bytes)", self.0.len())?;
+        }
+        Ok(())
+    }
+}
+
+pub struct WatchStarted<'a> {
+    pub key: &'a [u8],
+}
+
+impl WatchStarted<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::debug!(key = %KeyDisplay(self.key), "watch started");
+        m.watches_started.inc();
+        m.watches_active.inc();
+    }
+}
+
+pub struct InputAlreadyWatching<'a> {
+    pub key: &'a [u8],
+}
+
+impl InputAlreadyWatching<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::debug!(key = %KeyDisplay(self.key), "input for a running watch ignored");
+        m.watches_duplicate_inputs.inc();
+    }
+}
+
+pub struct WatchTerminated<'a> {
+    pub key: &'a [u8],
+    pub reason: &'a TerminatedReason,
+}
+
+impl WatchTerminated<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        if *self.reason == TerminatedReason::Failed {
+            tracing::warn!(key = %KeyDisplay(self.key), reason = %self.reason, "watch failed");
+        } else {
+            tracing::debug!(key = %KeyDisplay(self.key), reason = %self.reason, "watch terminated");
+        }
+        m.watches_terminated
+            .with_label_values(&[self.reason.as_str()])
+            .inc();
+        m.watches_active.dec();
+    }
+}
+
+pub struct PollSucceeded {
+    pub new_outputs: usize,
+    pub duplicates: usize,
+    pub duration: Duration,
+}
+
+impl PollSucceeded {
+    pub fn emit(&self, m: &Metrics) {
+        m.polls_ok.inc();
+        m.poll_duration
+            .with_label_values(&["ok"])
+            .observe(self.duration.as_secs_f64());
+        m.outputs_emitted.inc_by(self.new_outputs as u64);
+        m.duplicates_suppressed.inc_by(self.duplicates as u64);
+    }
+}
+
+pub struct PollFailed<'a> {
+    pub key: &'a [u8],
+    pub error: &'a PollError,
+    pub failures: u32,
+    pub duration: Duration,
+    /// `None` when this failure ends the watch.
+    pub retry_in: Option<Duration>,
+}
+
+impl PollFailed<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        match self.retry_in {
+            Some(retry) => tracing::info!(
+                key = %KeyDisplay(self.key),
+                error = %self.error,
+                failures = self.failures,
+                retry_in = %humantime::format_duration(retry),
+                "poll failed; retrying"
+            ),
+            None => tracing::warn!(
+                key = %KeyDisplay(self.key),
+                error = %self.error,
+                failures = self.failures,
+                "poll failed; giving up"
+            ),
+        }
+        m.polls_error
+            .with_label_values(&["error", self.error.kind])
+            .inc();
+        m.poll_duration
+            .with_label_values(&["error"])
+            .observe(self.duration.as_secs_f64());
+    }
+}
+
+pub struct PollRateLimited<'a> {
+    pub host: &'a str,
+    pub wait: Duration,
+}
+
+impl PollRateLimited<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::trace!(host = self.host, wait = ?self.wait, "poll deferred by rate limit");
+        m.polls_deferred.inc();
+    }
+}
+
+pub struct PollStarted {
+    pub lateness: Duration,
+}
+
+impl PollStarted {
+    pub fn emit(&self, m: &Metrics) {
+        m.poll_lateness.observe(self.lateness.as_secs_f64());
+    }
+}

@@ -1,0 +1,326 @@
+//! When a watch polls next.
+//!
+//! A fixed interval, stretched by exponential backoff while polls bring nothing new (a quiet
+//! resource is asked less often; the first new output resets it), spread by jitter (so inputs
+//! that arrived together do not poll together forever), and a separate retry policy for
+//! failed polls whose limit ends the watch as `failed`. Pure functions of counters the watch
+//! keeps, plus a random source the caller owns (seeded in tests).
+
+use std::fmt;
+use std::time::Duration;
+
+/// How often to poll while the resource is quiet.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    /// Each poll without a new output multiplies the delay by this (> 1).
+    pub factor: f64,
+    /// The delay never grows past this.
+    pub max: Duration,
+}
+
+/// How to retry a failed poll.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Retry {
+    /// Delay before the first retry; doubles with each further consecutive failure.
+    pub initial: Duration,
+    /// The retry delay never grows past this (a `Retry-After` from the resource still wins).
+    pub max: Duration,
+    /// How many retries in a row are allowed; the failure after them ends the watch as
+    /// `failed`. `0` fails the watch on its first error.
+    pub limit: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Schedule {
+    pub interval: Duration,
+    pub backoff: Option<Backoff>,
+    /// Fraction of each delay by which it is randomly moved, both ways: `0.1` turns a 10 s
+    /// delay into one uniformly in [9 s, 11 s]. `0` disables it.
+    pub jitter: f64,
+    pub retry: Retry,
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(10),
+            backoff: None,
+            jitter: 0.1,
+            retry: Retry {
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(60),
+                limit: 5,
+            },
+        }
+    }
+}
+
+/// A schedule setting that makes no sense, named.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid schedule: {0}")]
+pub struct ScheduleError(pub String);
+
+/// What the next poll of a watch should be, after a failed one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterFailure {
+    RetryIn(Duration),
+    GiveUp,
+}
+
+impl Schedule {
+    /// Reject settings that would spin or never poll.
+    pub fn validate(&self) -> Result<(), ScheduleError> {
+        let bad = |m: String| Err(ScheduleError(m));
+        if self.interval.is_zero() {
+            return bad("poll interval must be greater than 0".into());
+        }
+        if !(0.0..1.0).contains(&self.jitter) {
+            return bad(format!("jitter must be in [0, 1), got {}", self.jitter));
+        }
+        if let Some(b) = self.backoff {
+            if !(b.factor.is_finite() && b.factor >= 1.0) {
+                return bad(format!("backoff factor must be >= 1, got {}", b.factor));
+            }
+            if b.max < self.interval {
+                return bad(format!(
+                    "backoff max ({}) must not be below the poll interval ({})",
+                    humantime::format_duration(b.max),
+                    humantime::format_duration(self.interval)
+                ));
+            }
+        }
+        if self.retry.initial.is_zero() {
+            return bad("retry delay must be greater than 0".into());
+        }
+        if self.retry.max < self.retry.initial {
+            return bad("retry max must not be below the first retry delay".into());
+        }
+        Ok(())
+    }
+
+    /// The delay before the next poll, before jitter, after `empty_streak` consecutive
+    /// successful polls that brought nothing new (0: the last poll brought something).
+    pub fn base_delay(&self, empty_streak: u32) -> Duration {
+        match self.backoff {
+            None => self.interval,
+            Some(b) => {
+                let grown =
+                    self.interval.as_secs_f64() * b.factor.powi(empty_streak.min(1024) as i32);
+                if grown.is_finite() && grown < b.max.as_secs_f64() {
+                    Duration::from_secs_f64(grown)
+                } else {
+                    b.max
+                }
+            }
+        }
+    }
+
+    /// The delay before the next poll after a successful one, jittered.
+    pub fn after_success(&self, empty_streak: u32, rng: &mut fastrand::Rng) -> Duration {
+        jitter(self.base_delay(empty_streak), self.jitter, rng)
+    }
+
+    /// What to do after the `failures`-th failed poll in a row (1 for the first), given
+    /// the resource's `Retry-After`, if any.
+    pub fn after_failure(
+        &self,
+        failures: u32,
+        retry_after: Option<Duration>,
+        rng: &mut fastrand::Rng,
+    ) -> AfterFailure {
+        if failures > self.retry.limit {
+            return AfterFailure::GiveUp;
+        }
+        let doublings = failures.saturating_sub(1).min(63);
+        let base = self
+            .retry
+            .initial
+            .checked_mul(1u32 << doublings.min(31))
+            .map_or(self.retry.max, |d| d.min(self.retry.max));
+        let delay = jitter(base, self.jitter, rng);
+        AfterFailure::RetryIn(retry_after.map_or(delay, |ra| delay.max(ra)))
+    }
+}
+
+/// `d` moved uniformly within ±`fraction` of itself.
+pub fn jitter(d: Duration, fraction: f64, rng: &mut fastrand::Rng) -> Duration {
+    if fraction <= 0.0 {
+        return d;
+    }
+    let factor = 1.0 + fraction * (2.0 * rng.f64() - 1.0);
+    Duration::from_secs_f64(d.as_secs_f64() * factor)
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "every {}", humantime::format_duration(self.interval))?;
+        if let Some(b) = self.backoff {
+            write!(
+                f,
+                ", backoff x{} up to {}",
+                b.factor,
+                humantime::format_duration(b.max)
+            )?;
+        }
+        write!(
+            f,
+            ", jitter {}%, retries {} from {} up to {}",
+            self.jitter * 100.0,
+            self.retry.limit,
+            humantime::format_duration(self.retry.initial),
+            humantime::format_duration(self.retry.max)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    fn no_jitter() -> Schedule {
+        Schedule {
+            jitter: 0.0,
+            ..Schedule::default()
+        }
+    }
+
+    #[test]
+    fn fixed_interval_ignores_empty_streak() {
+        let s = no_jitter();
+        let mut rng = fastrand::Rng::with_seed(1);
+        for streak in [0, 1, 5, 1000] {
+            assert_eq!(s.after_success(streak, &mut rng), secs(10.0));
+        }
+    }
+
+    #[test]
+    fn backoff_grows_by_factor_and_stops_at_max() {
+        let s = Schedule {
+            backoff: Some(Backoff {
+                factor: 2.0,
+                max: secs(60.0),
+            }),
+            ..no_jitter()
+        };
+        let delays: Vec<f64> = (0..6).map(|n| s.base_delay(n).as_secs_f64()).collect();
+        assert_eq!(delays, vec![10.0, 20.0, 40.0, 60.0, 60.0, 60.0]);
+        // Huge streaks saturate at max instead of overflowing.
+        assert_eq!(s.base_delay(u32::MAX), secs(60.0));
+    }
+
+    #[test]
+    fn jitter_stays_within_bounds_and_actually_varies() {
+        let s = Schedule {
+            jitter: 0.2,
+            ..Schedule::default()
+        };
+        let mut rng = fastrand::Rng::with_seed(7);
+        let delays: Vec<f64> = (0..10_000)
+            .map(|_| s.after_success(0, &mut rng).as_secs_f64())
+            .collect();
+        let (lo, hi) = delays
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), &d| (lo.min(d), hi.max(d)));
+        assert!(lo >= 8.0 && hi <= 12.0, "jittered range [{lo}, {hi}]");
+        // Uniform spread: both ends of the window are reached closely.
+        assert!(
+            lo < 8.05 && hi > 11.95,
+            "jitter barely spreads: [{lo}, {hi}]"
+        );
+    }
+
+    #[test]
+    fn jitter_with_backoff_is_bounded_around_the_backed_off_delay() {
+        let s = Schedule {
+            jitter: 0.1,
+            backoff: Some(Backoff {
+                factor: 3.0,
+                max: secs(100.0),
+            }),
+            ..Schedule::default()
+        };
+        let mut rng = fastrand::Rng::with_seed(3);
+        for streak in 0..8 {
+            let base = s.base_delay(streak).as_secs_f64();
+            for _ in 0..500 {
+                let d = s.after_success(streak, &mut rng).as_secs_f64();
+                assert!(d >= base * 0.9 - 1e-9 && d <= base * 1.1 + 1e-9);
+            }
+        }
+    }
+
+    #[test]
+    fn retries_double_up_to_max_then_give_up_after_limit() {
+        let s = Schedule {
+            retry: Retry {
+                initial: secs(1.0),
+                max: secs(5.0),
+                limit: 4,
+            },
+            ..no_jitter()
+        };
+        let mut rng = fastrand::Rng::with_seed(1);
+        let got: Vec<AfterFailure> = (1..=5)
+            .map(|n| s.after_failure(n, None, &mut rng))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                AfterFailure::RetryIn(secs(1.0)),
+                AfterFailure::RetryIn(secs(2.0)),
+                AfterFailure::RetryIn(secs(4.0)),
+                AfterFailure::RetryIn(secs(5.0)),
+                AfterFailure::GiveUp,
+            ]
+        );
+    }
+
+    #[test]
+    fn limit_zero_fails_on_first_error() {
+        let mut s = no_jitter();
+        s.retry.limit = 0;
+        let mut rng = fastrand::Rng::with_seed(1);
+        assert_eq!(s.after_failure(1, None, &mut rng), AfterFailure::GiveUp);
+    }
+
+    #[test]
+    fn retry_after_is_a_floor() {
+        let s = no_jitter();
+        let mut rng = fastrand::Rng::with_seed(1);
+        assert_eq!(
+            s.after_failure(1, Some(secs(30.0)), &mut rng),
+            AfterFailure::RetryIn(secs(30.0))
+        );
+        assert_eq!(
+            s.after_failure(1, Some(secs(0.1)), &mut rng),
+            AfterFailure::RetryIn(secs(1.0))
+        );
+    }
+
+    #[test]
+    fn validate_names_the_bad_setting() {
+        let with = |change: fn(&mut Schedule)| {
+            let mut s = Schedule::default();
+            change(&mut s);
+            s.validate().unwrap_err().to_string()
+        };
+        assert!(with(|s| s.interval = Duration::ZERO).contains("poll interval"));
+        assert!(with(|s| s.jitter = 1.5).contains("jitter"));
+        assert!(with(|s| s.backoff = Some(Backoff {
+            factor: 0.5,
+            max: secs(60.0)
+        }))
+        .contains("backoff factor"));
+        assert!(with(|s| s.backoff = Some(Backoff {
+            factor: 2.0,
+            max: secs(1.0)
+        }))
+        .contains("backoff max"));
+        assert!(with(|s| s.retry.max = Duration::from_millis(1)).contains("retry max"));
+        assert!(Schedule::default().validate().is_ok());
+    }
+}

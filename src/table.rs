@@ -1,0 +1,393 @@
+//! All the watches one engine owns, and the timer queue that says which is due next.
+//!
+//! Sized for a million watches: watches live in a slab (`Vec` of slots, reused through a
+//! free list) and are found by key through an index of slot numbers only (a hashbrown
+//! `HashTable<u32>`: 4 bytes a bucket, keys compared against the watch's own copy, so no
+//! second copy of the key and no collision to worry about); each waiting watch has one 16-byte entry in a binary heap ordered by due time. A slot's
+//! generation makes a heap entry left behind by a removed watch harmless. The holds of all
+//! live watches are kept in a counted multiset, so the minimum hold — what the partition's
+//! watermark is held at — is known at once.
+
+use crate::clock::Millis;
+use crate::poll::{PollError, PollResult};
+use crate::reason::TerminatedReason;
+use crate::watch::{Failed, Next, Polled, Watch, WatchRules};
+use bytes::Bytes;
+use hashbrown::HashTable;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::Arc;
+
+/// A handle on a live watch, valid until the watch is removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchId {
+    slot: u32,
+    generation: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Timer {
+    due: Millis,
+    slot: u32,
+    generation: u32,
+}
+
+#[derive(Debug)]
+struct Slot<I> {
+    generation: u32,
+    watch: Option<Watch<I>>,
+}
+
+/// A watch with this key is already live: the re-delivered input starts nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a watch with this key is already running")]
+pub struct AlreadyWatching;
+
+/// What a completed poll did, for the engine to publish.
+#[derive(Debug)]
+pub enum Completion {
+    Polled {
+        key: Bytes,
+        polled: Polled,
+        hold: Millis,
+    },
+    Failed {
+        key: Bytes,
+        failed: Failed,
+    },
+}
+
+pub struct WatchTable<I> {
+    rules: WatchRules,
+    slots: Vec<Slot<I>>,
+    free: Vec<u32>,
+    by_key: HashTable<u32>,
+    timers: BinaryHeap<Reverse<Timer>>,
+    holds: BTreeMap<Millis, u32>,
+    rng: fastrand::Rng,
+}
+
+impl<I> WatchTable<I> {
+    /// `seed` fixes the jitter sequence (tests); `None` seeds from the OS.
+    pub fn new(rules: WatchRules, seed: Option<u64>) -> Self {
+        Self {
+            rules,
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_key: HashTable::new(),
+            timers: BinaryHeap::new(),
+            holds: BTreeMap::new(),
+            rng: seed.map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed),
+        }
+    }
+
+    pub fn rules(&self) -> &WatchRules {
+        &self.rules
+    }
+
+    /// Live watches.
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    pub fn contains_key(&self, key: &[u8]) -> bool {
+        self.find(key).is_some()
+    }
+
+    fn find(&self, key: &[u8]) -> Option<u32> {
+        let slots = &self.slots;
+        self.by_key
+            .find(key_hash(key), |&slot| slot_key(slots, slot) == Some(key))
+            .copied()
+    }
+
+    /// Start a watch whose first poll is due at once.
+    pub fn insert(
+        &mut self,
+        key: Bytes,
+        input: Arc<I>,
+        input_time: Millis,
+        now: Millis,
+    ) -> Result<WatchId, AlreadyWatching> {
+        if self.contains_key(&key) {
+            return Err(AlreadyWatching);
+        }
+        let hash = key_hash(&key);
+        let watch = Watch::new(key, input, input_time, now, &self.rules);
+        self.add_hold(watch.hold());
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    watch: None,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let entry = &mut self.slots[slot as usize];
+        entry.watch = Some(watch);
+        let id = WatchId {
+            slot,
+            generation: entry.generation,
+        };
+        let slots = &self.slots;
+        self.by_key.insert_unique(hash, slot, |&s| {
+            key_hash(slot_key(slots, s).unwrap_or_default())
+        });
+        self.schedule(id, now);
+        Ok(id)
+    }
+
+    /// When the earliest waiting watch is due, if any watch is waiting.
+    pub fn next_due(&mut self) -> Option<Millis> {
+        self.drop_stale_timers();
+        self.timers.peek().map(|Reverse(t)| t.due)
+    }
+
+    /// Take the earliest watch due at or before `now`, with the time it was due. It is then
+    /// in flight: it has no timer until [`complete`](Self::complete) or
+    /// [`defer`](Self::defer) gives it one.
+    pub fn pop_due(&mut self, now: Millis) -> Option<(WatchId, Millis)> {
+        self.drop_stale_timers();
+        match self.timers.peek() {
+            Some(Reverse(t)) if t.due <= now => {
+                let t = *t;
+                self.timers.pop();
+                Some((
+                    WatchId {
+                        slot: t.slot,
+                        generation: t.generation,
+                    },
+                    t.due,
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    pub fn watch(&self, id: WatchId) -> Option<&Watch<I>> {
+        let slot = self.slots.get(id.slot as usize)?;
+        (slot.generation == id.generation)
+            .then_some(slot.watch.as_ref())
+            .flatten()
+    }
+
+    /// Put an in-flight watch back in the queue without polling it (e.g. its host's rate
+    /// limit has no token until `at`).
+    pub fn defer(&mut self, id: WatchId, at: Millis) {
+        if self.watch(id).is_some() {
+            self.schedule(id, at);
+        }
+    }
+
+    /// Whether a due watch should end without polling (a time-based condition fired while
+    /// it waited). If so it is removed, and the reason returned.
+    pub fn stop_if_done(&mut self, id: WatchId, now: Millis) -> Option<(Bytes, TerminatedReason)> {
+        let reason = self.watch(id)?.stop_before_poll(now, &self.rules)?;
+        let watch = self.remove(id)?;
+        Some((watch.key().clone(), reason))
+    }
+
+    /// Apply the outcome of an in-flight watch's poll. Returns `None` if the watch was
+    /// removed meanwhile. A watch that stops is removed here (its hold released) and the
+    /// returned `Next::Stop` says why.
+    pub fn complete(
+        &mut self,
+        id: WatchId,
+        outcome: Result<PollResult, PollError>,
+        now: Millis,
+    ) -> Option<Completion> {
+        let slot = self.slots.get_mut(id.slot as usize)?;
+        if slot.generation != id.generation {
+            return None;
+        }
+        let watch = slot.watch.as_mut()?;
+        let old_hold = watch.hold();
+        let (completion, next) = match outcome {
+            Ok(result) => {
+                let polled = watch.on_success(result, now, &self.rules, &mut self.rng);
+                let next = polled.next.clone();
+                let hold = watch.hold();
+                let key = watch.key().clone();
+                (Completion::Polled { key, polled, hold }, next)
+            }
+            Err(error) => {
+                let failed = watch.on_failure(&error, now, &self.rules, &mut self.rng);
+                let next = failed.next.clone();
+                let key = watch.key().clone();
+                (Completion::Failed { key, failed }, next)
+            }
+        };
+        let new_hold = watch.hold();
+        if new_hold != old_hold {
+            self.remove_hold(old_hold);
+            self.add_hold(new_hold);
+        }
+        match next {
+            Next::PollAt(at) => self.schedule(id, at),
+            Next::Stop(_) => {
+                self.remove(id);
+            }
+        }
+        Some(completion)
+    }
+
+    /// Remove a watch (finished, or stopped from outside), releasing its hold.
+    pub fn remove(&mut self, id: WatchId) -> Option<Watch<I>> {
+        let slot = self.slots.get_mut(id.slot as usize)?;
+        if slot.generation != id.generation {
+            return None;
+        }
+        // Unindex while the slot still holds the key the index compares against.
+        let key = slot.watch.as_ref()?.key().clone();
+        if let Ok(entry) = self.by_key.find_entry(key_hash(&key), |&s| s == id.slot) {
+            entry.remove();
+        }
+        let slot = &mut self.slots[id.slot as usize];
+        let watch = slot.watch.take()?;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(id.slot);
+        self.remove_hold(watch.hold());
+        Some(watch)
+    }
+
+    /// The earliest hold among live watches: the partition's watermark may not pass it.
+    pub fn min_hold(&self) -> Option<Millis> {
+        self.holds.keys().next().copied()
+    }
+
+    fn schedule(&mut self, id: WatchId, due: Millis) {
+        self.timers.push(Reverse(Timer {
+            due,
+            slot: id.slot,
+            generation: id.generation,
+        }));
+    }
+
+    /// Timers of removed watches are skipped lazily, when they reach the front.
+    fn drop_stale_timers(&mut self) {
+        while let Some(Reverse(t)) = self.timers.peek() {
+            let slot = &self.slots[t.slot as usize];
+            if slot.generation == t.generation && slot.watch.is_some() {
+                return;
+            }
+            self.timers.pop();
+        }
+    }
+
+    fn add_hold(&mut self, hold: Millis) {
+        *self.holds.entry(hold).or_insert(0) += 1;
+    }
+
+    fn remove_hold(&mut self, hold: Millis) {
+        if let Some(count) = self.holds.get_mut(&hold) {
+            *count -= 1;
+            if *count == 0 {
+                self.holds.remove(&hold);
+            }
+        }
+    }
+}
+
+fn key_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
+fn slot_key<I>(slots: &[Slot<I>], slot: u32) -> Option<&[u8]> {
+    slots[slot as usize].watch.as_ref().map(|w| &w.key()[..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::poll::Output;
+    use crate::schedule::Schedule;
+    use std::time::Duration;
+
+    fn table(termination: &str) -> WatchTable<()> {
+        let rules = WatchRules {
+            termination: termination.parse().unwrap(),
+            schedule: Schedule {
+                interval: Duration::from_millis(100),
+                jitter: 0.0,
+                ..Schedule::default()
+            },
+        };
+        WatchTable::new(rules, Some(1))
+    }
+
+    fn key(s: &str) -> Bytes {
+        Bytes::from(s.to_string())
+    }
+
+    #[test]
+    fn keys_are_unique_while_live_and_reusable_after() {
+        let mut t = table("polls(1)");
+        let a = t.insert(key("a"), Arc::new(()), 5, 0).unwrap();
+        assert_eq!(t.insert(key("a"), Arc::new(()), 5, 0), Err(AlreadyWatching));
+        assert!(t.contains_key(b"a") && !t.contains_key(b"b"));
+        t.insert(key("b"), Arc::new(()), 5, 0).unwrap();
+        assert!(t.remove(a).is_some());
+        assert!(t.remove(a).is_none(), "a stale id removes nothing");
+        assert!(!t.contains_key(b"a") && t.contains_key(b"b"));
+        let a2 = t.insert(key("a"), Arc::new(()), 5, 0).unwrap();
+        assert_ne!(a, a2, "a reused slot gets a new generation");
+        assert!(t.watch(a).is_none() && t.watch(a2).is_some());
+        assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn due_watches_come_out_in_time_order_and_removed_ones_never() {
+        let mut t = table("never");
+        let a = t.insert(key("a"), Arc::new(()), 0, 30).unwrap();
+        let b = t.insert(key("b"), Arc::new(()), 0, 10).unwrap();
+        let c = t.insert(key("c"), Arc::new(()), 0, 20).unwrap();
+        t.remove(c);
+        assert_eq!(t.next_due(), Some(10));
+        assert_eq!(t.pop_due(5), None, "nothing is due before its time");
+        assert_eq!(t.pop_due(100), Some((b, 10)));
+        assert_eq!(t.pop_due(100), Some((a, 30)));
+        assert_eq!(t.pop_due(100), None);
+        t.defer(b, 150);
+        assert_eq!(t.next_due(), Some(150));
+    }
+
+    #[test]
+    fn completing_a_poll_reschedules_or_removes_and_tracks_the_minimum_hold() {
+        let mut t = table("polls(2)");
+        let a = t.insert(key("a"), Arc::new(()), 1_000, 0).unwrap();
+        let b = t.insert(key("b"), Arc::new(()), 2_000, 0).unwrap();
+        assert_eq!(t.min_hold(), Some(1_000));
+        t.pop_due(0);
+        t.pop_due(0);
+        let result = PollResult::incomplete(vec![Output::new("x", "v", 3_000)]);
+        t.complete(a, Ok(result), 0).unwrap();
+        assert_eq!(
+            t.min_hold(),
+            Some(2_000),
+            "a's hold moved up to its new output"
+        );
+        assert_eq!(t.next_due(), Some(100));
+        t.complete(b, Ok(PollResult::complete(vec![])), 0).unwrap();
+        assert_eq!(
+            t.min_hold(),
+            Some(3_000),
+            "b finished and released its hold"
+        );
+        t.pop_due(100);
+        match t.complete(a, Ok(PollResult::default()), 100) {
+            Some(Completion::Polled { polled, .. }) => {
+                assert_eq!(polled.next, Next::Stop(TerminatedReason::Polls))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(t.is_empty());
+        assert_eq!(t.min_hold(), None);
+        assert!(t.complete(a, Ok(PollResult::default()), 200).is_none());
+    }
+}

@@ -1,0 +1,930 @@
+//! When a watch stops polling: Beam's `Watch.growthOf` termination conditions.
+//!
+//! A condition is a small state machine ([`Condition`]): the engine makes a state when the
+//! input arrives, feeds it "new output seen" and "poll complete" events, and asks
+//! [`Condition::can_stop_polling`] after every poll. The states are pure functions of the
+//! `now` values they are given, so they need no clock and tests drive them with plain
+//! numbers.
+//!
+//! [`Termination`] is the set that configuration can name (`WATCHBRIDGE_TERMINATION`, see
+//! [`Termination::parse`] for the text form); [`Termination::custom`] nests any user
+//! [`Condition`] inside it by erasing its state type:
+//!
+//! ```
+//! use std::time::Duration;
+//! use watchbridge::reason::TerminatedReason;
+//! use watchbridge::termination::{Condition, Termination};
+//!
+//! /// Stops after three polls that each brought something new.
+//! #[derive(Debug)]
+//! struct ProductivePolls(u32);
+//!
+//! impl Condition for ProductivePolls {
+//!     /// (productive polls so far, did the current poll bring something new)
+//!     type State = (u32, bool);
+//!     fn for_new_input(&self, _now: i64) -> (u32, bool) {
+//!         (0, false)
+//!     }
+//!     fn on_seen_new_output(&self, _now: i64, state: &mut (u32, bool)) {
+//!         state.1 = true;
+//!     }
+//!     fn on_poll_complete(&self, _now: i64, state: &mut (u32, bool)) {
+//!         if std::mem::take(&mut state.1) {
+//!             state.0 += 1;
+//!         }
+//!     }
+//!     fn can_stop_polling(&self, _now: i64, state: &(u32, bool)) -> Option<TerminatedReason> {
+//!         (state.0 >= self.0).then(|| TerminatedReason::Custom("productive_polls".into()))
+//!     }
+//! }
+//!
+//! // Stop after three productive polls, or after an hour whatever happens.
+//! let cond = Termination::Any(vec![
+//!     Termination::custom("productive_polls", ProductivePolls(3)),
+//!     Termination::Total(Duration::from_secs(3600)),
+//! ]);
+//! assert_eq!(cond.to_string(), "any(productive_polls, total(1h))");
+//!
+//! let mut state = cond.for_new_input(0);
+//! for now in [1_000, 2_000, 3_000] {
+//!     assert_eq!(cond.can_stop_polling(now, &state), None);
+//!     cond.on_seen_new_output(now, &mut state);
+//!     cond.on_poll_complete(now, &mut state);
+//! }
+//! assert_eq!(
+//!     cond.can_stop_polling(3_000, &state),
+//!     Some(TerminatedReason::Custom("productive_polls".into()))
+//! );
+//! ```
+
+mod parse;
+
+pub use parse::{ParseError, MAX_DEPTH};
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Millis;
+use crate::reason::TerminatedReason;
+
+/// A termination condition as a small state machine (Beam's `TerminationCondition`).
+///
+/// The condition itself is shared by every watch; everything per-watch lives in
+/// [`Condition::State`], which is why the state is a separate, cheaply cloned value.
+pub trait Condition: Send + Sync + fmt::Debug + 'static {
+    type State: Clone + fmt::Debug + Send + Sync + 'static;
+    /// State for a watch whose input arrived at `now`.
+    fn for_new_input(&self, now: Millis) -> Self::State;
+    /// A poll at `now` brought at least one output not seen before.
+    fn on_seen_new_output(&self, now: Millis, state: &mut Self::State);
+    /// A poll completed at `now` (successfully; called after on_seen_new_output if any).
+    fn on_poll_complete(&self, now: Millis, state: &mut Self::State);
+    /// `Some(reason)` when the watch should stop polling at `now`.
+    fn can_stop_polling(&self, now: Millis, state: &Self::State) -> Option<TerminatedReason>;
+}
+
+/// The conditions that configuration can name, nestable.
+///
+/// Durations are compared in whole milliseconds (the unit of [`Millis`]); a duration with a
+/// sub-millisecond part is rounded *up*, so a condition never fires before its time.
+#[derive(Clone, Debug)]
+pub enum Termination {
+    /// Never stops on its own (the watch ends only when its poller says the output is final).
+    Never,
+    /// Stops once this much time has passed since the input arrived (Beam's `afterTotalOf`).
+    Total(Duration),
+    /// Stops once this much time has passed since the last poll that brought a new output.
+    ///
+    /// Unlike Beam's `afterTimeSinceNewOutput`, which never fires for a watch that has not
+    /// produced anything yet, the clock starts at the input's arrival: a resource that stays
+    /// empty is given up on after the same quiet period instead of being polled forever.
+    Stable(Duration),
+    /// Stops once this many polls have completed. Configuration rejects `polls(0)`.
+    Polls(u64),
+    /// Stops when any child stops, with the reason of the first child (in order) that does.
+    /// An empty `Any` never stops (configuration rejects `any()`).
+    Any(Vec<Termination>),
+    /// Stops when every child stops at once, with [`TerminatedReason::All`]. An empty `All`
+    /// is vacuously true and stops at once (configuration rejects `all()`).
+    All(Vec<Termination>),
+    /// A user condition, displayed by its name; see [`Termination::custom`].
+    Custom(CustomCondition),
+}
+
+/// Per-watch state of a [`Termination`]; mirrors its shape.
+///
+/// Kept to 24 bytes because a watch table holds one per watch. A state must only be given
+/// back to the condition that made it; if it is not (a bug in the caller), every part that
+/// does not match is treated as expired, so the watch stops rather than polling forever.
+#[derive(Clone, Debug)]
+pub enum TermState {
+    Never,
+    /// When the input arrived.
+    Total(Millis),
+    /// When the last new output was seen (the input's arrival until there is one).
+    Stable(Millis),
+    /// Polls completed so far.
+    Polls(u64),
+    Any(Box<[TermState]>),
+    All(Box<[TermState]>),
+    Custom(ErasedState),
+}
+
+/// A user [`Condition`] with a name, as nested in [`Termination::Custom`].
+#[derive(Clone)]
+pub struct CustomCondition {
+    name: Arc<str>,
+    condition: Arc<dyn DynCondition>,
+}
+
+impl CustomCondition {
+    /// The name it displays as (and typically reports as `TerminatedReason::Custom`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The erased condition.
+    pub fn condition(&self) -> &dyn DynCondition {
+        &*self.condition
+    }
+}
+
+impl fmt::Debug for CustomCondition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CustomCondition")
+            .field("name", &self.name)
+            .field("condition", &self.condition)
+            .finish()
+    }
+}
+
+/// The state of an erased condition was handed a state made by a different condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateMismatch;
+
+/// Object-safe form of [`Condition`], implemented for every `Condition`, so that conditions
+/// with different state types can sit side by side in one [`Termination`] tree.
+///
+/// Methods carry an `erased_` prefix so they never clash with [`Condition`]'s at call sites.
+pub trait DynCondition: Send + Sync + fmt::Debug + 'static {
+    fn erased_for_new_input(&self, now: Millis) -> ErasedState;
+    /// Does nothing if `state` was not made by this condition.
+    fn erased_on_seen_new_output(&self, now: Millis, state: &mut ErasedState);
+    /// Does nothing if `state` was not made by this condition.
+    fn erased_on_poll_complete(&self, now: Millis, state: &mut ErasedState);
+    fn erased_can_stop_polling(
+        &self,
+        now: Millis,
+        state: &ErasedState,
+    ) -> Result<Option<TerminatedReason>, StateMismatch>;
+}
+
+impl<C: Condition> DynCondition for C {
+    fn erased_for_new_input(&self, now: Millis) -> ErasedState {
+        ErasedState(Box::new(self.for_new_input(now)))
+    }
+
+    fn erased_on_seen_new_output(&self, now: Millis, state: &mut ErasedState) {
+        if let Some(s) = state.downcast_mut::<C::State>() {
+            self.on_seen_new_output(now, s);
+        }
+    }
+
+    fn erased_on_poll_complete(&self, now: Millis, state: &mut ErasedState) {
+        if let Some(s) = state.downcast_mut::<C::State>() {
+            self.on_poll_complete(now, s);
+        }
+    }
+
+    fn erased_can_stop_polling(
+        &self,
+        now: Millis,
+        state: &ErasedState,
+    ) -> Result<Option<TerminatedReason>, StateMismatch> {
+        let s = state.downcast_ref::<C::State>().ok_or(StateMismatch)?;
+        Ok(self.can_stop_polling(now, s))
+    }
+}
+
+/// A boxed, cloneable state of any [`Condition`].
+pub struct ErasedState(Box<dyn StateBox>);
+
+impl ErasedState {
+    fn downcast_ref<T: 'static>(&self) -> Option<&T> {
+        (*self.0).as_any().downcast_ref()
+    }
+
+    fn downcast_mut<T: 'static>(&mut self) -> Option<&mut T> {
+        (*self.0).as_any_mut().downcast_mut()
+    }
+}
+
+impl Clone for ErasedState {
+    fn clone(&self) -> Self {
+        ErasedState((*self.0).clone_box())
+    }
+}
+
+impl fmt::Debug for ErasedState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (*self.0).fmt(f)
+    }
+}
+
+/// What a state needs to be erased: `Any` for downcasting back, `clone_box` for `Clone`.
+trait StateBox: Any + fmt::Debug + Send + Sync {
+    fn clone_box(&self) -> Box<dyn StateBox>;
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<T: Clone + fmt::Debug + Send + Sync + 'static> StateBox for T {
+    fn clone_box(&self) -> Box<dyn StateBox> {
+        Box::new(self.clone())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// Beam-style constructors, for code that builds conditions rather than parsing them.
+impl Termination {
+    /// Nests a user condition; `name` is what it displays as inside `any(...)`/`all(...)`.
+    pub fn custom<C: Condition>(name: &str, c: C) -> Self {
+        Termination::Custom(CustomCondition {
+            name: name.into(),
+            condition: Arc::new(c),
+        })
+    }
+
+    /// Parses the text form (what `WATCHBRIDGE_TERMINATION` holds):
+    ///
+    /// ```text
+    /// condition := "never"
+    ///            | "total" "(" duration ")"     humantime: 500ms, 5m, 1h 30m, ...
+    ///            | "stable" "(" duration ")"
+    ///            | "polls" "(" integer ")"       integer >= 1
+    ///            | "any" "(" condition ("," condition)* ")"
+    ///            | "all" "(" condition ("," condition)* ")"
+    /// ```
+    ///
+    /// Names are lowercase, whitespace may separate any two tokens, and nesting stops at
+    /// [`MAX_DEPTH`] levels. A [`ParseError`] points at the offending token.
+    pub fn parse(text: &str) -> Result<Self, ParseError> {
+        parse::parse(text)
+    }
+
+    /// Beam's `never()`.
+    pub fn never() -> Self {
+        Termination::Never
+    }
+
+    /// Beam's `afterTotalOf(d)`.
+    pub fn after_total_of(d: Duration) -> Self {
+        Termination::Total(d)
+    }
+
+    /// Beam's `afterTimeSinceNewOutput(d)`, except that it also fires without any output.
+    pub fn after_time_since_new_output(d: Duration) -> Self {
+        Termination::Stable(d)
+    }
+
+    /// Stops after `n` completed polls.
+    pub fn after_polls(n: u64) -> Self {
+        Termination::Polls(n)
+    }
+
+    /// Beam's `eitherOf(a, b)`.
+    pub fn either_of(a: Termination, b: Termination) -> Self {
+        Termination::Any(vec![a, b])
+    }
+
+    /// Beam's `allOf(a, b)`.
+    pub fn all_of(a: Termination, b: Termination) -> Self {
+        Termination::All(vec![a, b])
+    }
+
+    /// The reason this condition reports when its state is unusable (made by another
+    /// condition): every leaf but `Never` counts as expired.
+    fn expired_reason(&self) -> Option<TerminatedReason> {
+        match self {
+            Termination::Never => None,
+            Termination::Total(_) => Some(TerminatedReason::Total),
+            Termination::Stable(_) => Some(TerminatedReason::Stable),
+            Termination::Polls(_) => Some(TerminatedReason::Polls),
+            Termination::Any(cs) => cs.iter().find_map(Termination::expired_reason),
+            Termination::All(cs) => cs
+                .iter()
+                .all(|c| c.expired_reason().is_some())
+                .then_some(TerminatedReason::All),
+            Termination::Custom(c) => Some(TerminatedReason::Custom(c.name.clone())),
+        }
+    }
+}
+
+/// Whole milliseconds, rounded up so that a condition never fires early.
+fn ceil_millis(d: Duration) -> Millis {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    ms.min(Millis::MAX as u128) as Millis
+}
+
+/// `now - since >= d`, without overflow for any inputs.
+fn elapsed_at_least(now: Millis, since: Millis, d: Duration) -> bool {
+    now.saturating_sub(since) >= ceil_millis(d)
+}
+
+impl Condition for Termination {
+    type State = TermState;
+
+    fn for_new_input(&self, now: Millis) -> TermState {
+        match self {
+            Termination::Never => TermState::Never,
+            Termination::Total(_) => TermState::Total(now),
+            Termination::Stable(_) => TermState::Stable(now),
+            Termination::Polls(_) => TermState::Polls(0),
+            Termination::Any(cs) => {
+                TermState::Any(cs.iter().map(|c| c.for_new_input(now)).collect())
+            }
+            Termination::All(cs) => {
+                TermState::All(cs.iter().map(|c| c.for_new_input(now)).collect())
+            }
+            Termination::Custom(c) => TermState::Custom(c.condition.erased_for_new_input(now)),
+        }
+    }
+
+    fn on_seen_new_output(&self, now: Millis, state: &mut TermState) {
+        match (self, state) {
+            // `max`: a late-arriving event must not move the quiet period back in time.
+            (Termination::Stable(_), TermState::Stable(last)) => *last = (*last).max(now),
+            (Termination::Any(cs), TermState::Any(ss))
+            | (Termination::All(cs), TermState::All(ss)) => {
+                for (c, s) in cs.iter().zip(ss.iter_mut()) {
+                    c.on_seen_new_output(now, s);
+                }
+            }
+            (Termination::Custom(c), TermState::Custom(s)) => {
+                c.condition.erased_on_seen_new_output(now, s)
+            }
+            _ => {}
+        }
+    }
+
+    fn on_poll_complete(&self, now: Millis, state: &mut TermState) {
+        match (self, state) {
+            (Termination::Polls(_), TermState::Polls(n)) => *n = n.saturating_add(1),
+            (Termination::Any(cs), TermState::Any(ss))
+            | (Termination::All(cs), TermState::All(ss)) => {
+                for (c, s) in cs.iter().zip(ss.iter_mut()) {
+                    c.on_poll_complete(now, s);
+                }
+            }
+            (Termination::Custom(c), TermState::Custom(s)) => {
+                c.condition.erased_on_poll_complete(now, s)
+            }
+            _ => {}
+        }
+    }
+
+    fn can_stop_polling(&self, now: Millis, state: &TermState) -> Option<TerminatedReason> {
+        match (self, state) {
+            (Termination::Never, _) => None,
+            (Termination::Total(d), TermState::Total(arrived)) => {
+                elapsed_at_least(now, *arrived, *d).then_some(TerminatedReason::Total)
+            }
+            (Termination::Stable(d), TermState::Stable(last)) => {
+                elapsed_at_least(now, *last, *d).then_some(TerminatedReason::Stable)
+            }
+            (Termination::Polls(n), TermState::Polls(done)) => {
+                (done >= n).then_some(TerminatedReason::Polls)
+            }
+            (Termination::Any(cs), TermState::Any(ss)) if cs.len() == ss.len() => cs
+                .iter()
+                .zip(ss.iter())
+                .find_map(|(c, s)| c.can_stop_polling(now, s)),
+            (Termination::All(cs), TermState::All(ss)) if cs.len() == ss.len() => cs
+                .iter()
+                .zip(ss.iter())
+                .all(|(c, s)| c.can_stop_polling(now, s).is_some())
+                .then_some(TerminatedReason::All),
+            (Termination::Custom(c), TermState::Custom(s)) => c
+                .condition
+                .erased_can_stop_polling(now, s)
+                .unwrap_or_else(|StateMismatch| self.expired_reason()),
+            _ => self.expired_reason(),
+        }
+    }
+}
+
+/// Structural equality; two custom conditions are equal only if they are the same instance
+/// (same `Arc`) under the same name.
+impl PartialEq for Termination {
+    fn eq(&self, other: &Self) -> bool {
+        use Termination::*;
+        match (self, other) {
+            (Never, Never) => true,
+            (Total(a), Total(b)) | (Stable(a), Stable(b)) => a == b,
+            (Polls(a), Polls(b)) => a == b,
+            (Any(a), Any(b)) | (All(a), All(b)) => a == b,
+            (Custom(a), Custom(b)) => a.name == b.name && Arc::ptr_eq(&a.condition, &b.condition),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Termination {}
+
+/// Beam's `eitherOf` for statically typed conditions: stops when either does, with the
+/// first one's reason if both do.
+#[derive(Debug, Clone)]
+pub struct EitherOf<A, B>(pub A, pub B);
+
+impl<A: Condition, B: Condition> Condition for EitherOf<A, B> {
+    type State = (A::State, B::State);
+
+    fn for_new_input(&self, now: Millis) -> Self::State {
+        (self.0.for_new_input(now), self.1.for_new_input(now))
+    }
+    fn on_seen_new_output(&self, now: Millis, state: &mut Self::State) {
+        self.0.on_seen_new_output(now, &mut state.0);
+        self.1.on_seen_new_output(now, &mut state.1);
+    }
+    fn on_poll_complete(&self, now: Millis, state: &mut Self::State) {
+        self.0.on_poll_complete(now, &mut state.0);
+        self.1.on_poll_complete(now, &mut state.1);
+    }
+    fn can_stop_polling(&self, now: Millis, state: &Self::State) -> Option<TerminatedReason> {
+        self.0
+            .can_stop_polling(now, &state.0)
+            .or_else(|| self.1.can_stop_polling(now, &state.1))
+    }
+}
+
+/// Beam's `allOf` for statically typed conditions: stops when both do, with
+/// [`TerminatedReason::All`].
+#[derive(Debug, Clone)]
+pub struct AllOf<A, B>(pub A, pub B);
+
+impl<A: Condition, B: Condition> Condition for AllOf<A, B> {
+    type State = (A::State, B::State);
+
+    fn for_new_input(&self, now: Millis) -> Self::State {
+        (self.0.for_new_input(now), self.1.for_new_input(now))
+    }
+    fn on_seen_new_output(&self, now: Millis, state: &mut Self::State) {
+        self.0.on_seen_new_output(now, &mut state.0);
+        self.1.on_seen_new_output(now, &mut state.1);
+    }
+    fn on_poll_complete(&self, now: Millis, state: &mut Self::State) {
+        self.0.on_poll_complete(now, &mut state.0);
+        self.1.on_poll_complete(now, &mut state.1);
+    }
+    fn can_stop_polling(&self, now: Millis, state: &Self::State) -> Option<TerminatedReason> {
+        let both = self.0.can_stop_polling(now, &state.0).is_some()
+            && self.1.can_stop_polling(now, &state.1).is_some();
+        both.then_some(TerminatedReason::All)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use TerminatedReason as R;
+
+    /// An arbitrary input arrival time; every test offsets from it.
+    const T0: Millis = 1_700_000_000_000;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    fn parse(s: &str) -> Termination {
+        match Termination::parse(s) {
+            Ok(t) => t,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A poll at `now`, optionally bringing something new, in the order the engine calls.
+    fn poll(c: &Termination, now: Millis, new_output: bool, s: &mut TermState) {
+        if new_output {
+            c.on_seen_new_output(now, s);
+        }
+        c.on_poll_complete(now, s);
+    }
+
+    /// Stops after `n` polls that each brought something new (the doc example's condition).
+    #[derive(Debug)]
+    struct ProductivePolls(u32);
+
+    impl Condition for ProductivePolls {
+        type State = (u32, bool);
+        fn for_new_input(&self, _now: Millis) -> (u32, bool) {
+            (0, false)
+        }
+        fn on_seen_new_output(&self, _now: Millis, state: &mut (u32, bool)) {
+            state.1 = true;
+        }
+        fn on_poll_complete(&self, _now: Millis, state: &mut (u32, bool)) {
+            if std::mem::take(&mut state.1) {
+                state.0 += 1;
+            }
+        }
+        fn can_stop_polling(&self, _now: Millis, state: &(u32, bool)) -> Option<R> {
+            (state.0 >= self.0).then(|| R::Custom("productive".into()))
+        }
+    }
+
+    #[test]
+    fn total_fires_exactly_at_the_boundary() {
+        let c = Termination::Total(secs(5));
+        let mut s = c.for_new_input(T0);
+        assert_eq!(c.can_stop_polling(T0, &s), None);
+        assert_eq!(c.can_stop_polling(T0 + 4_999, &s), None);
+        // Outputs and polls do not move it.
+        poll(&c, T0 + 4_000, true, &mut s);
+        assert_eq!(c.can_stop_polling(T0 + 4_999, &s), None);
+        assert_eq!(c.can_stop_polling(T0 + 5_000, &s), Some(R::Total));
+        assert_eq!(c.can_stop_polling(T0 + 60_000, &s), Some(R::Total));
+    }
+
+    #[test]
+    fn stable_without_outputs_counts_from_arrival() {
+        let c = Termination::Stable(secs(10));
+        let mut s = c.for_new_input(T0);
+        poll(&c, T0 + 3_000, false, &mut s);
+        poll(&c, T0 + 6_000, false, &mut s);
+        assert_eq!(c.can_stop_polling(T0 + 9_999, &s), None);
+        assert_eq!(c.can_stop_polling(T0 + 10_000, &s), Some(R::Stable));
+    }
+
+    #[test]
+    fn stable_is_reset_by_each_new_output() {
+        let c = Termination::Stable(secs(10));
+        let mut s = c.for_new_input(T0);
+        poll(&c, T0 + 3_000, true, &mut s);
+        // Would have fired at T0 + 10s without the output.
+        assert_eq!(c.can_stop_polling(T0 + 10_000, &s), None);
+        assert_eq!(c.can_stop_polling(T0 + 12_999, &s), None);
+        assert_eq!(c.can_stop_polling(T0 + 13_000, &s), Some(R::Stable));
+        // An output after it could have stopped starts the quiet period again.
+        poll(&c, T0 + 14_000, true, &mut s);
+        assert_eq!(c.can_stop_polling(T0 + 23_999, &s), None);
+        assert_eq!(c.can_stop_polling(T0 + 24_000, &s), Some(R::Stable));
+        // Polls without output do not reset it.
+        poll(&c, T0 + 20_000, false, &mut s);
+        assert_eq!(c.can_stop_polling(T0 + 24_000, &s), Some(R::Stable));
+    }
+
+    #[test]
+    fn stable_ignores_an_output_reported_out_of_order() {
+        let c = Termination::Stable(secs(10));
+        let mut s = c.for_new_input(T0);
+        c.on_seen_new_output(T0 + 5_000, &mut s);
+        c.on_seen_new_output(T0 + 1_000, &mut s);
+        assert_eq!(c.can_stop_polling(T0 + 14_999, &s), None);
+        assert_eq!(c.can_stop_polling(T0 + 15_000, &s), Some(R::Stable));
+    }
+
+    #[test]
+    fn polls_fires_after_n_completed_polls() {
+        let c = Termination::Polls(3);
+        let mut s = c.for_new_input(T0);
+        for i in 0..3 {
+            assert_eq!(
+                c.can_stop_polling(T0 + 1_000_000, &s),
+                None,
+                "after {i} polls"
+            );
+            // A new output alone is not a completed poll.
+            c.on_seen_new_output(T0 + i, &mut s);
+            assert_eq!(c.can_stop_polling(T0 + i, &s), None);
+            c.on_poll_complete(T0 + i, &mut s);
+        }
+        assert_eq!(c.can_stop_polling(T0 + 3, &s), Some(R::Polls));
+    }
+
+    #[test]
+    fn never_never_fires() {
+        let c = Termination::Never;
+        let mut s = c.for_new_input(T0);
+        for i in 0..1_000 {
+            poll(&c, T0 + i * 1_000_000, i % 2 == 0, &mut s);
+        }
+        assert_eq!(c.can_stop_polling(Millis::MAX, &s), None);
+    }
+
+    #[test]
+    fn durations_round_up_to_whole_milliseconds() {
+        let c = Termination::Total(Duration::from_micros(1_500));
+        let s = c.for_new_input(T0);
+        assert_eq!(c.can_stop_polling(T0 + 1, &s), None);
+        assert_eq!(c.can_stop_polling(T0 + 2, &s), Some(R::Total));
+        // Zero means "at once".
+        let c = Termination::Stable(Duration::ZERO);
+        assert_eq!(
+            c.can_stop_polling(T0, &c.for_new_input(T0)),
+            Some(R::Stable)
+        );
+    }
+
+    #[test]
+    fn extreme_times_do_not_overflow() {
+        let c = Termination::Total(Duration::MAX);
+        let s = c.for_new_input(Millis::MIN);
+        assert_eq!(c.can_stop_polling(Millis::MAX, &s), Some(R::Total));
+        let c = Termination::Total(secs(1));
+        let s = c.for_new_input(Millis::MAX);
+        assert_eq!(c.can_stop_polling(Millis::MIN, &s), None);
+        let c = Termination::Polls(u64::MAX);
+        let mut s = TermState::Polls(u64::MAX);
+        c.on_poll_complete(T0, &mut s);
+        assert_eq!(c.can_stop_polling(T0, &s), Some(R::Polls));
+    }
+
+    #[test]
+    fn any_reports_the_first_child_in_order_that_stops() {
+        let c = parse("any(polls(2), total(5s))");
+        let mut s = c.for_new_input(T0);
+        assert_eq!(c.can_stop_polling(T0 + 4_999, &s), None);
+        assert_eq!(c.can_stop_polling(T0 + 5_000, &s), Some(R::Total));
+        poll(&c, T0 + 1, false, &mut s);
+        poll(&c, T0 + 2, false, &mut s);
+        assert_eq!(c.can_stop_polling(T0 + 2, &s), Some(R::Polls));
+        // Both hold: the first one listed wins.
+        assert_eq!(c.can_stop_polling(T0 + 5_000, &s), Some(R::Polls));
+    }
+
+    #[test]
+    fn all_waits_for_every_child_and_reports_all() {
+        let c = parse("all(total(5s), polls(2))");
+        let mut s = c.for_new_input(T0);
+        poll(&c, T0 + 1, false, &mut s);
+        assert_eq!(c.can_stop_polling(T0 + 5_000, &s), None);
+        poll(&c, T0 + 2, false, &mut s);
+        assert_eq!(c.can_stop_polling(T0 + 4_999, &s), None);
+        assert_eq!(c.can_stop_polling(T0 + 5_000, &s), Some(R::All));
+    }
+
+    #[test]
+    fn nested_conditions_compose() {
+        // Stop after 10s of quiet, but only once at least 3 polls have been made; give up
+        // after an hour regardless.
+        let c = parse("any(all(stable(10s), polls(3)), total(1h))");
+        let mut s = c.for_new_input(T0);
+        poll(&c, T0 + 1_000, true, &mut s);
+        assert_eq!(c.can_stop_polling(T0 + 11_000, &s), None, "only 1 poll");
+        poll(&c, T0 + 12_000, false, &mut s);
+        poll(&c, T0 + 13_000, false, &mut s);
+        assert_eq!(c.can_stop_polling(T0 + 13_000, &s), Some(R::All));
+        poll(&c, T0 + 14_000, true, &mut s);
+        assert_eq!(c.can_stop_polling(T0 + 23_999, &s), None, "stable reset");
+        assert_eq!(c.can_stop_polling(T0 + 3_600_000, &s), Some(R::All));
+        let c = parse("any(all(stable(10s), polls(3)), total(1s))");
+        let s = c.for_new_input(T0);
+        assert_eq!(c.can_stop_polling(T0 + 1_000, &s), Some(R::Total));
+    }
+
+    #[test]
+    fn empty_any_never_stops_and_empty_all_stops_at_once() {
+        let any = Termination::Any(vec![]);
+        assert_eq!(
+            any.can_stop_polling(Millis::MAX, &any.for_new_input(T0)),
+            None
+        );
+        let all = Termination::All(vec![]);
+        assert_eq!(
+            all.can_stop_polling(T0, &all.for_new_input(T0)),
+            Some(R::All)
+        );
+    }
+
+    #[test]
+    fn custom_condition_nests_inside_any_and_all() {
+        let productive = Termination::custom("productive", ProductivePolls(3));
+        let any = Termination::Any(vec![productive.clone(), Termination::Total(secs(60))]);
+        let all = Termination::All(vec![productive.clone(), Termination::Polls(5)]);
+        assert_eq!(any.to_string(), "any(productive, total(1m))");
+        assert_eq!(all.to_string(), "all(productive, polls(5))");
+
+        let (mut sa, mut sl) = (any.for_new_input(T0), all.for_new_input(T0));
+        for (i, new) in [true, false, true, false, true].into_iter().enumerate() {
+            let now = T0 + 1_000 * (i as Millis + 1);
+            assert_eq!(any.can_stop_polling(now, &sa), None);
+            poll(&any, now, new, &mut sa);
+            poll(&all, now, new, &mut sl);
+            let expect = (i == 4).then(|| R::Custom("productive".into()));
+            assert_eq!(any.can_stop_polling(now, &sa), expect, "poll {i}");
+            // Five polls and three productive ones: both children of `all` hold at the 5th.
+            let expect = (i == 4).then_some(R::All);
+            assert_eq!(all.can_stop_polling(now, &sl), expect, "poll {i}");
+        }
+        // A cloned state evolves independently of the original.
+        let c = Termination::custom("productive", ProductivePolls(1));
+        let s0 = c.for_new_input(T0);
+        let mut s1 = s0.clone();
+        poll(&c, T0, true, &mut s1);
+        assert_eq!(c.can_stop_polling(T0, &s0), None);
+        assert_eq!(
+            c.can_stop_polling(T0, &s1),
+            Some(R::Custom("productive".into()))
+        );
+        assert!(format!("{s1:?}").contains("(1, false)"), "{s1:?}");
+    }
+
+    #[test]
+    fn a_state_from_another_condition_counts_as_expired() {
+        let foreign = TermState::Polls(0);
+        let expired = |c: &Termination| c.can_stop_polling(T0, &foreign);
+        assert_eq!(expired(&Termination::Total(secs(5))), Some(R::Total));
+        assert_eq!(expired(&Termination::Never), None);
+        assert_eq!(expired(&parse("any(never, stable(1s))")), Some(R::Stable));
+        assert_eq!(expired(&parse("all(never, stable(1s))")), None);
+        // Wrong number of children.
+        let c = parse("all(total(1h), polls(9))");
+        let short = TermState::All(vec![TermState::Total(T0)].into());
+        assert_eq!(c.can_stop_polling(T0, &short), Some(R::All));
+        // A custom condition given another custom condition's state.
+        let a = Termination::custom("a", ProductivePolls(5));
+        let b = Termination::custom("b", Termination::Polls(5));
+        let mut sb = b.for_new_input(T0);
+        a.on_poll_complete(T0, &mut sb);
+        assert_eq!(a.can_stop_polling(T0, &sb), Some(R::Custom("a".into())));
+        assert_eq!(b.can_stop_polling(T0, &sb), None);
+    }
+
+    #[test]
+    fn state_stays_small() {
+        assert!(std::mem::size_of::<TermState>() <= 24);
+    }
+
+    #[test]
+    fn beam_style_constructors_and_typed_combinators() {
+        assert_eq!(
+            Termination::either_of(
+                Termination::after_total_of(secs(300)),
+                Termination::all_of(
+                    Termination::after_time_since_new_output(secs(60)),
+                    Termination::after_polls(3)
+                )
+            ),
+            parse("any(total(5m), all(stable(1m), polls(3)))")
+        );
+        assert_eq!(Termination::never(), Termination::Never);
+
+        let either = EitherOf(ProductivePolls(1), Termination::Polls(2));
+        let mut s = either.for_new_input(T0);
+        either.on_poll_complete(T0, &mut s);
+        assert_eq!(either.can_stop_polling(T0, &s), None);
+        either.on_poll_complete(T0, &mut s);
+        assert_eq!(either.can_stop_polling(T0, &s), Some(R::Polls));
+        either.on_seen_new_output(T0, &mut s);
+        either.on_poll_complete(T0, &mut s);
+        assert_eq!(
+            either.can_stop_polling(T0, &s),
+            Some(R::Custom("productive".into()))
+        );
+
+        let all = AllOf(ProductivePolls(1), Termination::Total(secs(1)));
+        let mut s = all.for_new_input(T0);
+        all.on_seen_new_output(T0, &mut s);
+        all.on_poll_complete(T0, &mut s);
+        assert_eq!(all.can_stop_polling(T0 + 999, &s), None);
+        assert_eq!(all.can_stop_polling(T0 + 1_000, &s), Some(R::All));
+    }
+
+    #[test]
+    fn custom_conditions_compare_by_identity() {
+        let a = Termination::custom("x", ProductivePolls(1));
+        assert_eq!(a, a.clone());
+        assert_ne!(a, Termination::custom("x", ProductivePolls(1)));
+    }
+
+    // ---- laws, over random trees and random event sequences ----
+
+    #[derive(Debug, Clone)]
+    enum Event {
+        /// Time passes; the condition is asked again.
+        Tick(Millis),
+        /// Time passes and a poll completes, with or without a new output.
+        Poll(Millis, bool),
+    }
+
+    fn duration() -> impl Strategy<Value = Duration> {
+        prop_oneof![
+            4 => (0u64..20_000).prop_map(Duration::from_millis),
+            1 => (0u64..90).prop_map(|m| Duration::from_secs(60 * m)),
+            1 => (0u64..5_000_000_000).prop_map(Duration::from_nanos),
+        ]
+    }
+
+    fn tree() -> impl Strategy<Value = Termination> {
+        let leaf = prop_oneof![
+            Just(Termination::Never),
+            duration().prop_map(Termination::Total),
+            duration().prop_map(Termination::Stable),
+            (1u64..8).prop_map(Termination::Polls),
+        ];
+        leaf.prop_recursive(3, 24, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 1..4).prop_map(Termination::Any),
+                prop::collection::vec(inner, 1..4).prop_map(Termination::All),
+            ]
+        })
+    }
+
+    fn events() -> impl Strategy<Value = Vec<Event>> {
+        let event = prop_oneof![
+            (0..5_000 as Millis).prop_map(Event::Tick),
+            (0..5_000 as Millis, any::<bool>()).prop_map(|(dt, new)| Event::Poll(dt, new)),
+        ];
+        prop::collection::vec(event, 0..30)
+    }
+
+    /// The answer of `can_stop_polling` at the arrival and after every event.
+    fn trace(c: &Termination, events: &[Event]) -> Vec<Option<R>> {
+        let mut now = T0;
+        let mut s = c.for_new_input(now);
+        let mut out = vec![c.can_stop_polling(now, &s)];
+        for e in events {
+            match *e {
+                Event::Tick(dt) => now += dt,
+                Event::Poll(dt, new) => {
+                    now += dt;
+                    poll(c, now, new, &mut s);
+                }
+            }
+            out.push(c.can_stop_polling(now, &s));
+        }
+        out
+    }
+
+    fn stops(c: &Termination, events: &[Event]) -> Vec<bool> {
+        trace(c, events).iter().map(Option::is_some).collect()
+    }
+
+    fn either(cs: &[&Termination]) -> Termination {
+        Termination::Any(cs.iter().map(|&c| c.clone()).collect())
+    }
+
+    fn every(cs: &[&Termination]) -> Termination {
+        Termination::All(cs.iter().map(|&c| c.clone()).collect())
+    }
+
+    proptest! {
+        #[test]
+        fn single_child_any_and_all_behave_like_the_child(a in tree(), ev in events()) {
+            prop_assert_eq!(trace(&either(&[&a]), &ev), trace(&a, &ev));
+            prop_assert_eq!(stops(&every(&[&a]), &ev), stops(&a, &ev));
+        }
+
+        #[test]
+        fn any_is_or_and_all_is_and(a in tree(), b in tree(), ev in events()) {
+            let (ta, tb) = (trace(&a, &ev), trace(&b, &ev));
+            let t_any = trace(&either(&[&a, &b]), &ev);
+            let t_all = trace(&every(&[&a, &b]), &ev);
+            for i in 0..ta.len() {
+                prop_assert_eq!(&t_any[i], &ta[i].clone().or_else(|| tb[i].clone()));
+                let both = ta[i].is_some() && tb[i].is_some();
+                prop_assert_eq!(&t_all[i], &both.then_some(R::All));
+            }
+        }
+
+        #[test]
+        fn any_and_all_commute(a in tree(), b in tree(), ev in events()) {
+            prop_assert_eq!(stops(&either(&[&a, &b]), &ev), stops(&either(&[&b, &a]), &ev));
+            prop_assert_eq!(stops(&every(&[&a, &b]), &ev), stops(&every(&[&b, &a]), &ev));
+        }
+
+        #[test]
+        fn never_is_the_identity_of_any_and_absorbs_all(a in tree(), ev in events()) {
+            let never = Termination::Never;
+            prop_assert_eq!(trace(&either(&[&a, &never]), &ev), trace(&a, &ev));
+            prop_assert!(stops(&every(&[&a, &never]), &ev).iter().all(|s| !s));
+        }
+
+        #[test]
+        fn any_and_all_associate(a in tree(), b in tree(), c in tree(), ev in events()) {
+            let right = either(&[&a, &either(&[&b, &c])]);
+            let left = either(&[&either(&[&a, &b]), &c]);
+            // Same reasons too: the first child to stop is the same in both.
+            prop_assert_eq!(trace(&right, &ev), trace(&left, &ev));
+            let right = every(&[&a, &every(&[&b, &c])]);
+            let left = every(&[&every(&[&a, &b]), &c]);
+            prop_assert_eq!(stops(&right, &ev), stops(&left, &ev));
+        }
+
+        #[test]
+        fn display_then_parse_round_trips(a in tree()) {
+            let text = a.to_string();
+            let back = Termination::parse(&text).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(back.to_string(), text);
+            prop_assert_eq!(back, a);
+        }
+    }
+}

@@ -1,0 +1,589 @@
+//! The engine end to end, on tokio's paused (virtual) clock: every time below is exact.
+
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use watchbridge::clock::{Clock, Millis};
+use watchbridge::engine::{Command, Ended, Engine, EngineConfig, Event};
+use watchbridge::limits::{HostRate, Limits};
+use watchbridge::metrics::Metrics;
+use watchbridge::poll::{Output, PollError, PollResult, Poller};
+use watchbridge::reason::TerminatedReason;
+use watchbridge::schedule::{Backoff, Retry, Schedule};
+use watchbridge::termination::Termination;
+use watchbridge::watch::WatchRules;
+
+const T0: Millis = 1_700_000_000_000;
+
+type Step = Result<PollResult, PollError>;
+
+/// A poller that plays back a script per input and records when each poll started.
+#[derive(Default)]
+struct Scripted {
+    scripts: Mutex<HashMap<String, VecDeque<Step>>>,
+    polls: Mutex<Vec<(String, Duration)>>,
+    /// How long each poll takes.
+    latency: Duration,
+    running: AtomicUsize,
+    max_running: AtomicUsize,
+    start: Mutex<Option<Instant>>,
+}
+
+struct In {
+    name: String,
+    host: Option<Arc<str>>,
+}
+
+impl Scripted {
+    fn with(scripts: Vec<(&str, Vec<Step>)>) -> Self {
+        let s = Self::default();
+        *s.scripts.lock().unwrap() = scripts
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.into()))
+            .collect();
+        *s.start.lock().unwrap() = Some(Instant::now());
+        s
+    }
+
+    fn poll_times(&self, name: &str) -> Vec<u64> {
+        self.polls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, t)| t.as_millis() as u64)
+            .collect()
+    }
+}
+
+/// The engine owns its poller; tests keep a second handle to inspect what it saw.
+struct Shared(Arc<Scripted>);
+
+impl Poller for Shared {
+    type Input = In;
+
+    fn poll(&self, input: Arc<In>) -> impl std::future::Future<Output = Step> + Send + 'static {
+        let me = self.0.clone();
+        async move {
+            let since = me.start.lock().unwrap().unwrap().elapsed();
+            me.polls.lock().unwrap().push((input.name.clone(), since));
+            let now = me.running.fetch_add(1, Ordering::SeqCst) + 1;
+            me.max_running.fetch_max(now, Ordering::SeqCst);
+            if !me.latency.is_zero() {
+                tokio::time::sleep(me.latency).await;
+            }
+            me.running.fetch_sub(1, Ordering::SeqCst);
+            let step = me
+                .scripts
+                .lock()
+                .unwrap()
+                .get_mut(&input.name)
+                .and_then(|q| q.pop_front());
+            match step {
+                Some(Err(e)) if e.kind == "panic" => panic!("scripted panic"),
+                Some(step) => step,
+                None => Ok(PollResult::default()),
+            }
+        }
+    }
+
+    fn rate_key(&self, input: &In) -> Option<Arc<str>> {
+        input.host.clone()
+    }
+}
+
+fn out(key: &str, t: Millis) -> Output {
+    Output::new(key.to_string(), format!("value of {key}"), t)
+}
+
+fn rules(termination: &str) -> WatchRules {
+    WatchRules {
+        termination: termination
+            .parse::<Termination>()
+            .expect("termination parses"),
+        schedule: Schedule {
+            interval: Duration::from_secs(10),
+            backoff: None,
+            jitter: 0.0,
+            retry: Retry {
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(4),
+                limit: 3,
+            },
+        },
+    }
+}
+
+struct Running {
+    commands: mpsc::Sender<Command<In>>,
+    events: mpsc::Receiver<Event>,
+    task: tokio::task::JoinHandle<Ended>,
+    metrics: Arc<Metrics>,
+    min_hold: tokio::sync::watch::Receiver<Option<Millis>>,
+}
+
+fn start(
+    poller: Arc<Scripted>,
+    rules: WatchRules,
+    limits: Limits,
+    event_capacity: usize,
+) -> Running {
+    let metrics = Arc::new(Metrics::new());
+    let config = EngineConfig {
+        rules,
+        poll_timeout: Duration::from_secs(30),
+        seed: Some(42),
+    };
+    let engine = Engine::new(
+        Arc::new(Shared(poller)),
+        config,
+        limits,
+        Clock::starting_at(T0),
+        metrics.clone(),
+    );
+    let min_hold = engine.min_hold();
+    let (commands, rx) = mpsc::channel(1024);
+    let (tx, events) = mpsc::channel(event_capacity);
+    let task = tokio::spawn(engine.run(rx, tx));
+    Running {
+        commands,
+        events,
+        task,
+        metrics,
+        min_hold,
+    }
+}
+
+impl Running {
+    async fn watch(&self, name: &str, input_time: Millis) {
+        self.watch_host(name, input_time, None).await
+    }
+
+    async fn watch_host(&self, name: &str, input_time: Millis, host: Option<&str>) {
+        let input = In {
+            name: name.to_string(),
+            host: host.map(Arc::from),
+        };
+        self.commands
+            .send(Command::Watch {
+                key: Bytes::from(name.to_string()),
+                input: Arc::new(input),
+                input_time,
+            })
+            .await
+            .unwrap();
+    }
+
+    /// Close the command channel and collect every event until the engine drains.
+    async fn drain(mut self) -> Vec<Event> {
+        drop(self.commands);
+        let mut all = Vec::new();
+        while let Some(e) = self.events.recv().await {
+            all.push(e);
+        }
+        assert_eq!(self.task.await.unwrap(), Ended::Drained);
+        all
+    }
+}
+
+fn outputs_of(events: &[Event], name: &str) -> Vec<(String, Millis)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Outputs { key, outputs, .. } if key == name.as_bytes() => Some(outputs),
+            _ => None,
+        })
+        .flatten()
+        .map(|o| (String::from_utf8(o.key.to_vec()).unwrap(), o.event_time))
+        .collect()
+}
+
+fn reason_of(events: &[Event], name: &str) -> Option<TerminatedReason> {
+    events.iter().find_map(|e| match e {
+        Event::Terminated { key, reason } if key == name.as_bytes() => Some(reason.clone()),
+        _ => None,
+    })
+}
+
+fn unlimited() -> Limits {
+    Limits::new(1000, None)
+}
+
+#[tokio::test(start_paused = true)]
+async fn new_outputs_are_emitted_once_in_event_time_order_until_polls_limit() {
+    let poller = Arc::new(Scripted::with(vec![(
+        "u1",
+        vec![
+            Ok(PollResult::incomplete(vec![
+                out("b", T0 + 20),
+                out("a", T0 + 10),
+                out("b", T0 + 20),
+            ])),
+            Ok(PollResult::incomplete(vec![
+                out("a", T0 + 10),
+                out("c", T0 + 5),
+            ])),
+            Ok(PollResult::incomplete(vec![
+                out("a", T0 + 10),
+                out("b", T0 + 20),
+                out("c", T0 + 5),
+            ])),
+        ],
+    )]));
+    let r = start(poller.clone(), rules("polls(3)"), unlimited(), 16);
+    r.watch("u1", T0).await;
+    let metrics = r.metrics.clone();
+    let events = r.drain().await;
+    assert_eq!(
+        outputs_of(&events, "u1"),
+        vec![
+            ("a".into(), T0 + 10),
+            ("b".into(), T0 + 20),
+            ("c".into(), T0 + 5)
+        ]
+    );
+    assert_eq!(reason_of(&events, "u1"), Some(TerminatedReason::Polls));
+    assert_eq!(poller.poll_times("u1"), vec![0, 10_000, 20_000]);
+    assert_eq!(metrics.outputs_emitted.get(), 3);
+    assert_eq!(metrics.duplicates_suppressed.get(), 5);
+    assert_eq!(metrics.watches_active.get(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn final_result_ends_the_watch_after_emitting_it() {
+    let poller = Arc::new(Scripted::with(vec![(
+        "u1",
+        vec![
+            Ok(PollResult::incomplete(vec![out("a", T0)])),
+            Ok(PollResult::complete(vec![out("a", T0), out("b", T0 + 1)])),
+        ],
+    )]));
+    let r = start(poller.clone(), rules("never"), unlimited(), 16);
+    r.watch("u1", T0).await;
+    let events = r.drain().await;
+    assert_eq!(
+        outputs_of(&events, "u1"),
+        vec![("a".into(), T0), ("b".into(), T0 + 1)]
+    );
+    assert_eq!(reason_of(&events, "u1"), Some(TerminatedReason::Final));
+    assert_eq!(poller.poll_times("u1"), vec![0, 10_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn stable_ends_an_empty_resource_and_total_ends_a_busy_one() {
+    // "quiet" never has output: stable(25s) counts from the start and ends it at the first
+    // due poll after 25 s (at 30 s) without polling again.
+    // "busy" gets a new output every poll, so only total(45s) ends it.
+    let busy: Vec<Step> = (0..10)
+        .map(|i| Ok(PollResult::incomplete(vec![out(&format!("o{i}"), T0 + i)])))
+        .collect();
+    let poller = Arc::new(Scripted::with(vec![("busy", busy)]));
+    let r = start(
+        poller.clone(),
+        rules("any(total(45s), stable(25s))"),
+        unlimited(),
+        64,
+    );
+    r.watch("quiet", T0).await;
+    r.watch("busy", T0).await;
+    let events = r.drain().await;
+    assert_eq!(reason_of(&events, "quiet"), Some(TerminatedReason::Stable));
+    assert_eq!(poller.poll_times("quiet"), vec![0, 10_000, 20_000]);
+    assert_eq!(reason_of(&events, "busy"), Some(TerminatedReason::Total));
+    assert_eq!(
+        poller.poll_times("busy"),
+        vec![0, 10_000, 20_000, 30_000, 40_000]
+    );
+    assert_eq!(outputs_of(&events, "busy").len(), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn poll_errors_retry_with_backoff_then_fail_the_watch() {
+    let err = || Err(PollError::transient("http_5xx", "503 from upstream"));
+    let poller = Arc::new(Scripted::with(vec![
+        ("bad", vec![err(), err(), err(), err(), err()]),
+        // Recovers after two failures; its next failure retries after 1 s again, because the
+        // failure count resets on success.
+        (
+            "flaky",
+            vec![
+                err(),
+                err(),
+                Ok(PollResult::incomplete(vec![out("x", T0)])),
+                err(),
+            ],
+        ),
+    ]));
+    let r = start(poller.clone(), rules("polls(3)"), unlimited(), 64);
+    r.watch("bad", T0).await;
+    r.watch("flaky", T0).await;
+    let metrics = r.metrics.clone();
+    let events = r.drain().await;
+    // limit 3: the first failure and three retries (1 s, 2 s, 4 s apart), then failed.
+    assert_eq!(poller.poll_times("bad"), vec![0, 1_000, 3_000, 7_000]);
+    assert_eq!(reason_of(&events, "bad"), Some(TerminatedReason::Failed));
+    assert_eq!(
+        poller.poll_times("flaky"),
+        vec![0, 1_000, 3_000, 13_000, 14_000, 24_000]
+    );
+    assert_eq!(reason_of(&events, "flaky"), Some(TerminatedReason::Polls));
+    let failed = metrics
+        .watches_terminated
+        .with_label_values(&["failed"])
+        .get();
+    assert_eq!(failed, 1);
+    let errors = metrics
+        .polls_error
+        .with_label_values(&["error", "http_5xx"])
+        .get();
+    assert_eq!(errors, 7);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_and_permanent_errors_are_honoured() {
+    let poller = Arc::new(Scripted::with(vec![
+        (
+            "slow-down",
+            vec![Err(PollError::transient("http_429", "too many")
+                .with_retry_after(Duration::from_secs(30)))],
+        ),
+        (
+            "gone",
+            vec![Err(PollError::permanent("http_404", "no such user"))],
+        ),
+    ]));
+    let r = start(poller.clone(), rules("polls(1)"), unlimited(), 64);
+    r.watch("slow-down", T0).await;
+    r.watch("gone", T0).await;
+    let events = r.drain().await;
+    assert_eq!(poller.poll_times("slow-down"), vec![0, 30_000]);
+    assert_eq!(poller.poll_times("gone"), vec![0]);
+    assert_eq!(reason_of(&events, "gone"), Some(TerminatedReason::Failed));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_poller_fails_its_poll_not_the_engine() {
+    let panic = || Err(PollError::transient("panic", "scripted"));
+    let poller = Arc::new(Scripted::with(vec![
+        ("boom", vec![panic(), panic(), panic(), panic()]),
+        ("fine", vec![Ok(PollResult::complete(vec![out("x", T0)]))]),
+    ]));
+    let r = start(poller.clone(), rules("never"), unlimited(), 64);
+    r.watch("boom", T0).await;
+    r.watch("fine", T0).await;
+    let events = r.drain().await;
+    assert_eq!(reason_of(&events, "boom"), Some(TerminatedReason::Failed));
+    assert_eq!(reason_of(&events, "fine"), Some(TerminatedReason::Final));
+    assert_eq!(outputs_of(&events, "fine").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_poll_that_hangs_times_out_and_is_retried() {
+    let poller = Arc::new(Scripted {
+        latency: Duration::from_secs(60),
+        ..Scripted::with(vec![])
+    });
+    let r = start(poller.clone(), rules("never"), unlimited(), 64);
+    r.watch("hang", T0).await;
+    let metrics = r.metrics.clone();
+    let events = r.drain().await;
+    assert_eq!(reason_of(&events, "hang"), Some(TerminatedReason::Failed));
+    // 30 s timeout each; retries 1 s, 2 s, 4 s after each timeout.
+    assert_eq!(poller.poll_times("hang"), vec![0, 31_000, 63_000, 97_000]);
+    assert_eq!(
+        metrics
+            .polls_error
+            .with_label_values(&["error", "timeout"])
+            .get(),
+        4
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_redelivered_input_does_not_start_a_second_watch() {
+    let poller = Arc::new(Scripted::with(vec![]));
+    let r = start(poller.clone(), rules("polls(2)"), unlimited(), 64);
+    r.watch("u1", T0).await;
+    r.watch("u1", T0).await;
+    let events = r.drain().await;
+    let started = events
+        .iter()
+        .filter(|e| matches!(e, Event::Started { .. }))
+        .count();
+    let again = events
+        .iter()
+        .filter(|e| matches!(e, Event::AlreadyWatching { .. }))
+        .count();
+    assert_eq!((started, again), (1, 1));
+    assert_eq!(poller.poll_times("u1"), vec![0, 10_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn global_in_flight_limit_caps_concurrent_polls() {
+    let poller = Arc::new(Scripted {
+        latency: Duration::from_secs(1),
+        ..Scripted::with(vec![])
+    });
+    let r = start(poller.clone(), rules("polls(1)"), Limits::new(2, None), 64);
+    for i in 0..6 {
+        r.watch(&format!("w{i}"), T0).await;
+    }
+    r.drain().await;
+    assert_eq!(poller.max_running.load(Ordering::SeqCst), 2);
+    let mut starts: Vec<u64> = (0..6)
+        .flat_map(|i| poller.poll_times(&format!("w{i}")))
+        .collect();
+    starts.sort();
+    assert_eq!(starts, vec![0, 0, 1_000, 1_000, 2_000, 2_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_host_rate_limit_spaces_polls_of_one_host_only() {
+    let poller = Arc::new(Scripted::with(vec![]));
+    let rate = HostRate {
+        per_second: NonZeroU32::new(2).unwrap(),
+        burst: NonZeroU32::new(1).unwrap(),
+    };
+    let r = start(
+        poller.clone(),
+        rules("polls(1)"),
+        Limits::new(100, Some(rate)),
+        64,
+    );
+    for i in 0..4 {
+        r.watch_host(&format!("a{i}"), T0, Some("a.example")).await;
+    }
+    r.watch_host("b0", T0, Some("b.example")).await;
+    let metrics = r.metrics.clone();
+    r.drain().await;
+    let mut a: Vec<u64> = (0..4)
+        .flat_map(|i| poller.poll_times(&format!("a{i}")))
+        .collect();
+    a.sort();
+    for pair in a.windows(2) {
+        assert!(pair[1] - pair[0] >= 500, "host a polled too often: {a:?}");
+    }
+    assert!(a[3] <= 1_600, "rate-limited polls wait far too long: {a:?}");
+    assert_eq!(
+        poller.poll_times("b0"),
+        vec![0],
+        "another host is not held back"
+    );
+    assert!(metrics.polls_deferred.get() >= 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_stretches_quiet_polls_and_a_new_output_resets_it() {
+    let poller = Arc::new(Scripted::with(vec![(
+        "q",
+        vec![
+            Ok(PollResult::default()),
+            Ok(PollResult::default()),
+            Ok(PollResult::default()),
+            Ok(PollResult::incomplete(vec![out("new", T0)])),
+            Ok(PollResult::default()),
+        ],
+    )]));
+    let mut rules = rules("polls(6)");
+    rules.schedule.backoff = Some(Backoff {
+        factor: 2.0,
+        max: Duration::from_secs(30),
+    });
+    let r = start(poller.clone(), rules, unlimited(), 64);
+    r.watch("q", T0).await;
+    r.drain().await;
+    // Delays: 20 (1 empty), 30 (2, capped), 30 (3, capped), 10 (new output), 20.
+    assert_eq!(
+        poller.poll_times("q"),
+        vec![0, 20_000, 50_000, 80_000, 90_000, 110_000]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn holds_follow_the_rules_and_finished_watches_release_them() {
+    let poller = Arc::new(Scripted::with(vec![
+        (
+            "wm",
+            vec![
+                Ok(PollResult::incomplete(vec![out("a", T0 + 500)]).with_watermark(T0 + 300)),
+                // A lower watermark never moves the hold back.
+                Ok(PollResult::incomplete(vec![]).with_watermark(T0 + 100)),
+                Ok(PollResult::incomplete(vec![])),
+            ],
+        ),
+        (
+            "ev",
+            vec![
+                Ok(PollResult::incomplete(vec![
+                    out("x", T0 + 900),
+                    out("y", T0 + 700),
+                ])),
+                Ok(PollResult::complete(vec![])),
+            ],
+        ),
+    ]));
+    let r = start(poller.clone(), rules("polls(3)"), unlimited(), 64);
+    let mut min_hold = r.min_hold.clone();
+    r.watch("wm", T0 - 1_000).await;
+    r.watch("ev", T0 - 2_000).await;
+    min_hold.changed().await.unwrap();
+    let events = r.drain().await;
+    let holds: Vec<(String, Millis)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Outputs { key, hold, .. } => {
+                Some((String::from_utf8(key.to_vec()).unwrap(), *hold))
+            }
+            _ => None,
+        })
+        .collect();
+    // wm: the poller's watermark wins over the output's event time; ev: earliest new output.
+    assert!(holds.contains(&("wm".into(), T0 + 300)), "{holds:?}");
+    assert!(holds.contains(&("ev".into(), T0 + 700)), "{holds:?}");
+    // Both watches finished, so nothing holds the partition back any more.
+    assert_eq!(*min_hold.borrow(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_event_reader_applies_backpressure_and_nothing_is_lost() {
+    let many: Vec<Step> = (0..50)
+        .map(|i| Ok(PollResult::incomplete(vec![out(&format!("o{i}"), T0 + i)])))
+        .collect();
+    let poller = Arc::new(Scripted::with(vec![("u", many)]));
+    let mut rules = rules("polls(50)");
+    rules.schedule.interval = Duration::from_millis(1);
+    let mut r = start(poller.clone(), rules, unlimited(), 1);
+    r.watch("u", T0).await;
+    // Read nothing for a long (virtual) while: the engine must wait, not drop.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let polled_while_blocked = poller.poll_times("u").len();
+    assert!(
+        polled_while_blocked < 5,
+        "engine kept polling with nobody reading: {polled_while_blocked}"
+    );
+    let first = r.events.recv().await.unwrap();
+    assert!(matches!(first, Event::Started { .. }));
+    let events = r.drain().await;
+    assert_eq!(outputs_of(&events, "u").len(), 50);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_every_watch_without_reporting_them_terminated() {
+    let poller = Arc::new(Scripted::with(vec![]));
+    let mut r = start(poller.clone(), rules("never"), unlimited(), 64);
+    r.watch("a", T0).await;
+    r.watch("b", T0).await;
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    r.commands.send(Command::Shutdown).await.unwrap();
+    assert_eq!(r.task.await.unwrap(), Ended::Shutdown);
+    while let Ok(e) = r.events.try_recv() {
+        assert!(!matches!(e, Event::Terminated { .. }), "{e:?}");
+    }
+    assert_eq!(r.metrics.watches_active.get(), 0);
+    assert_eq!(poller.poll_times("a"), vec![0, 10_000, 20_000]);
+}
