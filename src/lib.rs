@@ -2,6 +2,7 @@
 //! output not seen before, stamped with its event time. See `docs/architecture.md`.
 
 pub mod clock;
+pub mod demo;
 pub mod engine;
 pub mod internal_events;
 pub mod limits;

@@ -184,3 +184,328 @@ impl<I> Watch<I> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::{Backoff, Retry};
+    use proptest::prelude::*;
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    /// An arbitrary processing time for the input's arrival; every test offsets from it.
+    const T0: Millis = 1_700_000_000_000;
+
+    fn rules_for(termination: &str, schedule: Schedule) -> WatchRules {
+        let termination =
+            Termination::parse(termination).unwrap_or_else(|e| panic!("{termination}: {e}"));
+        WatchRules {
+            termination,
+            schedule,
+        }
+    }
+
+    fn no_jitter() -> Schedule {
+        Schedule {
+            jitter: 0.0,
+            ..Schedule::default()
+        }
+    }
+
+    fn watch(input_time: Millis, now: Millis, rules: &WatchRules) -> Watch<()> {
+        Watch::new(
+            Bytes::from_static(b"input"),
+            Arc::new(()),
+            input_time,
+            now,
+            rules,
+        )
+    }
+
+    fn out(key: &str, value: &str, t: Millis) -> Output {
+        Output::new(key.as_bytes().to_vec(), value.as_bytes().to_vec(), t)
+    }
+
+    fn keys(outs: &[Output]) -> Vec<&[u8]> {
+        outs.iter().map(|o| &o.key[..]).collect()
+    }
+
+    fn transient() -> PollError {
+        PollError::transient("http_503", "unavailable")
+    }
+
+    /// One random poll: outputs as (key index, event time offset from T0), an optional
+    /// watermark offset from T0, and how long after the previous poll it completes.
+    type RandomPoll = (Vec<(u8, i64)>, Option<i64>, i64);
+
+    fn random_polls() -> impl Strategy<Value = Vec<RandomPoll>> {
+        // Six keys, so repeats happen within and across polls; times straddle the input's
+        // timestamp (T0), so candidates below the current hold happen too.
+        let outputs = prop::collection::vec((0u8..6, -50i64..50), 0..8);
+        let watermark = prop::option::of(-80i64..80);
+        prop::collection::vec((outputs, watermark, 1i64..60_000), 0..12)
+    }
+
+    proptest! {
+        #[test]
+        fn random_polls_emit_each_key_once_in_event_time_order_and_hold_only_rises(
+            polls in random_polls(),
+            seed in any::<u64>(),
+        ) {
+            let rules = rules_for("never", Schedule::default());
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let mut now = T0;
+            let mut w = watch(T0, now, &rules);
+            prop_assert_eq!(w.hold(), T0, "the hold starts at the input's timestamp");
+
+            let mut returned_keys: HashSet<Vec<u8>> = HashSet::new();
+            let mut emitted_keys: HashSet<Vec<u8>> = HashSet::new();
+            for (p, (poll, watermark, dt)) in polls.iter().enumerate() {
+                now += dt;
+                // The value records where an output came from, so "first occurrence wins" shows.
+                let outputs: Vec<Output> = poll
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(k, t))| Output::new(vec![b'k', k], format!("{p}/{i}"), T0 + t))
+                    .collect();
+                let result = PollResult {
+                    outputs: outputs.clone(),
+                    watermark: watermark.map(|wm| T0 + wm),
+                    complete: false,
+                };
+                // Model: the first occurrence of each key never returned by an earlier poll,
+                // in event-time order (stable: ties keep poll order).
+                let mut expected: Vec<Output> = outputs
+                    .iter()
+                    .filter(|o| returned_keys.insert(o.key.to_vec()))
+                    .cloned()
+                    .collect();
+                expected.sort_by_key(|o| o.event_time);
+
+                let before = w.hold();
+                let polled = w.on_success(result, now, &rules, &mut rng);
+
+                for o in &polled.new_outputs {
+                    prop_assert!(
+                        emitted_keys.insert(o.key.to_vec()),
+                        "poll {}: key {:?} emitted a second time", p, o.key
+                    );
+                }
+                prop_assert!(
+                    polled.new_outputs.windows(2).all(|w| w[0].event_time <= w[1].event_time),
+                    "poll {}: not in event-time order: {:?}", p, polled.new_outputs
+                );
+                prop_assert_eq!(&polled.new_outputs, &expected, "poll {}", p);
+                prop_assert_eq!(
+                    polled.duplicates,
+                    outputs.len() - polled.new_outputs.len(),
+                    "poll {}", p
+                );
+
+                let candidate = hold_candidate(*watermark, &expected);
+                let want = candidate.map_or(before, |c| before.max(c));
+                prop_assert!(w.hold() >= before, "poll {}: hold moved back", p);
+                prop_assert_eq!(w.hold(), want, "poll {}: hold (was {})", p, before);
+
+                match polled.next {
+                    Next::PollAt(at) => prop_assert!(at > now, "poll {}: next poll at {}", p, at),
+                    other => prop_assert!(false, "poll {}: `never` stopped: {:?}", p, other),
+                }
+            }
+            prop_assert_eq!(&emitted_keys, &returned_keys);
+            prop_assert_eq!(w.seen().len(), returned_keys.len());
+        }
+    }
+
+    /// The hold candidate of a poll: its watermark if given, else the earliest event time
+    /// among its new outputs.
+    fn hold_candidate(watermark: Option<i64>, new: &[Output]) -> Option<Millis> {
+        watermark
+            .map(|wm| T0 + wm)
+            .or_else(|| new.iter().map(|o| o.event_time).min())
+    }
+
+    #[test]
+    fn a_complete_poll_stops_as_final_even_under_never_and_still_returns_its_new_outputs() {
+        let rules = rules_for("never", no_jitter());
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut w = watch(T0, T0, &rules);
+        let first = w.on_success(
+            PollResult::incomplete(vec![out("a", "a", T0 + 1), out("b", "b", T0 + 2)]),
+            T0 + 1_000,
+            &rules,
+            &mut rng,
+        );
+        assert_eq!(first.next, Next::PollAt(T0 + 11_000));
+        let last = w.on_success(
+            PollResult::complete(vec![out("b", "b", T0 + 2), out("c", "c", T0 + 3)]),
+            T0 + 11_000,
+            &rules,
+            &mut rng,
+        );
+        assert_eq!(last.next, Next::Stop(TerminatedReason::Final));
+        assert_eq!(last.new_outputs, vec![out("c", "c", T0 + 3)]);
+        assert_eq!(last.duplicates, 1);
+
+        // `final` also wins over a condition that fires on the same poll.
+        let one_poll = rules_for("polls(1)", no_jitter());
+        let mut w = watch(T0, T0, &one_poll);
+        let only = w.on_success(
+            PollResult::complete(vec![out("x", "x", T0)]),
+            T0,
+            &one_poll,
+            &mut rng,
+        );
+        assert_eq!(only.next, Next::Stop(TerminatedReason::Final));
+        assert_eq!(keys(&only.new_outputs), vec![&b"x"[..]]);
+    }
+
+    #[test]
+    fn polls_n_stops_on_the_nth_successful_poll_and_failures_do_not_count() {
+        let rules = rules_for("polls(3)", no_jitter());
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut w = watch(T0, T0, &rules);
+        let ok = |w: &mut Watch<()>, now: Millis, rng: &mut fastrand::Rng| {
+            w.on_success(PollResult::default(), now, &rules, rng).next
+        };
+
+        assert_eq!(ok(&mut w, T0, &mut rng), Next::PollAt(T0 + 10_000));
+        let f = w.on_failure(&transient(), T0 + 10_000, &rules, &mut rng);
+        assert_eq!((f.failures, f.next), (1, Next::PollAt(T0 + 11_000)));
+        assert_eq!(ok(&mut w, T0 + 11_000, &mut rng), Next::PollAt(T0 + 21_000));
+        let f = w.on_failure(&transient(), T0 + 21_000, &rules, &mut rng);
+        assert_eq!((f.failures, f.next), (1, Next::PollAt(T0 + 22_000)));
+        let f = w.on_failure(&transient(), T0 + 22_000, &rules, &mut rng);
+        assert_eq!((f.failures, f.next), (2, Next::PollAt(T0 + 24_000)));
+        // Two successes and three failures so far: the third success is the third poll.
+        assert_eq!(
+            ok(&mut w, T0 + 24_000, &mut rng),
+            Next::Stop(TerminatedReason::Polls)
+        );
+    }
+
+    #[test]
+    fn a_permanent_error_fails_the_watch_at_once() {
+        let rules = rules_for("never", no_jitter());
+        let mut rng = fastrand::Rng::with_seed(1);
+        let permanent = PollError::permanent("not_found", "no such resource");
+
+        let mut w = watch(T0, T0, &rules);
+        let f = w.on_failure(&permanent, T0, &rules, &mut rng);
+        assert_eq!(
+            (f.failures, f.next),
+            (1, Next::Stop(TerminatedReason::Failed))
+        );
+
+        // Also after successful polls, and whatever the resource's Retry-After says.
+        let mut w = watch(T0, T0, &rules);
+        w.on_success(PollResult::default(), T0, &rules, &mut rng);
+        let f = w.on_failure(
+            &permanent.with_retry_after(Duration::from_secs(5)),
+            T0 + 10_000,
+            &rules,
+            &mut rng,
+        );
+        assert_eq!(f.next, Next::Stop(TerminatedReason::Failed));
+    }
+
+    #[test]
+    fn transient_errors_retry_with_doubling_delays_up_to_the_limit_and_a_success_resets_them() {
+        let schedule = Schedule {
+            retry: Retry {
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(60),
+                limit: 2,
+            },
+            ..no_jitter()
+        };
+        let rules = rules_for("never", schedule);
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut w = watch(T0, T0, &rules);
+        let mut fail = |w: &mut Watch<()>, now: Millis| {
+            let f = w.on_failure(&transient(), now, &rules, &mut rng);
+            (f.failures, f.next)
+        };
+
+        assert_eq!(fail(&mut w, T0), (1, Next::PollAt(T0 + 1_000)));
+        assert_eq!(fail(&mut w, T0 + 1_000), (2, Next::PollAt(T0 + 3_000)));
+        // A success in between: the count starts again.
+        let ok = w.on_success(
+            PollResult::default(),
+            T0 + 3_000,
+            &rules,
+            &mut fastrand::Rng::with_seed(1),
+        );
+        assert!(matches!(ok.next, Next::PollAt(_)));
+        assert_eq!(fail(&mut w, T0 + 13_000), (1, Next::PollAt(T0 + 14_000)));
+        assert_eq!(fail(&mut w, T0 + 14_000), (2, Next::PollAt(T0 + 16_000)));
+        // The third failure in a row is past the limit of two retries.
+        assert_eq!(
+            fail(&mut w, T0 + 16_000),
+            (3, Next::Stop(TerminatedReason::Failed))
+        );
+    }
+
+    #[test]
+    fn total_stops_before_a_poll_once_its_time_since_arrival_has_passed() {
+        let rules = rules_for("total(5m)", no_jitter());
+        let mut rng = fastrand::Rng::with_seed(1);
+        // The input's record timestamp is an hour old; `total` counts from its arrival.
+        let mut w = watch(T0 - 3_600_000, T0, &rules);
+        assert_eq!(w.stop_before_poll(T0, &rules), None);
+        // Polls and new outputs do not move it.
+        let p = w.on_success(
+            PollResult::incomplete(vec![out("a", "a", T0)]),
+            T0 + 100_000,
+            &rules,
+            &mut rng,
+        );
+        assert_eq!(p.next, Next::PollAt(T0 + 110_000));
+        assert_eq!(w.stop_before_poll(T0 + 299_999, &rules), None);
+        assert_eq!(
+            w.stop_before_poll(T0 + 300_000, &rules),
+            Some(TerminatedReason::Total)
+        );
+        assert_eq!(
+            w.stop_before_poll(T0 + 3_600_000, &rules),
+            Some(TerminatedReason::Total)
+        );
+    }
+
+    #[test]
+    fn quiet_polls_back_off_up_to_the_max_and_a_new_output_resets_the_interval() {
+        let schedule = Schedule {
+            interval: Duration::from_secs(10),
+            backoff: Some(Backoff {
+                factor: 2.0,
+                max: Duration::from_secs(40),
+            }),
+            ..no_jitter()
+        };
+        let rules = rules_for("never", schedule);
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut w = watch(T0, T0, &rules);
+        let mut now = T0;
+        let mut delays = Vec::new();
+        let mut poll = |w: &mut Watch<()>, outputs: Vec<Output>| {
+            let p = w.on_success(PollResult::incomplete(outputs), now, &rules, &mut rng);
+            let Next::PollAt(at) = p.next else {
+                panic!("`never` stopped: {:?}", p.next)
+            };
+            delays.push(at - now);
+            now = at;
+        };
+        // Each poll without a new output doubles the delay, the first one included.
+        for _ in 0..4 {
+            poll(&mut w, vec![]);
+        }
+        poll(&mut w, vec![out("a", "a", T0)]);
+        // A repeat of a seen output is not new: the backoff resumes.
+        poll(&mut w, vec![out("a", "a", T0)]);
+        poll(&mut w, vec![]);
+        assert_eq!(
+            delays,
+            vec![20_000, 40_000, 40_000, 40_000, 10_000, 20_000, 40_000]
+        );
+    }
+}
