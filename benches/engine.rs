@@ -115,34 +115,29 @@ impl PairBytes for (u64, u64) {
     }
 }
 
-fn seen_output_bytes(s: &Sizes) -> Vec<(String, f64, f64)> {
-    let mut rows = Vec::new();
+/// One watch that has seen `n` outputs.
+fn one_big_seen_set(n: usize) -> (f64, f64) {
     let (a0, r0) = (live(), rss());
     let mut one = SeenSet::new();
-    grow(&mut one, s.outputs_per_set, 0);
+    grow(&mut one, n, 0);
     let n = one.len() as f64;
-    rows.push((
-        format!("one watch, {} seen outputs", one.len()),
-        (live() - a0) as f64 / n,
-        (rss() - r0) as f64 / n,
-    ));
+    let result = ((live() - a0) as f64 / n, (rss() - r0) as f64 / n);
     drop(one);
+    result
+}
 
+/// `sets` watches that have seen 100 outputs each (the sets' own pointers not counted).
+fn many_small_seen_sets(sets: usize) -> (f64, f64) {
     let per = 100;
+    let mut many: Vec<SeenSet> = (0..sets).map(|_| SeenSet::new()).collect();
     let (a0, r0) = (live(), rss());
-    let mut many: Vec<SeenSet> = (0..s.sets).map(|_| SeenSet::new()).collect();
-    let shell = live() - a0;
     for (i, set) in many.iter_mut().enumerate() {
         grow(set, per, i as u64 + 1);
     }
-    let n = (s.sets * per) as f64;
-    rows.push((
-        format!("{} watches x {per} seen outputs", s.sets),
-        (live() - a0 - shell) as f64 / n,
-        (rss() - r0 - shell) as f64 / n,
-    ));
+    let n = (sets * per) as f64;
+    let result = ((live() - a0) as f64 / n, (rss() - r0) as f64 / n);
     drop(many);
-    rows
+    result
 }
 
 /// Stands for an input record (its key): it is what a watch keeps per input. The no-op
@@ -150,20 +145,20 @@ fn seen_output_bytes(s: &Sizes) -> Vec<(String, f64, f64)> {
 #[allow(dead_code)]
 struct Key(Bytes);
 
-fn idle_watch_bytes(s: &Sizes, termination: &str) -> (f64, f64) {
+fn idle_watch_bytes(watches: usize, termination: &str) -> (f64, f64) {
     let rules = WatchRules {
         termination: termination.parse().expect("termination"),
         schedule: Schedule::default(),
     };
     let (a0, r0) = (live(), rss());
     let mut table: WatchTable<Key> = WatchTable::new(rules, Some(1));
-    for i in 0..s.watches {
+    for i in 0..watches {
         let key = Bytes::from(format!("user-{i:010}"));
         let input = Arc::new(Key(key.clone()));
         // Distinct input timestamps, as real inputs have: each is a separate hold.
         table.insert(key, input, i as i64, 0).expect("unique keys");
     }
-    let n = s.watches as f64;
+    let n = watches as f64;
     let result = ((live() - a0) as f64 / n, (rss() - r0) as f64 / n);
     drop(table);
     result
@@ -249,23 +244,78 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// Runs one memory case named by `BENCH_CASE` and prints "allocated resident" per item.
+fn run_case(case: &str) -> (f64, f64) {
+    let parts: Vec<&str> = case.splitn(3, ':').collect();
+    let count = |i: usize| parts.get(i).and_then(|n| n.parse().ok()).unwrap_or(0);
+    match parts[0] {
+        "seen-one" => one_big_seen_set(count(1)),
+        "seen-many" => many_small_seen_sets(count(1)),
+        "idle" => idle_watch_bytes(count(1), parts.get(2).copied().unwrap_or("never")),
+        other => panic!("unknown BENCH_CASE {other}"),
+    }
+}
+
+/// Each memory figure comes from a fresh process (this binary again, with `BENCH_CASE`),
+/// so memory freed by one case cannot hide the growth of the next in the resident figure.
+fn measure(case: &str) -> (f64, f64) {
+    let exe = std::env::current_exe().expect("own path");
+    let out = std::process::Command::new(exe)
+        .env("BENCH_CASE", case)
+        .output()
+        .expect("run a memory case");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut nums = text
+        .split_whitespace()
+        .filter_map(|w| w.parse::<f64>().ok());
+    match (nums.next(), nums.next()) {
+        (Some(a), Some(r)) if out.status.success() => (a, r),
+        _ => panic!(
+            "memory case {case} failed: {}{}",
+            text,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing here takes arguments.
+    if let Ok(case) = std::env::var("BENCH_CASE") {
+        let (alloc, rss) = run_case(&case);
+        println!("{alloc} {rss}");
+        return;
+    }
     let s = sizes();
     println!("## watchbridge engine benchmark\n");
+    println!("Memory: allocated = bytes handed out by the allocator (exact); resident = growth");
+    println!("of the process's resident set (what the OS sees, with allocator overhead).\n");
     println!("| figure | value | target |");
     println!("|---|---|---|");
-    for (what, alloc, rss) in seen_output_bytes(&s) {
+    let seen_cases = [
+        (
+            format!("seen-one:{}", s.outputs_per_set),
+            format!("one watch, {} seen outputs", s.outputs_per_set),
+        ),
+        (
+            format!("seen-many:{}", s.sets),
+            format!("{} watches x 100 seen outputs", s.sets),
+        ),
+    ];
+    for (case, what) in seen_cases {
+        let (alloc, rss) = measure(&case);
         println!(
             "| bytes per seen output ({what}) | {alloc:.1} allocated, {rss:.1} resident | <= 20 |"
         );
     }
-    for termination in ["never", "any(total(1h), stable(10m))"] {
-        let (alloc, rss) = idle_watch_bytes(&s, termination);
-        println!(
-            "| bytes per idle watch ({} watches, `{termination}`, 15-byte key) | {alloc:.0} allocated, {rss:.0} resident | <= 300 |",
-            s.watches
-        );
+    // At the target size, and at 70% of it: growing structures (the timer heap, the key
+    // index) double, so a count just past a power of two is their worst case.
+    for watches in [s.watches, s.watches * 7 / 10] {
+        for termination in ["never", "any(total(1h), stable(10m))"] {
+            let (alloc, rss) = measure(&format!("idle:{watches}:{termination}"));
+            println!(
+                "| bytes per idle watch ({watches} watches, `{termination}`, input = its 15-byte key) | {alloc:.0} allocated, {rss:.0} resident | <= 300 |"
+            );
+        }
     }
     let mut rates = noop_polls_per_second(&s);
     let (lo, hi) = (

@@ -1,7 +1,8 @@
 //! All the watches one engine owns, and the timer queue that says which is due next.
 //!
-//! Sized for a million watches: watches live in a slab (`Vec` of slots, reused through a
-//! free list) and are found by key through an index of slot numbers only (a hashbrown
+//! Sized for a million watches: watches live in a slab (fixed-size pages of slots, so
+//! growing it never leaves up to half of it allocated but unused as a doubling `Vec` would;
+//! slots are reused through a free list) and are found by key through an index of slot numbers only (a hashbrown
 //! `HashTable<u32>`: 4 bytes a bucket, keys compared against the watch's own copy, so no
 //! second copy of the key and no collision to worry about); each waiting watch has one 16-byte entry in a binary heap ordered by due time. A slot's
 //! generation makes a heap entry left behind by a removed watch harmless. The holds of all
@@ -59,7 +60,7 @@ pub enum Completion {
 
 pub struct WatchTable<I> {
     rules: WatchRules,
-    slots: Vec<Slot<I>>,
+    slots: Pages<Slot<I>>,
     free: Vec<u32>,
     by_key: HashTable<u32>,
     timers: BinaryHeap<Reverse<Timer>>,
@@ -72,7 +73,7 @@ impl<I> WatchTable<I> {
     pub fn new(rules: WatchRules, seed: Option<u64>) -> Self {
         Self {
             rules,
-            slots: Vec::new(),
+            slots: Pages::default(),
             free: Vec::new(),
             by_key: HashTable::new(),
             timers: BinaryHeap::new(),
@@ -121,15 +122,12 @@ impl<I> WatchTable<I> {
         self.add_hold(watch.hold());
         let slot = match self.free.pop() {
             Some(slot) => slot,
-            None => {
-                self.slots.push(Slot {
-                    generation: 0,
-                    watch: None,
-                });
-                (self.slots.len() - 1) as u32
-            }
+            None => self.slots.push(Slot {
+                generation: 0,
+                watch: None,
+            }),
         };
-        let entry = &mut self.slots[slot as usize];
+        let entry = self.slots.at_mut(slot);
         entry.watch = Some(watch);
         let id = WatchId {
             slot,
@@ -171,7 +169,7 @@ impl<I> WatchTable<I> {
     }
 
     pub fn watch(&self, id: WatchId) -> Option<&Watch<I>> {
-        let slot = self.slots.get(id.slot as usize)?;
+        let slot = self.slots.get(id.slot)?;
         (slot.generation == id.generation)
             .then_some(slot.watch.as_ref())
             .flatten()
@@ -202,7 +200,7 @@ impl<I> WatchTable<I> {
         outcome: Result<PollResult, PollError>,
         now: Millis,
     ) -> Option<Completion> {
-        let slot = self.slots.get_mut(id.slot as usize)?;
+        let slot = self.slots.get_mut(id.slot)?;
         if slot.generation != id.generation {
             return None;
         }
@@ -239,7 +237,7 @@ impl<I> WatchTable<I> {
 
     /// Remove a watch (finished, or stopped from outside), releasing its hold.
     pub fn remove(&mut self, id: WatchId) -> Option<Watch<I>> {
-        let slot = self.slots.get_mut(id.slot as usize)?;
+        let slot = self.slots.get_mut(id.slot)?;
         if slot.generation != id.generation {
             return None;
         }
@@ -248,7 +246,7 @@ impl<I> WatchTable<I> {
         if let Ok(entry) = self.by_key.find_entry(key_hash(&key), |&s| s == id.slot) {
             entry.remove();
         }
-        let slot = &mut self.slots[id.slot as usize];
+        let slot = self.slots.at_mut(id.slot);
         let watch = slot.watch.take()?;
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(id.slot);
@@ -272,7 +270,7 @@ impl<I> WatchTable<I> {
     /// Timers of removed watches are skipped lazily, when they reach the front.
     fn drop_stale_timers(&mut self) {
         while let Some(Reverse(t)) = self.timers.peek() {
-            let slot = &self.slots[t.slot as usize];
+            let slot = self.slots.at(t.slot);
             if slot.generation == t.generation && slot.watch.is_some() {
                 return;
             }
@@ -298,8 +296,63 @@ fn key_hash(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(key)
 }
 
-fn slot_key<I>(slots: &[Slot<I>], slot: u32) -> Option<&[u8]> {
-    slots[slot as usize].watch.as_ref().map(|w| &w.key()[..])
+fn slot_key<I>(slots: &Pages<Slot<I>>, slot: u32) -> Option<&[u8]> {
+    slots.at(slot).watch.as_ref().map(|w| &w.key()[..])
+}
+
+/// Slots per page: big enough that the page table is negligible, small enough that the
+/// unused tail of the last page is (4,096 × 104 bytes ≈ 416 KiB at most).
+const PAGE: usize = 4096;
+
+/// A growable array in fixed pages: appending never copies or over-allocates more than
+/// one page, and an element's index never changes.
+struct Pages<T> {
+    pages: Vec<Vec<T>>,
+    len: usize,
+}
+
+impl<T> Default for Pages<T> {
+    fn default() -> Self {
+        Self {
+            pages: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> Pages<T> {
+    /// Append, returning the new element's index.
+    fn push(&mut self, value: T) -> u32 {
+        if self.len % PAGE == 0 {
+            self.pages.push(Vec::with_capacity(PAGE));
+        }
+        let index = self.len;
+        // The page was created with exactly PAGE capacity and is never pushed past it.
+        self.pages[index / PAGE].push(value);
+        self.len += 1;
+        index as u32
+    }
+
+    fn get(&self, index: u32) -> Option<&T> {
+        let i = index as usize;
+        self.pages.get(i / PAGE)?.get(i % PAGE)
+    }
+
+    fn get_mut(&mut self, index: u32) -> Option<&mut T> {
+        let i = index as usize;
+        self.pages.get_mut(i / PAGE)?.get_mut(i % PAGE)
+    }
+
+    /// For indexes the table handed out itself (always in range).
+    fn at(&self, index: u32) -> &T {
+        let i = index as usize;
+        &self.pages[i / PAGE][i % PAGE]
+    }
+
+    fn at_mut(&mut self, index: u32) -> &mut T {
+        let i = index as usize;
+        &mut self.pages[i / PAGE][i % PAGE]
+    }
 }
 
 #[cfg(test)]
@@ -323,6 +376,12 @@ mod tests {
 
     fn key(s: &str) -> Bytes {
         Bytes::from(s.to_string())
+    }
+
+    #[test]
+    fn a_slot_stays_small() {
+        // A million idle watches are one slot each; docs/architecture.md accounts for this.
+        assert!(std::mem::size_of::<Slot<()>>() <= 104);
     }
 
     #[test]

@@ -113,23 +113,25 @@ pub enum Termination {
     Custom(CustomCondition),
 }
 
-/// Per-watch state of a [`Termination`]; mirrors its shape.
+/// Per-watch state of a [`Termination`].
 ///
-/// Kept to 24 bytes because a watch table holds one per watch. A state must only be given
-/// back to the condition that made it; if it is not (a bug in the caller), every part that
-/// does not match is treated as expired, so the watch stops rather than polling forever.
+/// Every built-in condition reads one of three facts, the same for all of them: when the
+/// input arrived (`total`), when the last new output was seen (`stable`; the arrival until
+/// there is one) and how many polls completed (`polls`). So the state holds those once,
+/// whatever the tree's shape, and a watch table holding a million of them allocates nothing
+/// for them. Only user conditions carry state of their own, kept in tree order behind one
+/// pointer. A state must only be given back to the condition that made it; if it is not (a
+/// bug in the caller), user conditions whose state is missing or of another type count as
+/// expired, so the watch stops rather than polling forever.
 #[derive(Clone, Debug)]
-pub enum TermState {
-    Never,
-    /// When the input arrived.
-    Total(Millis),
-    /// When the last new output was seen (the input's arrival until there is one).
-    Stable(Millis),
-    /// Polls completed so far.
-    Polls(u64),
-    Any(Box<[TermState]>),
-    All(Box<[TermState]>),
-    Custom(ErasedState),
+pub struct TermState {
+    arrived: Millis,
+    last_new: Millis,
+    polls: u64,
+    /// A thin pointer, because most watches have no user conditions and every watch pays
+    /// for this field (a `Vec` would cost 24 bytes each, a boxed slice 16).
+    #[allow(clippy::box_collection)]
+    custom: Option<Box<Vec<ErasedState>>>,
 }
 
 /// A user [`Condition`] with a name, as nested in [`Termination::Custom`].
@@ -338,85 +340,101 @@ fn elapsed_at_least(now: Millis, since: Millis, d: Duration) -> bool {
     now.saturating_sub(since) >= ceil_millis(d)
 }
 
+impl Termination {
+    /// Visit the user conditions of the tree in order (the order of `TermState::custom`).
+    fn for_each_custom<'a>(&'a self, f: &mut impl FnMut(&'a CustomCondition)) {
+        match self {
+            Termination::Any(cs) | Termination::All(cs) => {
+                cs.iter().for_each(|c| c.for_each_custom(f))
+            }
+            Termination::Custom(c) => f(c),
+            _ => {}
+        }
+    }
+
+    /// Evaluate with `next_custom` indexing the user conditions' states in tree order. Every
+    /// child is evaluated (no short-circuit) so the index stays in step with the tree.
+    fn stop_reason(
+        &self,
+        now: Millis,
+        state: &TermState,
+        next_custom: &mut usize,
+    ) -> Option<TerminatedReason> {
+        match self {
+            Termination::Never => None,
+            Termination::Total(d) => {
+                elapsed_at_least(now, state.arrived, *d).then_some(TerminatedReason::Total)
+            }
+            Termination::Stable(d) => {
+                elapsed_at_least(now, state.last_new, *d).then_some(TerminatedReason::Stable)
+            }
+            Termination::Polls(n) => (state.polls >= *n).then_some(TerminatedReason::Polls),
+            Termination::Any(cs) => cs
+                .iter()
+                .map(|c| c.stop_reason(now, state, next_custom))
+                .fold(None, |first, r| first.or(r)),
+            Termination::All(cs) => cs
+                .iter()
+                .map(|c| c.stop_reason(now, state, next_custom).is_some())
+                .filter(|stops| !stops)
+                .count()
+                .eq(&0)
+                .then_some(TerminatedReason::All),
+            Termination::Custom(c) => {
+                let own = state.custom.as_ref().and_then(|v| v.get(*next_custom));
+                *next_custom += 1;
+                own.map_or(Err(StateMismatch), |s| {
+                    c.condition.erased_can_stop_polling(now, s)
+                })
+                .unwrap_or_else(|StateMismatch| self.expired_reason())
+            }
+        }
+    }
+
+    fn update_custom(
+        &self,
+        state: &mut TermState,
+        f: impl Fn(&dyn DynCondition, &mut ErasedState),
+    ) {
+        let Some(states) = state.custom.as_mut() else {
+            return;
+        };
+        let mut states = states.iter_mut();
+        self.for_each_custom(&mut |c| {
+            if let Some(s) = states.next() {
+                f(c.condition.as_ref(), s);
+            }
+        });
+    }
+}
+
 impl Condition for Termination {
     type State = TermState;
 
     fn for_new_input(&self, now: Millis) -> TermState {
-        match self {
-            Termination::Never => TermState::Never,
-            Termination::Total(_) => TermState::Total(now),
-            Termination::Stable(_) => TermState::Stable(now),
-            Termination::Polls(_) => TermState::Polls(0),
-            Termination::Any(cs) => {
-                TermState::Any(cs.iter().map(|c| c.for_new_input(now)).collect())
-            }
-            Termination::All(cs) => {
-                TermState::All(cs.iter().map(|c| c.for_new_input(now)).collect())
-            }
-            Termination::Custom(c) => TermState::Custom(c.condition.erased_for_new_input(now)),
+        let mut custom = Vec::new();
+        self.for_each_custom(&mut |c| custom.push(c.condition.erased_for_new_input(now)));
+        TermState {
+            arrived: now,
+            last_new: now,
+            polls: 0,
+            custom: (!custom.is_empty()).then(|| Box::new(custom)),
         }
     }
 
     fn on_seen_new_output(&self, now: Millis, state: &mut TermState) {
-        match (self, state) {
-            // `max`: a late-arriving event must not move the quiet period back in time.
-            (Termination::Stable(_), TermState::Stable(last)) => *last = (*last).max(now),
-            (Termination::Any(cs), TermState::Any(ss))
-            | (Termination::All(cs), TermState::All(ss)) => {
-                for (c, s) in cs.iter().zip(ss.iter_mut()) {
-                    c.on_seen_new_output(now, s);
-                }
-            }
-            (Termination::Custom(c), TermState::Custom(s)) => {
-                c.condition.erased_on_seen_new_output(now, s)
-            }
-            _ => {}
-        }
+        // `max`: a late-arriving event must not move the quiet period back in time.
+        state.last_new = state.last_new.max(now);
+        self.update_custom(state, |c, s| c.erased_on_seen_new_output(now, s));
     }
 
     fn on_poll_complete(&self, now: Millis, state: &mut TermState) {
-        match (self, state) {
-            (Termination::Polls(_), TermState::Polls(n)) => *n = n.saturating_add(1),
-            (Termination::Any(cs), TermState::Any(ss))
-            | (Termination::All(cs), TermState::All(ss)) => {
-                for (c, s) in cs.iter().zip(ss.iter_mut()) {
-                    c.on_poll_complete(now, s);
-                }
-            }
-            (Termination::Custom(c), TermState::Custom(s)) => {
-                c.condition.erased_on_poll_complete(now, s)
-            }
-            _ => {}
-        }
+        state.polls = state.polls.saturating_add(1);
+        self.update_custom(state, |c, s| c.erased_on_poll_complete(now, s));
     }
 
     fn can_stop_polling(&self, now: Millis, state: &TermState) -> Option<TerminatedReason> {
-        match (self, state) {
-            (Termination::Never, _) => None,
-            (Termination::Total(d), TermState::Total(arrived)) => {
-                elapsed_at_least(now, *arrived, *d).then_some(TerminatedReason::Total)
-            }
-            (Termination::Stable(d), TermState::Stable(last)) => {
-                elapsed_at_least(now, *last, *d).then_some(TerminatedReason::Stable)
-            }
-            (Termination::Polls(n), TermState::Polls(done)) => {
-                (done >= n).then_some(TerminatedReason::Polls)
-            }
-            (Termination::Any(cs), TermState::Any(ss)) if cs.len() == ss.len() => cs
-                .iter()
-                .zip(ss.iter())
-                .find_map(|(c, s)| c.can_stop_polling(now, s)),
-            (Termination::All(cs), TermState::All(ss)) if cs.len() == ss.len() => cs
-                .iter()
-                .zip(ss.iter())
-                .all(|(c, s)| c.can_stop_polling(now, s).is_some())
-                .then_some(TerminatedReason::All),
-            (Termination::Custom(c), TermState::Custom(s)) => c
-                .condition
-                .erased_can_stop_polling(now, s)
-                .unwrap_or_else(|StateMismatch| self.expired_reason()),
-            _ => self.expired_reason(),
-        }
+        self.stop_reason(now, state, &mut 0)
     }
 }
 
@@ -642,7 +660,8 @@ mod tests {
         let s = c.for_new_input(Millis::MAX);
         assert_eq!(c.can_stop_polling(Millis::MIN, &s), None);
         let c = Termination::Polls(u64::MAX);
-        let mut s = TermState::Polls(u64::MAX);
+        let mut s = c.for_new_input(T0);
+        s.polls = u64::MAX;
         c.on_poll_complete(T0, &mut s);
         assert_eq!(c.can_stop_polling(T0, &s), Some(R::Polls));
     }
@@ -739,18 +758,16 @@ mod tests {
 
     #[test]
     fn a_state_from_another_condition_counts_as_expired() {
-        let foreign = TermState::Polls(0);
-        let expired = |c: &Termination| c.can_stop_polling(T0, &foreign);
-        assert_eq!(expired(&Termination::Total(secs(5))), Some(R::Total));
-        assert_eq!(expired(&Termination::Never), None);
-        assert_eq!(expired(&parse("any(never, stable(1s))")), Some(R::Stable));
-        assert_eq!(expired(&parse("all(never, stable(1s))")), None);
-        // Wrong number of children.
-        let c = parse("all(total(1h), polls(9))");
-        let short = TermState::All(vec![TermState::Total(T0)].into());
-        assert_eq!(c.can_stop_polling(T0, &short), Some(R::All));
-        // A custom condition given another custom condition's state.
+        // A user condition given a state that has no user-condition part.
+        let plain = Termination::Polls(5).for_new_input(T0);
         let a = Termination::custom("a", ProductivePolls(5));
+        assert_eq!(a.can_stop_polling(T0, &plain), Some(R::Custom("a".into())));
+        assert_eq!(
+            parse("any(never, stable(1h))").can_stop_polling(T0, &plain),
+            None,
+            "built-in conditions read only the shared facts"
+        );
+        // A custom condition given another custom condition's state.
         let b = Termination::custom("b", Termination::Polls(5));
         let mut sb = b.for_new_input(T0);
         a.on_poll_complete(T0, &mut sb);
@@ -760,7 +777,12 @@ mod tests {
 
     #[test]
     fn state_stays_small() {
-        assert!(std::mem::size_of::<TermState>() <= 24);
+        // One per watch, and nothing allocated for built-in conditions however nested.
+        assert!(std::mem::size_of::<TermState>() <= 32);
+        assert!(parse("any(total(1h), all(stable(5m), polls(3)))")
+            .for_new_input(T0)
+            .custom
+            .is_none());
     }
 
     #[test]
