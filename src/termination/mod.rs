@@ -456,25 +456,34 @@ impl PartialEq for Termination {
 
 impl Eq for Termination {}
 
+/// The state handling `EitherOf` and `AllOf` share: each side keeps its own state and
+/// sees every event; only how the two answers combine differs.
+macro_rules! pair_state {
+    () => {
+        type State = (A::State, B::State);
+
+        fn for_new_input(&self, now: Millis) -> Self::State {
+            (self.0.for_new_input(now), self.1.for_new_input(now))
+        }
+        fn on_seen_new_output(&self, now: Millis, state: &mut Self::State) {
+            self.0.on_seen_new_output(now, &mut state.0);
+            self.1.on_seen_new_output(now, &mut state.1);
+        }
+        fn on_poll_complete(&self, now: Millis, state: &mut Self::State) {
+            self.0.on_poll_complete(now, &mut state.0);
+            self.1.on_poll_complete(now, &mut state.1);
+        }
+    };
+}
+
 /// Beam's `eitherOf` for statically typed conditions: stops when either does, with the
 /// first one's reason if both do.
 #[derive(Debug, Clone)]
 pub struct EitherOf<A, B>(pub A, pub B);
 
 impl<A: Condition, B: Condition> Condition for EitherOf<A, B> {
-    type State = (A::State, B::State);
+    pair_state!();
 
-    fn for_new_input(&self, now: Millis) -> Self::State {
-        (self.0.for_new_input(now), self.1.for_new_input(now))
-    }
-    fn on_seen_new_output(&self, now: Millis, state: &mut Self::State) {
-        self.0.on_seen_new_output(now, &mut state.0);
-        self.1.on_seen_new_output(now, &mut state.1);
-    }
-    fn on_poll_complete(&self, now: Millis, state: &mut Self::State) {
-        self.0.on_poll_complete(now, &mut state.0);
-        self.1.on_poll_complete(now, &mut state.1);
-    }
     fn can_stop_polling(&self, now: Millis, state: &Self::State) -> Option<TerminatedReason> {
         self.0
             .can_stop_polling(now, &state.0)
@@ -488,19 +497,8 @@ impl<A: Condition, B: Condition> Condition for EitherOf<A, B> {
 pub struct AllOf<A, B>(pub A, pub B);
 
 impl<A: Condition, B: Condition> Condition for AllOf<A, B> {
-    type State = (A::State, B::State);
+    pair_state!();
 
-    fn for_new_input(&self, now: Millis) -> Self::State {
-        (self.0.for_new_input(now), self.1.for_new_input(now))
-    }
-    fn on_seen_new_output(&self, now: Millis, state: &mut Self::State) {
-        self.0.on_seen_new_output(now, &mut state.0);
-        self.1.on_seen_new_output(now, &mut state.1);
-    }
-    fn on_poll_complete(&self, now: Millis, state: &mut Self::State) {
-        self.0.on_poll_complete(now, &mut state.0);
-        self.1.on_poll_complete(now, &mut state.1);
-    }
     fn can_stop_polling(&self, now: Millis, state: &Self::State) -> Option<TerminatedReason> {
         let both = self.0.can_stop_polling(now, &state.0).is_some()
             && self.1.can_stop_polling(now, &state.1).is_some();
