@@ -105,6 +105,7 @@ pub async fn run(
         rules.schedule, rules.termination
     )?;
     let start = clock.now_ms();
+    let mut ended: std::collections::BTreeMap<String, u32> = Default::default();
     for i in 0..inputs {
         let feed = Feed {
             user: format!("user-{i}"),
@@ -152,14 +153,25 @@ pub async fn run(
                     )?;
                 }
             }
-            Event::Terminated { key, reason } => writeln!(
-                out,
-                "  end    {} ({reason}) at {}",
-                String::from_utf8_lossy(&key),
-                at(clock.now_ms())
-            )?,
+            Event::Terminated { key, reason } => {
+                *ended.entry(reason.to_string()).or_default() += 1;
+                writeln!(
+                    out,
+                    "  end    {} ({reason}) at {}",
+                    String::from_utf8_lossy(&key),
+                    at(clock.now_ms())
+                )?
+            }
         }
     }
     let _ = task.await;
+    let reasons: Vec<String> = ended.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    writeln!(
+        out,
+        "done: {} new outputs emitted, {} repeats suppressed; watches ended: {}",
+        metrics.outputs_emitted.get(),
+        metrics.duplicates_suppressed.get(),
+        reasons.join(", ")
+    )?;
     Ok(metrics.render())
 }
