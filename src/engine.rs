@@ -305,7 +305,6 @@ impl<P: Poller> Engine<P> {
                 }
                 .emit(&self.metrics);
                 if let Next::Stop(reason) = failed.next {
-                    self.publish_min_hold();
                     self.terminated(key, reason, events).await?;
                 }
             }
