@@ -147,8 +147,9 @@ impl<P: Poller> Engine<P> {
                 (false, Some(due)) => Some(self.clock.instant_at(due)),
                 _ => None,
             };
+            // Unbiased: under load both new inputs and finished polls are always ready, and
+            // neither may starve the other.
             tokio::select! {
-                biased;
                 command = commands.recv(), if commands_open => match command {
                     None => commands_open = false,
                     Some(Command::Shutdown) => break Ended::Shutdown,
