@@ -8,6 +8,7 @@ pub mod internal_events;
 pub mod limits;
 pub mod metrics;
 pub mod poll;
+pub mod pollers;
 pub mod reason;
 pub mod schedule;
 pub mod seen;

@@ -1,0 +1,249 @@
+//! Templates that turn an input into a resource address: `{/json/pointer}` is replaced by
+//! that field of the input value, `{key}` by the watch key, e.g.
+//! `http://127.0.0.1:8080/users/{/id}/events`.
+//!
+//! A substituted value is percent-encoded as one URL component (everything but RFC 3986's
+//! unreserved characters is encoded), so an input can never change the scheme, host, port
+//! or path structure: `../admin` becomes `..%2Fadmin`, one opaque segment.
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde_json::Value;
+use std::fmt;
+
+/// Everything except RFC 3986 unreserved characters (`A-Z a-z 0-9 - . _ ~`).
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Literal(String),
+    /// A JSON pointer into the input value (RFC 6901, starts with `/`).
+    Pointer(String),
+    Key,
+}
+
+/// A parsed template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    text: String,
+    parts: Vec<Part>,
+}
+
+/// A template that cannot be parsed, with the byte offset of the problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message} at column {} of template `{text}`", position + 1)]
+pub struct TemplateError {
+    pub message: String,
+    pub position: usize,
+    pub text: String,
+}
+
+/// Why an input could not fill a template. Goes to the dead-letter topic as the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenderError {
+    #[error("input has no field at JSON pointer `{0}`")]
+    Missing(String),
+    #[error("field at JSON pointer `{0}` is {1}, not a string, number or boolean")]
+    NotScalar(String, &'static str),
+    #[error("watch key is not UTF-8")]
+    KeyNotUtf8,
+}
+
+impl Template {
+    /// Parse `text`. `{` opens a placeholder (`{key}` or `{/pointer}`); `{{` and `}}` stand
+    /// for literal braces.
+    pub fn parse(text: &str) -> Result<Self, TemplateError> {
+        let err = |message: String, position: usize| TemplateError {
+            message,
+            position,
+            text: text.to_string(),
+        };
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let mut chars = text.char_indices().peekable();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '{' if chars.peek().map(|&(_, n)| n) == Some('{') => {
+                    chars.next();
+                    literal.push('{');
+                }
+                '}' if chars.peek().map(|&(_, n)| n) == Some('}') => {
+                    chars.next();
+                    literal.push('}');
+                }
+                '}' => {
+                    return Err(err(
+                        "unmatched `}` (write `}}` for a literal brace)".into(),
+                        i,
+                    ))
+                }
+                '{' => {
+                    let rest = &text[i + 1..];
+                    let Some(end) = rest.find('}') else {
+                        return Err(err("unclosed `{`".into(), i));
+                    };
+                    let name = &rest[..end];
+                    let part = if name == "key" {
+                        Part::Key
+                    } else if name.starts_with('/') {
+                        Part::Pointer(name.to_string())
+                    } else {
+                        return Err(err(
+                            format!("unknown placeholder `{{{name}}}` (expected `{{key}}` or a JSON pointer such as `{{/id}}`)"),
+                            i,
+                        ));
+                    };
+                    if !literal.is_empty() {
+                        parts.push(Part::Literal(std::mem::take(&mut literal)));
+                    }
+                    parts.push(part);
+                    // Skip the placeholder's characters and its closing brace.
+                    while chars.peek().is_some_and(|&(j, _)| j <= i + 1 + end) {
+                        chars.next();
+                    }
+                }
+                c => literal.push(c),
+            }
+        }
+        if !literal.is_empty() {
+            parts.push(Part::Literal(literal));
+        }
+        Ok(Self {
+            text: text.to_string(),
+            parts,
+        })
+    }
+
+    /// Whether the template reads the input value at all (if not, only the key matters).
+    pub fn uses_input(&self) -> bool {
+        self.parts.iter().any(|p| matches!(p, Part::Pointer(_)))
+    }
+
+    /// Fill the template from an input, percent-encoding every substituted value.
+    pub fn render(&self, input: &Value, key: &[u8]) -> Result<String, RenderError> {
+        let mut out = String::with_capacity(self.text.len() + 16);
+        for part in &self.parts {
+            match part {
+                Part::Literal(s) => out.push_str(s),
+                Part::Key => {
+                    let key = std::str::from_utf8(key).map_err(|_| RenderError::KeyNotUtf8)?;
+                    out.extend(utf8_percent_encode(key, COMPONENT));
+                }
+                Part::Pointer(p) => {
+                    let value = input
+                        .pointer(p)
+                        .ok_or_else(|| RenderError::Missing(p.clone()))?;
+                    let text = match value {
+                        Value::String(s) => s.clone(),
+                        Value::Number(n) => n.to_string(),
+                        Value::Bool(b) => b.to_string(),
+                        Value::Null => return Err(RenderError::NotScalar(p.clone(), "null")),
+                        Value::Array(_) => {
+                            return Err(RenderError::NotScalar(p.clone(), "an array"))
+                        }
+                        Value::Object(_) => {
+                            return Err(RenderError::NotScalar(p.clone(), "an object"))
+                        }
+                    };
+                    out.extend(utf8_percent_encode(&text, COMPONENT));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl fmt::Display for Template {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn t(s: &str) -> Template {
+        Template::parse(s).unwrap()
+    }
+
+    #[test]
+    fn fills_pointers_and_the_key() {
+        let tpl = t("http://127.0.0.1:8080/users/{/id}/events?tenant={/org/name}&k={key}");
+        let input = json!({"id": 42, "org": {"name": "acme"}});
+        assert_eq!(
+            tpl.render(&input, b"u-1").unwrap(),
+            "http://127.0.0.1:8080/users/42/events?tenant=acme&k=u-1"
+        );
+        assert!(tpl.uses_input());
+        assert!(!t("http://h/{key}").uses_input());
+    }
+
+    #[test]
+    fn substituted_values_cannot_change_the_url_structure() {
+        let tpl = t("http://127.0.0.1:8080/users/{/id}/events");
+        for (evil, expected) in [
+            ("../admin", "..%2Fadmin"),
+            ("x?y=1#frag", "x%3Fy%3D1%23frag"),
+            ("@evil.example:80", "%40evil.example%3A80"),
+            ("a b/c%2F", "a%20b%2Fc%252F"),
+            ("ü", "%C3%BC"),
+        ] {
+            let url = tpl.render(&json!({ "id": evil }), b"k").unwrap();
+            assert_eq!(
+                url,
+                format!("http://127.0.0.1:8080/users/{expected}/events")
+            );
+        }
+        let host = t("http://{key}.example/x");
+        assert_eq!(
+            host.render(&json!({}), b"a/b@c").unwrap(),
+            "http://a%2Fb%40c.example/x"
+        );
+    }
+
+    #[test]
+    fn literal_braces_are_written_doubled() {
+        assert_eq!(
+            t("/a{{b}}/{key}").render(&json!({}), b"k").unwrap(),
+            "/a{b}/k"
+        );
+    }
+
+    #[test]
+    fn bad_templates_name_the_problem_and_its_column() {
+        let e = Template::parse("http://h/{id}").unwrap_err();
+        assert!(e.message.contains("unknown placeholder `{id}`"), "{e}");
+        assert_eq!(e.position, 9);
+        assert!(e.to_string().contains("column 10"), "{e}");
+        assert_eq!(
+            Template::parse("http://h/{/id").unwrap_err().message,
+            "unclosed `{`"
+        );
+        assert!(Template::parse("a}b")
+            .unwrap_err()
+            .message
+            .contains("unmatched `}`"));
+    }
+
+    #[test]
+    fn inputs_that_cannot_fill_the_template_say_why() {
+        let tpl = t("/u/{/id}");
+        assert_eq!(
+            tpl.render(&json!({"name": "x"}), b"k"),
+            Err(RenderError::Missing("/id".into()))
+        );
+        assert_eq!(
+            tpl.render(&json!({"id": {"a": 1}}), b"k"),
+            Err(RenderError::NotScalar("/id".into(), "an object"))
+        );
+        assert_eq!(
+            t("/{key}").render(&json!({}), &[0xff]),
+            Err(RenderError::KeyNotUtf8)
+        );
+    }
+}
