@@ -219,6 +219,7 @@ impl<P: Poller> Engine<P> {
             };
             if let Some((key, reason)) = self.table.stop_if_done(id, now) {
                 *spare_permit = Some(permit);
+                self.publish_min_hold();
                 self.terminated(key, reason, events).await?;
                 continue;
             }
@@ -267,10 +268,11 @@ impl<P: Poller> Engine<P> {
     async fn complete(&mut self, done: Done, events: &mpsc::Sender<Event>) -> Result<(), Ended> {
         let now = self.clock.now_ms();
         let duration = done.started.elapsed();
-        let error = done.outcome.as_ref().err().cloned();
         let Some(completion) = self.table.complete(done.id, done.outcome, now) else {
             return Ok(());
         };
+        // The poll may have moved this watch's hold or ended it: either can move the minimum.
+        self.publish_min_hold();
         match completion {
             Completion::Polled { key, polled, hold } => {
                 PollSucceeded {
@@ -279,7 +281,6 @@ impl<P: Poller> Engine<P> {
                     duration,
                 }
                 .emit(&self.metrics);
-                self.publish_min_hold();
                 if !polled.new_outputs.is_empty() {
                     let outputs = polled.new_outputs;
                     let key = key.clone();
@@ -289,10 +290,7 @@ impl<P: Poller> Engine<P> {
                     self.terminated(key, reason, events).await?;
                 }
             }
-            Completion::Failed { key, failed } => {
-                let error = error.unwrap_or_else(|| {
-                    PollError::transient("internal", "poll failed without an error")
-                });
+            Completion::Failed { key, failed, error } => {
                 let retry_in = match failed.next {
                     Next::PollAt(at) => Some(Duration::from_millis((at - now).max(0) as u64)),
                     Next::Stop(_) => None,
@@ -324,7 +322,6 @@ impl<P: Poller> Engine<P> {
             reason: &reason,
         }
         .emit(&self.metrics);
-        self.publish_min_hold();
         send(events, Event::Terminated { key, reason }).await
     }
 

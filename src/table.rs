@@ -55,6 +55,7 @@ pub enum Completion {
     Failed {
         key: Bytes,
         failed: Failed,
+        error: PollError,
     },
 }
 
@@ -96,13 +97,13 @@ impl<I> WatchTable<I> {
     }
 
     pub fn contains_key(&self, key: &[u8]) -> bool {
-        self.find(key).is_some()
+        self.find(key, key_hash(key)).is_some()
     }
 
-    fn find(&self, key: &[u8]) -> Option<u32> {
+    fn find(&self, key: &[u8], hash: u64) -> Option<u32> {
         let slots = &self.slots;
         self.by_key
-            .find(key_hash(key), |&slot| slot_key(slots, slot) == Some(key))
+            .find(hash, |&slot| slot_key(slots, slot) == Some(key))
             .copied()
     }
 
@@ -114,10 +115,10 @@ impl<I> WatchTable<I> {
         input_time: Millis,
         now: Millis,
     ) -> Result<WatchId, AlreadyWatching> {
-        if self.contains_key(&key) {
+        let hash = key_hash(&key);
+        if self.find(&key, hash).is_some() {
             return Err(AlreadyWatching);
         }
-        let hash = key_hash(&key);
         let watch = Watch::new(key, input, input_time, now, &self.rules);
         self.add_hold(watch.hold());
         let slot = match self.free.pop() {
@@ -218,7 +219,7 @@ impl<I> WatchTable<I> {
                 let failed = watch.on_failure(&error, now, &self.rules, &mut self.rng);
                 let next = failed.next.clone();
                 let key = watch.key().clone();
-                (Completion::Failed { key, failed }, next)
+                (Completion::Failed { key, failed, error }, next)
             }
         };
         let new_hold = watch.hold();
@@ -241,15 +242,16 @@ impl<I> WatchTable<I> {
         if slot.generation != id.generation {
             return None;
         }
-        // Unindex while the slot still holds the key the index compares against.
-        let key = slot.watch.as_ref()?.key().clone();
-        if let Ok(entry) = self.by_key.find_entry(key_hash(&key), |&s| s == id.slot) {
-            entry.remove();
-        }
-        let slot = self.slots.at_mut(id.slot);
         let watch = slot.watch.take()?;
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(id.slot);
+        // The index entry is found by slot number, so the slot no longer needs the key.
+        if let Ok(entry) = self
+            .by_key
+            .find_entry(key_hash(watch.key()), |&s| s == id.slot)
+        {
+            entry.remove();
+        }
         self.remove_hold(watch.hold());
         Some(watch)
     }
