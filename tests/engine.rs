@@ -101,6 +101,13 @@ fn out(key: &str, t: Millis) -> Output {
     Output::new(key.to_string(), format!("value of {key}"), t)
 }
 
+/// `n` polls that each bring one new output.
+fn growing(n: i64) -> Vec<Step> {
+    (0..n)
+        .map(|i| Ok(PollResult::incomplete(vec![out(&format!("o{i}"), T0 + i)])))
+        .collect()
+}
+
 fn rules(termination: &str) -> WatchRules {
     WatchRules {
         termination: termination
@@ -279,10 +286,7 @@ async fn stable_ends_an_empty_resource_and_total_ends_a_busy_one() {
     // "quiet" never has output: stable(25s) counts from the start and ends it at the first
     // due poll after 25 s (at 30 s) without polling again.
     // "busy" gets a new output every poll, so only total(45s) ends it.
-    let busy: Vec<Step> = (0..10)
-        .map(|i| Ok(PollResult::incomplete(vec![out(&format!("o{i}"), T0 + i)])))
-        .collect();
-    let poller = Arc::new(Scripted::with(vec![("busy", busy)]));
+    let poller = Arc::new(Scripted::with(vec![("busy", growing(10))]));
     let r = start(
         poller.clone(),
         rules("any(total(45s), stable(25s))"),
@@ -551,10 +555,7 @@ async fn holds_follow_the_rules_and_finished_watches_release_them() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_event_reader_applies_backpressure_and_nothing_is_lost() {
-    let many: Vec<Step> = (0..50)
-        .map(|i| Ok(PollResult::incomplete(vec![out(&format!("o{i}"), T0 + i)])))
-        .collect();
-    let poller = Arc::new(Scripted::with(vec![("u", many)]));
+    let poller = Arc::new(Scripted::with(vec![("u", growing(50))]));
     let mut rules = rules("polls(50)");
     rules.schedule.interval = Duration::from_millis(1);
     let mut r = start(poller.clone(), rules, unlimited(), 1);
