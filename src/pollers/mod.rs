@@ -1,4 +1,43 @@
-//! Built-in pollers (issue 3). Only the shared pieces are here so far; the HTTP, glob and
-//! sharded-file pollers are not built yet and nothing in the binary uses this module.
+//! Built-in pollers: what users point watchbridge at without writing code.
+//!
+//! - [`http`]: a JSON HTTP API, one URL per input (`WATCHBRIDGE_POLLER=http`, the default).
+//! - [`glob`]: the files matching a path pattern (`WATCHBRIDGE_POLLER=glob`).
+//! - [`sharded`]: the shards `PREFIX-SSSSS-of-NNNNN` of one output (`WATCHBRIDGE_POLLER=sharded`).
+//!
+//! Each derives what it watches from the input record once, when the watch starts
+//! ([`Resolve`]); an input that cannot name a resource (a missing field, a value that would
+//! escape its directory) is refused there, with a reason for the dead-letter topic, and never
+//! becomes a watch. Each is configured by environment variables, parsed here into typed
+//! configs whose errors name the variable.
 
+pub mod event_time;
 pub mod template;
+
+use crate::poll::Poller;
+use serde_json::Value;
+
+pub use template::RenderError;
+
+/// A poller that derives each watch's resource from its input record.
+pub trait Resolve: Poller {
+    /// Called once per input, before the watch starts. `Err` means the input cannot be
+    /// watched; the runtime sends it to the dead-letter topic with the error as the reason.
+    fn resolve(&self, value: &Value, key: &[u8]) -> Result<Self::Input, RenderError>;
+}
+
+/// A setting that cannot be used. The message names the environment variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}: {message}")]
+pub struct ConfigError {
+    pub var: &'static str,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(var: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            var,
+            message: message.into(),
+        }
+    }
+}

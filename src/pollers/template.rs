@@ -41,7 +41,8 @@ pub struct TemplateError {
     pub text: String,
 }
 
-/// Why an input could not fill a template. Goes to the dead-letter topic as the reason.
+/// Why an input could not fill a template. The input goes to the dead-letter topic with this
+/// as the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RenderError {
     #[error("input has no field at JSON pointer `{0}`")]
@@ -50,6 +51,11 @@ pub enum RenderError {
     NotScalar(String, &'static str),
     #[error("watch key is not UTF-8")]
     KeyNotUtf8,
+    #[error("value for `{{{placeholder}}}` must be one path segment, but {reason}")]
+    NotOneSegment {
+        placeholder: String,
+        reason: &'static str,
+    },
 }
 
 impl Template {
@@ -122,24 +128,72 @@ impl Template {
         self.parts.iter().any(|p| matches!(p, Part::Pointer(_)))
     }
 
-    /// Fill the template from an input, percent-encoding every substituted value.
+    /// Fill a URL template: every substituted value is percent-encoded as one component.
     pub fn render(&self, input: &Value, key: &[u8]) -> Result<String, RenderError> {
+        self.render_with(input, key, |_, value, out| {
+            out.extend(utf8_percent_encode(value, COMPONENT));
+            Ok(())
+        })
+    }
+
+    /// Fill a glob pattern template: every substituted value must be one literal path
+    /// segment. A value containing `/`, `..` or NUL, or one that is empty or `.`, is refused
+    /// (it could name another directory); glob metacharacters in it are escaped so they
+    /// match only themselves.
+    pub fn render_glob(&self, input: &Value, key: &[u8]) -> Result<String, RenderError> {
+        self.render_with(input, key, |placeholder, value, out| {
+            let unsafe_because = if value.is_empty() {
+                Some("it is empty")
+            } else if value == "." {
+                Some("it is `.`")
+            } else if value.contains('/') {
+                Some("it contains `/`")
+            } else if value.contains("..") {
+                Some("it contains `..`")
+            } else if value.contains('\0') {
+                Some("it contains NUL")
+            } else {
+                None
+            };
+            if let Some(reason) = unsafe_because {
+                return Err(RenderError::NotOneSegment {
+                    placeholder: placeholder.to_string(),
+                    reason,
+                });
+            }
+            out.push_str(&glob::Pattern::escape(value));
+            Ok(())
+        })
+    }
+
+    /// Walk the parts, handing each substituted value to `encode` (which appends it to the
+    /// output or refuses it). `placeholder` is `key` or the pointer, for error messages.
+    fn render_with(
+        &self,
+        input: &Value,
+        key: &[u8],
+        encode: impl Fn(&str, &str, &mut String) -> Result<(), RenderError>,
+    ) -> Result<String, RenderError> {
         let mut out = String::with_capacity(self.text.len() + 16);
         for part in &self.parts {
             match part {
                 Part::Literal(s) => out.push_str(s),
                 Part::Key => {
                     let key = std::str::from_utf8(key).map_err(|_| RenderError::KeyNotUtf8)?;
-                    out.extend(utf8_percent_encode(key, COMPONENT));
+                    encode("key", key, &mut out)?;
                 }
                 Part::Pointer(p) => {
                     let value = input
                         .pointer(p)
                         .ok_or_else(|| RenderError::Missing(p.clone()))?;
+                    let number_or_bool;
                     let text = match value {
-                        Value::String(s) => s.clone(),
-                        Value::Number(n) => n.to_string(),
-                        Value::Bool(b) => b.to_string(),
+                        Value::String(s) => s.as_str(),
+                        Value::Number(n) => {
+                            number_or_bool = n.to_string();
+                            &number_or_bool
+                        }
+                        Value::Bool(b) => if *b { "true" } else { "false" },
                         Value::Null => return Err(RenderError::NotScalar(p.clone(), "null")),
                         Value::Array(_) => {
                             return Err(RenderError::NotScalar(p.clone(), "an array"))
@@ -148,7 +202,7 @@ impl Template {
                             return Err(RenderError::NotScalar(p.clone(), "an object"))
                         }
                     };
-                    out.extend(utf8_percent_encode(&text, COMPONENT));
+                    encode(p, text, &mut out)?;
                 }
             }
         }
@@ -245,5 +299,38 @@ mod tests {
             t("/{key}").render(&json!({}), &[0xff]),
             Err(RenderError::KeyNotUtf8)
         );
+    }
+
+    #[test]
+    fn glob_values_are_one_literal_segment() {
+        let tpl = t("/data/{/tenant}/*.csv");
+        assert_eq!(
+            tpl.render_glob(&json!({"tenant": "acme"}), b"k").unwrap(),
+            "/data/acme/*.csv"
+        );
+        // Metacharacters match only themselves.
+        assert_eq!(
+            tpl.render_glob(&json!({"tenant": "a*b?[c]"}), b"k").unwrap(),
+            "/data/a[*]b[?][[]c[]]/*.csv"
+        );
+        let pattern = tpl.render_glob(&json!({"tenant": "a*"}), b"k").unwrap();
+        let p = glob::Pattern::new(&pattern).unwrap();
+        assert!(p.matches("/data/a*/x.csv"));
+        assert!(!p.matches("/data/ab/x.csv"));
+        for (evil, why) in [
+            ("../other", "`/`"),
+            ("a/b", "`/`"),
+            ("..", "`..`"),
+            ("x..y", "`..`"),
+            ("", "empty"),
+            (".", "`.`"),
+            ("a\0b", "NUL"),
+        ] {
+            let e = tpl.render_glob(&json!({ "tenant": evil }), b"k").unwrap_err();
+            assert!(e.to_string().contains(why), "{evil:?}: {e}");
+            assert!(e.to_string().contains("`{/tenant}`"), "{e}");
+        }
+        let e = t("/data/{key}/*").render_glob(&json!({}), b"a/b").unwrap_err();
+        assert!(e.to_string().starts_with("value for `{key}`"), "{e}");
     }
 }
