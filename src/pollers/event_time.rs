@@ -11,9 +11,9 @@ use time::OffsetDateTime;
 /// Read a JSON value as an event time. The error says what the value was, for the poll error.
 pub fn from_json(value: &Value) -> Result<Millis, String> {
     match value {
-        Value::Number(n) => n.as_i64().ok_or_else(|| {
-            format!("{n} is not an integer number of epoch milliseconds")
-        }),
+        Value::Number(n) => n
+            .as_i64()
+            .ok_or_else(|| format!("{n} is not an integer number of epoch milliseconds")),
         Value::String(s) => parse_rfc3339(s),
         other => Err(format!(
             "{} is neither an RFC 3339 string nor integer epoch milliseconds",
@@ -67,7 +67,10 @@ mod tests {
     fn reads_rfc3339_with_any_offset_and_epoch_millis() {
         assert_eq!(from_json(&json!("1970-01-01T00:00:01Z")), Ok(1000));
         assert_eq!(from_json(&json!("1970-01-01T01:00:01.250+01:00")), Ok(1250));
-        assert_eq!(from_json(&json!("2026-11-30T14:00:00-05:30")), Ok(1796067000000));
+        assert_eq!(
+            from_json(&json!("2026-11-30T14:00:00-05:30")),
+            Ok(1796067000000)
+        );
         assert_eq!(from_json(&json!(1764511200250_i64)), Ok(1764511200250));
     }
 
@@ -77,7 +80,9 @@ mod tests {
         assert!(e.contains("`2026-11-30 14:00` is not an RFC 3339"), "{e}");
         // No offset: ambiguous, refused rather than guessed.
         assert!(from_json(&json!("2026-11-30T14:00:00")).is_err());
-        assert!(from_json(&json!(1.5)).unwrap_err().contains("not an integer"));
+        assert!(from_json(&json!(1.5))
+            .unwrap_err()
+            .contains("not an integer"));
         assert!(from_json(&json!(true)).unwrap_err().contains("neither"));
         let long = "x".repeat(500);
         assert!(from_json(&json!(long)).unwrap_err().len() < 300);
@@ -86,6 +91,9 @@ mod tests {
     #[test]
     fn formats_utc() {
         assert_eq!(format_rfc3339(1250), "1970-01-01T00:00:01.25Z");
-        assert_eq!(parse_rfc3339(&format_rfc3339(1764511200250)), Ok(1764511200250));
+        assert_eq!(
+            parse_rfc3339(&format_rfc3339(1764511200250)),
+            Ok(1764511200250)
+        );
     }
 }

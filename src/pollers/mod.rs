@@ -11,6 +11,7 @@
 //! configs whose errors name the variable.
 
 pub mod event_time;
+pub mod http;
 pub mod template;
 
 use crate::poll::Poller;

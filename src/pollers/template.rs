@@ -51,7 +51,10 @@ pub enum RenderError {
     NotScalar(String, &'static str),
     #[error("watch key is not UTF-8")]
     KeyNotUtf8,
-    #[error("value for `{{{placeholder}}}` must be one path segment, but {reason}")]
+    /// The filled template does not name something the poller may reach.
+    #[error("{0}")]
+    Unusable(String),
+    #[error("value for `{{{placeholder}}}` must be one path segment: {reason}")]
     NotOneSegment {
         placeholder: String,
         reason: &'static str,
@@ -129,8 +132,17 @@ impl Template {
     }
 
     /// Fill a URL template: every substituted value is percent-encoded as one component.
+    ///
+    /// A value that is exactly `.` or `..` is refused: URL parsers read such a path segment
+    /// as a directory step (and `%2e%2e` too, so encoding cannot help).
     pub fn render(&self, input: &Value, key: &[u8]) -> Result<String, RenderError> {
-        self.render_with(input, key, |_, value, out| {
+        self.render_with(input, key, |placeholder, value, out| {
+            if value == "." || value == ".." {
+                return Err(RenderError::NotOneSegment {
+                    placeholder: placeholder.to_string(),
+                    reason: "`.` and `..` are directory steps in a URL path",
+                });
+            }
             out.extend(utf8_percent_encode(value, COMPONENT));
             Ok(())
         })
@@ -193,7 +205,13 @@ impl Template {
                             number_or_bool = n.to_string();
                             &number_or_bool
                         }
-                        Value::Bool(b) => if *b { "true" } else { "false" },
+                        Value::Bool(b) => {
+                            if *b {
+                                "true"
+                            } else {
+                                "false"
+                            }
+                        }
                         Value::Null => return Err(RenderError::NotScalar(p.clone(), "null")),
                         Value::Array(_) => {
                             return Err(RenderError::NotScalar(p.clone(), "an array"))
@@ -310,7 +328,8 @@ mod tests {
         );
         // Metacharacters match only themselves.
         assert_eq!(
-            tpl.render_glob(&json!({"tenant": "a*b?[c]"}), b"k").unwrap(),
+            tpl.render_glob(&json!({"tenant": "a*b?[c]"}), b"k")
+                .unwrap(),
             "/data/a[*]b[?][[]c[]]/*.csv"
         );
         let pattern = tpl.render_glob(&json!({"tenant": "a*"}), b"k").unwrap();
@@ -326,11 +345,15 @@ mod tests {
             (".", "`.`"),
             ("a\0b", "NUL"),
         ] {
-            let e = tpl.render_glob(&json!({ "tenant": evil }), b"k").unwrap_err();
+            let e = tpl
+                .render_glob(&json!({ "tenant": evil }), b"k")
+                .unwrap_err();
             assert!(e.to_string().contains(why), "{evil:?}: {e}");
             assert!(e.to_string().contains("`{/tenant}`"), "{e}");
         }
-        let e = t("/data/{key}/*").render_glob(&json!({}), b"a/b").unwrap_err();
+        let e = t("/data/{key}/*")
+            .render_glob(&json!({}), b"a/b")
+            .unwrap_err();
         assert!(e.to_string().starts_with("value for `{key}`"), "{e}");
     }
 }

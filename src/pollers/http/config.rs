@@ -1,0 +1,462 @@
+//! `WATCHBRIDGE_HTTP_*`: the HTTP poller's settings, as flags and environment variables,
+//! checked once at start into an [`HttpConfig`]. Every error names its variable.
+
+use crate::pollers::template::Template;
+use crate::pollers::ConfigError;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use std::fmt;
+use std::time::Duration;
+
+/// The HTTP poller's settings (`WATCHBRIDGE_POLLER=http`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct HttpArgs {
+    /// URL template: `{/json/pointer}` is that field of the input value, `{key}` the watch
+    /// key; substituted values are percent-encoded. E.g. `http://api:8080/users/{/id}/events`.
+    #[arg(long = "http-url", env = "WATCHBRIDGE_HTTP_URL")]
+    pub url: Option<String>,
+    /// JSON pointer to the array of items in a response (empty: the response is the array).
+    #[arg(
+        long = "http-items",
+        env = "WATCHBRIDGE_HTTP_ITEMS",
+        default_value = ""
+    )]
+    pub items: String,
+    /// JSON pointer to an item's identity (empty: the whole item).
+    #[arg(
+        long = "http-item-key",
+        env = "WATCHBRIDGE_HTTP_ITEM_KEY",
+        default_value = ""
+    )]
+    pub item_key: String,
+    /// JSON pointer to an item's event time, RFC 3339 or epoch ms (unset: when first seen).
+    #[arg(long = "http-item-time", env = "WATCHBRIDGE_HTTP_ITEM_TIME")]
+    pub item_time: Option<String>,
+    /// JSON pointer to a watermark in the response, RFC 3339 or epoch ms.
+    #[arg(long = "http-watermark", env = "WATCHBRIDGE_HTTP_WATERMARK")]
+    pub watermark: Option<String>,
+    /// JSON pointer to a boolean that says the set of items is final.
+    #[arg(long = "http-complete", env = "WATCHBRIDGE_HTTP_COMPLETE")]
+    pub complete: Option<String>,
+    /// JSON pointer to the next page: a URL (absolute or relative) or a cursor.
+    #[arg(long = "http-next", env = "WATCHBRIDGE_HTTP_NEXT")]
+    pub next: Option<String>,
+    /// Query parameter that carries a cursor read by WATCHBRIDGE_HTTP_NEXT.
+    #[arg(
+        long = "http-cursor-param",
+        env = "WATCHBRIDGE_HTTP_CURSOR_PARAM",
+        default_value = "cursor"
+    )]
+    pub cursor_param: String,
+    /// Most pages read in one poll (pages beyond it wait for the next poll).
+    #[arg(
+        long = "http-max-pages",
+        env = "WATCHBRIDGE_HTTP_MAX_PAGES",
+        default_value_t = 100
+    )]
+    pub max_pages: u32,
+    /// Extra request headers, one `Name: value` per line; `${VAR}` is read from the
+    /// environment at start. Values are never logged.
+    #[arg(
+        long = "http-headers",
+        env = "WATCHBRIDGE_HTTP_HEADERS",
+        hide_env_values = true
+    )]
+    pub headers: Option<Redacted>,
+    /// Largest response body read (bytes, or with KiB/MiB/GiB); a larger one fails the poll.
+    #[arg(
+        long = "http-max-bytes",
+        env = "WATCHBRIDGE_HTTP_MAX_BYTES",
+        default_value = "4MiB"
+    )]
+    pub max_bytes: String,
+    /// Comma-separated hosts (`name` or `name:port`) that URLs, next pages and redirects may
+    /// reach. Unset: each watch stays on the host its URL names.
+    #[arg(long = "http-allowed-hosts", env = "WATCHBRIDGE_HTTP_ALLOWED_HOSTS")]
+    pub allowed_hosts: Option<String>,
+}
+
+/// A setting whose value must not appear in logs or `Debug` output.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Redacted(pub String);
+
+impl fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl std::str::FromStr for Redacted {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Self(s.to_string()))
+    }
+}
+
+/// The HTTP poller's checked settings.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    pub url: Template,
+    pub items: String,
+    pub item_key: String,
+    pub item_time: Option<String>,
+    pub watermark: Option<String>,
+    pub complete: Option<String>,
+    pub next: Option<String>,
+    pub cursor_param: String,
+    pub max_pages: u32,
+    /// Marked sensitive: `Debug` prints `Sensitive` instead of the value.
+    pub headers: HeaderMap,
+    pub max_bytes: u64,
+    pub allowed_hosts: Option<Vec<AllowedHost>>,
+    /// Each request's deadline (`WATCHBRIDGE_POLL_TIMEOUT`; the engine bounds the whole poll).
+    pub timeout: Duration,
+}
+
+impl HttpConfig {
+    /// A config with defaults for everything but the URL (for code and tests).
+    pub fn new(url: &str) -> Result<Self, ConfigError> {
+        HttpArgs {
+            url: Some(url.to_string()),
+            ..HttpArgs::defaults()
+        }
+        .config(Duration::from_secs(30), &|name| std::env::var(name).ok())
+    }
+}
+
+/// One entry of `WATCHBRIDGE_HTTP_ALLOWED_HOSTS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedHost {
+    pub host: String,
+    /// `None`: any port.
+    pub port: Option<u16>,
+}
+
+impl AllowedHost {
+    pub fn matches(&self, url: &url::Url) -> bool {
+        url.host_str()
+            .is_some_and(|h| h.eq_ignore_ascii_case(&self.host))
+            && self
+                .port
+                .is_none_or(|p| url.port_or_known_default() == Some(p))
+    }
+}
+
+impl HttpArgs {
+    /// The defaults clap would fill in, for building args in code.
+    pub fn defaults() -> Self {
+        Self {
+            cursor_param: "cursor".into(),
+            max_pages: 100,
+            max_bytes: "4MiB".into(),
+            ..Self::default()
+        }
+    }
+
+    /// Check every setting. `env` looks up `${VAR}` in header values.
+    pub fn config(
+        &self,
+        timeout: Duration,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<HttpConfig, ConfigError> {
+        const URL: &str = "WATCHBRIDGE_HTTP_URL";
+        let text = self.url.as_deref().ok_or_else(|| {
+            ConfigError::new(URL, "is required when WATCHBRIDGE_POLLER=http (e.g. http://127.0.0.1:8080/users/{/id}/events)")
+        })?;
+        let url = Template::parse(text).map_err(|e| ConfigError::new(URL, e.to_string()))?;
+        if !(text.starts_with("http://") || text.starts_with("https://")) {
+            return Err(ConfigError::new(
+                URL,
+                format!("`{text}` must start with http:// or https://"),
+            ));
+        }
+        if self.max_pages == 0 {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_HTTP_MAX_PAGES",
+                "must be at least 1",
+            ));
+        }
+        if self.cursor_param.is_empty() {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_HTTP_CURSOR_PARAM",
+                "must not be empty",
+            ));
+        }
+        if timeout.is_zero() {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_POLL_TIMEOUT",
+                "must be more than zero",
+            ));
+        }
+        Ok(HttpConfig {
+            url,
+            items: pointer("WATCHBRIDGE_HTTP_ITEMS", &self.items)?,
+            item_key: pointer("WATCHBRIDGE_HTTP_ITEM_KEY", &self.item_key)?,
+            item_time: optional_pointer("WATCHBRIDGE_HTTP_ITEM_TIME", &self.item_time)?,
+            watermark: optional_pointer("WATCHBRIDGE_HTTP_WATERMARK", &self.watermark)?,
+            complete: optional_pointer("WATCHBRIDGE_HTTP_COMPLETE", &self.complete)?,
+            next: optional_pointer("WATCHBRIDGE_HTTP_NEXT", &self.next)?,
+            cursor_param: self.cursor_param.clone(),
+            max_pages: self.max_pages,
+            headers: match &self.headers {
+                Some(text) => parse_headers(&text.0, env)?,
+                None => HeaderMap::new(),
+            },
+            max_bytes: parse_bytes(&self.max_bytes)
+                .map_err(|m| ConfigError::new("WATCHBRIDGE_HTTP_MAX_BYTES", m))?,
+            allowed_hosts: self
+                .allowed_hosts
+                .as_deref()
+                .map(parse_allowed_hosts)
+                .transpose()?,
+            timeout,
+        })
+    }
+}
+
+/// A JSON pointer (RFC 6901): empty (the whole document) or starting with `/`.
+fn pointer(var: &'static str, text: &str) -> Result<String, ConfigError> {
+    if text.is_empty() || text.starts_with('/') {
+        Ok(text.to_string())
+    } else {
+        Err(ConfigError::new(
+            var,
+            format!(
+                "`{text}` is not a JSON pointer: write `/{text}` (or empty for the whole document)"
+            ),
+        ))
+    }
+}
+
+fn optional_pointer(
+    var: &'static str,
+    text: &Option<String>,
+) -> Result<Option<String>, ConfigError> {
+    text.as_deref().map(|t| pointer(var, t)).transpose()
+}
+
+/// `Name: value` lines; `${VAR}` expanded from `env`, `$$` is a literal `$`.
+fn parse_headers(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<HeaderMap, ConfigError> {
+    const VAR: &str = "WATCHBRIDGE_HTTP_HEADERS";
+    let mut headers = HeaderMap::new();
+    for (n, line) in text.lines().enumerate().map(|(n, l)| (n + 1, l.trim())) {
+        if line.is_empty() {
+            continue;
+        }
+        let Some((name, value)) = line.split_once(':') else {
+            return Err(ConfigError::new(
+                VAR,
+                format!("line {n} is not `Name: value`"),
+            ));
+        };
+        let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+            ConfigError::new(
+                VAR,
+                format!("line {n}: `{}` is not a header name", name.trim()),
+            )
+        })?;
+        let value = expand(value.trim(), env)
+            .map_err(|m| ConfigError::new(VAR, format!("header `{name}`: {m}")))?;
+        let mut value = HeaderValue::from_str(&value).map_err(|_| {
+            ConfigError::new(
+                VAR,
+                format!("header `{name}`: the value has characters a header cannot carry"),
+            )
+        })?;
+        value.set_sensitive(true);
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
+
+/// Expand `${VAR}` from `env`. The error names the variable, never a value.
+fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(after) = after.strip_prefix('$') {
+            out.push('$');
+            rest = after;
+        } else if let Some(body) = after.strip_prefix('{') {
+            let end = body
+                .find('}')
+                .ok_or_else(|| "`${` without a closing `}`".to_string())?;
+            let name = &body[..end];
+            let value = env(name).ok_or_else(|| {
+                format!("refers to ${{{name}}}, which is not set in the environment")
+            })?;
+            out.push_str(&value);
+            rest = &body[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// `4194304`, `512KiB`, `4MiB`, `1GiB`, `500kB`, `4MB`.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "kB" | "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => {
+            return Err(format!(
+                "`{text}` is not a size such as 4194304, 512KiB or 4MiB"
+            ))
+        }
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size such as 4194304, 512KiB or 4MiB"))?;
+    match n.checked_mul(scale) {
+        Some(0) => Err("must be more than zero".into()),
+        Some(b) => Ok(b),
+        None => Err(format!("`{text}` is too large")),
+    }
+}
+
+fn parse_allowed_hosts(text: &str) -> Result<Vec<AllowedHost>, ConfigError> {
+    const VAR: &str = "WATCHBRIDGE_HTTP_ALLOWED_HOSTS";
+    let mut hosts = Vec::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        // Parse as the authority of a URL so IPv6 (`[::1]:8080`) and ports work.
+        let parsed = url::Url::parse(&format!("http://{entry}/"))
+            .ok()
+            .filter(|u| u.username().is_empty() && u.path() == "/")
+            .and_then(|u| u.host_str().map(|h| (h.to_string(), u.port())));
+        let Some((host, port)) = parsed else {
+            return Err(ConfigError::new(
+                VAR,
+                format!("`{entry}` is not a host or host:port"),
+            ));
+        };
+        hosts.push(AllowedHost { host, port });
+    }
+    if hosts.is_empty() {
+        return Err(ConfigError::new(VAR, "is set but names no host"));
+    }
+    Ok(hosts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        (name == "API_TOKEN").then(|| "s3cret".to_string())
+    }
+
+    fn args(url: &str) -> HttpArgs {
+        HttpArgs {
+            url: Some(url.into()),
+            ..HttpArgs::defaults()
+        }
+    }
+
+    fn err(a: HttpArgs) -> ConfigError {
+        a.config(Duration::from_secs(5), &env).unwrap_err()
+    }
+
+    #[test]
+    fn headers_expand_variables_and_are_never_printed() {
+        let a = HttpArgs {
+            headers: Some(Redacted(
+                "Authorization: Bearer ${API_TOKEN}\n\nX-Price: $$5\nX-Multi: a\nX-Multi: b".into(),
+            )),
+            ..args("http://h/")
+        };
+        assert!(!format!("{a:?}").contains("API_TOKEN"));
+        let c = a.config(Duration::from_secs(5), &env).unwrap();
+        assert_eq!(c.headers["authorization"], "Bearer s3cret");
+        assert_eq!(c.headers["x-price"], "$5");
+        assert_eq!(c.headers.get_all("x-multi").iter().count(), 2);
+        assert!(!format!("{c:?}").contains("s3cret"), "{c:?}");
+    }
+
+    #[test]
+    fn bad_settings_name_their_variable() {
+        let e = err(HttpArgs::defaults());
+        assert_eq!(e.var, "WATCHBRIDGE_HTTP_URL");
+        assert_eq!(err(args("ftp://h/{key}")).var, "WATCHBRIDGE_HTTP_URL");
+        assert!(err(args("http://h/{id}"))
+            .message
+            .contains("unknown placeholder"));
+        let e = err(HttpArgs {
+            items: "data".into(),
+            ..args("http://h/")
+        });
+        assert_eq!(e.var, "WATCHBRIDGE_HTTP_ITEMS");
+        assert!(e.message.contains("write `/data`"), "{e}");
+        let e = err(HttpArgs {
+            headers: Some(Redacted("Authorization: Bearer ${NOPE}".into())),
+            ..args("http://h/")
+        });
+        assert_eq!(e.var, "WATCHBRIDGE_HTTP_HEADERS");
+        assert!(e.message.contains("${NOPE}, which is not set"), "{e}");
+        let e = err(HttpArgs {
+            headers: Some(Redacted("no colon here".into())),
+            ..args("http://h/")
+        });
+        assert!(e.message.contains("line 1"), "{e}");
+        let e = err(HttpArgs {
+            max_bytes: "lots".into(),
+            ..args("http://h/")
+        });
+        assert_eq!(e.var, "WATCHBRIDGE_HTTP_MAX_BYTES");
+        let e = err(HttpArgs {
+            allowed_hosts: Some("a.example, user@b.example".into()),
+            ..args("http://h/")
+        });
+        assert_eq!(e.var, "WATCHBRIDGE_HTTP_ALLOWED_HOSTS");
+        assert!(e.message.contains("user@b.example"), "{e}");
+        let e = HttpArgs::defaults()
+            .config(Duration::ZERO, &env)
+            .unwrap_err();
+        assert_eq!(e.var, "WATCHBRIDGE_HTTP_URL");
+        assert_eq!(
+            args("http://h/")
+                .config(Duration::ZERO, &env)
+                .unwrap_err()
+                .var,
+            "WATCHBRIDGE_POLL_TIMEOUT"
+        );
+    }
+
+    #[test]
+    fn sizes_and_hosts_parse() {
+        assert_eq!(parse_bytes("4MiB"), Ok(4 << 20));
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert_eq!(parse_bytes("2 kB"), Ok(2000));
+        assert!(parse_bytes("0").is_err());
+        assert!(parse_bytes("99999999999GiB").is_err());
+        let hosts = parse_allowed_hosts("api.example.com, 127.0.0.1:8080,[::1]:9").unwrap();
+        assert_eq!(
+            hosts[0],
+            AllowedHost {
+                host: "api.example.com".into(),
+                port: None
+            }
+        );
+        assert_eq!(hosts[1].port, Some(8080));
+        assert_eq!(hosts[2].host, "[::1]");
+        let u = url::Url::parse("http://127.0.0.1:8080/x").unwrap();
+        assert!(hosts[1].matches(&u));
+        assert!(!hosts[1].matches(&url::Url::parse("http://127.0.0.1:8081/x").unwrap()));
+        assert!(hosts[0].matches(&url::Url::parse("https://API.example.com/x").unwrap()));
+        assert!(hosts[2].matches(&url::Url::parse("http://[::1]:9/").unwrap()));
+    }
+}

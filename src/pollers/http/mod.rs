@@ -1,0 +1,386 @@
+//! The HTTP JSON poller (`WATCHBRIDGE_POLLER=http`, the default): each watch GETs a URL made
+//! from its input, reads the items of a JSON response (following pages), and returns one
+//! output per item, keyed by the item's identity and stamped with its event time.
+//!
+//! Faults are poll errors, never panics, and their `kind` says which fault it was (the
+//! engine retries transient ones with backoff and counts them by kind):
+//!
+//! | kind | what | retried |
+//! |---|---|---|
+//! | `timeout` | no complete response within `WATCHBRIDGE_POLL_TIMEOUT` | yes |
+//! | `connect` | connection refused, DNS, TLS | yes |
+//! | `http_429`, `http_503`, `http_5xx` | server busy or broken; `Retry-After` honoured | yes |
+//! | `http_4xx` | 404, 408 and 425 are retried; other 4xx mean the request is wrong | 404/408/425 |
+//! | `too_large` | body above `WATCHBRIDGE_HTTP_MAX_BYTES` (read no further) | yes |
+//! | `malformed_json`, `missing_field`, `bad_time`, `bad_next` | the response is not what the settings describe | yes |
+//! | `redirect_refused`, `next_refused` | a redirect or next page to a host not allowed | yes |
+//! | `request` | anything else the client reports | yes |
+//!
+//! Only hosts a watch may reach are ever contacted: the host its URL names (substituted
+//! values are percent-encoded, so an input cannot change it), plus
+//! `WATCHBRIDGE_HTTP_ALLOWED_HOSTS`. Redirects and next-page links elsewhere are refused.
+
+pub mod config;
+pub mod link;
+mod page;
+
+pub use config::{HttpArgs, HttpConfig};
+
+use crate::clock::Millis;
+use crate::poll::{PollError, PollResult, Poller};
+use crate::pollers::{RenderError, Resolve};
+use config::AllowedHost;
+use page::Page;
+use reqwest::header::{self, HeaderMap, HeaderValue};
+use reqwest::{Response, StatusCode};
+use serde_json::Value;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+use url::Url;
+
+/// Redirects followed for one request before giving up.
+const MAX_REDIRECTS: usize = 10;
+
+/// Polls JSON HTTP APIs. One client (connection pool) is shared by every watch.
+pub struct HttpPoller {
+    client: reqwest::Client,
+    config: Arc<HttpConfig>,
+}
+
+/// What one watch polls: its URL, fixed when the watch starts, and the validators of the
+/// pages it last read (for conditional requests).
+#[derive(Debug)]
+pub struct HttpTarget {
+    url: Url,
+    host: Arc<str>,
+    /// Written only after a whole poll succeeds, so a poll that failed half way never makes
+    /// a later one skip pages whose items were not emitted.
+    pages: Mutex<Vec<CachedPage>>,
+}
+
+impl HttpTarget {
+    pub fn url(&self) -> &Url {
+        &self.url
+    }
+}
+
+/// A page that carried `ETag` or `Last-Modified`, and where it pointed next.
+#[derive(Debug, Clone)]
+struct CachedPage {
+    url: Url,
+    etag: Option<HeaderValue>,
+    last_modified: Option<HeaderValue>,
+    next: Option<Url>,
+}
+
+impl HttpPoller {
+    pub fn new(config: HttpConfig) -> Result<Self, crate::pollers::ConfigError> {
+        let allowed = config.allowed_hosts.clone().unwrap_or_default();
+        let redirects = reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() > MAX_REDIRECTS {
+                return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+            }
+            // `previous()[0]` is the URL this request started from, already vetted.
+            let from = &attempt.previous()[0];
+            if may_reach(attempt.url(), from, &allowed) {
+                attempt.follow()
+            } else {
+                // Hand the 3xx back to `poll`, which reports where it pointed.
+                attempt.stop()
+            }
+        });
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("watchbridge/", env!("CARGO_PKG_VERSION")))
+            .timeout(config.timeout)
+            .connect_timeout(config.timeout.min(Duration::from_secs(10)))
+            .redirect(redirects)
+            .build()
+            .map_err(|e| {
+                crate::pollers::ConfigError::new(
+                    "WATCHBRIDGE_POLLER",
+                    format!("cannot build the HTTP client: {e}"),
+                )
+            })?;
+        Ok(Self {
+            client,
+            config: Arc::new(config),
+        })
+    }
+}
+
+/// `to` is on `from`'s host and port, or on an allowed host.
+fn may_reach(to: &Url, from: &Url, allowed: &[AllowedHost]) -> bool {
+    let same_host = to
+        .host_str()
+        .zip(from.host_str())
+        .is_some_and(|(a, b)| a.eq_ignore_ascii_case(b))
+        && to.port_or_known_default() == from.port_or_known_default();
+    same_host || allowed.iter().any(|h| h.matches(to))
+}
+
+impl Resolve for HttpPoller {
+    fn resolve(&self, value: &Value, key: &[u8]) -> Result<HttpTarget, RenderError> {
+        let text = self.config.url.render(value, key)?;
+        let url = Url::parse(&text)
+            .map_err(|e| RenderError::Unusable(format!("`{text}` is not a valid URL: {e}")))?;
+        let host = match (url.scheme(), url.host_str()) {
+            ("http" | "https", Some(host)) if !host.is_empty() => host.to_ascii_lowercase(),
+            _ => {
+                return Err(RenderError::Unusable(format!(
+                    "`{text}` is not an http(s) URL with a host"
+                )))
+            }
+        };
+        if let Some(allowed) = &self.config.allowed_hosts {
+            if !allowed.iter().any(|h| h.matches(&url)) {
+                return Err(RenderError::Unusable(format!(
+                    "`{text}` names a host that is not in WATCHBRIDGE_HTTP_ALLOWED_HOSTS"
+                )));
+            }
+        }
+        Ok(HttpTarget {
+            url,
+            host: host.into(),
+            pages: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+impl Poller for HttpPoller {
+    type Input = HttpTarget;
+
+    fn poll(
+        &self,
+        target: Arc<HttpTarget>,
+    ) -> impl Future<Output = Result<PollResult, PollError>> + Send + 'static {
+        let client = self.client.clone();
+        let config = self.config.clone();
+        async move { poll(&client, &config, &target).await }
+    }
+
+    fn rate_key(&self, target: &HttpTarget) -> Option<Arc<str>> {
+        Some(target.host.clone())
+    }
+}
+
+/// One poll: every page from the target's URL, as one result.
+async fn poll(
+    client: &reqwest::Client,
+    config: &HttpConfig,
+    target: &HttpTarget,
+) -> Result<PollResult, PollError> {
+    let first_seen = now_ms();
+    let cached = target.pages.lock().map(|p| p.clone()).unwrap_or_default();
+    let mut now_cached = Vec::new();
+    let mut result = PollResult::default();
+    let mut url = target.url.clone();
+    let mut visited = vec![url.clone()];
+    let mut truncated = false;
+    loop {
+        let previous = cached.iter().find(|c| c.url == url);
+        let response = send(client, config, &url, previous).await?;
+        let next = match response.status() {
+            StatusCode::NOT_MODIFIED if previous.is_some() => {
+                // Unchanged since the last poll: its items were all emitted then.
+                let previous = previous.expect("checked above");
+                now_cached.push(previous.clone());
+                result.complete = false;
+                previous.next.clone()
+            }
+            status if status.is_success() => {
+                let etag = response.headers().get(header::ETAG).cloned();
+                let last_modified = response.headers().get(header::LAST_MODIFIED).cloned();
+                let link = link::next_link(
+                    response
+                        .headers()
+                        .get_all(header::LINK)
+                        .iter()
+                        .filter_map(|v| v.to_str().ok()),
+                );
+                let page = if status == StatusCode::NO_CONTENT {
+                    Page::default()
+                } else {
+                    let body = read_body(response, config.max_bytes, &url).await?;
+                    Page::parse(&body, config, first_seen, &url)?
+                };
+                let next = match page.next {
+                    Some(next) => Some(next),
+                    None => link
+                        .map(|l| {
+                            url.join(&l).map_err(|e| {
+                                PollError::transient(
+                                    "bad_next",
+                                    format!("{url}: Link rel=\"next\" `{l}` is not a URL: {e}"),
+                                )
+                            })
+                        })
+                        .transpose()?,
+                };
+                result.outputs.extend(page.outputs);
+                result.watermark = match (result.watermark, page.watermark) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                result.complete = page.complete;
+                if etag.is_some() || last_modified.is_some() {
+                    now_cached.push(CachedPage {
+                        url: url.clone(),
+                        etag,
+                        last_modified,
+                        next: next.clone(),
+                    });
+                }
+                next
+            }
+            _ => return Err(status_error(response, &url).await),
+        };
+        let Some(next) = next else { break };
+        let allowed = config.allowed_hosts.as_deref().unwrap_or_default();
+        if !may_reach(&next, &target.url, allowed) {
+            return Err(PollError::transient(
+                "next_refused",
+                format!(
+                    "{url}: the next page `{next}` is on another host; allow it with WATCHBRIDGE_HTTP_ALLOWED_HOSTS"
+                ),
+            ));
+        }
+        if visited.contains(&next) {
+            tracing::debug!(%url, %next, "next page already read in this poll; stopping");
+            break;
+        }
+        if visited.len() >= config.max_pages as usize {
+            truncated = true;
+            break;
+        }
+        visited.push(next.clone());
+        url = next;
+    }
+    if truncated {
+        // Pages not read may hold anything: promise nothing about them.
+        tracing::warn!(url = %target.url, max_pages = config.max_pages, "more pages than WATCHBRIDGE_HTTP_MAX_PAGES; the rest wait for the next poll");
+        result.complete = false;
+        result.watermark = None;
+    }
+    if let Ok(mut pages) = target.pages.lock() {
+        *pages = now_cached;
+    }
+    Ok(result)
+}
+
+/// GET `url`, conditionally if it was read before with validators.
+async fn send(
+    client: &reqwest::Client,
+    config: &HttpConfig,
+    url: &Url,
+    previous: Option<&CachedPage>,
+) -> Result<Response, PollError> {
+    let mut request = client.get(url.clone()).headers(config.headers.clone());
+    if let Some(previous) = previous {
+        if let Some(etag) = &previous.etag {
+            request = request.header(header::IF_NONE_MATCH, etag);
+        }
+        if let Some(modified) = &previous.last_modified {
+            request = request.header(header::IF_MODIFIED_SINCE, modified);
+        }
+    }
+    request.send().await.map_err(|e| client_error(&e, url))
+}
+
+/// Read the whole body, failing as soon as it exceeds `max` bytes (announced or actual).
+async fn read_body(mut response: Response, max: u64, url: &Url) -> Result<Vec<u8>, PollError> {
+    let too_large = || {
+        PollError::transient(
+            "too_large",
+            format!("{url}: response body is larger than WATCHBRIDGE_HTTP_MAX_BYTES ({max} bytes)"),
+        )
+    };
+    if response.content_length().is_some_and(|n| n > max) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| client_error(&e, url))? {
+        if body.len() as u64 + chunk.len() as u64 > max {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// A response that is neither a success nor an expected `304`.
+async fn status_error(mut response: Response, url: &Url) -> PollError {
+    let status = response.status();
+    let retry_after = retry_after(response.headers());
+    if status.is_redirection() {
+        let to = response
+            .headers()
+            .get(header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .unwrap_or("(no Location)")
+            .to_string();
+        return PollError::transient(
+            "redirect_refused",
+            format!("{url} redirected to `{to}`, another host; allow it with WATCHBRIDGE_HTTP_ALLOWED_HOSTS"),
+        );
+    }
+    // The start of the body often says why (an expired token, a bad parameter).
+    let mut snippet = Vec::new();
+    while snippet.len() < 200 {
+        match response.chunk().await {
+            Ok(Some(chunk)) => snippet.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    snippet.truncate(200);
+    let snippet = String::from_utf8_lossy(&snippet);
+    let message = format!("{url}: HTTP {status}: {}", snippet.trim().escape_debug());
+    let error = match status.as_u16() {
+        429 => PollError::transient("http_429", message),
+        503 => PollError::transient("http_503", message),
+        404 | 408 | 425 => PollError::transient("http_4xx", message),
+        400..=499 => PollError::permanent("http_4xx", message),
+        500..=599 => PollError::transient("http_5xx", message),
+        _ => PollError::transient("request", message),
+    };
+    match retry_after {
+        Some(after) => error.with_retry_after(after),
+        None => error,
+    }
+}
+
+/// `Retry-After`: delay-seconds or an HTTP-date.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// A failure the client reports (no response, or the body broke off).
+fn client_error(e: &reqwest::Error, url: &Url) -> PollError {
+    let kind = if e.is_timeout() {
+        "timeout"
+    } else if e.is_connect() {
+        "connect"
+    } else {
+        "request"
+    };
+    let mut message = format!("{url}: {e}");
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    PollError::transient(kind, message)
+}
+
+fn now_ms() -> Millis {
+    crate::pollers::event_time::from_system_time(SystemTime::now())
+}

@@ -1,0 +1,178 @@
+//! One page of a response, read with the pointers the user configured: its items become
+//! outputs; the watermark, "complete" flag and next page come along.
+
+use super::HttpConfig;
+use crate::clock::Millis;
+use crate::poll::{Output, PollError};
+use crate::pollers::event_time;
+use serde_json::Value;
+use url::Url;
+
+#[derive(Debug, Default)]
+pub(super) struct Page {
+    pub outputs: Vec<Output>,
+    pub watermark: Option<Millis>,
+    pub complete: bool,
+    pub next: Option<Url>,
+}
+
+impl Page {
+    /// `first_seen` is the event time of items without a time field.
+    pub fn parse(
+        body: &[u8],
+        config: &HttpConfig,
+        first_seen: Millis,
+        url: &Url,
+    ) -> Result<Self, PollError> {
+        let doc: Value = serde_json::from_slice(body).map_err(|e| {
+            PollError::transient(
+                "malformed_json",
+                format!("{url}: response is not JSON: {e}"),
+            )
+        })?;
+        let missing =
+            |what: String| PollError::transient("missing_field", format!("{url}: {what}"));
+        let items = doc
+            .pointer(&config.items)
+            .and_then(Value::as_array)
+            .ok_or_else(|| {
+                missing(format!(
+                    "response has no array at WATCHBRIDGE_HTTP_ITEMS `{}`",
+                    config.items
+                ))
+            })?;
+        let mut outputs = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let key = match item.pointer(&config.item_key) {
+                Some(Value::String(s)) => s.as_bytes().to_vec(),
+                Some(Value::Null) | None => {
+                    return Err(missing(format!(
+                        "item {i} has no WATCHBRIDGE_HTTP_ITEM_KEY `{}`",
+                        config.item_key
+                    )))
+                }
+                Some(other) => other.to_string().into_bytes(),
+            };
+            let event_time = match &config.item_time {
+                None => first_seen,
+                Some(p) => {
+                    let t = item.pointer(p).ok_or_else(|| {
+                        missing(format!("item {i} has no WATCHBRIDGE_HTTP_ITEM_TIME `{p}`"))
+                    })?;
+                    event_time::from_json(t).map_err(|e| {
+                        PollError::transient(
+                            "bad_time",
+                            format!("{url}: item {i}, WATCHBRIDGE_HTTP_ITEM_TIME `{p}`: {e}"),
+                        )
+                    })?
+                }
+            };
+            outputs.push(Output::new(key, item.to_string().into_bytes(), event_time));
+        }
+        let watermark = match config.watermark.as_deref().and_then(|p| doc.pointer(p)) {
+            None | Some(Value::Null) => None,
+            Some(w) => Some(event_time::from_json(w).map_err(|e| {
+                PollError::transient(
+                    "bad_time",
+                    format!("{url}: WATCHBRIDGE_HTTP_WATERMARK: {e}"),
+                )
+            })?),
+        };
+        let complete = match config.complete.as_deref().and_then(|p| doc.pointer(p)) {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                return Err(PollError::transient(
+                    "missing_field",
+                    format!("{url}: WATCHBRIDGE_HTTP_COMPLETE is {other}, not true or false"),
+                ))
+            }
+        };
+        let next = match config.next.as_deref().and_then(|p| doc.pointer(p)) {
+            None => None,
+            Some(v) => next_page(v, url, &config.cursor_param)?,
+        };
+        Ok(Self {
+            outputs,
+            watermark,
+            complete,
+            next,
+        })
+    }
+}
+
+/// The value at `WATCHBRIDGE_HTTP_NEXT`: nothing (`null`, `""`, `false`), a URL (absolute, or
+/// relative to this page: it starts with `/`, `?`, `./` or `../`), or a cursor, which
+/// replaces the cursor parameter of this page's URL.
+fn next_page(value: &Value, url: &Url, cursor_param: &str) -> Result<Option<Url>, PollError> {
+    let cursor = match value {
+        Value::Null | Value::Bool(false) => return Ok(None),
+        Value::String(s) if s.is_empty() => return Ok(None),
+        Value::String(s) => {
+            let is_url = ["http://", "https://", "/", "?", "./", "../"]
+                .iter()
+                .any(|p| s.starts_with(p));
+            if is_url {
+                return url.join(s).map(Some).map_err(|e| {
+                    PollError::transient(
+                        "bad_next",
+                        format!("{url}: WATCHBRIDGE_HTTP_NEXT `{s}` is not a URL: {e}"),
+                    )
+                });
+            }
+            s.clone()
+        }
+        Value::Number(n) => n.to_string(),
+        other => {
+            return Err(PollError::transient(
+                "bad_next",
+                format!("{url}: WATCHBRIDGE_HTTP_NEXT is {other}, not a URL or cursor"),
+            ))
+        }
+    };
+    let mut next = url.clone();
+    let kept: Vec<(String, String)> = url
+        .query_pairs()
+        .filter(|(k, _)| k != cursor_param)
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    next.query_pairs_mut()
+        .clear()
+        .extend_pairs(kept)
+        .append_pair(cursor_param, &cursor);
+    Ok(Some(next))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn url() -> Url {
+        Url::parse("http://h/items?tenant=a&cursor=old").unwrap()
+    }
+
+    #[test]
+    fn next_is_a_url_or_a_cursor() {
+        let n = |v: Value| {
+            next_page(&v, &url(), "cursor")
+                .unwrap()
+                .map(|u| u.to_string())
+        };
+        assert_eq!(n(json!(null)), None);
+        assert_eq!(n(json!("")), None);
+        assert_eq!(n(json!(false)), None);
+        assert_eq!(n(json!("/items?page=2")).unwrap(), "http://h/items?page=2");
+        assert_eq!(n(json!("?page=2")).unwrap(), "http://h/items?page=2");
+        assert_eq!(n(json!("http://h/x")).unwrap(), "http://h/x");
+        assert_eq!(
+            n(json!("abc/+=")).unwrap(),
+            "http://h/items?tenant=a&cursor=abc%2F%2B%3D"
+        );
+        assert_eq!(n(json!(42)).unwrap(), "http://h/items?tenant=a&cursor=42");
+        assert_eq!(
+            next_page(&json!([1]), &url(), "cursor").unwrap_err().kind,
+            "bad_next"
+        );
+    }
+}

@@ -1,0 +1,541 @@
+//! The HTTP JSON poller against a real HTTP server on loopback.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use support::http_server::{Body, Reply, TestServer};
+use watchbridge::poll::{PollError, PollResult, Poller};
+use watchbridge::pollers::http::config::{HttpArgs, Redacted};
+use watchbridge::pollers::http::{HttpConfig, HttpPoller, HttpTarget};
+use watchbridge::pollers::{RenderError, Resolve};
+
+fn poller(config: HttpConfig) -> HttpPoller {
+    HttpPoller::new(config).unwrap()
+}
+
+fn target(p: &HttpPoller, input: Value) -> Arc<HttpTarget> {
+    Arc::new(p.resolve(&input, b"watch-1").unwrap())
+}
+
+async fn poll(p: &HttpPoller, t: &Arc<HttpTarget>) -> Result<PollResult, PollError> {
+    p.poll(t.clone()).await
+}
+
+fn keys(r: &PollResult) -> Vec<String> {
+    r.outputs
+        .iter()
+        .map(|o| String::from_utf8(o.key.to_vec()).unwrap())
+        .collect()
+}
+
+/// A feed that grows by one item per request: `{"data": [...], "done": <n == 3>}`.
+fn growing_feed() -> impl Fn(&support::http_server::Seen) -> Reply {
+    let calls = AtomicUsize::new(0);
+    move |_| {
+        let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let items: Vec<Value> = (1..=n.min(3))
+            .map(|i| json!({"id": format!("e{i}"), "at": format!("2026-11-30T1{i}:00:00+01:00"), "n": i}))
+            .collect();
+        Reply::json(json!({"data": items, "done": n >= 3, "wm": 1_700_000_000_000_i64 + n as i64}))
+    }
+}
+
+#[tokio::test]
+async fn reads_items_keys_times_watermark_and_completion_at_the_configured_pointers() {
+    let server = TestServer::start(growing_feed()).await;
+    let mut c = HttpConfig::new(&server.url("/users/{/id}/events")).unwrap();
+    c.items = "/data".into();
+    c.item_key = "/id".into();
+    c.item_time = Some("/at".into());
+    c.watermark = Some("/wm".into());
+    c.complete = Some("/done".into());
+    let p = poller(c);
+    let t = target(&p, json!({"id": 42}));
+
+    let first = poll(&p, &t).await.unwrap();
+    assert_eq!(keys(&first), ["e1"]);
+    assert_eq!(first.outputs[0].event_time, 1_796_032_800_000); // 11:00+01:00 is 10:00 UTC
+    let value: Value = serde_json::from_slice(&first.outputs[0].value).unwrap();
+    assert_eq!(value["n"], 1);
+    assert_eq!(first.watermark, Some(1_700_000_000_001));
+    assert!(!first.complete);
+
+    let second = poll(&p, &t).await.unwrap();
+    assert_eq!(
+        keys(&second),
+        ["e1", "e2"],
+        "every item; the engine drops the seen ones"
+    );
+    let third = poll(&p, &t).await.unwrap();
+    assert!(third.complete);
+    assert_eq!(server.requests()[0].target, "/users/42/events");
+}
+
+#[tokio::test]
+async fn defaults_the_response_is_the_array_the_item_its_key_and_first_seen_its_time() {
+    let server = TestServer::start(|_| Reply::json(json!([{"b": 2, "a": 1}, "plain", 7]))).await;
+    let p = poller(HttpConfig::new(&server.url("/feed")).unwrap());
+    let t = target(&p, json!({}));
+    let before = now_ms();
+    let r = poll(&p, &t).await.unwrap();
+    assert_eq!(keys(&r), [r#"{"a":1,"b":2}"#, "plain", "7"]);
+    for o in &r.outputs {
+        assert!(o.event_time >= before && o.event_time <= now_ms() + 1);
+    }
+    assert_eq!(r.watermark, None);
+    assert!(!r.complete);
+}
+
+#[tokio::test]
+async fn event_times_may_be_epoch_millis() {
+    let server =
+        TestServer::start(|_| Reply::json(json!([{"id": 1, "t": 1_700_000_000_123_i64}]))).await;
+    let mut c = HttpConfig::new(&server.url("/")).unwrap();
+    c.item_key = "/id".into();
+    c.item_time = Some("/t".into());
+    let r = poll(&poller(c.clone()), &target(&poller(c), json!({})))
+        .await
+        .unwrap();
+    assert_eq!(r.outputs[0].event_time, 1_700_000_000_123);
+    assert_eq!(keys(&r), ["1"]);
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Three pages of `{"items": [..], "next": ...}` where `next(page)` says what points onward.
+async fn paged(next: fn(&str, usize) -> Value, link: bool) -> (TestServer, HttpPoller) {
+    let server = TestServer::start(move |seen| {
+        let digits = seen.target.len() - seen.target.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let page: usize = seen.target[seen.target.len() - digits..].parse().unwrap();
+        let items = json!([{"id": format!("p{page}a")}, {"id": format!("p{page}b")}]);
+        let onward = if page < 3 { next(&seen.target, page + 1) } else { Value::Null };
+        let mut reply = Reply::json(json!({"items": items, "next": if link { Value::Null } else { onward.clone() }, "wm": 100 - page as i64}));
+        if link && page < 3 {
+            reply = reply.header(
+                "link",
+                format!(r#"</first>; rel="first", <{}>; rel="next""#, onward.as_str().unwrap()),
+            );
+        }
+        reply
+    })
+    .await;
+    let mut c = HttpConfig::new(&server.url("/items/1")).unwrap();
+    c.items = "/items".into();
+    c.item_key = "/id".into();
+    c.next = Some("/next".into());
+    c.watermark = Some("/wm".into());
+    (server, poller(c))
+}
+
+#[tokio::test]
+async fn pages_by_next_url_make_one_poll_result() {
+    let (server, p) = paged(|_, n| json!(format!("/items/{n}")), false).await;
+    let r = poll(&p, &target(&p, json!({}))).await.unwrap();
+    assert_eq!(keys(&r), ["p1a", "p1b", "p2a", "p2b", "p3a", "p3b"]);
+    assert_eq!(r.watermark, Some(97), "the lowest page watermark");
+    let targets: Vec<_> = server.requests().into_iter().map(|s| s.target).collect();
+    assert_eq!(targets, ["/items/1", "/items/2", "/items/3"]);
+}
+
+#[tokio::test]
+async fn pages_by_cursor_set_the_cursor_parameter() {
+    let (server, p) = paged(|_, n| json!(format!("c={n}")), false).await;
+    let r = poll(&p, &target(&p, json!({}))).await.unwrap();
+    assert_eq!(r.outputs.len(), 6);
+    let targets: Vec<_> = server.requests().into_iter().map(|s| s.target).collect();
+    assert_eq!(
+        targets,
+        ["/items/1", "/items/1?cursor=c%3D2", "/items/1?cursor=c%3D3"]
+    );
+}
+
+#[tokio::test]
+async fn pages_by_link_header() {
+    let (server, p) = paged(|_, n| json!(format!("/items/{n}")), true).await;
+    let r = poll(&p, &target(&p, json!({}))).await.unwrap();
+    assert_eq!(r.outputs.len(), 6);
+    assert_eq!(server.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn the_page_limit_returns_what_it_read_and_promises_nothing_more() {
+    let server = TestServer::start(|seen| {
+        let page: usize = seen.target.rsplit('/').next().unwrap().parse().unwrap();
+        Reply::json(
+            json!({"items": [page], "next": format!("/p/{}", page + 1), "done": true, "wm": 5}),
+        )
+    })
+    .await;
+    let mut c = HttpConfig::new(&server.url("/p/1")).unwrap();
+    c.items = "/items".into();
+    c.next = Some("/next".into());
+    c.complete = Some("/done".into());
+    c.watermark = Some("/wm".into());
+    c.max_pages = 4;
+    let p = poller(c);
+    let r = poll(&p, &target(&p, json!({}))).await.unwrap();
+    assert_eq!(keys(&r), ["1", "2", "3", "4"]);
+    assert!(!r.complete);
+    assert_eq!(r.watermark, None);
+    assert_eq!(server.requests().len(), 4);
+}
+
+#[tokio::test]
+async fn a_next_link_back_to_a_page_already_read_ends_the_poll() {
+    let server = TestServer::start(|_| Reply::json(json!({"items": [1], "next": "/same"}))).await;
+    let mut c = HttpConfig::new(&server.url("/same")).unwrap();
+    c.items = "/items".into();
+    c.next = Some("/next".into());
+    let p = poller(c);
+    assert_eq!(
+        poll(&p, &target(&p, json!({})))
+            .await
+            .unwrap()
+            .outputs
+            .len(),
+        1
+    );
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn etag_and_last_modified_make_unchanged_pages_304s_with_nothing_new() {
+    let server = TestServer::start(|seen| {
+        let validator = if seen.target == "/a" { "if-none-match" } else { "if-modified-since" };
+        if seen.headers.contains_key(validator) {
+            return Reply::status(304, "");
+        }
+        let reply = Reply::json(json!({"items": [seen.target.clone()], "next": if seen.target == "/a" { json!("/b") } else { Value::Null }}));
+        if seen.target == "/a" {
+            reply.header("etag", "\"v1\"")
+        } else {
+            reply.header("last-modified", "Sun, 29 Nov 2026 10:00:00 GMT")
+        }
+    })
+    .await;
+    let mut c = HttpConfig::new(&server.url("/a")).unwrap();
+    c.items = "/items".into();
+    c.next = Some("/next".into());
+    let p = poller(c);
+    let t = target(&p, json!({}));
+    assert_eq!(keys(&poll(&p, &t).await.unwrap()), ["/a", "/b"]);
+    let again = poll(&p, &t).await.unwrap();
+    assert!(again.outputs.is_empty(), "{again:?}");
+    let seen = server.requests();
+    assert_eq!(seen.len(), 4, "the 304 page's next link is remembered");
+    assert_eq!(seen[2].headers["if-none-match"], "\"v1\"");
+    assert_eq!(
+        seen[3].headers["if-modified-since"],
+        "Sun, 29 Nov 2026 10:00:00 GMT"
+    );
+}
+
+#[tokio::test]
+async fn a_poll_that_fails_half_way_remembers_no_validators() {
+    let calls = AtomicUsize::new(0);
+    let server = TestServer::start(move |seen| {
+        let n = calls.fetch_add(1, Ordering::SeqCst);
+        match seen.target.as_str() {
+            "/a" => Reply::json(json!({"items": ["a"], "next": "/b"})).header("etag", "\"v1\""),
+            _ if n == 1 => Reply::status(500, "boom"),
+            _ => Reply::json(json!({"items": ["b"]})),
+        }
+    })
+    .await;
+    let mut c = HttpConfig::new(&server.url("/a")).unwrap();
+    c.items = "/items".into();
+    c.next = Some("/next".into());
+    let p = poller(c);
+    let t = target(&p, json!({}));
+    assert_eq!(poll(&p, &t).await.unwrap_err().kind, "http_5xx");
+    assert_eq!(keys(&poll(&p, &t).await.unwrap()), ["a", "b"]);
+    assert!(!server.requests()[2].headers.contains_key("if-none-match"));
+}
+
+#[tokio::test]
+async fn configured_headers_are_sent_with_variables_expanded() {
+    let server = TestServer::start(|seen| {
+        if seen
+            .headers
+            .get("authorization")
+            .is_some_and(|v| v == "Bearer t0ken")
+        {
+            Reply::json(json!([1]))
+        } else {
+            Reply::status(401, "no token")
+        }
+    })
+    .await;
+    let args = HttpArgs {
+        url: Some(server.url("/")),
+        headers: Some(Redacted(
+            "Authorization: Bearer ${TEST_TOKEN}\nX-Tenant: a".into(),
+        )),
+        ..HttpArgs::defaults()
+    };
+    let env = |name: &str| (name == "TEST_TOKEN").then(|| "t0ken".to_string());
+    let c = args.config(Duration::from_secs(5), &env).unwrap();
+    assert!(!format!("{c:?}").contains("t0ken"));
+    let p = poller(c);
+    assert_eq!(
+        poll(&p, &target(&p, json!({})))
+            .await
+            .unwrap()
+            .outputs
+            .len(),
+        1
+    );
+    assert_eq!(server.requests()[0].headers["x-tenant"], "a");
+}
+
+async fn fault(reply: impl Fn() -> Reply + Send + Sync + 'static) -> PollError {
+    let server = TestServer::start(move |_| reply()).await;
+    let mut c = HttpConfig::new(&server.url("/x")).unwrap();
+    c.items = "/items".into();
+    c.item_key = "/id".into();
+    c.item_time = Some("/t".into());
+    c.timeout = Duration::from_millis(300);
+    c.max_bytes = 1000;
+    let p = poller(c);
+    poll(&p, &target(&p, json!({}))).await.unwrap_err()
+}
+
+#[tokio::test]
+async fn server_faults_are_poll_errors_with_their_kind() {
+    let e = fault(|| Reply::status(500, "internal trouble")).await;
+    assert_eq!((e.kind, e.permanent), ("http_5xx", false));
+    assert!(
+        e.message.contains("500") && e.message.contains("internal trouble"),
+        "{e}"
+    );
+
+    let e = fault(|| Reply::status(429, "slow down").header("retry-after", "7")).await;
+    assert_eq!(
+        (e.kind, e.retry_after),
+        ("http_429", Some(Duration::from_secs(7)))
+    );
+
+    let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(120));
+    let e = fault(move || Reply::status(503, "").header("retry-after", later.clone())).await;
+    assert_eq!(e.kind, "http_503");
+    let after = e.retry_after.unwrap();
+    assert!(
+        after > Duration::from_secs(100) && after <= Duration::from_secs(120),
+        "{after:?}"
+    );
+
+    let e = fault(|| Reply::status(404, "")).await;
+    assert_eq!(
+        (e.kind, e.permanent),
+        ("http_4xx", false),
+        "a resource may appear later"
+    );
+    let e = fault(|| Reply::status(403, "forbidden")).await;
+    assert_eq!((e.kind, e.permanent), ("http_4xx", true));
+}
+
+#[tokio::test]
+async fn a_slow_server_is_a_timeout() {
+    let e = fault(|| Reply::json(json!({"items": []})).delayed(Duration::from_secs(5))).await;
+    assert_eq!(e.kind, "timeout", "{e}");
+}
+
+#[tokio::test]
+async fn a_closed_port_is_a_connect_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let p = poller(HttpConfig::new(&format!("http://{addr}/x")).unwrap());
+    let e = poll(&p, &target(&p, json!({}))).await.unwrap_err();
+    assert_eq!(e.kind, "connect", "{e}");
+}
+
+#[tokio::test]
+async fn responses_that_do_not_match_the_settings_are_errors_naming_the_setting() {
+    let e = fault(|| Reply::status(200, "{not json")).await;
+    assert_eq!(e.kind, "malformed_json");
+    let e = fault(|| Reply::json(json!({"elements": []}))).await;
+    assert_eq!(e.kind, "missing_field");
+    assert!(e.message.contains("WATCHBRIDGE_HTTP_ITEMS `/items`"), "{e}");
+    let e = fault(|| Reply::json(json!({"items": [{"t": 1}]}))).await;
+    assert!(
+        e.message
+            .contains("item 0 has no WATCHBRIDGE_HTTP_ITEM_KEY `/id`"),
+        "{e}"
+    );
+    let e = fault(|| Reply::json(json!({"items": [{"id": 1, "t": "yesterday"}]}))).await;
+    assert_eq!(e.kind, "bad_time");
+    assert!(e.message.contains("`yesterday` is not an RFC 3339"), "{e}");
+}
+
+#[tokio::test]
+async fn a_body_above_the_limit_is_refused_without_reading_it_all() {
+    let e = fault(|| Reply::status(200, vec![b' '; 5000])).await;
+    assert_eq!(e.kind, "too_large");
+    // No Content-Length and no end: the poller must stop reading by itself, well before
+    // the timeout would.
+    let started = std::time::Instant::now();
+    let e = fault(|| Reply {
+        body: Body::Endless,
+        ..Reply::status(200, "")
+    })
+    .await;
+    assert_eq!(e.kind, "too_large", "{e}");
+    assert!(started.elapsed() < Duration::from_millis(300));
+}
+
+#[tokio::test]
+async fn redirects_stay_on_the_watched_host_unless_allowed() {
+    let other = TestServer::start(|_| Reply::json(json!(["elsewhere"]))).await;
+    let other_url = other.url("/landing");
+    let server = TestServer::start(move |seen| match seen.target.as_str() {
+        "/same" => Reply::status(302, "").header("location", "/moved"),
+        "/moved" => Reply::json(json!(["moved"])),
+        _ => Reply::status(302, "").header("location", other_url.clone()),
+    })
+    .await;
+    let p = poller(HttpConfig::new(&server.url("/{key}")).unwrap());
+    let same = Arc::new(p.resolve(&json!({}), b"same").unwrap());
+    assert_eq!(keys(&poll(&p, &same).await.unwrap()), ["moved"]);
+    let away = Arc::new(p.resolve(&json!({}), b"away").unwrap());
+    let e = poll(&p, &away).await.unwrap_err();
+    assert_eq!(e.kind, "redirect_refused");
+    assert!(e.message.contains(&other.url("/landing")), "{e}");
+    assert!(
+        other.requests().is_empty(),
+        "the other host was never contacted"
+    );
+
+    let mut c = HttpConfig::new(&server.url("/{key}")).unwrap();
+    c.allowed_hosts = Some(vec![
+        allowed(&server.addr.to_string()),
+        allowed(&other.addr.to_string()),
+    ]);
+    let p = poller(c);
+    let away = Arc::new(p.resolve(&json!({}), b"away").unwrap());
+    assert_eq!(keys(&poll(&p, &away).await.unwrap()), ["elsewhere"]);
+}
+
+fn allowed(host_port: &str) -> watchbridge::pollers::http::config::AllowedHost {
+    let (host, port) = host_port.rsplit_once(':').unwrap();
+    watchbridge::pollers::http::config::AllowedHost {
+        host: host.into(),
+        port: Some(port.parse().unwrap()),
+    }
+}
+
+#[tokio::test]
+async fn next_pages_on_another_host_are_refused() {
+    let other = TestServer::start(|_| Reply::json(json!({"items": ["x"]}))).await;
+    let next = other.url("/steal");
+    let server =
+        TestServer::start(move |_| Reply::json(json!({"items": ["a"], "next": next.clone()})))
+            .await;
+    let mut c = HttpConfig::new(&server.url("/a")).unwrap();
+    c.items = "/items".into();
+    c.next = Some("/next".into());
+    let p = poller(c);
+    let e = poll(&p, &target(&p, json!({}))).await.unwrap_err();
+    assert_eq!(e.kind, "next_refused", "{e}");
+    assert!(other.requests().is_empty());
+}
+
+#[tokio::test]
+async fn hostile_input_values_cannot_reach_another_host_or_path() {
+    let server = TestServer::start(|_| Reply::json(json!([]))).await;
+    let p = poller(HttpConfig::new(&server.url("/users/{/id}/events?tenant={key}")).unwrap());
+    let evil = [
+        "../../admin",
+        "x/../../y",
+        "a?b=c&d=e",
+        "#fragment",
+        "@evil.example:80",
+        "user:pw@10.0.0.1/",
+        "%2e%2e%2f",
+        "/",
+        "http://evil.example/",
+        "a b\tc\nd",
+        "\\..\\",
+    ];
+    for value in evil {
+        let input = json!({ "id": value });
+        let t = Arc::new(p.resolve(&input, value.as_bytes()).unwrap());
+        let url = t.url();
+        assert_eq!(url.host_str(), Some("127.0.0.1"), "{value:?}");
+        assert_eq!(url.port(), Some(server.addr.port()), "{value:?}");
+        assert_eq!(
+            url.path_segments().unwrap().count(),
+            3,
+            "{value:?} -> {url}"
+        );
+        assert!(url.path().starts_with("/users/") && url.path().ends_with("/events"));
+        assert_eq!(url.fragment(), None);
+        let pairs: Vec<_> = url.query_pairs().collect();
+        assert_eq!(pairs.len(), 1, "{value:?} -> {url}");
+        assert_eq!(
+            pairs[0].1, value,
+            "the key arrives intact as one query value"
+        );
+        poll(&p, &t).await.unwrap();
+        let asked = server.requests().last().unwrap().target.clone();
+        let segment = asked.split('/').nth(2).unwrap();
+        let decoded = percent_decode(segment);
+        assert_eq!(
+            decoded, value,
+            "the server sees the value as one segment: {asked}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn dot_segments_are_refused_because_urls_read_them_as_directory_steps() {
+    let p = poller(HttpConfig::new("http://127.0.0.1:1/users/{/id}/events").unwrap());
+    for value in [".", ".."] {
+        let e = p.resolve(&json!({ "id": value }), b"k").unwrap_err();
+        assert!(e.to_string().contains("directory steps"), "{e}");
+    }
+    assert!(p.resolve(&json!({"id": "..."}), b"k").is_ok());
+}
+
+fn percent_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .unwrap()
+        .into_owned()
+}
+
+#[tokio::test]
+async fn inputs_that_cannot_name_a_url_are_refused_with_the_reason() {
+    let p = poller(HttpConfig::new("http://127.0.0.1:1/users/{/id}").unwrap());
+    assert_eq!(
+        p.resolve(&json!({"name": "x"}), b"k").unwrap_err(),
+        RenderError::Missing("/id".into())
+    );
+    let mut c = HttpConfig::new("http://{/host}/x").unwrap();
+    c.allowed_hosts = Some(vec![allowed("api.example:80")]);
+    let p = poller(c);
+    assert!(p.resolve(&json!({"host": "api.example"}), b"k").is_ok());
+    let e = p
+        .resolve(&json!({"host": "internal.example"}), b"k")
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("not in WATCHBRIDGE_HTTP_ALLOWED_HOSTS"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn polls_are_rate_limited_per_host() {
+    let p = poller(HttpConfig::new("http://API.example:8080/{key}").unwrap());
+    let a = p.resolve(&json!({}), b"a").unwrap();
+    assert_eq!(p.rate_key(&a).as_deref(), Some("api.example"));
+}
