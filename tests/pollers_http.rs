@@ -539,3 +539,79 @@ async fn polls_are_rate_limited_per_host() {
     let a = p.resolve(&json!({}), b"a").unwrap();
     assert_eq!(p.rate_key(&a).as_deref(), Some("api.example"));
 }
+
+/// The poller inside the engine: a growing feed is emitted once per item, in order, and the
+/// watch ends when the response says the set is final.
+#[tokio::test]
+async fn in_the_engine_each_item_is_emitted_once_and_the_watch_ends_when_final() {
+    use tokio::sync::mpsc;
+    use watchbridge::clock::Clock;
+    use watchbridge::engine::{Command, Engine, EngineConfig, Event};
+    use watchbridge::limits::Limits;
+    use watchbridge::metrics::Metrics;
+    use watchbridge::reason::TerminatedReason;
+    use watchbridge::schedule::Schedule;
+    use watchbridge::termination::Termination;
+    use watchbridge::watch::WatchRules;
+
+    let server = TestServer::start(growing_feed()).await;
+    let mut c = HttpConfig::new(&server.url("/users/{/id}/events")).unwrap();
+    c.items = "/data".into();
+    c.item_key = "/id".into();
+    c.item_time = Some("/at".into());
+    c.complete = Some("/done".into());
+    let p = Arc::new(poller(c));
+    let input = Arc::new(p.resolve(&json!({"id": 7}), b"user-7").unwrap());
+    let rules = WatchRules {
+        termination: Termination::Never,
+        schedule: Schedule {
+            interval: Duration::from_millis(20),
+            jitter: 0.0,
+            ..Schedule::default()
+        },
+    };
+    let config = EngineConfig {
+        rules,
+        poll_timeout: Duration::from_secs(5),
+        seed: Some(1),
+    };
+    let engine = Engine::new(
+        p,
+        config,
+        Limits::new(16, None),
+        Clock::system(),
+        Arc::new(Metrics::new()),
+    );
+    let (commands, rx) = mpsc::channel(8);
+    let (tx, mut events) = mpsc::channel(64);
+    let task = tokio::spawn(engine.run(rx, tx));
+    commands
+        .send(Command::Watch {
+            key: "user-7".into(),
+            input,
+            input_time: 0,
+        })
+        .await
+        .unwrap();
+    let mut emitted = Vec::new();
+    let reason = loop {
+        match tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Event::Outputs { outputs, .. } => emitted.extend(
+                outputs
+                    .iter()
+                    .map(|o| String::from_utf8(o.key.to_vec()).unwrap()),
+            ),
+            Event::Terminated { reason, .. } => break reason,
+            _ => {}
+        }
+    };
+    assert_eq!(emitted, ["e1", "e2", "e3"]);
+    assert_eq!(reason, TerminatedReason::Final);
+    assert_eq!(server.requests().len(), 3);
+    drop(commands);
+    task.await.unwrap();
+}
