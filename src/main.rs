@@ -1,9 +1,12 @@
 //! The `watchbridge` command. The Kafka runtime (`run`) arrives with its own issue; today
-//! the binary checks termination expressions and demonstrates the engine.
+//! the binary checks termination expressions, polls one input with a built-in poller, and
+//! demonstrates the engine.
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use std::time::Duration;
+use watchbridge::pollers::builtin::PollerArgs;
+use watchbridge::pollers::once::{output_line, PollOnce};
 use watchbridge::schedule::{Backoff, Schedule};
 use watchbridge::termination::Termination;
 use watchbridge::watch::WatchRules;
@@ -40,6 +43,18 @@ enum Command {
         #[arg(long)]
         metrics: bool,
     },
+    /// Poll one input once with the configured poller and print each output as a JSON line:
+    /// a way to check WATCHBRIDGE_POLLER settings against the real resource.
+    PollOnce {
+        /// The input record's value, as JSON, e.g. `{"id": 42}`.
+        #[arg(long)]
+        input: String,
+        /// The input record's key (the watch key).
+        #[arg(long, default_value = "")]
+        key: String,
+        #[command(flatten)]
+        poller: PollerArgs,
+    },
     /// Check a termination expression: print its normal form, or point at the error.
     CheckTermination {
         /// e.g. `any(total(5m), stable(1m))`
@@ -56,6 +71,44 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
+        Command::PollOnce { input, key, poller } => {
+            let value = match serde_json::from_str(&input) {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("error: --input is not JSON: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let once = PollOnce {
+                value,
+                key: key.into_bytes(),
+            };
+            match poller.build(once) {
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+                Ok(Err(e)) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+                Ok(Ok(result)) => {
+                    for output in &result.outputs {
+                        println!("{}", output_line(output));
+                    }
+                    eprintln!(
+                        "{} outputs, watermark {}, complete {}",
+                        result.outputs.len(),
+                        result
+                            .watermark
+                            .map(watchbridge::pollers::event_time::format_rfc3339)
+                            .unwrap_or_else(|| "none".into()),
+                        result.complete
+                    );
+                    ExitCode::SUCCESS
+                }
+            }
+        }
         Command::CheckTermination { expression } => match expression.parse::<Termination>() {
             Ok(t) => {
                 println!("{t}");

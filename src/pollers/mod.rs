@@ -10,8 +10,10 @@
 //! becomes a watch. Each is configured by environment variables, parsed here into typed
 //! configs whose errors name the variable.
 
+pub mod builtin;
 pub mod event_time;
 pub mod http;
+pub mod once;
 pub mod template;
 
 use crate::poll::Poller;
