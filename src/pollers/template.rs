@@ -136,7 +136,7 @@ impl Template {
     /// A value that is exactly `.` or `..` is refused: URL parsers read such a path segment
     /// as a directory step (and `%2e%2e` too, so encoding cannot help).
     pub fn render(&self, input: &Value, key: &[u8]) -> Result<String, RenderError> {
-        self.render_with(input, key, |placeholder, value, out| {
+        self.render_with(input, key, push_literal, |placeholder, value, out| {
             if value == "." || value == ".." {
                 return Err(RenderError::NotOneSegment {
                     placeholder: placeholder.to_string(),
@@ -153,7 +153,7 @@ impl Template {
     /// (it could name another directory); glob metacharacters in it are escaped so they
     /// match only themselves.
     pub fn render_glob(&self, input: &Value, key: &[u8]) -> Result<String, RenderError> {
-        self.render_with(input, key, |placeholder, value, out| {
+        self.render_with(input, key, push_literal, |placeholder, value, out| {
             let unsafe_because = if value.is_empty() {
                 Some("it is empty")
             } else if value == "." {
@@ -178,18 +178,69 @@ impl Template {
         })
     }
 
-    /// Walk the parts, handing each substituted value to `encode` (which appends it to the
-    /// output or refuses it). `placeholder` is `key` or the pointer, for error messages.
+    /// Fill a glob pattern template ([`render_glob`](Self::render_glob)) and also return the
+    /// directory it watches: the longest prefix of the pattern made of whole path segments
+    /// without a glob metacharacter, with substituted values as they are (not escaped), e.g.
+    /// `/data/a*` for `/data/{/tenant}/*.csv` and tenant `a*`. Only the template's own text
+    /// can hold metacharacters (`*`, `?`, `[`); a pattern without any watches the directory
+    /// of its last segment. Empty for a relative pattern whose first segment is not literal.
+    pub(crate) fn render_glob_dir(
+        &self,
+        input: &Value,
+        key: &[u8],
+    ) -> Result<(String, String), RenderError> {
+        let pattern = self.render_glob(input, key)?;
+        // The same walk with values raw (render_glob has accepted them: no `/`, no NUL) and
+        // the template's metacharacters marked by NUL, which nothing else here contains.
+        let marked = self.render_with(
+            input,
+            key,
+            |s, out| {
+                out.extend(s.chars().map(|c| match c {
+                    '*' | '?' | '[' => '\0',
+                    c => c,
+                }))
+            },
+            |_, value, out| {
+                out.push_str(value);
+                Ok(())
+            },
+        )?;
+        let literal = &marked[..marked.find('\0').unwrap_or(marked.len())];
+        let dir = match literal.rfind('/') {
+            Some(0) => "/",
+            Some(i) => &literal[..i],
+            None => "",
+        };
+        Ok((pattern, dir.to_string()))
+    }
+
+    /// The template with every placeholder replaced by `fill` (to check, when the template
+    /// is configured, that its own text is a valid pattern).
+    pub(crate) fn with_placeholders_as(&self, fill: &str) -> String {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                Part::Literal(s) => s.as_str(),
+                Part::Pointer(_) | Part::Key => fill,
+            })
+            .collect()
+    }
+
+    /// Walk the parts, handing the template's own text to `literal` and each substituted
+    /// value to `encode` (which appends it to the output or refuses it). `placeholder` is
+    /// `key` or the pointer, for error messages.
     fn render_with(
         &self,
         input: &Value,
         key: &[u8],
+        literal: impl Fn(&str, &mut String),
         encode: impl Fn(&str, &str, &mut String) -> Result<(), RenderError>,
     ) -> Result<String, RenderError> {
         let mut out = String::with_capacity(self.text.len() + 16);
         for part in &self.parts {
             match part {
-                Part::Literal(s) => out.push_str(s),
+                Part::Literal(s) => literal(s, &mut out),
                 Part::Key => {
                     let key = std::str::from_utf8(key).map_err(|_| RenderError::KeyNotUtf8)?;
                     encode("key", key, &mut out)?;
@@ -226,6 +277,10 @@ impl Template {
         }
         Ok(out)
     }
+}
+
+fn push_literal(s: &str, out: &mut String) {
+    out.push_str(s);
 }
 
 impl fmt::Display for Template {
@@ -355,5 +410,43 @@ mod tests {
             .render_glob(&json!({}), b"a/b")
             .unwrap_err();
         assert!(e.to_string().starts_with("value for `{key}`"), "{e}");
+    }
+
+    #[test]
+    fn glob_dir_is_the_literal_prefix_with_values_unescaped() {
+        let dir = |tpl: &str, input: Value| {
+            let (pattern, dir) = t(tpl).render_glob_dir(&input, b"k").unwrap();
+            assert_eq!(pattern, t(tpl).render_glob(&input, b"k").unwrap());
+            dir
+        };
+        let acme = json!({"tenant": "acme"});
+        assert_eq!(dir("/data/{/tenant}/*.csv", acme.clone()), "/data/acme");
+        assert_eq!(dir("/data/{/tenant}/x.csv", acme.clone()), "/data/acme");
+        assert_eq!(dir("/data/{/tenant}/**/*.csv", acme.clone()), "/data/acme");
+        assert_eq!(dir("/data/*/{/tenant}/x", acme.clone()), "/data");
+        assert_eq!(dir("/data/{/tenant}-*/x", acme.clone()), "/data");
+        assert_eq!(dir("/data/[ab]/x", acme.clone()), "/data");
+        assert_eq!(dir("/*.csv", acme.clone()), "/");
+        assert_eq!(dir("/out/{key}/part-?", acme), "/out/k");
+        // A value's metacharacters are literal: they are part of the directory, unescaped.
+        for tenant in ["a*", "a?", "*", "[x]"] {
+            let input = json!({ "tenant": tenant });
+            assert_eq!(
+                dir("/data/{/tenant}/*.csv", input),
+                format!("/data/{tenant}")
+            );
+        }
+        // Values are checked as render_glob checks them.
+        assert!(t("/data/{/tenant}/*")
+            .render_glob_dir(&json!({"tenant": "../x"}), b"k")
+            .is_err());
+    }
+
+    #[test]
+    fn placeholders_can_be_filled_with_a_sample() {
+        assert_eq!(
+            t("/data/{/tenant}/{key}-*.csv").with_placeholders_as("x"),
+            "/data/x/x-*.csv"
+        );
     }
 }
