@@ -1,19 +1,31 @@
 //! Built-in pollers: what users point watchbridge at without writing code.
 //!
-//! - [`http`]: a JSON HTTP API, one URL per input (`WATCHBRIDGE_POLLER=http`, the default).
-//! - [`glob`]: the files matching a path pattern (`WATCHBRIDGE_POLLER=glob`).
-//! - [`sharded`]: the shards `PREFIX-SSSSS-of-NNNNN` of one output (`WATCHBRIDGE_POLLER=sharded`).
+//! - [`http`]: a JSON HTTP API, one URL per input (`WATCHBRIDGE_POLLER=http`, the default);
+//!   `docs/pollers/http.md`.
+//! - [`glob`]: the files matching a path pattern (`WATCHBRIDGE_POLLER=glob`);
+//!   `docs/pollers/glob.md`.
+//! - [`sharded`]: the shards `PREFIX-SSSSS-of-NNNNN` of one output
+//!   (`WATCHBRIDGE_POLLER=sharded`); `docs/pollers/sharded.md`.
 //!
 //! Each derives what it watches from the input record once, when the watch starts
 //! ([`Resolve`]); an input that cannot name a resource (a missing field, a value that would
 //! escape its directory) is refused there, with a reason for the dead-letter topic, and never
 //! becomes a watch. Each is configured by environment variables, parsed here into typed
 //! configs whose errors name the variable.
+//!
+//! The file pollers fill their path pattern with
+//! [`Template::render_glob`](template::Template::render_glob): a substituted value is one
+//! literal path segment (never `/`, `..`, `.` or empty; its glob metacharacters match only
+//! themselves), so an input can only name a directory or file inside the pattern's shape.
+//! They list the filesystem on tokio's blocking pool.
 
 pub mod builtin;
 pub mod event_time;
+mod files;
+pub mod glob;
 pub mod http;
 pub mod once;
+pub mod sharded;
 pub mod template;
 
 use crate::poll::Poller;
