@@ -53,7 +53,7 @@ enum Command {
         #[arg(long, default_value = "")]
         key: String,
         #[command(flatten)]
-        poller: PollerArgs,
+        poller: Box<PollerArgs>,
     },
     /// Check a termination expression: print its normal form, or point at the error.
     CheckTermination {

@@ -1,12 +1,25 @@
 //! The `watchbridge` binary as a user runs it.
 
+mod support;
+
 use std::process::Command;
+use support::http_server::{Reply, TestServer};
 
 fn watchbridge(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_watchbridge"))
+    watchbridge_with_env(args, &[])
+}
+
+/// Run the binary with only the given `WATCHBRIDGE_*` variables set.
+fn watchbridge_with_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("WATCHBRIDGE_") {
+            command.env_remove(name);
+        }
+    }
+    let out = command
         .args(args)
-        .env_remove("WATCHBRIDGE_TERMINATION")
-        .env_remove("WATCHBRIDGE_POLL_INTERVAL")
+        .envs(env.iter().copied())
         .output()
         .expect("run watchbridge");
     (
@@ -69,4 +82,111 @@ fn demo_rejects_a_bad_termination_naming_the_variable() {
     let (code, _, err) = watchbridge(&["demo", "--termination", "polls(0)"]);
     assert_eq!(code, 2);
     assert!(err.contains("WATCHBRIDGE_TERMINATION"), "{err}");
+}
+
+#[test]
+fn poll_once_lists_a_tenants_files_and_refuses_a_path_escape() {
+    let tmp = tempfile::tempdir().unwrap();
+    for tenant in ["acme", "other"] {
+        std::fs::create_dir(tmp.path().join(tenant)).unwrap();
+        std::fs::write(tmp.path().join(tenant).join("a.csv"), "x").unwrap();
+    }
+    let pattern = format!("{}/{{/tenant}}/*.csv", tmp.path().display());
+    let env = [
+        ("WATCHBRIDGE_POLLER", "glob"),
+        ("WATCHBRIDGE_GLOB", pattern.as_str()),
+    ];
+    let (code, out, err) =
+        watchbridge_with_env(&["poll-once", "--input", r#"{"tenant":"acme"}"#], &env);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    let path = tmp.path().join("acme/a.csv").display().to_string();
+    assert_eq!(lines[0]["key"], path.as_str());
+    assert_eq!(lines[0]["value"]["size"], 1);
+    assert!(
+        err.contains("1 outputs, watermark none, complete false"),
+        "{err}"
+    );
+
+    let (code, out, err) =
+        watchbridge_with_env(&["poll-once", "--input", r#"{"tenant":"../other"}"#], &env);
+    assert_eq!(code, 1);
+    assert!(out.is_empty());
+    assert!(
+        err.contains("input refused") && err.contains("`{/tenant}`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn poll_once_names_a_missing_or_bad_setting() {
+    let (code, _, err) = watchbridge_with_env(
+        &["poll-once", "--input", "{}"],
+        &[("WATCHBRIDGE_POLLER", "glob")],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("WATCHBRIDGE_GLOB: is required"), "{err}");
+    let (code, _, err) = watchbridge_with_env(
+        &["poll-once", "--input", "{}"],
+        &[
+            ("WATCHBRIDGE_HTTP_URL", "http://h/"),
+            ("WATCHBRIDGE_HTTP_ITEMS", "data"),
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("WATCHBRIDGE_HTTP_ITEMS"), "{err}");
+    let (code, _, err) = watchbridge_with_env(&["poll-once", "--input", "{oops"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--input is not JSON"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn poll_once_reads_an_http_api_with_a_secret_header_it_never_prints() {
+    let server = TestServer::start(|seen| {
+        if seen
+            .headers
+            .get("authorization")
+            .is_some_and(|v| v == "Bearer hunter2")
+        {
+            Reply::json(
+                serde_json::json!({"data": [{"id": "ev-1", "at": "2026-11-30T09:00:00+01:00"}]}),
+            )
+        } else {
+            Reply::status(401, "bad token")
+        }
+    })
+    .await;
+    let url = server.url("/users/{/id}/events");
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        watchbridge_with_env(
+            &["poll-once", "--input", r#"{"id": 42}"#, "--key", "user-42"],
+            &[
+                ("WATCHBRIDGE_HTTP_URL", url.as_str()),
+                ("WATCHBRIDGE_HTTP_ITEMS", "/data"),
+                ("WATCHBRIDGE_HTTP_ITEM_KEY", "/id"),
+                ("WATCHBRIDGE_HTTP_ITEM_TIME", "/at"),
+                (
+                    "WATCHBRIDGE_HTTP_HEADERS",
+                    "Authorization: Bearer ${WB_TEST_TOKEN}",
+                ),
+                ("WB_TEST_TOKEN", "hunter2"),
+                ("WATCHBRIDGE_LOG", "trace"),
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let line: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(line["key"], "ev-1");
+    assert_eq!(line["event_time"], "2026-11-30T08:00:00Z");
+    assert_eq!(server.requests()[0].target, "/users/42/events");
+    assert!(
+        !err.contains("hunter2") && !out.contains("hunter2"),
+        "{err}"
+    );
 }

@@ -1,1 +1,4 @@
+//! Fixtures shared by the integration tests; each test binary uses a part of them.
+
+#[allow(dead_code)]
 pub mod http_server;

@@ -364,14 +364,17 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 /// A failure the client reports (no response, or the body broke off).
 fn client_error(e: &reqwest::Error, url: &Url) -> PollError {
-    let kind = if e.is_timeout() {
-        "timeout"
+    // reqwest's own text repeats the URL; say what happened, then why (its sources).
+    let (kind, what) = if e.is_timeout() {
+        ("timeout", "timed out")
     } else if e.is_connect() {
-        "connect"
+        ("connect", "cannot connect")
+    } else if e.is_body() {
+        ("request", "reading the body failed")
     } else {
-        "request"
+        ("request", "request failed")
     };
-    let mut message = format!("{url}: {e}");
+    let mut message = format!("{url}: {what}");
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         message.push_str(": ");
