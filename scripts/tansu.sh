@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The test broker: Tansu, a Kafka-protocol broker (crates.io `tansu`), pinned.
+#
+#   scripts/tansu.sh install   build it once into a cache outside the clone (~10 min), else reuse
+#   scripts/tansu.sh path      print the binary's path (installing it if missing)
+#   scripts/tansu.sh start DIR start one on a free loopback port, storage in DIR; prints
+#                              `127.0.0.1:PORT` once it answers; its pid is in DIR/tansu.pid
+#   scripts/tansu.sh stop DIR  stop the one started in DIR
+#
+# The cache is $WATCHBRIDGE_CACHE (default ~/.cache/watchbridge); set TANSU_BIN to use a
+# binary of your own.
+set -euo pipefail
+
+TANSU_VERSION=0.6.0
+CACHE="${WATCHBRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/watchbridge}"
+ROOT="$CACHE/tansu-$TANSU_VERSION"
+BIN="${TANSU_BIN:-$ROOT/bin/tansu}"
+
+install() {
+    if [ -x "$BIN" ]; then
+        return
+    fi
+    echo "installing tansu $TANSU_VERSION into $ROOT (once; about 10 minutes)" >&2
+    mkdir -p "$CACHE"
+    # Build in a temp target dir, then move into place, so an interrupted build never leaves
+    # a half-installed binary that later runs would trust.
+    local tmp
+    tmp="$(mktemp -d "$CACHE/tansu-build.XXXXXX")"
+    cargo install tansu --version "$TANSU_VERSION" --locked --features libsql \
+        --root "$tmp/root" --target-dir "$tmp/target" >&2
+    mkdir -p "$ROOT/bin"
+    mv "$tmp/root/bin/tansu" "$ROOT/bin/tansu.partial"
+    mv "$ROOT/bin/tansu.partial" "$ROOT/bin/tansu"
+    rm -rf "$tmp"
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+start() {
+    local dir="$1"
+    install
+    mkdir -p "$dir"
+    local port
+    port="$(free_port)"
+    (cd "$dir" && exec "$BIN" broker \
+        --listener-url "tcp://127.0.0.1:$port" \
+        --advertised-listener-url "tcp://127.0.0.1:$port" \
+        --storage-engine "sqlite://tansu.db" >"$dir/tansu.log" 2>&1) &
+    echo $! >"$dir/tansu.pid"
+    for _ in $(seq 1 100); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "127.0.0.1:$port"
+            return
+        fi
+        if ! kill -0 "$(cat "$dir/tansu.pid")" 2>/dev/null; then
+            echo "tansu exited; its log:" >&2
+            cat "$dir/tansu.log" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
+    echo "tansu did not listen on 127.0.0.1:$port within 10 s; log in $dir/tansu.log" >&2
+    exit 1
+}
+
+stop() {
+    local dir="$1"
+    if [ -f "$dir/tansu.pid" ]; then
+        kill "$(cat "$dir/tansu.pid")" 2>/dev/null || true
+        rm -f "$dir/tansu.pid"
+    fi
+}
+
+case "${1:-}" in
+    install) install ;;
+    path) install; echo "$BIN" ;;
+    start) start "${2:?usage: $0 start DIR}" ;;
+    stop) stop "${2:?usage: $0 stop DIR}" ;;
+    *) echo "usage: $0 install|path|start DIR|stop DIR" >&2; exit 2 ;;
+esac
