@@ -137,3 +137,109 @@ impl PollStarted {
         m.poll_lateness.observe(self.lateness.as_secs_f64());
     }
 }
+
+pub struct InputConsumed;
+
+impl InputConsumed {
+    pub fn emit(&self, m: &Metrics) {
+        m.inputs_consumed.inc();
+    }
+}
+
+/// An input that cannot become a watch; it goes to the dead-letter topic.
+pub struct InputDeadLettered<'a> {
+    pub partition: i32,
+    pub offset: i64,
+    /// `not_json`, `no_key` or `unresolvable`.
+    pub reason: &'static str,
+    pub error: &'a str,
+}
+
+impl InputDeadLettered<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::warn!(
+            partition = self.partition,
+            offset = self.offset,
+            reason = self.reason,
+            error = self.error,
+            "input sent to the dead-letter topic"
+        );
+        m.inputs_dead_lettered
+            .with_label_values(&[self.reason])
+            .inc();
+    }
+}
+
+pub struct OutputProduced;
+
+impl OutputProduced {
+    pub fn emit(&self, m: &Metrics) {
+        m.outputs_produced.inc();
+    }
+}
+
+/// The broker did not take a record; it is retried, then dead-lettered.
+pub struct ProduceFailed<'a> {
+    pub topic: &'a str,
+    pub error: &'a str,
+    pub attempt: u32,
+    pub giving_up: bool,
+}
+
+impl ProduceFailed<'_> {
+    pub fn emit(&self, m: &Metrics, label: &str) {
+        if self.giving_up {
+            tracing::error!(
+                topic = self.topic,
+                error = self.error,
+                attempts = self.attempt,
+                "record not delivered; sending it to the dead-letter topic"
+            );
+        } else {
+            tracing::warn!(
+                topic = self.topic,
+                error = self.error,
+                attempt = self.attempt,
+                "record not delivered; retrying"
+            );
+        }
+        m.produce_failures.with_label_values(&[label]).inc();
+    }
+}
+
+pub struct PartitionAssigned<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+}
+
+impl PartitionAssigned<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::info!(
+            topic = self.topic,
+            partition = self.partition,
+            "partition assigned; watching its inputs"
+        );
+        m.partitions_assigned.inc();
+    }
+}
+
+pub struct PartitionRevoked<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    /// The offset committed for it (the next input to read), if any.
+    pub committed: Option<i64>,
+    pub watches_stopped: usize,
+}
+
+impl PartitionRevoked<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::info!(
+            topic = self.topic,
+            partition = self.partition,
+            committed = ?self.committed,
+            watches_stopped = self.watches_stopped,
+            "partition released; its watches stopped"
+        );
+        m.partitions_assigned.dec();
+    }
+}

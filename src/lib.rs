@@ -1,10 +1,13 @@
 //! watchbridge: for every record of an input topic, watch an external resource and emit each
 //! output not seen before, stamped with its event time. See `docs/architecture.md`.
 
+pub mod bridge;
 pub mod clock;
+pub mod config;
 pub mod demo;
 pub mod engine;
 pub mod internal_events;
+pub mod kafka;
 pub mod limits;
 pub mod metrics;
 pub mod poll;

@@ -1,10 +1,11 @@
-//! The `watchbridge` command. The Kafka runtime (`run`) arrives with its own issue; today
-//! the binary checks termination expressions, polls one input with a built-in poller, and
-//! demonstrates the engine.
+//! The `watchbridge` command: `run` (the default) is the bridge; the other subcommands help
+//! set it up and try it out.
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use std::time::Duration;
+use watchbridge::bridge::RunFromCli;
+use watchbridge::config::RunArgs;
 use watchbridge::pollers::builtin::PollerArgs;
 use watchbridge::pollers::once::{output_line, PollOnce};
 use watchbridge::schedule::{Backoff, Schedule};
@@ -16,7 +17,6 @@ use watchbridge::watch::WatchRules;
     version,
     about = "For every record of an input topic, watch an external resource and emit each new output with its event time"
 )]
-#[command(arg_required_else_help = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,6 +24,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the bridge (the default): watch every input record, produce every new output.
+    /// Configured by environment variables, each also a flag.
+    Run(Box<RunArgs>),
+    /// Run an embedded, in-memory Kafka broker and print its bootstrap address (for trying
+    /// watchbridge and kcat locally; it keeps nothing).
+    Broker {
+        /// Topics to create, as NAME or NAME:PARTITIONS.
+        #[arg(long = "topic")]
+        topics: Vec<String>,
+    },
     /// Run the watch engine on simulated, growing feeds and print what it emits.
     Demo {
         /// How many inputs (simulated users) to watch.
@@ -69,8 +79,30 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    match Cli::parse().command {
+    match Cli::parse_from(with_default_subcommand(std::env::args_os())).command {
+        Command::Run(args) => {
+            let config = match args.check(std::env::vars()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match args.poller.build(RunFromCli { config }) {
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+                Ok(Err(e)) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+                Ok(Ok(())) => ExitCode::SUCCESS,
+            }
+        }
+        Command::Broker { topics } => broker(&topics),
         Command::PollOnce { input, key, poller } => {
             let value = match serde_json::from_str(&input) {
                 Ok(v) => v,
@@ -176,4 +208,68 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// `watchbridge` alone, or with only flags, means `watchbridge run`.
+fn with_default_subcommand(
+    args: impl Iterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<_> = args.collect();
+    let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
+    let is_top_level_flag = matches!(first, "-h" | "--help" | "-V" | "--version" | "help");
+    if args.len() == 1 || (first.starts_with('-') && !is_top_level_flag) {
+        args.insert(1, "run".into());
+    }
+    args
+}
+
+/// `watchbridge broker`: the embedded broker on its own, until Ctrl-C.
+fn broker(topics: &[String]) -> ExitCode {
+    let broker = match watchbridge::kafka::embedded::EmbeddedBroker::start() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for topic in topics {
+        let (name, partitions) = match topic.split_once(':') {
+            Some((n, p)) => match p.parse::<i32>() {
+                Ok(p) if p > 0 => (n, p),
+                _ => {
+                    eprintln!(
+                        "error: --topic {topic}: the partition count must be a positive number"
+                    );
+                    return ExitCode::from(2);
+                }
+            },
+            None => (topic.as_str(), 4),
+        };
+        if let Err(e) = broker.create_topic(name, partitions) {
+            eprintln!("error: --topic {topic}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    println!("{}", broker.bootstrap());
+    eprintln!(
+        "embedded broker (in memory; it keeps nothing) listening on {}; Ctrl-C stops it.\n\
+         try: WATCHBRIDGE_BROKERS={} watchbridge run …   or   kcat -b {} -L",
+        broker.bootstrap(),
+        broker.bootstrap(),
+        broker.bootstrap()
+    );
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let _ = tokio::signal::ctrl_c().await;
+    });
+    ExitCode::SUCCESS
 }

@@ -21,6 +21,11 @@ pub struct Metrics {
     pub poll_lateness: Histogram,
     pub outputs_emitted: IntCounter,
     pub duplicates_suppressed: IntCounter,
+    pub inputs_consumed: IntCounter,
+    pub inputs_dead_lettered: IntCounterVec,
+    pub outputs_produced: IntCounter,
+    pub produce_failures: IntCounterVec,
+    pub partitions_assigned: IntGauge,
 }
 
 fn must<T>(what: &str, r: prometheus::Result<T>) -> T {
@@ -92,6 +97,32 @@ impl Metrics {
             "watchbridge_duplicates_suppressed_total",
             "Outputs a poll returned that the watch had already emitted"
         ));
+        let inputs_consumed = reg!(IntCounter::new(
+            "watchbridge_inputs_consumed_total",
+            "Input records read from the input topic"
+        ));
+        let inputs_dead_lettered = reg!(IntCounterVec::new(
+            Opts::new(
+                "watchbridge_inputs_dead_lettered_total",
+                "Input records sent to the dead-letter topic, by reason (not_json, no_key, unresolvable)"
+            ),
+            &["reason"]
+        ));
+        let outputs_produced = reg!(IntCounter::new(
+            "watchbridge_outputs_produced_total",
+            "Output records acknowledged by the broker"
+        ));
+        let produce_failures = reg!(IntCounterVec::new(
+            Opts::new(
+                "watchbridge_produce_failures_total",
+                "Records the broker did not take (each is retried, then dead-lettered), by error"
+            ),
+            &["error"]
+        ));
+        let partitions_assigned = reg!(IntGauge::new(
+            "watchbridge_partitions_assigned",
+            "Input partitions this instance owns"
+        ));
         Self {
             registry,
             watches_active,
@@ -105,6 +136,11 @@ impl Metrics {
             poll_lateness,
             outputs_emitted,
             duplicates_suppressed,
+            inputs_consumed,
+            inputs_dead_lettered,
+            outputs_produced,
+            produce_failures,
+            partitions_assigned,
         }
     }
 

@@ -26,10 +26,10 @@ pub enum PollerKind {
 #[derive(clap::Args, Debug, Clone)]
 pub struct PollerArgs {
     /// Which built-in poller watches the outside world.
-    #[arg(long, env = "WATCHBRIDGE_POLLER", value_enum, default_value_t = PollerKind::Http)]
+    #[arg(long, env = "WATCHBRIDGE_POLLER", value_name = "WATCHBRIDGE_POLLER", value_enum, default_value_t = PollerKind::Http)]
     pub poller: PollerKind,
     /// Deadline of one poll, all its requests included (humantime: 500ms, 30s).
-    #[arg(long, env = "WATCHBRIDGE_POLL_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WATCHBRIDGE_POLL_TIMEOUT", value_name = "WATCHBRIDGE_POLL_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub poll_timeout: Duration,
     #[command(flatten)]
     pub http: HttpArgs,

@@ -23,14 +23,14 @@ pub struct GlobArgs {
     /// Path pattern of the files to watch, an absolute glob with `{/json/pointer}` and `{key}`
     /// placeholders filled from the input record, e.g. `/data/{/tenant}/*.csv`. Each
     /// substituted value must be one path segment and matches only itself.
-    #[arg(long, env = "WATCHBRIDGE_GLOB")]
+    #[arg(long, env = "WATCHBRIDGE_GLOB", value_name = "WATCHBRIDGE_GLOB")]
     pub glob: Option<String>,
 
     /// Key each file by its path and modification time, so a rewritten file is emitted
     /// again (by default a path is emitted once).
     #[arg(
         long,
-        env = "WATCHBRIDGE_GLOB_MATCH_UPDATED",
+        env = "WATCHBRIDGE_GLOB_MATCH_UPDATED", value_name = "WATCHBRIDGE_GLOB_MATCH_UPDATED",
         default_value_t = false,
         action = clap::ArgAction::Set,
         num_args = 0..=1,
@@ -41,7 +41,11 @@ pub struct GlobArgs {
 
     /// Name of a file whose presence in the watched directory makes the set of files final
     /// (e.g. `_SUCCESS`). A file name, not a path. The marker itself is not an output.
-    #[arg(long, env = "WATCHBRIDGE_GLOB_DONE_MARKER")]
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_GLOB_DONE_MARKER",
+        value_name = "WATCHBRIDGE_GLOB_DONE_MARKER"
+    )]
     pub glob_done_marker: Option<String>,
 }
 

@@ -32,13 +32,22 @@ pub struct ShardedArgs {
     /// placeholders filled from the input record, e.g. `/out/{/job}/part-*-of-*`. Each
     /// substituted value must be one path segment and matches only itself. Matched files
     /// whose names do not end in `-SSSSS-of-NNNNN` (plus an optional suffix) are ignored.
-    #[arg(long, env = "WATCHBRIDGE_SHARDED_PATTERN")]
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_SHARDED_PATTERN",
+        value_name = "WATCHBRIDGE_SHARDED_PATTERN"
+    )]
     pub sharded_pattern: Option<String>,
 
     /// Number of the first shard: `0` (Beam, Hadoop: `00000-of-00010` .. `00009-of-00010`),
     /// `1` (`1-of-10` .. `10-of-10`) or `auto` (0-based once a shard 0 is seen, 1-based
     /// once a shard N is seen, 1-based until then).
-    #[arg(long, env = "WATCHBRIDGE_SHARDED_FIRST_SHARD", default_value = "auto")]
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_SHARDED_FIRST_SHARD",
+        value_name = "WATCHBRIDGE_SHARDED_FIRST_SHARD",
+        default_value = "auto"
+    )]
     pub sharded_first_shard: String,
 }
 

@@ -12,12 +12,17 @@ use std::time::Duration;
 pub struct HttpArgs {
     /// URL template: `{/json/pointer}` is that field of the input value, `{key}` the watch
     /// key; substituted values are percent-encoded. E.g. `http://api:8080/users/{/id}/events`.
-    #[arg(long = "http-url", env = "WATCHBRIDGE_HTTP_URL")]
+    #[arg(
+        long = "http-url",
+        env = "WATCHBRIDGE_HTTP_URL",
+        value_name = "WATCHBRIDGE_HTTP_URL"
+    )]
     pub url: Option<String>,
     /// JSON pointer to the array of items in a response (empty: the response is the array).
     #[arg(
         long = "http-items",
         env = "WATCHBRIDGE_HTTP_ITEMS",
+        value_name = "WATCHBRIDGE_HTTP_ITEMS",
         default_value = ""
     )]
     pub items: String,
@@ -25,25 +30,43 @@ pub struct HttpArgs {
     #[arg(
         long = "http-item-key",
         env = "WATCHBRIDGE_HTTP_ITEM_KEY",
+        value_name = "WATCHBRIDGE_HTTP_ITEM_KEY",
         default_value = ""
     )]
     pub item_key: String,
     /// JSON pointer to an item's event time, RFC 3339 or epoch ms (unset: when first seen).
-    #[arg(long = "http-item-time", env = "WATCHBRIDGE_HTTP_ITEM_TIME")]
+    #[arg(
+        long = "http-item-time",
+        env = "WATCHBRIDGE_HTTP_ITEM_TIME",
+        value_name = "WATCHBRIDGE_HTTP_ITEM_TIME"
+    )]
     pub item_time: Option<String>,
     /// JSON pointer to a watermark in the response, RFC 3339 or epoch ms.
-    #[arg(long = "http-watermark", env = "WATCHBRIDGE_HTTP_WATERMARK")]
+    #[arg(
+        long = "http-watermark",
+        env = "WATCHBRIDGE_HTTP_WATERMARK",
+        value_name = "WATCHBRIDGE_HTTP_WATERMARK"
+    )]
     pub watermark: Option<String>,
     /// JSON pointer to a boolean that says the set of items is final.
-    #[arg(long = "http-complete", env = "WATCHBRIDGE_HTTP_COMPLETE")]
+    #[arg(
+        long = "http-complete",
+        env = "WATCHBRIDGE_HTTP_COMPLETE",
+        value_name = "WATCHBRIDGE_HTTP_COMPLETE"
+    )]
     pub complete: Option<String>,
     /// JSON pointer to the next page: a URL (absolute or relative) or a cursor.
-    #[arg(long = "http-next", env = "WATCHBRIDGE_HTTP_NEXT")]
+    #[arg(
+        long = "http-next",
+        env = "WATCHBRIDGE_HTTP_NEXT",
+        value_name = "WATCHBRIDGE_HTTP_NEXT"
+    )]
     pub next: Option<String>,
     /// Query parameter that carries a cursor read by WATCHBRIDGE_HTTP_NEXT.
     #[arg(
         long = "http-cursor-param",
         env = "WATCHBRIDGE_HTTP_CURSOR_PARAM",
+        value_name = "WATCHBRIDGE_HTTP_CURSOR_PARAM",
         default_value = "cursor"
     )]
     pub cursor_param: String,
@@ -51,6 +74,7 @@ pub struct HttpArgs {
     #[arg(
         long = "http-max-pages",
         env = "WATCHBRIDGE_HTTP_MAX_PAGES",
+        value_name = "WATCHBRIDGE_HTTP_MAX_PAGES",
         default_value_t = 100
     )]
     pub max_pages: u32,
@@ -59,6 +83,7 @@ pub struct HttpArgs {
     #[arg(
         long = "http-headers",
         env = "WATCHBRIDGE_HTTP_HEADERS",
+        value_name = "WATCHBRIDGE_HTTP_HEADERS",
         hide_env_values = true
     )]
     pub headers: Option<Redacted>,
@@ -66,12 +91,17 @@ pub struct HttpArgs {
     #[arg(
         long = "http-max-bytes",
         env = "WATCHBRIDGE_HTTP_MAX_BYTES",
+        value_name = "WATCHBRIDGE_HTTP_MAX_BYTES",
         default_value = "4MiB"
     )]
     pub max_bytes: String,
     /// Comma-separated hosts (`name` or `name:port`) that URLs, next pages and redirects may
     /// reach. Unset: each watch stays on the host its URL names.
-    #[arg(long = "http-allowed-hosts", env = "WATCHBRIDGE_HTTP_ALLOWED_HOSTS")]
+    #[arg(
+        long = "http-allowed-hosts",
+        env = "WATCHBRIDGE_HTTP_ALLOWED_HOSTS",
+        value_name = "WATCHBRIDGE_HTTP_ALLOWED_HOSTS"
+    )]
     pub allowed_hosts: Option<String>,
 }
 

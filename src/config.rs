@@ -1,0 +1,358 @@
+//! `watchbridge run`'s settings: every one an environment variable and a flag, listed with
+//! its default by `--help`. Each flag's value name is its variable, so clap's own errors
+//! (a missing or unparsable value) name the variable too; the checks clap cannot do are in
+//! [`RunArgs::check`], whose errors do the same.
+
+use crate::limits::HostRate;
+use crate::pollers::builtin::PollerArgs;
+use crate::pollers::ConfigError;
+use crate::schedule::Schedule;
+use crate::termination::Termination;
+use crate::watch::WatchRules;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Kafka bootstrap servers (host:port,…). Unset: an embedded in-process broker that
+    /// keeps nothing (for trying watchbridge out).
+    #[arg(long, env = "WATCHBRIDGE_BROKERS", value_name = "WATCHBRIDGE_BROKERS")]
+    pub brokers: Option<String>,
+    /// Consumer group of the input topic; instances in one group share its partitions.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_GROUP_ID",
+        value_name = "WATCHBRIDGE_GROUP_ID",
+        default_value = "watchbridge"
+    )]
+    pub group_id: String,
+    /// Topic whose records start watches.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_INPUT_TOPIC",
+        value_name = "WATCHBRIDGE_INPUT_TOPIC"
+    )]
+    pub input_topic: String,
+    /// Topic that receives one record per new output.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_OUTPUT_TOPIC",
+        value_name = "WATCHBRIDGE_OUTPUT_TOPIC"
+    )]
+    pub output_topic: String,
+    /// Topic for inputs that cannot be watched and records that cannot be delivered
+    /// (default: `<input topic>.dlq`).
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_DLQ_TOPIC",
+        value_name = "WATCHBRIDGE_DLQ_TOPIC"
+    )]
+    pub dlq_topic: Option<String>,
+    /// JSON pointer to the watch key in the input value (default: the record key).
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_WATCH_KEY",
+        value_name = "WATCHBRIDGE_WATCH_KEY"
+    )]
+    pub watch_key: Option<String>,
+    /// Time between polls of one watch (humantime: 500ms, 10s, 1m).
+    #[arg(long, env = "WATCHBRIDGE_POLL_INTERVAL", value_name = "WATCHBRIDGE_POLL_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub poll_interval: Duration,
+    /// When a watch ends besides the poller saying "final", e.g. `any(total(1h), stable(10m))`.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_TERMINATION",
+        value_name = "WATCHBRIDGE_TERMINATION",
+        default_value = "never"
+    )]
+    pub termination: String,
+    /// Most polls in flight at once, over all partitions.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_MAX_IN_FLIGHT",
+        value_name = "WATCHBRIDGE_MAX_IN_FLIGHT",
+        default_value_t = 256
+    )]
+    pub max_in_flight: usize,
+    /// Most polls per second to one host (unset: no limit); bursts up to the same number.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_HOST_RATE",
+        value_name = "WATCHBRIDGE_HOST_RATE"
+    )]
+    pub host_rate: Option<NonZeroU32>,
+    /// Create the input, output and dead-letter topics when they do not exist.
+    #[arg(long, env = "WATCHBRIDGE_CREATE_TOPICS", value_name = "WATCHBRIDGE_CREATE_TOPICS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub create_topics: bool,
+    /// Partitions of an input topic the bridge creates (output and dead-letter topics it
+    /// creates get as many as the input topic has).
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_PARTITIONS",
+        value_name = "WATCHBRIDGE_PARTITIONS",
+        default_value_t = 4
+    )]
+    pub partitions: i32,
+    /// Replication factor of topics the bridge creates.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_REPLICATION_FACTOR",
+        value_name = "WATCHBRIDGE_REPLICATION_FACTOR",
+        default_value_t = 1
+    )]
+    pub replication_factor: i32,
+    /// How long shutdown (SIGTERM, Ctrl-C) may take to finish polls, deliver and commit.
+    #[arg(long, env = "WATCHBRIDGE_SHUTDOWN_TIMEOUT", value_name = "WATCHBRIDGE_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub shutdown_timeout: Duration,
+    #[command(flatten)]
+    pub poller: PollerArgs,
+}
+
+/// `RunArgs`, checked.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub brokers: Option<String>,
+    pub group_id: String,
+    pub input_topic: String,
+    pub output_topic: String,
+    pub dlq_topic: String,
+    pub watch_key: Option<String>,
+    pub rules: WatchRules,
+    pub max_in_flight: usize,
+    pub host_rate: Option<HostRate>,
+    pub create_topics: bool,
+    pub partitions: i32,
+    pub replication_factor: i32,
+    pub shutdown_timeout: Duration,
+    pub poll_timeout: Duration,
+    /// librdkafka properties from `KAFKA_*` variables.
+    pub kafka: Vec<(String, String)>,
+}
+
+impl RunArgs {
+    /// Check what clap cannot. `env` lists the process environment (for `KAFKA_*`).
+    pub fn check(
+        &self,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<RunConfig, ConfigError> {
+        let topic = |var: &'static str, name: &str| -> Result<String, ConfigError> {
+            let ok = !name.is_empty()
+                && name.len() <= 249
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+                && name != "."
+                && name != "..";
+            if ok {
+                Ok(name.to_string())
+            } else {
+                Err(ConfigError::new(
+                    var,
+                    format!("`{name}` is not a Kafka topic name (letters, digits, `.`, `_`, `-`; at most 249)"),
+                ))
+            }
+        };
+        let input_topic = topic("WATCHBRIDGE_INPUT_TOPIC", &self.input_topic)?;
+        let output_topic = topic("WATCHBRIDGE_OUTPUT_TOPIC", &self.output_topic)?;
+        let dlq_topic = match &self.dlq_topic {
+            Some(t) => topic("WATCHBRIDGE_DLQ_TOPIC", t)?,
+            None => format!("{input_topic}.dlq"),
+        };
+        if output_topic == input_topic {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_OUTPUT_TOPIC",
+                "must differ from WATCHBRIDGE_INPUT_TOPIC",
+            ));
+        }
+        if dlq_topic == input_topic || dlq_topic == output_topic {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_DLQ_TOPIC",
+                "must differ from the input and output topics",
+            ));
+        }
+        if self.group_id.is_empty() {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_GROUP_ID",
+                "must not be empty",
+            ));
+        }
+        if let Some(p) = &self.watch_key {
+            if !p.starts_with('/') {
+                return Err(ConfigError::new(
+                    "WATCHBRIDGE_WATCH_KEY",
+                    format!("`{p}` is not a JSON pointer: write `/{p}`"),
+                ));
+            }
+        }
+        let termination: Termination = self
+            .termination
+            .parse()
+            .map_err(|e| ConfigError::new("WATCHBRIDGE_TERMINATION", format!("{e}")))?;
+        let schedule = Schedule {
+            interval: self.poll_interval,
+            ..Schedule::default()
+        };
+        schedule
+            .validate()
+            .map_err(|e| ConfigError::new("WATCHBRIDGE_POLL_INTERVAL", e.to_string()))?;
+        if self.max_in_flight == 0 {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_MAX_IN_FLIGHT",
+                "must be at least 1",
+            ));
+        }
+        if self.partitions < 1 {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_PARTITIONS",
+                "must be at least 1",
+            ));
+        }
+        if self.replication_factor < 1 {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_REPLICATION_FACTOR",
+                "must be at least 1",
+            ));
+        }
+        if self.poller.poll_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_POLL_TIMEOUT",
+                "must be more than zero",
+            ));
+        }
+        let brokers = self.brokers.clone().filter(|b| !b.trim().is_empty());
+        Ok(RunConfig {
+            brokers,
+            group_id: self.group_id.clone(),
+            input_topic,
+            output_topic,
+            dlq_topic,
+            watch_key: self.watch_key.clone(),
+            rules: WatchRules {
+                termination,
+                schedule,
+            },
+            max_in_flight: self.max_in_flight,
+            host_rate: self.host_rate.map(|r| HostRate {
+                per_second: r,
+                burst: r,
+            }),
+            create_topics: self.create_topics,
+            partitions: self.partitions,
+            replication_factor: self.replication_factor,
+            shutdown_timeout: self.shutdown_timeout,
+            poll_timeout: self.poller.poll_timeout,
+            kafka: kafka_properties(env),
+        })
+    }
+}
+
+/// `KAFKA_SECURITY_PROTOCOL=SASL_SSL` → (`security.protocol`, `SASL_SSL`): every `KAFKA_*`
+/// variable becomes a librdkafka property (lower case, `_` → `.`).
+pub fn kafka_properties(env: impl IntoIterator<Item = (String, String)>) -> Vec<(String, String)> {
+    let mut props: Vec<(String, String)> = env
+        .into_iter()
+        .filter_map(|(name, value)| {
+            let rest = name.strip_prefix("KAFKA_")?;
+            (!rest.is_empty()).then(|| (rest.to_ascii_lowercase().replace('_', "."), value))
+        })
+        .collect();
+    props.sort();
+    props
+}
+
+/// librdkafka properties whose values are secrets: never logged.
+pub fn is_secret(property: &str) -> bool {
+    property.contains("password")
+        || property.contains("secret")
+        || property.ends_with(".key.pem")
+        || property.contains("token")
+        || property.contains("jaas")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        let mut all = vec!["watchbridge"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all).map(|c| c.run)
+    }
+
+    fn base() -> Vec<&'static str> {
+        vec!["--input-topic", "users", "--output-topic", "events"]
+    }
+
+    #[test]
+    fn defaults_fill_everything_but_the_topics() {
+        let c = parse(&base()).unwrap().check([]).unwrap();
+        assert_eq!(c.dlq_topic, "users.dlq");
+        assert_eq!(c.group_id, "watchbridge");
+        assert_eq!(c.rules.schedule.interval, Duration::from_secs(10));
+        assert_eq!(c.rules.termination, Termination::Never);
+        assert_eq!(c.brokers, None);
+        let e = parse(&["--output-topic", "x"]).unwrap_err().to_string();
+        assert!(e.contains("WATCHBRIDGE_INPUT_TOPIC"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        let check = |extra: &[&str]| {
+            let mut a = base();
+            a.extend_from_slice(extra);
+            parse(&a).unwrap().check([]).unwrap_err()
+        };
+        assert_eq!(
+            check(&["--termination", "stabel(1m)"]).var,
+            "WATCHBRIDGE_TERMINATION"
+        );
+        assert_eq!(check(&["--watch-key", "id"]).var, "WATCHBRIDGE_WATCH_KEY");
+        assert_eq!(
+            check(&["--dlq-topic", "users"]).var,
+            "WATCHBRIDGE_DLQ_TOPIC"
+        );
+        assert_eq!(
+            check(&["--poll-interval", "0s"]).var,
+            "WATCHBRIDGE_POLL_INTERVAL"
+        );
+        let e = parse(&["--input-topic", "a b", "--output-topic", "x"])
+            .unwrap()
+            .check([])
+            .unwrap_err();
+        assert_eq!(e.var, "WATCHBRIDGE_INPUT_TOPIC");
+        let mut a = base();
+        a.extend_from_slice(&["--poll-interval", "soon"]);
+        let e = parse(&a).unwrap_err().to_string();
+        assert!(e.contains("WATCHBRIDGE_POLL_INTERVAL"), "{e}");
+    }
+
+    #[test]
+    fn kafka_variables_become_librdkafka_properties() {
+        let env = [
+            ("KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
+            ("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"),
+            ("KAFKA_SASL_PASSWORD", "pw"),
+            ("KAFKA_", "ignored"),
+            ("PATH", "/bin"),
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()));
+        let props = kafka_properties(env);
+        assert_eq!(
+            props,
+            [
+                ("sasl.mechanism".to_string(), "SCRAM-SHA-512".to_string()),
+                ("sasl.password".into(), "pw".into()),
+                ("security.protocol".into(), "SASL_SSL".into()),
+            ]
+        );
+        assert!(is_secret("sasl.password"));
+        assert!(!is_secret("security.protocol"));
+    }
+}

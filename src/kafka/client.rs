@@ -1,0 +1,233 @@
+//! Kafka clients as the bridge configures them, and the topics it needs.
+
+use super::embedded::EmbeddedBroker;
+use crate::config::{is_secret, RunConfig};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::producer::Producer;
+use rdkafka::ClientConfig;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// How long to wait for the brokers to answer at start.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
+
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaSetupError {
+    #[error("cannot reach the brokers at {brokers} (WATCHBRIDGE_BROKERS): {error}")]
+    Unreachable { brokers: String, error: String },
+    #[error(
+        "{var}: topic `{topic}` does not exist (set WATCHBRIDGE_CREATE_TOPICS=true to create it)"
+    )]
+    Missing { var: &'static str, topic: String },
+    #[error("cannot create topic `{topic}`: {error}")]
+    Create { topic: String, error: String },
+    #[error("invalid Kafka setting: {0}")]
+    Config(String),
+}
+
+/// The settings every client shares: the brokers and the user's `KAFKA_*` properties.
+pub fn base_config(brokers: &str, config: &RunConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers);
+    c.set(
+        "client.id",
+        concat!("watchbridge-", env!("CARGO_PKG_VERSION")),
+    );
+    for (key, value) in &config.kafka {
+        c.set(key, value);
+    }
+    c
+}
+
+/// Log the user's Kafka properties once, secrets masked.
+pub fn log_properties(config: &RunConfig) {
+    for (key, value) in &config.kafka {
+        let shown = if is_secret(key) {
+            "<redacted>"
+        } else {
+            value.as_str()
+        };
+        tracing::info!(property = %key, value = %shown, "Kafka property from KAFKA_* environment");
+    }
+}
+
+/// A topic the bridge reads or writes, and who names it.
+pub struct NeededTopic<'a> {
+    pub var: &'static str,
+    pub name: &'a str,
+}
+
+/// Make sure the input, output and dead-letter topics exist; return the input topic's
+/// partition count. Missing ones are created (when allowed) with the input topic's
+/// partition count (`WATCHBRIDGE_PARTITIONS` for the input topic itself).
+pub async fn ensure_topics(
+    brokers: &str,
+    config: &RunConfig,
+    embedded: Option<&EmbeddedBroker>,
+) -> Result<i32, KafkaSetupError> {
+    let existing = topic_partitions(brokers, config).await?;
+    let needed = [
+        NeededTopic {
+            var: "WATCHBRIDGE_INPUT_TOPIC",
+            name: &config.input_topic,
+        },
+        NeededTopic {
+            var: "WATCHBRIDGE_OUTPUT_TOPIC",
+            name: &config.output_topic,
+        },
+        NeededTopic {
+            var: "WATCHBRIDGE_DLQ_TOPIC",
+            name: &config.dlq_topic,
+        },
+    ];
+    let mut input_partitions = existing.get(&config.input_topic).copied();
+    for topic in needed {
+        if existing.contains_key(topic.name) {
+            continue;
+        }
+        if !config.create_topics {
+            return Err(KafkaSetupError::Missing {
+                var: topic.var,
+                topic: topic.name.to_string(),
+            });
+        }
+        let partitions = *input_partitions.get_or_insert(config.partitions);
+        let created = match embedded {
+            Some(broker) => broker.create_topic(topic.name, partitions),
+            None => match create_with_admin(brokers, config, topic.name, partitions).await {
+                Ok(()) => Ok(()),
+                // Some brokers (librdkafka's mock cluster) answer no CreateTopics but create a
+                // topic when it is asked for by name.
+                Err(admin_error) => auto_create(brokers, config, topic.name)
+                    .await
+                    .map_err(|_| admin_error),
+            },
+        };
+        created.map_err(|error| KafkaSetupError::Create {
+            topic: topic.name.to_string(),
+            error,
+        })?;
+        tracing::info!(topic = topic.name, partitions, "created topic");
+    }
+    wait_for_topics(
+        brokers,
+        config,
+        &[&config.input_topic, &config.output_topic, &config.dlq_topic],
+    )
+    .await?;
+    Ok(input_partitions.unwrap_or(config.partitions))
+}
+
+/// Every topic on the cluster with its partition count (listing all topics, because
+/// asking for one by name can auto-create it on some brokers).
+async fn topic_partitions(
+    brokers: &str,
+    config: &RunConfig,
+) -> Result<HashMap<String, i32>, KafkaSetupError> {
+    let client_config = base_config(brokers, config);
+    let brokers = brokers.to_string();
+    tokio::task::spawn_blocking(move || {
+        let unreachable = |error: String| KafkaSetupError::Unreachable {
+            brokers: brokers.clone(),
+            error,
+        };
+        let consumer: BaseConsumer = client_config
+            .create()
+            .map_err(|e| KafkaSetupError::Config(e.to_string()))?;
+        let metadata = consumer
+            .fetch_metadata(None, METADATA_TIMEOUT)
+            .map_err(|e| unreachable(e.to_string()))?;
+        Ok(metadata
+            .topics()
+            .iter()
+            .filter(|t| t.error().is_none())
+            .map(|t| (t.name().to_string(), t.partitions().len() as i32))
+            .collect())
+    })
+    .await
+    .map_err(|e| KafkaSetupError::Config(e.to_string()))?
+}
+
+/// Topic creation goes to every broker's metadata a moment later; wait for it.
+async fn wait_for_topics(
+    brokers: &str,
+    config: &RunConfig,
+    topics: &[&str],
+) -> Result<(), KafkaSetupError> {
+    let deadline = tokio::time::Instant::now() + METADATA_TIMEOUT;
+    loop {
+        let existing = topic_partitions(brokers, config).await?;
+        if topics
+            .iter()
+            .all(|t| existing.get(*t).is_some_and(|&p| p > 0))
+        {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            let missing: Vec<_> = topics
+                .iter()
+                .filter(|t| !existing.contains_key(**t))
+                .collect();
+            return Err(KafkaSetupError::Unreachable {
+                brokers: brokers.to_string(),
+                error: format!("topics {missing:?} did not appear in the metadata"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Create a topic through the admin API (a real broker); "already exists" is fine.
+async fn create_with_admin(
+    brokers: &str,
+    config: &RunConfig,
+    topic: &str,
+    partitions: i32,
+) -> Result<(), String> {
+    let admin: AdminClient<DefaultClientContext> = base_config(brokers, config)
+        .create()
+        .map_err(|e| e.to_string())?;
+    let new = NewTopic::new(
+        topic,
+        partitions,
+        TopicReplication::Fixed(config.replication_factor),
+    );
+    let options = AdminOptions::new()
+        .operation_timeout(Some(METADATA_TIMEOUT))
+        .request_timeout(Some(METADATA_TIMEOUT));
+    let results = admin
+        .create_topics([&new], &options)
+        .await
+        .map_err(|e| e.to_string())?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, code)) => return Err(code.to_string()),
+        }
+    }
+    Ok(())
+}
+
+/// Ask for `topic`'s metadata by name with a producer, which lets a broker with automatic
+/// topic creation create it; succeed only if it then exists.
+async fn auto_create(brokers: &str, config: &RunConfig, topic: &str) -> Result<(), String> {
+    let client_config = base_config(brokers, config);
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        let producer: rdkafka::producer::BaseProducer =
+            client_config.create().map_err(|e| e.to_string())?;
+        let metadata = producer
+            .client()
+            .fetch_metadata(Some(&topic), METADATA_TIMEOUT)
+            .map_err(|e| e.to_string())?;
+        match metadata.topics().first() {
+            Some(t) if t.error().is_none() && !t.partitions().is_empty() => Ok(()),
+            _ => Err(format!("topic `{topic}` was not created automatically")),
+        }
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}

@@ -1,0 +1,270 @@
+//! The consumer thread: one OS thread owns the group consumer. It polls librdkafka (which
+//! runs rebalance callbacks on this thread), routes each input record to its partition's
+//! task, pauses a partition whose task is not keeping up, and stores the commit positions
+//! the tasks publish (librdkafka commits stored offsets every second, and we commit
+//! synchronously on revocation and shutdown).
+//!
+//! A thread, not a task, because a revocation must block: before a partition goes to
+//! another instance, its task stops its watches, delivers what they emitted, and its
+//! offsets are committed. Blocking there is what librdkafka's rebalance callback is for.
+
+use super::partition::{PartitionTask, Shared, Stopped};
+use crate::internal_events::{PartitionAssigned, PartitionRevoked};
+use crate::pollers::Resolve;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::OwnedMessage;
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Inputs buffered per partition between the consumer thread and the partition task.
+const INPUT_BUFFER: usize = 512;
+
+/// One assigned partition, as the consumer thread sees it.
+struct Assigned {
+    inputs: mpsc::Sender<OwnedMessage>,
+    /// Inputs the task had no room for; the partition is paused while any wait here.
+    held: VecDeque<OwnedMessage>,
+    stopped: std_mpsc::Receiver<Stopped>,
+}
+
+/// The partitions of one bridge, shared by the consumer thread and its rebalance callbacks
+/// (both run on the consumer thread; the mutex is never contended).
+pub struct Partitions<P: Resolve> {
+    shared: Arc<Shared<P>>,
+    runtime: tokio::runtime::Handle,
+    assigned: Mutex<HashMap<i32, Assigned>>,
+}
+
+impl<P: Resolve> Partitions<P> {
+    pub fn new(shared: Arc<Shared<P>>, runtime: tokio::runtime::Handle) -> Self {
+        Self {
+            shared,
+            runtime,
+            assigned: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn assign(&self, partition: i32) {
+        let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
+        if assigned.contains_key(&partition) {
+            return;
+        }
+        let (inputs, receiver) = mpsc::channel(INPUT_BUFFER);
+        let (stopped_tx, stopped) = std_mpsc::channel();
+        // Rebalance callbacks run on the consumer thread, outside the runtime.
+        let _runtime = self.runtime.enter();
+        let task = PartitionTask::spawn(partition, self.shared.clone(), receiver);
+        self.runtime.spawn(async move {
+            let _ = stopped_tx.send(task.await);
+        });
+        PartitionAssigned {
+            topic: &self.shared.input_topic,
+            partition,
+        }
+        .emit(&self.shared.metrics);
+        assigned.insert(
+            partition,
+            Assigned {
+                inputs,
+                held: VecDeque::new(),
+                stopped,
+            },
+        );
+    }
+
+    /// Stop the tasks of `partitions` and wait (bounded) until each has delivered what its
+    /// watches emitted and published its last position.
+    fn stop(&self, partitions: &[i32]) {
+        let removed: Vec<(i32, Assigned)> = {
+            let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
+            partitions
+                .iter()
+                .filter_map(|p| assigned.remove(p).map(|a| (*p, a)))
+                .collect()
+        };
+        // Close every input channel first, so the tasks stop in parallel.
+        let waiting: Vec<(i32, std_mpsc::Receiver<Stopped>)> = removed
+            .into_iter()
+            .map(|(p, a)| {
+                drop(a.inputs);
+                (p, a.stopped)
+            })
+            .collect();
+        // Their own bound is `stop_timeout`; allow a little more for them to report.
+        let deadline =
+            std::time::Instant::now() + self.shared.stop_timeout + Duration::from_secs(2);
+        for (partition, stopped) in waiting {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let report = stopped.recv_timeout(left).ok();
+            PartitionRevoked {
+                topic: &self.shared.input_topic,
+                partition,
+                committed: report.and_then(|s| s.position),
+                watches_stopped: report.map_or(0, |s| s.watches_stopped),
+            }
+            .emit(&self.shared.metrics);
+        }
+    }
+
+    fn all(&self) -> Vec<i32> {
+        let assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
+        assigned.keys().copied().collect()
+    }
+
+    /// Hand a record to its partition's task; if the task is full, hold it and pause.
+    fn route(&self, consumer: &BaseConsumer<BridgeContext<P>>, message: OwnedMessage) {
+        let partition = message.partition();
+        let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(a) = assigned.get_mut(&partition) else {
+            // Not ours (any more): not committed either, so its new owner reads it.
+            return;
+        };
+        if !a.held.is_empty() {
+            a.held.push_back(message);
+            return;
+        }
+        match a.inputs.try_send(message) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(message)) => {
+                a.held.push_back(message);
+                let _ = consumer.pause(&self.one(partition));
+                tracing::debug!(partition, "partition paused: its task is catching up");
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+    }
+
+    /// Retry held records; resume a partition once it has none left. Returns whether any
+    /// partition still holds records.
+    fn retry_held(&self, consumer: &BaseConsumer<BridgeContext<P>>) -> bool {
+        let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
+        let mut still_held = false;
+        for (&partition, a) in assigned.iter_mut() {
+            if a.held.is_empty() {
+                continue;
+            }
+            while let Some(message) = a.held.pop_front() {
+                match a.inputs.try_send(message) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(message)) => {
+                        a.held.push_front(message);
+                        break;
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        a.held.clear();
+                    }
+                }
+            }
+            if a.held.is_empty() {
+                let _ = consumer.resume(&self.one(partition));
+                tracing::debug!(partition, "partition resumed");
+            } else {
+                still_held = true;
+            }
+        }
+        still_held
+    }
+
+    fn one(&self, partition: i32) -> TopicPartitionList {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.shared.input_topic, partition);
+        tpl
+    }
+
+    /// Store the positions the tasks published, for librdkafka to commit.
+    fn store_positions(&self, consumer: &BaseConsumer<BridgeContext<P>>) {
+        let positions: Vec<(i32, i64)> = match self.shared.positions.lock() {
+            Ok(mut p) => p.drain().collect(),
+            Err(_) => return,
+        };
+        if positions.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (partition, offset) in positions {
+            let _ = tpl.add_partition_offset(
+                &self.shared.input_topic,
+                partition,
+                Offset::Offset(offset),
+            );
+        }
+        if let Err(e) = consumer.store_offsets(&tpl) {
+            // A partition revoked meanwhile: its new owner re-reads from the last commit.
+            tracing::debug!(error = %e, "could not store offsets");
+        }
+    }
+
+    fn commit(&self, consumer: &BaseConsumer<BridgeContext<P>>) {
+        self.store_positions(consumer);
+        match consumer.commit_consumer_state(CommitMode::Sync) {
+            Ok(()) => {}
+            // Nothing stored since the last commit.
+            Err(rdkafka::error::KafkaError::ConsumerCommit(
+                rdkafka::types::RDKafkaErrorCode::NoOffset,
+            )) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "commit failed; uncommitted inputs will be read again")
+            }
+        }
+    }
+}
+
+/// librdkafka's callbacks for the bridge's consumer.
+pub struct BridgeContext<P: Resolve> {
+    pub partitions: Arc<Partitions<P>>,
+}
+
+impl<P: Resolve> ClientContext for BridgeContext<P> {}
+
+impl<P: Resolve> ConsumerContext for BridgeContext<P> {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+            self.partitions.stop(&partitions);
+            self.partitions.commit(consumer);
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                for element in tpl.elements() {
+                    self.partitions.assign(element.partition());
+                }
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
+        }
+    }
+}
+
+/// Run the consumer until `stop` is set; then stop every partition, commit, and leave the
+/// group.
+pub fn consume<P: Resolve>(
+    consumer: BaseConsumer<BridgeContext<P>>,
+    partitions: Arc<Partitions<P>>,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        let holding = partitions.retry_held(&consumer);
+        partitions.store_positions(&consumer);
+        let wait = if holding {
+            Duration::from_millis(10)
+        } else {
+            Duration::from_millis(100)
+        };
+        match consumer.poll(wait) {
+            None => {}
+            Some(Ok(message)) => partitions.route(&consumer, message.detach()),
+            Some(Err(e)) => tracing::warn!(error = %e, "consumer error"),
+        }
+    }
+    let all = partitions.all();
+    partitions.stop(&all);
+    partitions.commit(&consumer);
+    consumer.unsubscribe();
+}

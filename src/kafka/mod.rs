@@ -1,0 +1,12 @@
+//! The Kafka side of the bridge: the consumer thread and its rebalance callbacks
+//! ([`consumer`]), one task per assigned input partition ([`partition`]), input decoding
+//! ([`input`]), the records written ([`records`]), commit discipline ([`offsets`]), client
+//! settings and topics ([`client`]), and the embedded broker ([`embedded`]).
+
+pub mod client;
+pub mod consumer;
+pub mod embedded;
+pub mod input;
+pub mod offsets;
+pub mod partition;
+pub mod records;

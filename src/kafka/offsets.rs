@@ -1,0 +1,124 @@
+//! Commit discipline for one input partition: an input offset is committed only after
+//! everything it caused so far (its dead-letter record, the outputs of its watch) has been
+//! acknowledged by the broker.
+//!
+//! The position to commit is the lowest offset that still has an unacknowledged record,
+//! or, when nothing is outstanding, the offset after the last input handed to the engine.
+//! Outputs of a long-running watch count against the offset of the input that started it,
+//! so while one of them is in flight the commit waits for it, and then moves on.
+
+use std::collections::BTreeMap;
+
+#[derive(Debug, Default)]
+pub struct OffsetTracker {
+    /// Offset of an input → records it caused that the broker has not acknowledged yet.
+    outstanding: BTreeMap<i64, u32>,
+    /// The offset after the last input fully handed over (`None` before the first one).
+    next: Option<i64>,
+    /// The last position returned by [`OffsetTracker::to_commit`].
+    committed: Option<i64>,
+}
+
+impl OffsetTracker {
+    /// The input at `offset` has been handed over: its watch command sent, or its
+    /// dead-letter record enqueued (which [`caused`](Self::caused) counted first).
+    pub fn consumed(&mut self, offset: i64) {
+        self.next = Some(self.next.map_or(offset + 1, |n| n.max(offset + 1)));
+    }
+
+    /// A record caused by the input at `offset` was enqueued on the producer.
+    pub fn caused(&mut self, offset: i64) {
+        *self.outstanding.entry(offset).or_insert(0) += 1;
+    }
+
+    /// The broker acknowledged one record caused by the input at `offset`.
+    pub fn acknowledged(&mut self, offset: i64) {
+        if let Some(n) = self.outstanding.get_mut(&offset) {
+            *n -= 1;
+            if *n == 0 {
+                self.outstanding.remove(&offset);
+            }
+        }
+    }
+
+    /// The last position handed out by [`to_commit`](Self::to_commit).
+    pub fn committed(&self) -> Option<i64> {
+        self.committed
+    }
+
+    /// Records enqueued and not yet acknowledged.
+    pub fn in_flight(&self) -> u64 {
+        self.outstanding.values().map(|&n| n as u64).sum()
+    }
+
+    /// The position that may be committed now (the next offset to consume), if it moved
+    /// since the last call.
+    pub fn to_commit(&mut self) -> Option<i64> {
+        let next = self.next?;
+        let position = match self.outstanding.first_key_value() {
+            Some((&lowest, _)) => lowest.min(next),
+            None => next,
+        };
+        if self.committed.is_some_and(|c| c >= position) {
+            return None;
+        }
+        self.committed = Some(position);
+        Some(position)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commits_past_inputs_whose_records_are_all_acknowledged() {
+        let mut t = OffsetTracker::default();
+        assert_eq!(t.to_commit(), None, "nothing consumed yet");
+        t.consumed(10);
+        assert_eq!(t.to_commit(), Some(11));
+        assert_eq!(t.to_commit(), None, "unchanged");
+        t.caused(11);
+        t.consumed(11);
+        t.consumed(12);
+        assert_eq!(t.to_commit(), None, "11 has an output in flight");
+        t.acknowledged(11);
+        assert_eq!(t.to_commit(), Some(13));
+    }
+
+    #[test]
+    fn a_long_running_watch_holds_the_commit_only_while_its_outputs_are_in_flight() {
+        let mut t = OffsetTracker::default();
+        t.consumed(0);
+        t.consumed(1);
+        t.consumed(2);
+        assert_eq!(t.to_commit(), Some(3));
+        // The watch of input 0 emits later: the position stays (never moves back) and moves
+        // on once the broker has it.
+        t.caused(0);
+        t.caused(0);
+        t.consumed(3);
+        assert_eq!(t.to_commit(), None);
+        assert_eq!(t.in_flight(), 2);
+        t.acknowledged(0);
+        assert_eq!(t.to_commit(), None);
+        t.acknowledged(0);
+        assert_eq!(t.to_commit(), Some(4));
+        assert_eq!(t.in_flight(), 0);
+    }
+
+    #[test]
+    fn the_lowest_outstanding_offset_bounds_the_commit() {
+        let mut t = OffsetTracker::default();
+        for o in 0..10 {
+            t.caused(o);
+            t.consumed(o);
+        }
+        for o in (0..10).rev().filter(|o| *o != 4) {
+            t.acknowledged(o);
+        }
+        assert_eq!(t.to_commit(), Some(4));
+        t.acknowledged(4);
+        assert_eq!(t.to_commit(), Some(10));
+    }
+}

@@ -1,0 +1,221 @@
+//! The records watchbridge writes: one per new output, and dead letters.
+//!
+//! An output record: key = watch key, timestamp = the output's event time, value = the
+//! output, headers `watchbridge-input-key` (the watch key), `watchbridge-output-key` and
+//! `watchbridge-first-seen` (processing time in ms, decimal). A dead letter keeps the
+//! original key, value and headers, and adds `watchbridge-error`, `watchbridge-error-kind`
+//! and `watchbridge-source-{topic,partition,offset}`.
+
+use crate::clock::Millis;
+use crate::poll::Output;
+use bytes::Bytes;
+use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::producer::FutureRecord;
+use std::sync::Arc;
+
+pub const INPUT_KEY: &str = "watchbridge-input-key";
+pub const OUTPUT_KEY: &str = "watchbridge-output-key";
+pub const FIRST_SEEN: &str = "watchbridge-first-seen";
+pub const ERROR: &str = "watchbridge-error";
+pub const ERROR_KIND: &str = "watchbridge-error-kind";
+pub const SOURCE_TOPIC: &str = "watchbridge-source-topic";
+pub const SOURCE_PARTITION: &str = "watchbridge-source-partition";
+pub const SOURCE_OFFSET: &str = "watchbridge-source-offset";
+
+/// A record to produce, owned, so it can be sent again after a failed delivery.
+#[derive(Debug, Clone)]
+pub struct OutRecord {
+    pub topic: Arc<str>,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub timestamp: Option<Millis>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+}
+
+/// Where a record that becomes a dead letter came from.
+pub struct Source<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl OutRecord {
+    /// One new output of the watch `watch_key`.
+    pub fn output(
+        topic: &Arc<str>,
+        watch_key: &Bytes,
+        output: &Output,
+        first_seen: Millis,
+    ) -> Self {
+        Self {
+            topic: topic.clone(),
+            key: Some(watch_key.clone()),
+            value: Some(output.value.clone()),
+            // Kafka has no timestamps before the epoch; such an output goes without one.
+            timestamp: (output.event_time >= 0).then_some(output.event_time),
+            headers: vec![
+                (INPUT_KEY.into(), Some(watch_key.clone())),
+                (OUTPUT_KEY.into(), Some(output.key.clone())),
+                (FIRST_SEEN.into(), Some(Bytes::from(first_seen.to_string()))),
+            ],
+        }
+    }
+
+    /// A dead letter for a record (its key, value, timestamp and headers), with the reason.
+    pub fn dead_letter(
+        dlq: &Arc<str>,
+        original: &OutRecordParts,
+        source: Source<'_>,
+        kind: &str,
+        error: &str,
+    ) -> Self {
+        let mut headers = original.headers.clone();
+        headers.extend([
+            (ERROR.into(), Some(Bytes::from(error.to_string()))),
+            (ERROR_KIND.into(), Some(Bytes::from(kind.to_string()))),
+            (
+                SOURCE_TOPIC.into(),
+                Some(Bytes::from(source.topic.to_string())),
+            ),
+            (
+                SOURCE_PARTITION.into(),
+                Some(Bytes::from(source.partition.to_string())),
+            ),
+            (
+                SOURCE_OFFSET.into(),
+                Some(Bytes::from(source.offset.to_string())),
+            ),
+        ]);
+        Self {
+            topic: dlq.clone(),
+            key: original.key.clone(),
+            value: original.value.clone(),
+            timestamp: original.timestamp,
+            headers,
+        }
+    }
+
+    pub fn parts(&self) -> OutRecordParts {
+        OutRecordParts {
+            key: self.key.clone(),
+            value: self.value.clone(),
+            timestamp: self.timestamp,
+            headers: self.headers.clone(),
+        }
+    }
+
+    /// The borrowed form the producer takes.
+    pub fn to_future_record(&self) -> FutureRecord<'_, [u8], [u8]> {
+        let mut headers = OwnedHeaders::new_with_capacity(self.headers.len());
+        for (key, value) in &self.headers {
+            headers = headers.insert(Header {
+                key: key.as_str(),
+                value: value.as_deref(),
+            });
+        }
+        let mut record = FutureRecord::to(&self.topic).headers(headers);
+        if let Some(key) = &self.key {
+            record = record.key(key.as_ref());
+        }
+        if let Some(value) = &self.value {
+            record = record.payload(value.as_ref());
+        }
+        if let Some(ts) = self.timestamp {
+            record = record.timestamp(ts);
+        }
+        record
+    }
+}
+
+/// The content of a record, without its destination.
+#[derive(Debug, Clone, Default)]
+pub struct OutRecordParts {
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub timestamp: Option<Millis>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+}
+
+impl OutRecordParts {
+    /// Copy an input record's content (for its dead letter).
+    pub fn of_message(m: &impl rdkafka::Message) -> Self {
+        let headers = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| (h.key.to_string(), h.value.map(Bytes::copy_from_slice)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            key: m.key().map(Bytes::copy_from_slice),
+            value: m.payload().map(Bytes::copy_from_slice),
+            timestamp: m.timestamp().to_millis(),
+            headers,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_carry_the_watch_key_event_time_and_identifying_headers() {
+        let topic: Arc<str> = "out".into();
+        let r = OutRecord::output(
+            &topic,
+            &Bytes::from_static(b"user-1"),
+            &Output::new("ev-9", "{\"a\":1}", 1_700_000_000_000),
+            1_700_000_000_500,
+        );
+        assert_eq!(r.key.as_deref(), Some(&b"user-1"[..]));
+        assert_eq!(r.timestamp, Some(1_700_000_000_000));
+        let h: Vec<_> = r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone().unwrap()))
+            .collect();
+        assert_eq!(h[0], (INPUT_KEY, Bytes::from_static(b"user-1")));
+        assert_eq!(h[1], (OUTPUT_KEY, Bytes::from_static(b"ev-9")));
+        assert_eq!(h[2], (FIRST_SEEN, Bytes::from_static(b"1700000000500")));
+        let early = OutRecord::output(&topic, &Bytes::new(), &Output::new("k", "v", -5), 0);
+        assert_eq!(early.timestamp, None);
+    }
+
+    #[test]
+    fn dead_letters_keep_the_original_and_say_where_it_came_from() {
+        let original = OutRecordParts {
+            key: Some(Bytes::from_static(b"k")),
+            value: Some(Bytes::from_static(b"{oops")),
+            timestamp: Some(5),
+            headers: vec![("trace".into(), Some(Bytes::from_static(b"t1")))],
+        };
+        let dlq: Arc<str> = "in.dlq".into();
+        let r = OutRecord::dead_letter(
+            &dlq,
+            &original,
+            Source {
+                topic: "in",
+                partition: 3,
+                offset: 42,
+            },
+            "not_json",
+            "value is not JSON",
+        );
+        assert_eq!(&*r.topic, "in.dlq");
+        assert_eq!(r.value.as_deref(), Some(&b"{oops"[..]));
+        let get = |name: &str| {
+            r.headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| v.clone())
+                .unwrap()
+        };
+        assert_eq!(get("trace"), "t1");
+        assert_eq!(get(ERROR_KIND), "not_json");
+        assert_eq!(get(SOURCE_PARTITION), "3");
+        assert_eq!(get(SOURCE_OFFSET), "42");
+        assert_eq!(get(SOURCE_TOPIC), "in");
+    }
+}
