@@ -1,0 +1,298 @@
+//! The bridge end to end, as a user runs it: the `watchbridge` binary against a real
+//! Kafka-protocol broker process (Tansu), a real HTTP resource on loopback, inputs produced
+//! and outputs consumed with a real Kafka client.
+
+mod support;
+
+use rdkafka::message::{Headers, OwnedMessage};
+use rdkafka::Message;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::http_server::{Reply, Seen, TestServer};
+use support::kafka::broker;
+
+/// A `watchbridge` process; killed when dropped, its log kept in a temp file.
+struct Bridge {
+    child: Child,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Bridge {
+    fn start(env: &[(&str, String)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("bridge.log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
+        for (name, _) in std::env::vars() {
+            if name.starts_with("WATCHBRIDGE_") || name.starts_with("KAFKA_") {
+                command.env_remove(name);
+            }
+        }
+        command
+            .env("WATCHBRIDGE_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .env("WATCHBRIDGE_BROKERS", broker().bootstrap())
+            .env("WATCHBRIDGE_POLL_INTERVAL", "200ms")
+            .env("WATCHBRIDGE_SHUTDOWN_TIMEOUT", "10s")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = command.spawn().expect("start watchbridge");
+        Self { child, log, _dir: dir }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait until the log contains `text` (or panic with the log).
+    fn wait_for_log(&self, text: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.log().contains(text) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("bridge log never said {text:?}:\n{}", self.log());
+    }
+
+    /// SIGTERM; returns the exit code and how long it took.
+    fn terminate(&mut self) -> (Option<i32>, Duration) {
+        let started = Instant::now();
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        let deadline = started + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status.code(), started.elapsed());
+            }
+            assert!(Instant::now() < deadline, "bridge did not stop:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Topics and settings of one test, unique so tests in this binary do not meet.
+struct Setup {
+    input: String,
+    output: String,
+    dlq: String,
+    group: String,
+}
+
+impl Setup {
+    async fn new(name: &str, partitions: i32) -> Self {
+        let b = broker();
+        let input = b.unique_topic(&format!("{name}-in"));
+        b.create_topic(&input, partitions).await;
+        Self {
+            output: format!("{input}-out"),
+            dlq: format!("{input}.dlq"),
+            group: format!("{input}-group"),
+            input,
+        }
+    }
+
+    fn env(&self, server: &TestServer) -> Vec<(&'static str, String)> {
+        vec![
+            ("WATCHBRIDGE_INPUT_TOPIC", self.input.clone()),
+            ("WATCHBRIDGE_OUTPUT_TOPIC", self.output.clone()),
+            ("WATCHBRIDGE_GROUP_ID", self.group.clone()),
+            ("WATCHBRIDGE_HTTP_URL", server.url("/users/{/id}/events")),
+            ("WATCHBRIDGE_HTTP_ITEMS", "/events".into()),
+            ("WATCHBRIDGE_HTTP_ITEM_KEY", "/id".into()),
+            ("WATCHBRIDGE_HTTP_ITEM_TIME", "/at".into()),
+            ("WATCHBRIDGE_HTTP_COMPLETE", "/done".into()),
+        ]
+    }
+}
+
+const T0: i64 = 1_796_000_000_000;
+
+/// Each user `u` has two events, at T0 + u s and T0 + u s + 500 ms; the feed is final.
+fn finished_feeds(seen: &Seen) -> Reply {
+    let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
+    Reply::json(json!({
+        "events": [
+            {"id": format!("u{user}-a"), "at": T0 + user * 1000},
+            {"id": format!("u{user}-b"), "at": T0 + user * 1000 + 500},
+        ],
+        "done": true,
+    }))
+}
+
+fn header(m: &OwnedMessage, name: &str) -> Option<String> {
+    m.headers()?
+        .iter()
+        .find(|h| h.key == name)
+        .and_then(|h| h.value)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+fn key(m: &OwnedMessage) -> String {
+    String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned()
+}
+
+async fn produce_user(topic: &str, user: i64) {
+    broker()
+        .produce(topic, None, Some(format!("user-{user}").as_bytes()), json!({"id": user}).to_string().as_bytes(), &[])
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_new_output_reaches_the_output_topic_with_its_event_time_and_headers() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("outputs", 2).await;
+    let bridge = Bridge::start(&s.env(&server));
+    for user in 1..=3 {
+        produce_user(&s.input, user).await;
+    }
+    let outputs = broker().consume(&s.output, 6, Duration::from_secs(60)).await;
+    let before = chrono_now_ms();
+    let mut by_output_key = BTreeMap::new();
+    for m in &outputs {
+        let output_key = header(m, "watchbridge-output-key").unwrap();
+        let user: i64 = output_key[1..output_key.find('-').unwrap()].parse().unwrap();
+        let offset = if output_key.ends_with("-b") { 500 } else { 0 };
+        assert_eq!(key(m), format!("user-{user}"), "key = watch key");
+        assert_eq!(header(m, "watchbridge-input-key").unwrap(), format!("user-{user}"));
+        assert_eq!(m.timestamp().to_millis(), Some(T0 + user * 1000 + offset), "timestamp = event time");
+        let value: Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
+        assert_eq!(value["id"], output_key.as_str(), "value = the item");
+        let first_seen: i64 = header(m, "watchbridge-first-seen").unwrap().parse().unwrap();
+        assert!(first_seen > T0 && first_seen <= before, "{first_seen}");
+        assert!(by_output_key.insert(output_key, m.partition()).is_none(), "emitted twice");
+    }
+    assert_eq!(by_output_key.len(), 6);
+    let extra = broker().consume_for(&s.output, Duration::from_secs(2)).await;
+    assert_eq!(extra.len(), 6, "nothing more arrives: each watch ended as final");
+    drop(bridge);
+}
+
+fn chrono_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_inputs_go_to_the_dead_letter_topic_and_the_bridge_goes_on() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("dlq", 1).await;
+    let bridge = Bridge::start(&s.env(&server));
+    let b = broker();
+    b.produce(&s.input, Some(0), Some(b"k1"), b"{not json", &[("trace", b"t-1")]).await;
+    b.produce(&s.input, Some(0), None, br#"{"id": 5}"#, &[]).await;
+    b.produce(&s.input, Some(0), Some(b"k3"), br#"{"name": "no id"}"#, &[]).await;
+    produce_user(&s.input, 7).await;
+    let dead = b.consume(&s.dlq, 3, Duration::from_secs(60)).await;
+    let kinds: Vec<_> = dead.iter().map(|m| header(m, "watchbridge-error-kind").unwrap()).collect();
+    assert_eq!(kinds, ["not_json", "no_key", "unresolvable"]);
+    for (i, m) in dead.iter().enumerate() {
+        assert_eq!(header(m, "watchbridge-source-topic").unwrap(), s.input);
+        assert_eq!(header(m, "watchbridge-source-partition").unwrap(), "0");
+        assert_eq!(header(m, "watchbridge-source-offset").unwrap(), i.to_string());
+        assert!(!header(m, "watchbridge-error").unwrap().is_empty());
+    }
+    assert_eq!(dead[0].payload().unwrap(), b"{not json", "the original value is kept");
+    assert_eq!(header(&dead[0], "trace").unwrap(), "t-1", "and its headers");
+    assert!(header(&dead[2], "watchbridge-error").unwrap().contains("/id"));
+    // The good input after them is watched.
+    let outputs = b.consume(&s.output, 2, Duration::from_secs(60)).await;
+    assert!(outputs.iter().all(|m| key(m) == "user-7"));
+    bridge.wait_for_log("input sent to the dead-letter topic", Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redelivered_input_for_a_live_watch_starts_no_second_watch() {
+    // One event per poll, never final: a second watch would emit every event again.
+    let polls = Arc::new(AtomicUsize::new(0));
+    let counter = polls.clone();
+    let server = TestServer::start(move |_| {
+        let n = counter.fetch_add(1, Ordering::SeqCst) as i64;
+        let events: Vec<Value> = (0..=n.min(5)).map(|i| json!({"id": format!("e{i}"), "at": T0 + i})).collect();
+        Reply::json(json!({"events": events, "done": false}))
+    })
+    .await;
+    let s = Setup::new("redelivery", 1).await;
+    let _bridge = Bridge::start(&s.env(&server));
+    produce_user(&s.input, 1).await;
+    produce_user(&s.input, 1).await;
+    let outputs = broker().consume(&s.output, 6, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    produce_user(&s.input, 1).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all = broker().consume_for(&s.output, Duration::from_secs(2)).await;
+    let mut keys: Vec<_> = all.iter().map(|m| header(m, "watchbridge-output-key").unwrap()).collect();
+    keys.sort();
+    assert_eq!(keys, ["e0", "e1", "e2", "e3", "e4", "e5"], "each output once");
+    assert_eq!(outputs.len(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_promptly_after_committing_what_was_delivered() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("shutdown", 2).await;
+    let mut bridge = Bridge::start(&s.env(&server));
+    for user in 1..=4 {
+        produce_user(&s.input, user).await;
+    }
+    broker().consume(&s.output, 8, Duration::from_secs(60)).await;
+    // The commit of the last acknowledged position happens within a second or at the stop.
+    let (code, took) = bridge.terminate();
+    assert_eq!(code, Some(0), "{}", bridge.log());
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    let committed: i64 = broker().committed(&s.group, &s.input, 2).iter().sum();
+    assert_eq!(committed, 4, "every input committed:\n{}", bridge.log());
+    assert!(bridge.log().contains("partition released"), "{}", bridge.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_bridges_share_the_partitions_and_one_takes_over_when_the_other_stops() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("rebalance", 4).await;
+    let mut first = Bridge::start(&s.env(&server));
+    first.wait_for_log("partition assigned", Duration::from_secs(60));
+    for user in 0..8 {
+        produce_user(&s.input, user).await;
+    }
+    broker().consume(&s.output, 16, Duration::from_secs(60)).await;
+
+    let second = Bridge::start(&s.env(&server));
+    second.wait_for_log("partition assigned", Duration::from_secs(60));
+    first.wait_for_log("partition released", Duration::from_secs(60));
+    for user in 8..16 {
+        produce_user(&s.input, user).await;
+    }
+    broker().consume(&s.output, 32, Duration::from_secs(60)).await;
+
+    let (code, _) = first.terminate();
+    assert_eq!(code, Some(0));
+    for user in 16..24 {
+        produce_user(&s.input, user).await;
+    }
+    let all = broker().consume(&s.output, 48, Duration::from_secs(90)).await;
+    let mut per_user: HashMap<String, usize> = HashMap::new();
+    for m in &all {
+        *per_user.entry(key(m)).or_default() += 1;
+    }
+    assert_eq!(per_user.len(), 24, "every user watched");
+    assert!(per_user.values().all(|&n| n == 2), "{per_user:?}");
+    let assigned_to_second = second.log().matches("partition assigned").count();
+    assert!(assigned_to_second >= 4, "the second took every partition:\n{}", second.log());
+}
