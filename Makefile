@@ -3,13 +3,33 @@
 
 CARGO ?= cargo
 
-.PHONY: setup build demo test lint bench-smoke bench
+.PHONY: setup build demo test lint bench-smoke bench broker
+
+# Debian packages the build needs: rdkafka's `ssl` feature links OpenSSL, found by pkg-config.
+DEB_PACKAGES = libssl-dev pkg-config
 
 # The Rust toolchain comes with the machine; rustfmt and clippy are rustup components.
+# Missing Debian packages are installed with apt-get (as root, else through sudo).
 setup:
 	@command -v $(CARGO) >/dev/null || { echo "cargo is required (https://rustup.rs)"; exit 1; }
 	@$(CARGO) fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
+	@if command -v dpkg >/dev/null; then \
+		missing=; \
+		for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+		if [ -n "$$missing" ]; then \
+			if [ "$$(id -u)" = 0 ]; then sudo=; \
+			elif command -v sudo >/dev/null; then sudo=sudo; \
+			else echo "missing Debian packages:$$missing; install them as root"; exit 1; fi; \
+			echo "installing Debian packages:$$missing"; \
+			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+		fi; \
+	fi
+
+# The Kafka-protocol broker the Kafka tests run against (Tansu), built once into a cache
+# outside the clone (about 10 minutes the first time; later runs reuse it).
+broker: setup
+	scripts/tansu.sh install
 
 build: setup
 	$(CARGO) build --release
@@ -26,7 +46,7 @@ lint: setup
 bench-smoke: setup
 	BENCH_SMOKE=1 $(CARGO) bench --bench engine
 
-test: lint bench-smoke
+test: lint bench-smoke broker
 	$(CARGO) test
 
 # The real figures: 1,000,000 watches. Takes a minute or two.

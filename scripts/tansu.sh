@@ -8,7 +8,8 @@
 #   scripts/tansu.sh stop DIR  stop the one started in DIR
 #
 # The cache is $WATCHBRIDGE_CACHE (default ~/.cache/watchbridge); set TANSU_BIN to use a
-# binary of your own.
+# binary of your own. Concurrent installs wait for the first (flock on a file in the cache).
+# The Rust test fixture (tests/support/kafka.rs) starts its own broker; it only uses `path`.
 set -euo pipefail
 
 TANSU_VERSION=0.6.0
@@ -20,8 +21,23 @@ install() {
     if [ -x "$BIN" ]; then
         return
     fi
-    echo "installing tansu $TANSU_VERSION into $ROOT (once; about 10 minutes)" >&2
+    if [ -n "${TANSU_BIN:-}" ]; then
+        echo "TANSU_BIN=$TANSU_BIN is not an executable file" >&2
+        exit 1
+    fi
     mkdir -p "$CACHE"
+    # One build at a time: a second caller (another clone, a parallel `make`, a test binary)
+    # waits here for the first and then finds the binary in place.
+    exec 9>"$CACHE/tansu-$TANSU_VERSION.lock"
+    if ! flock -n 9; then
+        echo "waiting for another install of tansu $TANSU_VERSION to finish" >&2
+        flock 9
+    fi
+    if [ -x "$BIN" ]; then
+        exec 9>&-
+        return
+    fi
+    echo "installing tansu $TANSU_VERSION into $ROOT (once; about 10 minutes)" >&2
     # Build in a temp target dir, then move into place, so an interrupted build never leaves
     # a half-installed binary that later runs would trust.
     local tmp
@@ -32,6 +48,8 @@ install() {
     mv "$tmp/root/bin/tansu" "$ROOT/bin/tansu.partial"
     mv "$ROOT/bin/tansu.partial" "$ROOT/bin/tansu"
     rm -rf "$tmp"
+    # Unlock, and keep the lock's fd out of a broker that `start` runs in the background.
+    exec 9>&-
 }
 
 free_port() {

@@ -2,3 +2,5 @@
 
 #[allow(dead_code)]
 pub mod http_server;
+#[allow(dead_code)]
+pub mod kafka;

@@ -1,0 +1,499 @@
+//! A real Kafka-protocol broker for integration tests: one Tansu process per test binary.
+//!
+//! Tansu 0.6 differs from Apache Kafka in ways the helpers here account for (see
+//! `/work/shared/notes/tansu-0.6.md`): it never creates topics on its own, so producing to a
+//! missing topic hangs until the producer's message timeout — tests create their topics with
+//! [`Broker::create_topic`]; and it panics on a busy port, so the fixture retries on another.
+//!
+//! The binary is `$TANSU_BIN`, else whatever `scripts/tansu.sh path` prints (which builds it
+//! once into a cache outside the clone). Its dir (SQLite file, `tansu.log`) is removed when
+//! the test binary exits, unless `TANSU_KEEP_DIR` is set.
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long the broker may take to answer a metadata request after it is spawned.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a topic may take to show up in metadata after CreateTopics.
+const TOPIC_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bounds every produce: a record for a missing topic fails after this instead of hanging.
+const PRODUCE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The running broker. Obtain it with [`broker()`].
+pub struct Broker {
+    bootstrap: String,
+    dir: PathBuf,
+    /// The watchdog shell; its stdin is the pipe whose closing stops Tansu. Never dropped
+    /// (statics aren't), so the write end stays open exactly as long as this process lives.
+    _watchdog: Mutex<Child>,
+    producer: OnceLock<FutureProducer>,
+    admin: OnceLock<AdminClient<DefaultClientContext>>,
+}
+
+/// The broker shared by every test in this binary, started on first use. If it can't start,
+/// every test panics with the same message (rather than each trying again).
+pub fn broker() -> &'static Broker {
+    static BROKER: OnceLock<Result<Broker, String>> = OnceLock::new();
+    match BROKER.get_or_init(Broker::start) {
+        Ok(broker) => broker,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The watchdog: runs Tansu in the background and kills it once its own stdin reaches EOF.
+/// Only this test process holds the pipe's write end (std opens pipes close-on-exec, so no
+/// other child inherits it), and the kernel closes it however the process ends — normal
+/// exit, panic, or SIGKILL — so Tansu can't outlive the test binary. No pid polling, so no
+/// pid-reuse races. (`PR_SET_DEATHSIG` would fire when the *thread* that spawned it ends,
+/// i.e. after the first test.) Tansu exits within ~50 ms of SIGTERM; SIGKILL follows after
+/// 5 s in case it ever doesn't. The shell itself exits when Tansu does, which is how
+/// [`Broker::start`] notices an early death. The temp dir is removed once the test process
+/// has gone; if Tansu died by itself, it stays for its log.
+///
+/// `$1` is the temp dir, the rest is the Tansu command line.
+const WATCHDOG: &str = r#"
+dir=$1; shift
+cd "$dir" || exit 1
+exec 3<&0
+"$@" </dev/null 3<&- >tansu.log 2>&1 &
+tansu=$!
+{
+    read -r _ <&3
+    touch test-exited
+    kill "$tansu"
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$tansu" || exit; sleep 0.5; done
+    kill -9 "$tansu"
+} >/dev/null 2>&1 &
+watcher=$!
+exec 3<&-
+wait "$tansu" 2>/dev/null  # (dash would report "Terminated")
+status=$?
+kill "$watcher" 2>/dev/null
+if [ -e test-exited ] && [ -z "$TANSU_KEEP_DIR" ]; then cd / && rm -rf "$dir"; fi
+exit "$status"
+"#;
+
+impl Broker {
+    fn start() -> Result<Broker, String> {
+        let bin = tansu_bin();
+        let started = Instant::now();
+        // A port picked free can be taken before Tansu binds it, and Tansu panics then:
+        // try a few ports.
+        for attempt in 1..=3 {
+            let dir = tempfile::Builder::new()
+                .prefix("watchbridge-tansu-")
+                .tempdir()
+                .expect("create a temp dir for tansu")
+                .keep();
+            let port = free_port();
+            let bootstrap = format!("127.0.0.1:{port}");
+            let url = format!("tcp://{bootstrap}");
+            let mut watchdog = Command::new("sh")
+                .arg("-c")
+                .arg(WATCHDOG)
+                .arg("tansu-watchdog")
+                .arg(&dir)
+                .arg(&bin)
+                .args(["broker", "--listener-url", &url])
+                .args(["--advertised-listener-url", &url])
+                .args(["--storage-engine", "sqlite://tansu.db"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap_or_else(|e| panic!("spawn the tansu watchdog (sh): {e}"));
+            match wait_ready(&mut watchdog, &bootstrap, &dir) {
+                Ok(()) => {
+                    eprintln!(
+                        "tansu: listening on {bootstrap} after {:.1?}, dir {}",
+                        started.elapsed(),
+                        dir.display()
+                    );
+                    return Ok(Broker {
+                        bootstrap,
+                        dir,
+                        _watchdog: Mutex::new(watchdog),
+                        producer: OnceLock::new(),
+                        admin: OnceLock::new(),
+                    });
+                }
+                Err(log) if attempt < 3 && log.contains("in use") => {
+                    // Closing the pipe stops whatever is left of this attempt.
+                    drop(watchdog.stdin.take());
+                    let _ = watchdog.wait();
+                    let _ = std::fs::remove_dir_all(&dir);
+                    eprintln!("tansu: port {port} was taken, retrying on another");
+                }
+                Err(log) => {
+                    return Err(format!(
+                        "tansu ({}) did not start on {bootstrap} (attempt {attempt}, dir {}); \
+                         the end of its log:\n{log}",
+                        bin.display(),
+                        dir.display()
+                    ))
+                }
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+
+    /// `127.0.0.1:PORT`, for `bootstrap.servers`.
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    /// Tansu's working dir (its SQLite file and `tansu.log`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A client config with `bootstrap.servers` set, for clients a test builds itself.
+    pub fn config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.bootstrap);
+        config
+    }
+
+    /// A topic name no other call in this test binary returns, so tests sharing the broker
+    /// don't see each other's records.
+    pub fn unique_topic(&self, prefix: &str) -> String {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Creates the topic (replication 1) and waits until metadata shows all its partitions.
+    /// A topic that already exists is fine. Tansu never creates topics on its own.
+    pub async fn create_topic(&self, name: &str, partitions: i32) {
+        let admin = self
+            .admin
+            .get_or_init(|| self.config().create().expect("create a Kafka admin client"));
+        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let results = admin
+            .create_topics([&topic], &options)
+            .await
+            .unwrap_or_else(|e| panic!("CreateTopics {name}: {e}"));
+        for result in results {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) => panic!("CreateTopics {topic}: {code}"),
+            }
+        }
+        let deadline = Instant::now() + TOPIC_TIMEOUT;
+        loop {
+            let seen = self.partitions(name);
+            if seen == Some(partitions) {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("topic {name}: metadata shows {seen:?} partitions, not {partitions}, after {TOPIC_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// How many partitions metadata shows for the topic; `None` if it doesn't exist (yet).
+    pub fn partitions(&self, topic: &str) -> Option<i32> {
+        let consumer = self.base_consumer("watchbridge-test-metadata");
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("metadata for {topic}: {e}"));
+        let t = metadata.topics().iter().find(|t| t.name() == topic)?;
+        if t.error().is_some() || t.partitions().is_empty() {
+            return None;
+        }
+        Some(t.partitions().len() as i32)
+    }
+
+    /// Produces one record with the idempotent producer (acks=all) and waits for its
+    /// delivery; returns its (partition, offset). `partition: None` lets the partitioner
+    /// choose (by key). The topic must exist.
+    pub async fn produce(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: Option<&[u8]>,
+        value: &[u8],
+        headers: &[(&str, &[u8])],
+    ) -> (i32, i64) {
+        self.send(topic, partition, key, value, headers, None).await
+    }
+
+    /// [`Broker::produce`] with an explicit record timestamp (CreateTime, ms since the epoch).
+    pub async fn produce_at(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: Option<&[u8]>,
+        value: &[u8],
+        headers: &[(&str, &[u8])],
+        timestamp_ms: i64,
+    ) -> (i32, i64) {
+        self.send(topic, partition, key, value, headers, Some(timestamp_ms))
+            .await
+    }
+
+    async fn send(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: Option<&[u8]>,
+        value: &[u8],
+        headers: &[(&str, &[u8])],
+        timestamp_ms: Option<i64>,
+    ) -> (i32, i64) {
+        // One producer for the whole binary: an idempotent producer's setup (InitProducerId)
+        // costs a round trip or two, and it is safe to share across test runtimes.
+        let producer = self.producer.get_or_init(|| {
+            self.config()
+                .set("enable.idempotence", "true")
+                .set("acks", "all")
+                .set("linger.ms", "0")
+                .set(
+                    "message.timeout.ms",
+                    PRODUCE_TIMEOUT.as_millis().to_string(),
+                )
+                .create()
+                .expect("create the test producer")
+        });
+        let mut owned = OwnedHeaders::new_with_capacity(headers.len());
+        for (name, value) in headers {
+            owned = owned.insert(Header {
+                key: name,
+                value: Some(*value),
+            });
+        }
+        let mut record = FutureRecord::<[u8], [u8]>::to(topic)
+            .payload(value)
+            .headers(owned);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        if let Some(partition) = partition {
+            record = record.partition(partition);
+        }
+        if let Some(ts) = timestamp_ms {
+            record = record.timestamp(ts);
+        }
+        match producer.send(record, Duration::from_secs(5)).await {
+            Ok(delivery) => (delivery.partition, delivery.offset),
+            Err((e, _)) => panic!(
+                "produce to {topic} (partition {partition:?}): {e} \
+                 (Tansu doesn't create topics: did the test call create_topic?)"
+            ),
+        }
+    }
+
+    /// Reads every partition of `topic` from its beginning until `n` records have arrived,
+    /// in arrival order (ordered within a partition only). Panics at `timeout` with what it
+    /// read so far. Partitions are assigned directly (no group join, so no rebalance delay);
+    /// the group id is fresh and nothing is committed.
+    pub async fn consume(&self, topic: &str, n: usize, timeout: Duration) -> Vec<OwnedMessage> {
+        let consumer = self.reader(topic);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut read = Vec::with_capacity(n);
+        while read.len() < n {
+            match tokio::time::timeout_at(deadline, consumer.recv()).await {
+                Ok(Ok(message)) => read.push(message.detach()),
+                Ok(Err(e)) => panic!("consume {topic}: {e}"),
+                Err(_) => panic!(
+                    "consume {topic}: {} of {n} records within {timeout:?}; read: {:#?}",
+                    read.len(),
+                    summarize(&read)
+                ),
+            }
+        }
+        read
+    }
+
+    /// Every record of `topic` (all partitions, from the beginning) that arrives within
+    /// `duration` — for asserting that nothing more than expected was written.
+    pub async fn consume_for(&self, topic: &str, duration: Duration) -> Vec<OwnedMessage> {
+        let consumer = self.reader(topic);
+        let deadline = tokio::time::Instant::now() + duration;
+        let mut read = Vec::new();
+        while let Ok(received) = tokio::time::timeout_at(deadline, consumer.recv()).await {
+            match received {
+                Ok(message) => read.push(message.detach()),
+                Err(e) => panic!("consume {topic}: {e}"),
+            }
+        }
+        read
+    }
+
+    /// The offsets `group` has committed for partitions `0..partitions` of `topic`: the next
+    /// offset to read, or -1 where it has committed none. Reads them without joining the
+    /// group, so it doesn't disturb the members.
+    pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+        let consumer = self.base_consumer(group);
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+        let tpl = consumer
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("committed offsets of {group} on {topic}: {e}"));
+        (0..partitions)
+            .map(|p| match tpl.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => o,
+                _ => -1,
+            })
+            .collect()
+    }
+
+    /// A consumer that isn't a group member (nothing subscribed or committed).
+    fn base_consumer(&self, group: &str) -> BaseConsumer {
+        self.config()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("create a Kafka consumer")
+    }
+
+    /// A consumer assigned every partition of `topic` at its beginning.
+    fn reader(&self, topic: &str) -> StreamConsumer {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let group = format!("watchbridge-test-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        let consumer: StreamConsumer = self
+            .config()
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            // Against Tansu, a multi-partition topic's records arrive in steps of up to this
+            // (default 500 ms); a short wait keeps reads fast.
+            .set("fetch.wait.max.ms", "20")
+            .create()
+            .expect("create a Kafka consumer");
+        // Also warms the consumer: assigned before it has metadata, its first record
+        // arrives ~500 ms later; after this, ~10 ms.
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("metadata for {topic}: {e}"));
+        let partitions = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .map(|t| t.partitions().len() as i32)
+            .unwrap_or_else(|| panic!("consume {topic}: no such topic (create_topic it first)"));
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)
+                .expect("offset for the assignment");
+        }
+        consumer
+            .assign(&tpl)
+            .unwrap_or_else(|e| panic!("assign {topic}: {e}"));
+        consumer
+    }
+}
+
+/// The value of the first header called `name`; a header with a null value reads as empty.
+pub fn header<'m>(message: &'m OwnedMessage, name: &str) -> Option<&'m [u8]> {
+    message
+        .headers()?
+        .iter()
+        .find(|h| h.key == name)
+        .map(|h| h.value.unwrap_or_default())
+}
+
+/// All headers as (name, value) pairs, in order; a null value reads as empty.
+pub fn headers(message: &OwnedMessage) -> Vec<(String, Vec<u8>)> {
+    message
+        .headers()
+        .map(|hs| {
+            hs.iter()
+                .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Partition, offset, key and value of each record, readable in a panic message.
+fn summarize(read: &[OwnedMessage]) -> Vec<String> {
+    read.iter()
+        .map(|m| {
+            format!(
+                "p{} @{} key={:?} value={:?}",
+                m.partition(),
+                m.offset(),
+                m.key().map(String::from_utf8_lossy),
+                m.payload().map(String::from_utf8_lossy)
+            )
+        })
+        .collect()
+}
+
+fn tansu_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("TANSU_BIN") {
+        return bin.into();
+    }
+    let root = env!("CARGO_MANIFEST_DIR");
+    // Its stderr reaches the terminal: a first run shows the ~10 minute install progressing.
+    let out = Command::new("scripts/tansu.sh")
+        .arg("path")
+        .current_dir(root)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("run {root}/scripts/tansu.sh path: {e}"));
+    assert!(
+        out.status.success(),
+        "{root}/scripts/tansu.sh path failed ({}); set TANSU_BIN to use a tansu binary of your own",
+        out.status
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("pick a free loopback port")
+}
+
+/// Waits until Tansu accepts connections and answers a metadata request with itself as a
+/// broker. On failure returns the tail of its log.
+fn wait_ready(watchdog: &mut Child, bootstrap: &str, dir: &Path) -> Result<(), String> {
+    let addr: SocketAddr = bootstrap.parse().unwrap();
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut last_error = String::from("no connection yet");
+    while Instant::now() < deadline {
+        if let Some(status) = watchdog.try_wait().expect("poll the tansu watchdog") {
+            return Err(format!("tansu exited ({status})\n{}", log_tail(dir)));
+        }
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            let consumer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", bootstrap)
+                .create()
+                .expect("create a Kafka client");
+            match consumer.fetch_metadata(None, Duration::from_secs(2)) {
+                Ok(m) if !m.brokers().is_empty() => return Ok(()),
+                Ok(_) => last_error = "metadata lists no brokers".into(),
+                Err(e) => last_error = format!("metadata: {e}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(format!(
+        "not ready within {START_TIMEOUT:?} ({last_error})\n{}",
+        log_tail(dir)
+    ))
+}
+
+fn log_tail(dir: &Path) -> String {
+    let mut log = String::new();
+    let _ = std::fs::File::open(dir.join("tansu.log")).and_then(|mut f| f.read_to_string(&mut log));
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
