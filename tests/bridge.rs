@@ -42,7 +42,14 @@ impl Bridge {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         let child = command.spawn().expect("start watchbridge");
-        Self { child, log, _dir: dir }
+        let bridge = Self {
+            child,
+            log,
+            _dir: dir,
+        };
+        // Logged once its topics exist.
+        bridge.wait_for_log("bridge starting", Duration::from_secs(60));
+        bridge
     }
 
     fn log(&self) -> String {
@@ -73,7 +80,11 @@ impl Bridge {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return (status.code(), started.elapsed());
             }
-            assert!(Instant::now() < deadline, "bridge did not stop:\n{}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "bridge did not stop:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -149,7 +160,13 @@ fn key(m: &OwnedMessage) -> String {
 
 async fn produce_user(topic: &str, user: i64) {
     broker()
-        .produce(topic, None, Some(format!("user-{user}").as_bytes()), json!({"id": user}).to_string().as_bytes(), &[])
+        .produce(
+            topic,
+            None,
+            Some(format!("user-{user}").as_bytes()),
+            json!({"id": user}).to_string().as_bytes(),
+            &[],
+        )
         .await;
 }
 
@@ -161,25 +178,48 @@ async fn every_new_output_reaches_the_output_topic_with_its_event_time_and_heade
     for user in 1..=3 {
         produce_user(&s.input, user).await;
     }
-    let outputs = broker().consume(&s.output, 6, Duration::from_secs(60)).await;
+    let outputs = broker()
+        .consume(&s.output, 6, Duration::from_secs(60))
+        .await;
     let before = chrono_now_ms();
     let mut by_output_key = BTreeMap::new();
     for m in &outputs {
         let output_key = header(m, "watchbridge-output-key").unwrap();
-        let user: i64 = output_key[1..output_key.find('-').unwrap()].parse().unwrap();
+        let user: i64 = output_key[1..output_key.find('-').unwrap()]
+            .parse()
+            .unwrap();
         let offset = if output_key.ends_with("-b") { 500 } else { 0 };
         assert_eq!(key(m), format!("user-{user}"), "key = watch key");
-        assert_eq!(header(m, "watchbridge-input-key").unwrap(), format!("user-{user}"));
-        assert_eq!(m.timestamp().to_millis(), Some(T0 + user * 1000 + offset), "timestamp = event time");
+        assert_eq!(
+            header(m, "watchbridge-input-key").unwrap(),
+            format!("user-{user}")
+        );
+        assert_eq!(
+            m.timestamp().to_millis(),
+            Some(T0 + user * 1000 + offset),
+            "timestamp = event time"
+        );
         let value: Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
         assert_eq!(value["id"], output_key.as_str(), "value = the item");
-        let first_seen: i64 = header(m, "watchbridge-first-seen").unwrap().parse().unwrap();
+        let first_seen: i64 = header(m, "watchbridge-first-seen")
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!(first_seen > T0 && first_seen <= before, "{first_seen}");
-        assert!(by_output_key.insert(output_key, m.partition()).is_none(), "emitted twice");
+        assert!(
+            by_output_key.insert(output_key, m.partition()).is_none(),
+            "emitted twice"
+        );
     }
     assert_eq!(by_output_key.len(), 6);
-    let extra = broker().consume_for(&s.output, Duration::from_secs(2)).await;
-    assert_eq!(extra.len(), 6, "nothing more arrives: each watch ended as final");
+    let extra = broker()
+        .consume_for(&s.output, Duration::from_secs(2))
+        .await;
+    assert_eq!(
+        extra.len(),
+        6,
+        "nothing more arrives: each watch ended as final"
+    );
     drop(bridge);
 }
 
@@ -196,26 +236,50 @@ async fn bad_inputs_go_to_the_dead_letter_topic_and_the_bridge_goes_on() {
     let s = Setup::new("dlq", 1).await;
     let bridge = Bridge::start(&s.env(&server));
     let b = broker();
-    b.produce(&s.input, Some(0), Some(b"k1"), b"{not json", &[("trace", b"t-1")]).await;
-    b.produce(&s.input, Some(0), None, br#"{"id": 5}"#, &[]).await;
-    b.produce(&s.input, Some(0), Some(b"k3"), br#"{"name": "no id"}"#, &[]).await;
+    b.produce(
+        &s.input,
+        Some(0),
+        Some(b"k1"),
+        b"{not json",
+        &[("trace", b"t-1")],
+    )
+    .await;
+    b.produce(&s.input, Some(0), None, br#"{"id": 5}"#, &[])
+        .await;
+    b.produce(&s.input, Some(0), Some(b"k3"), br#"{"name": "no id"}"#, &[])
+        .await;
     produce_user(&s.input, 7).await;
     let dead = b.consume(&s.dlq, 3, Duration::from_secs(60)).await;
-    let kinds: Vec<_> = dead.iter().map(|m| header(m, "watchbridge-error-kind").unwrap()).collect();
+    let kinds: Vec<_> = dead
+        .iter()
+        .map(|m| header(m, "watchbridge-error-kind").unwrap())
+        .collect();
     assert_eq!(kinds, ["not_json", "no_key", "unresolvable"]);
     for (i, m) in dead.iter().enumerate() {
         assert_eq!(header(m, "watchbridge-source-topic").unwrap(), s.input);
         assert_eq!(header(m, "watchbridge-source-partition").unwrap(), "0");
-        assert_eq!(header(m, "watchbridge-source-offset").unwrap(), i.to_string());
+        assert_eq!(
+            header(m, "watchbridge-source-offset").unwrap(),
+            i.to_string()
+        );
         assert!(!header(m, "watchbridge-error").unwrap().is_empty());
     }
-    assert_eq!(dead[0].payload().unwrap(), b"{not json", "the original value is kept");
+    assert_eq!(
+        dead[0].payload().unwrap(),
+        b"{not json",
+        "the original value is kept"
+    );
     assert_eq!(header(&dead[0], "trace").unwrap(), "t-1", "and its headers");
-    assert!(header(&dead[2], "watchbridge-error").unwrap().contains("/id"));
+    assert!(header(&dead[2], "watchbridge-error")
+        .unwrap()
+        .contains("/id"));
     // The good input after them is watched.
     let outputs = b.consume(&s.output, 2, Duration::from_secs(60)).await;
     assert!(outputs.iter().all(|m| key(m) == "user-7"));
-    bridge.wait_for_log("input sent to the dead-letter topic", Duration::from_secs(5));
+    bridge.wait_for_log(
+        "input sent to the dead-letter topic",
+        Duration::from_secs(5),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -225,7 +289,9 @@ async fn a_redelivered_input_for_a_live_watch_starts_no_second_watch() {
     let counter = polls.clone();
     let server = TestServer::start(move |_| {
         let n = counter.fetch_add(1, Ordering::SeqCst) as i64;
-        let events: Vec<Value> = (0..=n.min(5)).map(|i| json!({"id": format!("e{i}"), "at": T0 + i})).collect();
+        let events: Vec<Value> = (0..=n.min(5))
+            .map(|i| json!({"id": format!("e{i}"), "at": T0 + i}))
+            .collect();
         Reply::json(json!({"events": events, "done": false}))
     })
     .await;
@@ -233,14 +299,25 @@ async fn a_redelivered_input_for_a_live_watch_starts_no_second_watch() {
     let _bridge = Bridge::start(&s.env(&server));
     produce_user(&s.input, 1).await;
     produce_user(&s.input, 1).await;
-    let outputs = broker().consume(&s.output, 6, Duration::from_secs(60)).await;
+    let outputs = broker()
+        .consume(&s.output, 6, Duration::from_secs(60))
+        .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     produce_user(&s.input, 1).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let all = broker().consume_for(&s.output, Duration::from_secs(2)).await;
-    let mut keys: Vec<_> = all.iter().map(|m| header(m, "watchbridge-output-key").unwrap()).collect();
+    let all = broker()
+        .consume_for(&s.output, Duration::from_secs(2))
+        .await;
+    let mut keys: Vec<_> = all
+        .iter()
+        .map(|m| header(m, "watchbridge-output-key").unwrap())
+        .collect();
     keys.sort();
-    assert_eq!(keys, ["e0", "e1", "e2", "e3", "e4", "e5"], "each output once");
+    assert_eq!(
+        keys,
+        ["e0", "e1", "e2", "e3", "e4", "e5"],
+        "each output once"
+    );
     assert_eq!(outputs.len(), 6);
 }
 
@@ -252,14 +329,20 @@ async fn sigterm_stops_promptly_after_committing_what_was_delivered() {
     for user in 1..=4 {
         produce_user(&s.input, user).await;
     }
-    broker().consume(&s.output, 8, Duration::from_secs(60)).await;
+    broker()
+        .consume(&s.output, 8, Duration::from_secs(60))
+        .await;
     // The commit of the last acknowledged position happens within a second or at the stop.
     let (code, took) = bridge.terminate();
     assert_eq!(code, Some(0), "{}", bridge.log());
     assert!(took < Duration::from_secs(15), "{took:?}");
     let committed: i64 = broker().committed(&s.group, &s.input, 2).iter().sum();
     assert_eq!(committed, 4, "every input committed:\n{}", bridge.log());
-    assert!(bridge.log().contains("partition released"), "{}", bridge.log());
+    assert!(
+        bridge.log().contains("partition released"),
+        "{}",
+        bridge.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -271,7 +354,9 @@ async fn two_bridges_share_the_partitions_and_one_takes_over_when_the_other_stop
     for user in 0..8 {
         produce_user(&s.input, user).await;
     }
-    broker().consume(&s.output, 16, Duration::from_secs(60)).await;
+    broker()
+        .consume(&s.output, 16, Duration::from_secs(60))
+        .await;
 
     let second = Bridge::start(&s.env(&server));
     second.wait_for_log("partition assigned", Duration::from_secs(60));
@@ -279,14 +364,18 @@ async fn two_bridges_share_the_partitions_and_one_takes_over_when_the_other_stop
     for user in 8..16 {
         produce_user(&s.input, user).await;
     }
-    broker().consume(&s.output, 32, Duration::from_secs(60)).await;
+    broker()
+        .consume(&s.output, 32, Duration::from_secs(60))
+        .await;
 
     let (code, _) = first.terminate();
     assert_eq!(code, Some(0));
     for user in 16..24 {
         produce_user(&s.input, user).await;
     }
-    let all = broker().consume(&s.output, 48, Duration::from_secs(90)).await;
+    let all = broker()
+        .consume(&s.output, 48, Duration::from_secs(90))
+        .await;
     let mut per_user: HashMap<String, usize> = HashMap::new();
     for m in &all {
         *per_user.entry(key(m)).or_default() += 1;
@@ -294,5 +383,42 @@ async fn two_bridges_share_the_partitions_and_one_takes_over_when_the_other_stop
     assert_eq!(per_user.len(), 24, "every user watched");
     assert!(per_user.values().all(|&n| n == 2), "{per_user:?}");
     let assigned_to_second = second.log().matches("partition assigned").count();
-    assert!(assigned_to_second >= 4, "the second took every partition:\n{}", second.log());
+    assert!(
+        assigned_to_second >= 4,
+        "the second took every partition:\n{}",
+        second.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_producer_queue_pauses_input_and_loses_nothing() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("backpressure", 1).await;
+    let mut env = s.env(&server);
+    // A producer queue of 5 records: nearly every output waits for room.
+    env.push(("KAFKA_QUEUE_BUFFERING_MAX_MESSAGES", "5".into()));
+    env.push((
+        "WATCHBRIDGE_LOG",
+        "info,watchbridge::kafka::consumer=debug".into(),
+    ));
+    let bridge = Bridge::start(&env);
+    const USERS: i64 = 1200;
+    for user in 0..USERS {
+        produce_user(&s.input, user).await;
+    }
+    let outputs = broker()
+        .consume(&s.output, 2 * USERS as usize, Duration::from_secs(120))
+        .await;
+    let mut keys: Vec<_> = outputs
+        .iter()
+        .map(|m| header(m, "watchbridge-output-key").unwrap())
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 2 * USERS as usize, "every output, once");
+    assert!(
+        bridge.log().contains("partition paused"),
+        "the consumer paused the partition while the producer caught up:\n{}",
+        bridge.log()
+    );
 }
