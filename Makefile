@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: setup build demo test lint bench-smoke bench broker
+.PHONY: setup build demo test lint bench-smoke bench broker broker-install
 
 # Debian packages the build needs: rdkafka's `ssl` feature links OpenSSL, found by pkg-config.
 DEB_PACKAGES = libssl-dev pkg-config
@@ -28,13 +28,18 @@ setup:
 
 # The Kafka-protocol broker the Kafka tests run against (Tansu), built once into a cache
 # outside the clone (about 10 minutes the first time; later runs reuse it).
-broker: setup
+broker-install: setup
 	scripts/tansu.sh install
+
+# A Tansu broker in the foreground on 127.0.0.1:9092 (TANSU_PORT), for running the bridge
+# against a real broker by hand.
+broker: broker-install
+	scripts/tansu.sh run
 
 build: setup
 	$(CARGO) build --release
 
-# The main job. Until the Kafka runtime lands (issue 4) this is the engine on simulated feeds.
+# The main job, end to end on an embedded broker with a built-in HTTP resource.
 demo: build
 	./target/release/watchbridge demo
 
@@ -46,7 +51,7 @@ lint: setup
 bench-smoke: setup
 	BENCH_SMOKE=1 $(CARGO) bench --bench engine
 
-test: lint bench-smoke broker
+test: lint bench-smoke broker-install
 	$(CARGO) test
 
 # The real figures: 1,000,000 watches. Takes a minute or two.

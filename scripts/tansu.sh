@@ -6,6 +6,8 @@
 #   scripts/tansu.sh start DIR start one on a free loopback port, storage in DIR; prints
 #                              `127.0.0.1:PORT` once it answers; its pid is in DIR/tansu.pid
 #   scripts/tansu.sh stop DIR  stop the one started in DIR
+#   scripts/tansu.sh run       run one in the foreground on 127.0.0.1:$TANSU_PORT (default
+#                              9092), data kept in $TANSU_DATA (default $CACHE/tansu-data)
 #
 # The cache is $WATCHBRIDGE_CACHE (default ~/.cache/watchbridge); set TANSU_BIN to use a
 # binary of your own. Concurrent installs wait for the first (flock on a file in the cache).
@@ -83,6 +85,23 @@ start() {
     exit 1
 }
 
+run() {
+    install
+    local port="${TANSU_PORT:-9092}"
+    local data="${TANSU_DATA:-$CACHE/tansu-data}"
+    mkdir -p "$data"
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        echo "port $port is in use (is a broker already running?); set TANSU_PORT to another" >&2
+        exit 1
+    fi
+    echo "Tansu (Kafka protocol) on 127.0.0.1:$port, data in $data; Ctrl-C stops it" >&2
+    cd "$data"
+    exec "$BIN" broker \
+        --listener-url "tcp://127.0.0.1:$port" \
+        --advertised-listener-url "tcp://127.0.0.1:$port" \
+        --storage-engine "sqlite://tansu.db"
+}
+
 stop() {
     local dir="$1"
     if [ -f "$dir/tansu.pid" ]; then
@@ -96,5 +115,6 @@ case "${1:-}" in
     path) install; echo "$BIN" ;;
     start) start "${2:?usage: $0 start DIR}" ;;
     stop) stop "${2:?usage: $0 stop DIR}" ;;
-    *) echo "usage: $0 install|path|start DIR|stop DIR" >&2; exit 2 ;;
+    run) run ;;
+    *) echo "usage: $0 install|path|start DIR|stop DIR|run" >&2; exit 2 ;;
 esac

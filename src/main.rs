@@ -34,6 +34,31 @@ enum Command {
         #[arg(long = "topic")]
         topics: Vec<String>,
     },
+    /// Produce records to a topic: the VALUEs given, or stdin's lines (like `kcat -P`).
+    Produce {
+        #[arg(long, env = "WATCHBRIDGE_BROKERS", value_name = "WATCHBRIDGE_BROKERS")]
+        brokers: String,
+        #[arg(long)]
+        topic: String,
+        /// The key of every record.
+        #[arg(long)]
+        key: Option<String>,
+        /// Split each line at this delimiter into key and value, e.g. `:` for `user-1:{"id":1}`.
+        #[arg(long, short = 'K')]
+        key_delimiter: Option<String>,
+        values: Vec<String>,
+    },
+    /// Print a topic's records from the beginning: partition:offset, key, timestamp, headers,
+    /// value (like `kcat -C`).
+    Consume {
+        #[arg(long, env = "WATCHBRIDGE_BROKERS", value_name = "WATCHBRIDGE_BROKERS")]
+        brokers: String,
+        #[arg(long)]
+        topic: String,
+        /// Stop at the end of the topic instead of waiting for more.
+        #[arg(long, short = 'e')]
+        exit: bool,
+    },
     /// Run the watch engine on simulated, growing feeds and print what it emits.
     Demo {
         /// How many inputs (simulated users) to watch.
@@ -72,11 +97,14 @@ enum Command {
     },
 }
 
+/// `WATCHBRIDGE_LOG` when unset: what the bridge does, and librdkafka's warnings.
+const DEFAULT_LOG: &str = "info";
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WATCHBRIDGE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG)),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -103,6 +131,52 @@ fn main() -> ExitCode {
             }
         }
         Command::Broker { topics } => broker(&topics),
+        Command::Produce {
+            brokers,
+            topic,
+            key,
+            key_delimiter,
+            values,
+        } => {
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let sent = runtime.block_on(watchbridge::kafka::tools::produce(
+                &brokers,
+                &topic,
+                key.as_deref(),
+                key_delimiter.as_deref(),
+                &values,
+            ));
+            match sent {
+                Ok(n) => {
+                    eprintln!("{n} records produced to {topic}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Consume {
+            brokers,
+            topic,
+            exit,
+        } => {
+            match watchbridge::kafka::tools::consume(&brokers, &topic, exit, &mut std::io::stdout())
+            {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::PollOnce { input, key, poller } => {
             let value = match serde_json::from_str(&input) {
                 Ok(v) => v,

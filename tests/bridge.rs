@@ -422,3 +422,52 @@ async fn a_full_producer_queue_pauses_input_and_loses_nothing() {
         bridge.log()
     );
 }
+
+/// The README's walk-through: `watchbridge produce` feeds the input topic, the bridge
+/// watches, `watchbridge consume` shows the outputs.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_readme_walkthrough_feeds_and_reads_with_the_bundled_clients() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("readme", 1).await;
+    let _bridge = Bridge::start(&s.env(&server));
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_watchbridge"))
+            .args(args)
+            .env_remove("WATCHBRIDGE_BROKERS")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let brokers = broker().bootstrap().to_string();
+    run(&[
+        "produce",
+        "--brokers",
+        &brokers,
+        "--topic",
+        &s.input,
+        "-K",
+        ":",
+        r#"user-4:{"id":4}"#,
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let printed = loop {
+        let printed = run(&["consume", "--brokers", &brokers, "--topic", &s.output, "-e"]);
+        if printed.lines().count() >= 2 || Instant::now() > deadline {
+            break printed;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(lines.len(), 2, "{printed}");
+    assert!(lines[0].starts_with("0:0 user-4 2026-"), "{printed}");
+    assert!(
+        lines[0].contains("watchbridge-output-key=u4-a"),
+        "{printed}"
+    );
+    assert!(lines[1].contains(r#""id":"u4-b""#), "{printed}");
+}

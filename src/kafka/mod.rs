@@ -10,3 +10,4 @@ pub mod input;
 pub mod offsets;
 pub mod partition;
 pub mod records;
+pub mod tools;

@@ -1,0 +1,146 @@
+//! `watchbridge produce` and `watchbridge consume`: the smallest Kafka clients, for feeding
+//! the input topic and reading the output topic by hand (what `kcat -P` / `kcat -C` do; the
+//! kcat in Debian links a librdkafka too old for some brokers, Tansu among them).
+
+use crate::pollers::event_time::format_rfc3339;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Headers;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use std::io::BufRead;
+use std::time::Duration;
+
+fn client(brokers: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers);
+    for (key, value) in crate::config::kafka_properties(std::env::vars()) {
+        c.set(key, value);
+    }
+    c
+}
+
+/// Produce `values` (or, if none, stdin's lines), each with `key`, or split at
+/// `key_delimiter` into key and value. Returns how many were acknowledged.
+pub async fn produce(
+    brokers: &str,
+    topic: &str,
+    key: Option<&str>,
+    key_delimiter: Option<&str>,
+    values: &[String],
+) -> Result<usize, String> {
+    let producer: FutureProducer = client(brokers)
+        .set("enable.idempotence", "true")
+        .set("message.timeout.ms", "15000")
+        .create()
+        .map_err(|e| format!("cannot create a producer: {e}"))?;
+    let lines: Vec<String> = if values.is_empty() {
+        std::io::stdin()
+            .lock()
+            .lines()
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("reading stdin: {e}"))?
+    } else {
+        values.to_vec()
+    };
+    let mut sent = 0;
+    for line in lines.iter().filter(|l| !l.is_empty()) {
+        let (k, v) = match key_delimiter.and_then(|d| line.split_once(d)) {
+            Some((k, v)) => (Some(k), v),
+            None => (key, line.as_str()),
+        };
+        let mut record = FutureRecord::to(topic).payload(v);
+        if let Some(k) = k {
+            record = record.key(k);
+        }
+        producer
+            .send(record, Timeout::After(Duration::from_secs(15)))
+            .await
+            .map_err(|(e, _)| format!("producing to {topic}: {e} (does the topic exist?)"))?;
+        sent += 1;
+    }
+    Ok(sent)
+}
+
+/// Print every record of `topic` from the beginning, one line each:
+/// `partition:offset key timestamp headers value`. With `to_end`, stop at the end.
+pub fn consume(
+    brokers: &str,
+    topic: &str,
+    to_end: bool,
+    out: &mut impl std::io::Write,
+) -> Result<usize, String> {
+    let consumer: BaseConsumer = client(brokers)
+        .set("group.id", "watchbridge-consume")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "50")
+        .create()
+        .map_err(|e| format!("cannot create a consumer: {e}"))?;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(|e| format!("cannot read {topic}'s metadata from {brokers}: {e}"))?;
+    let partitions = metadata
+        .topics()
+        .first()
+        .filter(|t| t.error().is_none())
+        .map(|t| t.partitions().iter().map(|p| p.id()).collect::<Vec<_>>())
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| format!("topic {topic} does not exist"))?;
+    let mut tpl = TopicPartitionList::new();
+    let mut ends = std::collections::HashMap::new();
+    for &p in &partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .map_err(|e| e.to_string())?;
+        let (_, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .map_err(|e| e.to_string())?;
+        ends.insert(p, high);
+    }
+    consumer.assign(&tpl).map_err(|e| e.to_string())?;
+    let mut positions: std::collections::HashMap<i32, i64> =
+        partitions.iter().map(|&p| (p, 0)).collect();
+    let mut printed = 0;
+    loop {
+        if to_end && positions.iter().all(|(p, &o)| o >= ends[p]) {
+            return Ok(printed);
+        }
+        let Some(message) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = message.map_err(|e| e.to_string())?;
+        positions.insert(m.partition(), m.offset() + 1);
+        let headers = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| {
+                        format!(
+                            "{}={}",
+                            h.key,
+                            String::from_utf8_lossy(h.value.unwrap_or_default())
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{}:{} {} {} {} {}",
+            m.partition(),
+            m.offset(),
+            String::from_utf8_lossy(m.key().unwrap_or_default()),
+            m.timestamp()
+                .to_millis()
+                .map(format_rfc3339)
+                .unwrap_or_else(|| "-".into()),
+            if headers.is_empty() {
+                "-".to_string()
+            } else {
+                headers
+            },
+            String::from_utf8_lossy(m.payload().unwrap_or_default())
+        );
+        printed += 1;
+    }
+}
