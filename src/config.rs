@@ -220,6 +220,8 @@ impl RunArgs {
             ));
         }
         let brokers = self.brokers.clone().filter(|b| !b.trim().is_empty());
+        let kafka = kafka_properties(env);
+        check_kafka_properties(&kafka)?;
         Ok(RunConfig {
             brokers,
             group_id: self.group_id.clone(),
@@ -241,7 +243,7 @@ impl RunArgs {
             replication_factor: self.replication_factor,
             shutdown_timeout: self.shutdown_timeout,
             poll_timeout: self.poller.poll_timeout,
-            kafka: kafka_properties(env),
+            kafka,
         })
     }
 }
@@ -258,6 +260,28 @@ pub fn kafka_properties(env: impl IntoIterator<Item = (String, String)>) -> Vec<
         .collect();
     props.sort();
     props
+}
+
+/// librdkafka refuses unknown properties and bad values; say which variable it was.
+fn check_kafka_properties(props: &[(String, String)]) -> Result<(), ConfigError> {
+    for (key, value) in props {
+        let mut one = rdkafka::ClientConfig::new();
+        one.set(key, value);
+        if let Err(e) = one.create_native_config() {
+            let var = format!("KAFKA_{}", key.to_ascii_uppercase().replace('.', "_"));
+            // librdkafka's message may quote the value: not for secrets.
+            let why = if is_secret(key) {
+                "the value is refused".to_string()
+            } else {
+                e.to_string()
+            };
+            return Err(ConfigError::new(
+                var,
+                format!("librdkafka property `{key}`: {why}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// librdkafka properties whose values are secrets: never logged.
@@ -353,6 +377,15 @@ mod tests {
             ]
         );
         assert!(is_secret("sasl.password"));
+        let bad = [("KAFKA_NO_SUCH_THING".to_string(), "1".to_string())];
+        let e = parse(&base()).unwrap().check(bad).unwrap_err();
+        assert_eq!(e.var, "KAFKA_NO_SUCH_THING");
+        assert!(e.message.contains("no.such.thing"), "{e}");
+        let bad = [("KAFKA_ACKS".to_string(), "sometimes".to_string())];
+        assert_eq!(
+            parse(&base()).unwrap().check(bad).unwrap_err().var,
+            "KAFKA_ACKS"
+        );
         assert!(!is_secret("security.protocol"));
     }
 }

@@ -190,3 +190,137 @@ async fn poll_once_reads_an_http_api_with_a_secret_header_it_never_prints() {
         "{err}"
     );
 }
+
+#[test]
+fn run_names_a_missing_or_bad_setting() {
+    let (code, _, err) = watchbridge_with_env(&[], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("WATCHBRIDGE_INPUT_TOPIC"), "{err}");
+    let topics = [
+        ("WATCHBRIDGE_INPUT_TOPIC", "users"),
+        ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
+        ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
+    ];
+    for (var, value) in [
+        ("WATCHBRIDGE_TERMINATION", "stabel(1m)"),
+        ("WATCHBRIDGE_POLL_INTERVAL", "soon"),
+        ("WATCHBRIDGE_WATCH_KEY", "id"),
+        ("WATCHBRIDGE_HTTP_ITEMS", "data"),
+        ("WATCHBRIDGE_POLLER", "ftp"),
+        ("KAFKA_NO_SUCH_PROPERTY", "1"),
+    ] {
+        let mut env = topics.to_vec();
+        env.push((var, value));
+        let (code, _, err) = watchbridge_with_env(&["run"], &env);
+        assert_eq!(code, 2, "{var}: {err}");
+        assert!(err.contains(var), "{var}: {err}");
+    }
+    let (code, out, _) = watchbridge_with_env(&["run", "--help"], &[]);
+    assert_eq!(code, 0);
+    for var in [
+        "WATCHBRIDGE_BROKERS",
+        "WATCHBRIDGE_GROUP_ID",
+        "WATCHBRIDGE_DLQ_TOPIC",
+        "WATCHBRIDGE_WATCH_KEY",
+        "WATCHBRIDGE_HTTP_URL",
+        "WATCHBRIDGE_GLOB",
+        "WATCHBRIDGE_SHARDED_PATTERN",
+    ] {
+        assert!(out.contains(var), "--help lists {var}");
+    }
+    assert!(out.contains("[default: watchbridge]"), "and defaults");
+}
+
+/// A process that is stopped (SIGTERM, then killed) when dropped.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sigterm(child: &mut std::process::Child) -> Option<i32> {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    None
+}
+
+#[test]
+fn without_brokers_the_bridge_runs_on_an_embedded_broker_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("WATCHBRIDGE_") {
+            command.env_remove(name);
+        }
+    }
+    let child = command
+        .envs([
+            ("WATCHBRIDGE_INPUT_TOPIC", "users"),
+            ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
+            ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
+        ])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut running = Running(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.contains("bridge starting") || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(text.contains("EMBEDDED in-memory broker"), "{text}");
+    assert!(text.contains("bridge starting"), "{text}");
+    assert_eq!(sigterm(&mut running.0), Some(0));
+}
+
+#[test]
+fn broker_prints_an_address_that_clients_can_use() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_watchbridge"))
+        .args(["broker", "--topic", "t:2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut address = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut address,
+    )
+    .unwrap();
+    let _running = Running(child);
+    let address = address.trim();
+    assert!(address.starts_with("127.0.0.1:"), "{address}");
+    let (code, _, err) = watchbridge(&[
+        "produce",
+        "--brokers",
+        address,
+        "--topic",
+        "t",
+        "--key",
+        "k",
+        "hello",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = watchbridge(&["consume", "--brokers", address, "--topic", "t", "-e"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(" k ") && out.trim_end().ends_with("hello"),
+        "{out}"
+    );
+}

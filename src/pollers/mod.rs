@@ -44,14 +44,15 @@ pub trait Resolve: Poller {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{var}: {message}")]
 pub struct ConfigError {
-    pub var: &'static str,
+    /// The variable, e.g. `WATCHBRIDGE_HTTP_URL` (or a `KAFKA_*` one the user chose).
+    pub var: std::borrow::Cow<'static, str>,
     pub message: String,
 }
 
 impl ConfigError {
-    pub fn new(var: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(var: impl Into<std::borrow::Cow<'static, str>>, message: impl Into<String>) -> Self {
         Self {
-            var,
+            var: var.into(),
             message: message.into(),
         }
     }
