@@ -207,7 +207,7 @@ impl<P: Resolve> PartitionTask<P> {
                     input: Arc::new(target),
                     input_time: input.timestamp,
                 };
-                if self.commands.send(command).await.is_ok() {
+                if self.send_command(command).await {
                     self.starting.push_back((input.key, offset));
                 }
             }
@@ -242,6 +242,31 @@ impl<P: Resolve> PartitionTask<P> {
             }
         }
         self.tracker.consumed(offset);
+    }
+
+    /// Send a command to the engine. While its queue is full, keep handling its events: the
+    /// engine may itself be waiting for room to send one, and neither may wait on the other.
+    async fn send_command(&mut self, mut command: Command<P::Input>) -> bool {
+        loop {
+            match self.commands.try_send(command) {
+                Ok(()) => return true,
+                Err(mpsc::error::TrySendError::Closed(_)) => return false,
+                Err(mpsc::error::TrySendError::Full(c)) => {
+                    command = c;
+                    let commands = self.commands.clone();
+                    tokio::select! {
+                        permit = commands.reserve() => match permit {
+                            Ok(permit) => {
+                                permit.send(command);
+                                return true;
+                            }
+                            Err(_) => return false,
+                        },
+                        Some(event) = self.events.recv() => Box::pin(self.on_event(event)).await,
+                    }
+                }
+            }
+        }
     }
 
     async fn on_event(&mut self, event: Event) {
