@@ -39,7 +39,9 @@ broker: broker-install
 build: setup
 	$(CARGO) build --release
 
-# The main job, end to end on an embedded broker with a built-in HTTP resource.
+# The real bridge end to end in one process, nothing to set up: an embedded Kafka broker, a
+# local HTTP API of growing per-user feeds, a live view of what reaches the output topic, and
+# a summary that checks it (about 25 s; Ctrl-C ends it early).
 demo: build
 	./target/release/watchbridge demo
 

@@ -3,14 +3,12 @@
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-use std::time::Duration;
 use watchbridge::bridge::RunFromCli;
 use watchbridge::config::RunArgs;
+use watchbridge::demo::{DemoArgs, DemoError, Endings};
 use watchbridge::pollers::builtin::PollerArgs;
 use watchbridge::pollers::once::{output_line, PollOnce};
-use watchbridge::schedule::{Backoff, Schedule};
 use watchbridge::termination::Termination;
-use watchbridge::watch::WatchRules;
 
 #[derive(Parser)]
 #[command(
@@ -59,25 +57,10 @@ enum Command {
         #[arg(long, short = 'e')]
         exit: bool,
     },
-    /// Run the watch engine on simulated, growing feeds and print what it emits.
-    Demo {
-        /// How many inputs (simulated users) to watch.
-        #[arg(long, default_value_t = 8)]
-        inputs: u32,
-        /// When a watch ends, e.g. `any(total(5m), stable(1m))`.
-        #[arg(
-            long,
-            env = "WATCHBRIDGE_TERMINATION",
-            default_value = "any(total(10s), stable(3s))"
-        )]
-        termination: String,
-        /// Time between polls of one watch (humantime: 500ms, 10s, 1m).
-        #[arg(long, env = "WATCHBRIDGE_POLL_INTERVAL", default_value = "500ms", value_parser = humantime::parse_duration)]
-        poll_interval: Duration,
-        /// Print the engine's Prometheus metrics at the end.
-        #[arg(long)]
-        metrics: bool,
-    },
+    /// The real bridge end to end, with nothing to set up: an embedded Kafka broker, a local
+    /// HTTP API of growing per-user feeds, "new user" records, a live view of what reaches
+    /// the output topic, and a summary that checks it.
+    Demo(Box<DemoArgs>),
     /// Poll one input once with the configured poller and print each output as a JSON line:
     /// a way to check WATCHBRIDGE_POLLER settings against the real resource.
     PollOnce {
@@ -101,15 +84,10 @@ enum Command {
 const DEFAULT_LOG: &str = "info";
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WATCHBRIDGE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG)),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    match Cli::parse_from(with_default_subcommand(std::env::args_os())).command {
+    let cli = Cli::parse_from(with_default_subcommand(std::env::args_os()));
+    let endings = Endings::default();
+    init_logging(matches!(cli.command, Command::Demo(_)).then_some(&endings));
+    match cli.command {
         Command::Run(args) => {
             let config = match args.check(std::env::vars()) {
                 Ok(c) => c,
@@ -225,63 +203,43 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Demo {
-            inputs,
-            termination,
-            poll_interval,
-            metrics,
-        } => {
-            let termination = match termination.parse::<Termination>() {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("error: WATCHBRIDGE_TERMINATION: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let schedule = Schedule {
-                interval: poll_interval,
-                backoff: Some(Backoff {
-                    factor: 1.5,
-                    max: poll_interval * 4,
-                }),
-                // Fast retries, so the broken feed visibly ends as `failed`.
-                retry: watchbridge::schedule::Retry {
-                    initial: poll_interval / 2,
-                    max: poll_interval * 2,
-                    limit: 3,
-                },
-                ..Schedule::default()
-            };
-            if let Err(e) = schedule.validate() {
-                eprintln!("error: WATCHBRIDGE_POLL_INTERVAL: {e}");
-                return ExitCode::from(2);
+        Command::Demo(args) => match watchbridge::demo::run(&args, endings) {
+            Ok(true) => ExitCode::SUCCESS,
+            // A check on what reached Kafka failed; the summary says which.
+            Ok(false) => ExitCode::FAILURE,
+            Err(e @ DemoError::Config(_)) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
             }
-            let rules = WatchRules {
-                termination,
-                schedule,
-            };
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let mut stdout = std::io::stdout();
-            match runtime.block_on(watchbridge::demo::run(inputs, rules, &mut stdout)) {
-                Ok(text) => {
-                    if metrics {
-                        println!("{text}");
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: writing output: {e}");
-                    ExitCode::FAILURE
-                }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
             }
-        }
+        },
     }
+}
+
+/// Logs go to stderr, filtered by `WATCHBRIDGE_LOG` (default `warn`). For `demo`, the
+/// default is `error`: its view shows the dead letters and failed watches the warnings are
+/// about, and log lines would scramble a view redrawn in place. `demo` also gets the layer
+/// that records how each watch ended, whatever the log filter.
+fn init_logging(demo: Option<&Endings>) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    // The demo's view would be scrambled by its expected warnings (dead letters, a failed
+    // watch); it reports them itself.
+    let default = if demo.is_some() { "error" } else { DEFAULT_LOG };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WATCHBRIDGE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_filter(filter);
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(demo.map(|e| e.layer()))
+        .init();
 }
 
 /// `watchbridge` alone, or with only flags, means `watchbridge run`.

@@ -44,44 +44,106 @@ fn check_termination_points_at_the_bad_token() {
     assert!(err.contains("                 ^^^^^^"), "{err}");
 }
 
+/// The whole bridge on the embedded broker, with short settings (about 12 s): every user is
+/// accounted for with the ending its feed is built for, both bad inputs are dead-lettered,
+/// and what was read back from Kafka passes the demo's checks.
 #[test]
-fn demo_runs_every_watch_to_an_end_and_dedups() {
+fn demo_runs_the_bridge_end_to_end_and_checks_what_reached_kafka() {
     let (code, out, err) = watchbridge(&[
         "demo",
-        "--inputs",
-        "7",
+        "--users",
+        "6",
         "--poll-interval",
-        "50ms",
+        "200ms",
         "--termination",
-        "any(total(2s), stable(400ms))",
-        "--metrics",
+        "any(total(6s), stable(1500ms))",
     ]);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(out.matches("  start  ").count(), 7, "{out}");
-    assert_eq!(out.matches("  end    ").count(), 7, "{out}");
-    assert!(out.contains("(final)"), "{out}");
-    assert!(out.contains("user-6 (failed)"), "{out}");
-    // Every output line is new: no output key is printed twice.
-    let mut keys: Vec<&str> = out
-        .lines()
-        .filter(|l| l.starts_with("  new "))
-        .filter_map(|l| l.split(" -> ").nth(1)?.split(' ').next())
-        .collect();
-    let n = keys.len();
-    keys.sort();
-    keys.dedup();
-    assert_eq!(keys.len(), n, "an output was emitted twice:\n{out}");
+    assert_eq!(code, 0, "{out}\n{err}");
+    // Not a terminal: plain status lines, no redrawing.
+    assert!(!out.contains('\x1b'), "{out}");
+    assert!(out.contains("] inputs 8 read, 2 dead-lettered"), "{out}");
+    let summary = out.split("── summary").nth(1).expect("a summary");
+    let ended = |user: &str| -> (u64, u64, String) {
+        let line = summary
+            .lines()
+            .find(|l| l.starts_with(&format!("{user} ")))
+            .unwrap_or_else(|| panic!("{user} is not in the summary:\n{summary}"));
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        (
+            cols[1].parse().unwrap(),
+            cols[2].parse().unwrap(),
+            cols[3].to_string(),
+        )
+    };
+    for (user, expected) in [
+        ("user-00", "total"),
+        ("user-01", "final"),
+        ("user-02", "stable"),
+        ("user-03", "failed"),
+        ("user-04", ""),
+        ("user-05", ""),
+    ] {
+        let (outputs, served, how) = ended(user);
+        assert_eq!(outputs, served, "{user}:\n{summary}");
+        if expected.is_empty() {
+            assert!(
+                ["final", "stable", "total"].contains(&how.as_str()),
+                "{user}:\n{summary}"
+            );
+        } else {
+            assert_eq!(how, expected, "{user}:\n{summary}");
+        }
+    }
     assert!(
-        out.contains("watchbridge_duplicates_suppressed_total"),
-        "{out}"
+        ended("user-00").0 > 0 && ended("user-03").0 == 0,
+        "{summary}"
+    );
+    assert!(summary.contains("× 503, retried"), "{summary}");
+    assert!(
+        summary.contains(
+            "totals: 8 inputs read: 6 watched, 2 dead-lettered (not_json 1, unresolvable 1)"
+        ),
+        "{summary}"
+    );
+    assert!(summary.contains("6 watches ended: "), "{summary}");
+    assert!(
+        summary.contains("bad-1 (not_json") && summary.contains("bad-2 (unresolvable"),
+        "{summary}"
+    );
+    let produced: Vec<u64> = summary
+        .lines()
+        .find(|l| l.contains(" outputs produced, "))
+        .expect("an outputs total")
+        .split_whitespace()
+        .filter_map(|w| w.trim_end_matches([',', ';']).parse().ok())
+        .collect();
+    assert!(produced[0] > 0 && produced[0] == produced[1], "{summary}");
+    let check = summary
+        .lines()
+        .find(|l| l.starts_with("check: "))
+        .expect("a check line");
+    assert!(check.starts_with("check: OK"), "{summary}");
+    assert!(
+        check.contains("no output key was produced twice"),
+        "{check}"
+    );
+    assert!(
+        check.contains("every output's Kafka timestamp equals its item's `at`"),
+        "{check}"
     );
 }
 
 #[test]
-fn demo_rejects_a_bad_termination_naming_the_variable() {
+fn demo_rejects_bad_settings_naming_the_variable() {
     let (code, _, err) = watchbridge(&["demo", "--termination", "polls(0)"]);
     assert_eq!(code, 2);
     assert!(err.contains("WATCHBRIDGE_TERMINATION"), "{err}");
+    for interval in ["0s", "soon"] {
+        let (code, _, err) =
+            watchbridge_with_env(&["demo"], &[("WATCHBRIDGE_POLL_INTERVAL", interval)]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("WATCHBRIDGE_POLL_INTERVAL"), "{err}");
+    }
 }
 
 #[test]
