@@ -18,3 +18,4 @@ pub mod seen;
 pub mod table;
 pub mod termination;
 pub mod watch;
+pub mod watermark;

@@ -1,0 +1,26 @@
+//! Event-time watermarks: how far event time has got, per input partition and merged over
+//! the partitions an instance holds, as Flink's FLIP-27 sources do per split.
+//!
+//! * [`strategy`]: how a partition's records drive its watermark (`bounded(5s)`,
+//!   `monotonic`, `none`), in its text form.
+//! * [`generator`]: [`InputWatermark`], one per input partition, fed every record's
+//!   timestamp; knows when the partition's input has gone idle.
+//! * [`partition`]: [`PartitionWatermark`], the input watermark held back by the live
+//!   watches' holds (Beam's watermark holds), never moving backwards.
+//! * [`merged`]: [`MergedWatermark`], the minimum over the partitions that are not idle.
+//! * [`message`]: the watermark topic's records.
+//!
+//! All of it is pure: state machines handed `now` and the engine's minimum hold, returning
+//! only changes, so the caller publishes exactly what moved.
+
+pub mod generator;
+pub mod merged;
+pub mod message;
+pub mod partition;
+pub mod strategy;
+
+pub use generator::InputWatermark;
+pub use merged::MergedWatermark;
+pub use message::WatermarkMessage;
+pub use partition::{PartitionWatermark, Update};
+pub use strategy::WatermarkStrategy;
