@@ -8,18 +8,20 @@
 //! `WATCHBRIDGE_SHUTDOWN_TIMEOUT`.
 
 use crate::clock::Clock;
-use crate::config::RunConfig;
+use crate::clock::Millis;
+use crate::config::{Mode, RunConfig};
 use crate::kafka::client::{base_config, ensure_topics, log_properties, KafkaSetupError};
 use crate::kafka::consumer::{consume, BridgeContext, Partitions};
 use crate::kafka::embedded::EmbeddedBroker;
-use crate::kafka::partition::Shared;
+use crate::kafka::merged::{publish_merged, MergedPublisher};
+use crate::kafka::partition::{Bounds, Shared, WatermarkSettings};
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::pollers::builtin::UsePoller;
 use crate::pollers::Resolve;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, Producer};
-use rdkafka::ClientConfig;
+use rdkafka::{ClientConfig, TopicPartitionList};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -95,11 +97,11 @@ pub async fn run_bridge<P: Resolve>(
     stop: Arc<StopSignal>,
 ) -> Result<(), BridgeError> {
     log_properties(config);
-    let partitions = ensure_topics(brokers, config, embedded).await?;
+    let layout = ensure_topics(brokers, config, embedded).await?;
     tracing::info!(
         brokers,
         input = %config.input_topic,
-        partitions,
+        partitions = layout.input_partitions,
         output = %config.output_topic,
         dlq = %config.dlq_topic,
         group = %config.group_id,
@@ -108,6 +110,7 @@ pub async fn run_bridge<P: Resolve>(
     let producer: FutureProducer = producer_config(brokers, config)
         .create()
         .map_err(|e| BridgeError::Start(format!("cannot create the producer: {e}")))?;
+    let clock = Clock::system();
     let shared = Arc::new(Shared {
         poller,
         producer: producer.clone(),
@@ -118,10 +121,17 @@ pub async fn run_bridge<P: Resolve>(
         rules: config.rules.clone(),
         poll_timeout: config.poll_timeout,
         limits: Limits::new(config.max_in_flight, config.host_rate),
-        metrics,
-        clock: Clock::system(),
+        metrics: metrics.clone(),
+        clock,
         positions: Arc::new(Mutex::new(HashMap::new())),
         stop_timeout: config.shutdown_timeout,
+        watermarks: WatermarkSettings {
+            strategy: config.watermark_strategy,
+            interval: config.watermark_interval,
+            idle_timeout: config.idle_timeout,
+            topic: config.watermark_topic.as_str().into(),
+            output_partitions: layout.output_partitions,
+        },
     });
     let partitions = Arc::new(Partitions::new(shared, tokio::runtime::Handle::current()));
     let consumer: BaseConsumer<BridgeContext<P>> = consumer_config(brokers, config)
@@ -129,25 +139,71 @@ pub async fn run_bridge<P: Resolve>(
             partitions: partitions.clone(),
         })
         .map_err(|e| BridgeError::Start(format!("cannot create the consumer: {e}")))?;
-    consumer.subscribe(&[&config.input_topic]).map_err(|e| {
-        BridgeError::Start(format!("cannot subscribe to {}: {e}", config.input_topic))
-    })?;
+    let bounded = config.mode == Mode::Bounded;
+    if bounded {
+        assign_bounded(&consumer, &partitions, config, layout.input_partitions)?;
+    } else {
+        consumer.subscribe(&[&config.input_topic]).map_err(|e| {
+            BridgeError::Start(format!("cannot subscribe to {}: {e}", config.input_topic))
+        })?;
+    }
+
+    // The merged watermark over every input partition (streaming runs; a bounded run
+    // publishes its final one below).
+    let stop_merged = Arc::new(StopSignal::default());
+    let merged = (!bounded).then(|| {
+        let publisher = MergedPublisher {
+            consumer_config: base_config(brokers, config),
+            producer: producer.clone(),
+            input_topic: config.input_topic.as_str().into(),
+            input_partitions: layout.input_partitions,
+            watermark_topic: config.watermark_topic.as_str().into(),
+            interval: config.watermark_interval,
+            owns_first: partitions.owns_first.clone(),
+            metrics: metrics.clone(),
+            clock,
+        };
+        let stop_merged = stop_merged.clone();
+        tokio::spawn(async move {
+            publisher
+                .run(async move { stop_merged.stopped().await })
+                .await
+        })
+    });
 
     let stop_consumer = Arc::new(AtomicBool::new(false));
     let consumer_thread = {
         let stop_consumer = stop_consumer.clone();
         std::thread::Builder::new()
             .name("watchbridge-consumer".into())
-            .spawn(move || consume(consumer, partitions, stop_consumer))
+            .spawn(move || consume(consumer, partitions, stop_consumer, bounded))
             .map_err(|e| BridgeError::Start(format!("cannot start the consumer thread: {e}")))?
     };
-    stop.stopped().await;
-    tracing::info!("stopping: no more input; stopping watches, delivering, committing");
-    stop_consumer.store(true, Ordering::SeqCst);
-    let bound = config.shutdown_timeout + Duration::from_secs(5);
-    let joined = tokio::task::spawn_blocking(move || consumer_thread.join());
-    if tokio::time::timeout(bound, joined).await.is_err() {
-        tracing::warn!("the consumer did not stop in time; exiting anyway");
+    let mut joined = tokio::task::spawn_blocking(move || consumer_thread.join());
+    let finished = tokio::select! {
+        () = stop.stopped() => false,
+        _ = &mut joined => true,
+    };
+    if finished {
+        tracing::info!("bounded run complete: every input read, every watch ended");
+        publish_merged(
+            &producer,
+            &Arc::from(config.watermark_topic.as_str()),
+            &config.input_topic,
+            Millis::MAX,
+        )
+        .await;
+    } else {
+        tracing::info!("stopping: no more input; stopping watches, delivering, committing");
+        stop_consumer.store(true, Ordering::SeqCst);
+        let bound = config.shutdown_timeout + Duration::from_secs(5);
+        if tokio::time::timeout(bound, joined).await.is_err() {
+            tracing::warn!("the consumer did not stop in time; exiting anyway");
+        }
+    }
+    stop_merged.stop();
+    if let Some(merged) = merged {
+        let _ = merged.await;
     }
     let flush_for = config.shutdown_timeout;
     let flushed = tokio::task::spawn_blocking(move || producer.flush(flush_for)).await;
@@ -156,6 +212,50 @@ pub async fn run_bridge<P: Resolve>(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// A bounded run reads every partition itself (no group rebalancing) from the group's
+/// committed offset (else the beginning) up to the end offset present now.
+fn assign_bounded<P: Resolve>(
+    consumer: &BaseConsumer<BridgeContext<P>>,
+    partitions: &Partitions<P>,
+    config: &RunConfig,
+    count: i32,
+) -> Result<(), BridgeError> {
+    let timeout = Duration::from_secs(15);
+    let topic = &config.input_topic;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..count {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer
+        .committed_offsets(tpl.clone(), timeout)
+        .map_err(|e| {
+            BridgeError::Start(format!("cannot read committed offsets of {topic}: {e}"))
+        })?;
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..count {
+        let (low, high) = consumer.fetch_watermarks(topic, p, timeout).map_err(|e| {
+            BridgeError::Start(format!("cannot read the end offsets of {topic}: {e}"))
+        })?;
+        let start = match committed.find_partition(topic, p).map(|e| e.offset()) {
+            Some(rdkafka::Offset::Offset(o)) => o.max(low),
+            _ => low,
+        };
+        assignment
+            .add_partition_offset(topic, p, rdkafka::Offset::Offset(start))
+            .map_err(|e| BridgeError::Start(e.to_string()))?;
+        tracing::info!(
+            partition = p,
+            start,
+            end = high,
+            "bounded run: reading up to the end offset present at start"
+        );
+        partitions.assign(p, Some(Bounds { start, end: high }));
+    }
+    consumer
+        .assign(&assignment)
+        .map_err(|e| BridgeError::Start(format!("cannot read {topic}: {e}")))
 }
 
 fn producer_config(brokers: &str, config: &RunConfig) -> ClientConfig {

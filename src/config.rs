@@ -9,6 +9,7 @@ use crate::pollers::ConfigError;
 use crate::schedule::Schedule;
 use crate::termination::Termination;
 use crate::watch::WatchRules;
+use crate::watermark::WatermarkStrategy;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -104,8 +105,45 @@ pub struct RunArgs {
     /// How long shutdown (SIGTERM, Ctrl-C) may take to finish polls, deliver and commit.
     #[arg(long, env = "WATCHBRIDGE_SHUTDOWN_TIMEOUT", value_name = "WATCHBRIDGE_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub shutdown_timeout: Duration,
+    /// How input records drive each partition's watermark: `bounded(5s)` (the largest
+    /// record timestamp seen minus 5 s), `monotonic`, or `none`.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_WATERMARK_STRATEGY",
+        value_name = "WATCHBRIDGE_WATERMARK_STRATEGY",
+        default_value = "bounded(5s)"
+    )]
+    pub watermark_strategy: String,
+    /// How often watermarks are published (only when a value changed).
+    #[arg(long, env = "WATCHBRIDGE_WATERMARK_INTERVAL", value_name = "WATCHBRIDGE_WATERMARK_INTERVAL", default_value = "200ms", value_parser = humantime::parse_duration)]
+    pub watermark_interval: Duration,
+    /// A partition without input records for this long stops holding its watermark back
+    /// (and, once its watches have ended, the merged watermark).
+    #[arg(long, env = "WATCHBRIDGE_IDLE_TIMEOUT", value_name = "WATCHBRIDGE_IDLE_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Duration,
+    /// Topic of the watermark records (default: `<output topic>.watermarks`).
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_WATERMARK_TOPIC",
+        value_name = "WATCHBRIDGE_WATERMARK_TOPIC"
+    )]
+    pub watermark_topic: Option<String>,
+    /// `streaming` (run until stopped) or `bounded` (read the input up to its end at start,
+    /// run every watch to its end, publish a final watermark, exit).
+    #[arg(long, env = "WATCHBRIDGE_MODE", value_name = "WATCHBRIDGE_MODE", value_enum, default_value_t = Mode::Streaming)]
+    pub mode: Mode,
     #[command(flatten)]
     pub poller: PollerArgs,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Run until stopped.
+    #[default]
+    Streaming,
+    /// Read the input topic up to the end offsets present at start, run every watch to
+    /// termination, publish a final watermark, exit 0.
+    Bounded,
 }
 
 /// `RunArgs`, checked.
@@ -127,6 +165,11 @@ pub struct RunConfig {
     pub poll_timeout: Duration,
     /// librdkafka properties from `KAFKA_*` variables.
     pub kafka: Vec<(String, String)>,
+    pub watermark_strategy: WatermarkStrategy,
+    pub watermark_interval: Duration,
+    pub idle_timeout: Duration,
+    pub watermark_topic: String,
+    pub mode: Mode,
 }
 
 impl RunArgs {
@@ -158,6 +201,32 @@ impl RunArgs {
             Some(t) => topic("WATCHBRIDGE_DLQ_TOPIC", t)?,
             None => format!("{input_topic}.dlq"),
         };
+        let watermark_topic = match &self.watermark_topic {
+            Some(t) => topic("WATCHBRIDGE_WATERMARK_TOPIC", t)?,
+            None => format!("{output_topic}.watermarks"),
+        };
+        if [&input_topic, &output_topic, &dlq_topic].contains(&&watermark_topic) {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_WATERMARK_TOPIC",
+                "must differ from the input, output and dead-letter topics",
+            ));
+        }
+        let watermark_strategy: WatermarkStrategy = self
+            .watermark_strategy
+            .parse()
+            .map_err(|e| ConfigError::new("WATCHBRIDGE_WATERMARK_STRATEGY", format!("{e}")))?;
+        if self.watermark_interval.is_zero() {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_WATERMARK_INTERVAL",
+                "must be more than zero",
+            ));
+        }
+        if self.idle_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_IDLE_TIMEOUT",
+                "must be more than zero",
+            ));
+        }
         if output_topic == input_topic {
             return Err(ConfigError::new(
                 "WATCHBRIDGE_OUTPUT_TOPIC",
@@ -244,6 +313,11 @@ impl RunArgs {
             shutdown_timeout: self.shutdown_timeout,
             poll_timeout: self.poller.poll_timeout,
             kafka,
+            watermark_strategy,
+            watermark_interval: self.watermark_interval,
+            idle_timeout: self.idle_timeout,
+            watermark_topic,
+            mode: self.mode,
         })
     }
 }
@@ -322,6 +396,13 @@ mod tests {
         assert_eq!(c.rules.schedule.interval, Duration::from_secs(10));
         assert_eq!(c.rules.termination, Termination::Never);
         assert_eq!(c.brokers, None);
+        assert_eq!(c.watermark_topic, "events.watermarks");
+        assert_eq!(
+            c.watermark_strategy,
+            WatermarkStrategy::Bounded(Duration::from_secs(5))
+        );
+        assert_eq!(c.idle_timeout, Duration::from_secs(30));
+        assert_eq!(c.mode, Mode::Streaming);
         let e = parse(&["--output-topic", "x"]).unwrap_err().to_string();
         assert!(e.contains("WATCHBRIDGE_INPUT_TOPIC"), "{e}");
     }

@@ -241,5 +241,58 @@ impl PartitionRevoked<'_> {
             "partition released; its watches stopped"
         );
         m.partitions_assigned.dec();
+        let _ = m
+            .partition_watermark
+            .remove_label_values(&[&self.partition.to_string()]);
+    }
+}
+
+/// A partition's published watermark (or idle flag) changed.
+pub struct PartitionWatermarkChanged {
+    pub partition: i32,
+    pub watermark: crate::clock::Millis,
+    pub idle: bool,
+}
+
+impl PartitionWatermarkChanged {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::debug!(
+            partition = self.partition,
+            watermark = self.watermark,
+            idle = self.idle,
+            "partition watermark"
+        );
+        m.partition_watermark
+            .with_label_values(&[&self.partition.to_string()])
+            .set(self.watermark);
+    }
+}
+
+/// The merged watermark over all input partitions moved.
+pub struct MergedWatermarkChanged {
+    pub watermark: crate::clock::Millis,
+    pub now: crate::clock::Millis,
+}
+
+impl MergedWatermarkChanged {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::debug!(watermark = self.watermark, "merged watermark");
+        m.watermark.set(self.watermark);
+        m.watermark_lag
+            .set(self.now.saturating_sub(self.watermark).max(0));
+    }
+}
+
+/// An output whose event time is below its partition's published watermark.
+pub struct LateOutput<'a> {
+    pub key: &'a [u8],
+    pub event_time: crate::clock::Millis,
+    pub watermark: crate::clock::Millis,
+}
+
+impl LateOutput<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::debug!(key = %KeyDisplay(self.key), event_time = self.event_time, watermark = self.watermark, "late output");
+        m.late_outputs.inc();
     }
 }

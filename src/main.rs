@@ -232,14 +232,30 @@ fn init_logging(demo: Option<&Endings>) {
     let default = if demo.is_some() { "error" } else { DEFAULT_LOG };
     let filter = tracing_subscriber::EnvFilter::try_from_env("WATCHBRIDGE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let logs = tracing_subscriber::fmt::layer()
+    match demo {
+        // One global filter. (A per-layer filter beside an absent `Option` layer dropped
+        // events of some targets: seen with `info,librdkafka=warn`.)
+        None => tracing_subscriber::registry()
+            .with(filter)
+            .with(log_lines())
+            .init(),
+        // The demo's endings layer must see every watch ending whatever WATCHBRIDGE_LOG says,
+        // so only the log output is filtered.
+        Some(endings) => tracing_subscriber::registry()
+            .with(log_lines().with_filter(filter))
+            .with(endings.layer())
+            .init(),
+    }
+}
+
+/// Log lines on stderr, coloured only on a terminal.
+fn log_lines<S>() -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_filter(filter);
-    tracing_subscriber::registry()
-        .with(logs)
-        .with(demo.map(|e| e.layer()))
-        .init();
 }
 
 /// `watchbridge` alone, or with only flags, means `watchbridge run`.

@@ -5,7 +5,8 @@
 //! are hit on every poll are resolved once here, not per increment.
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 
 pub struct Metrics {
@@ -26,6 +27,10 @@ pub struct Metrics {
     pub outputs_produced: IntCounter,
     pub produce_failures: IntCounterVec,
     pub partitions_assigned: IntGauge,
+    pub partition_watermark: IntGaugeVec,
+    pub watermark: IntGauge,
+    pub watermark_lag: IntGauge,
+    pub late_outputs: IntCounter,
 }
 
 fn must<T>(what: &str, r: prometheus::Result<T>) -> T {
@@ -123,6 +128,25 @@ impl Metrics {
             "watchbridge_partitions_assigned",
             "Input partitions this instance owns"
         ));
+        let partition_watermark = reg!(IntGaugeVec::new(
+            Opts::new(
+                "watchbridge_partition_watermark_ms",
+                "Published watermark of each input partition this instance owns (epoch ms)"
+            ),
+            &["partition"]
+        ));
+        let watermark = reg!(IntGauge::new(
+            "watchbridge_watermark_ms",
+            "Merged watermark over every input partition (epoch ms)"
+        ));
+        let watermark_lag = reg!(IntGauge::new(
+            "watchbridge_watermark_lag_ms",
+            "Processing time minus the merged watermark, when it was last published"
+        ));
+        let late_outputs = reg!(IntCounter::new(
+            "watchbridge_late_outputs_total",
+            "Outputs emitted with an event time below their partition's published watermark (marked watchbridge-late)"
+        ));
         Self {
             registry,
             watches_active,
@@ -141,6 +165,10 @@ impl Metrics {
             outputs_produced,
             produce_failures,
             partitions_assigned,
+            partition_watermark,
+            watermark,
+            watermark_lag,
+            late_outputs,
         }
     }
 

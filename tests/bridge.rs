@@ -146,6 +146,35 @@ fn finished_feeds(seen: &Seen) -> Reply {
     }))
 }
 
+/// Output records only: in-band watermark records (`watchbridge-control`) left out.
+fn data_records(messages: Vec<OwnedMessage>) -> Vec<OwnedMessage> {
+    messages
+        .into_iter()
+        .filter(|m| header(m, "watchbridge-control").is_none())
+        .collect()
+}
+
+/// Wait until `n` output records (not counting watermark records) are on `topic`.
+async fn wait_for_outputs(topic: &str, n: usize, within: Duration) -> Vec<OwnedMessage> {
+    let deadline = Instant::now() + within;
+    // Each try reads the topic from its start for `window`; a long topic needs a longer one.
+    let mut window = Duration::from_millis(1500);
+    loop {
+        let all = broker().consume_for(topic, window).await;
+        let total = all.len();
+        let data = data_records(all);
+        if data.len() >= n {
+            return data;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} outputs on {topic} ({total} records with the watermark ones)",
+            data.len()
+        );
+        window = (window * 2).min(Duration::from_secs(20));
+    }
+}
+
 fn header(m: &OwnedMessage, name: &str) -> Option<String> {
     m.headers()?
         .iter()
@@ -178,9 +207,7 @@ async fn every_new_output_reaches_the_output_topic_with_its_event_time_and_heade
     for user in 1..=3 {
         produce_user(&s.input, user).await;
     }
-    let outputs = broker()
-        .consume(&s.output, 6, Duration::from_secs(60))
-        .await;
+    let outputs = wait_for_outputs(&s.output, 6, Duration::from_secs(60)).await;
     let before = chrono_now_ms();
     let mut by_output_key = BTreeMap::new();
     for m in &outputs {
@@ -212,9 +239,8 @@ async fn every_new_output_reaches_the_output_topic_with_its_event_time_and_heade
         );
     }
     assert_eq!(by_output_key.len(), 6);
-    let extra = broker()
-        .consume_for(&s.output, Duration::from_secs(2))
-        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let extra = wait_for_outputs(&s.output, 6, Duration::from_secs(60)).await;
     assert_eq!(
         extra.len(),
         6,
@@ -274,7 +300,7 @@ async fn bad_inputs_go_to_the_dead_letter_topic_and_the_bridge_goes_on() {
         .unwrap()
         .contains("/id"));
     // The good input after them is watched.
-    let outputs = b.consume(&s.output, 2, Duration::from_secs(60)).await;
+    let outputs = wait_for_outputs(&s.output, 2, Duration::from_secs(60)).await;
     assert!(outputs.iter().all(|m| key(m) == "user-7"));
     bridge.wait_for_log(
         "input sent to the dead-letter topic",
@@ -299,15 +325,11 @@ async fn a_redelivered_input_for_a_live_watch_starts_no_second_watch() {
     let _bridge = Bridge::start(&s.env(&server));
     produce_user(&s.input, 1).await;
     produce_user(&s.input, 1).await;
-    let outputs = broker()
-        .consume(&s.output, 6, Duration::from_secs(60))
-        .await;
+    let outputs = wait_for_outputs(&s.output, 6, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     produce_user(&s.input, 1).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let all = broker()
-        .consume_for(&s.output, Duration::from_secs(2))
-        .await;
+    let all = wait_for_outputs(&s.output, 6, Duration::from_secs(60)).await;
     let mut keys: Vec<_> = all
         .iter()
         .map(|m| header(m, "watchbridge-output-key").unwrap())
@@ -329,9 +351,7 @@ async fn sigterm_stops_promptly_after_committing_what_was_delivered() {
     for user in 1..=4 {
         produce_user(&s.input, user).await;
     }
-    broker()
-        .consume(&s.output, 8, Duration::from_secs(60))
-        .await;
+    wait_for_outputs(&s.output, 8, Duration::from_secs(60)).await;
     // The commit of the last acknowledged position happens within a second or at the stop.
     let (code, took) = bridge.terminate();
     assert_eq!(code, Some(0), "{}", bridge.log());
@@ -354,9 +374,7 @@ async fn two_bridges_share_the_partitions_and_one_takes_over_when_the_other_stop
     for user in 0..8 {
         produce_user(&s.input, user).await;
     }
-    broker()
-        .consume(&s.output, 16, Duration::from_secs(60))
-        .await;
+    wait_for_outputs(&s.output, 16, Duration::from_secs(60)).await;
 
     let second = Bridge::start(&s.env(&server));
     second.wait_for_log("partition assigned", Duration::from_secs(60));
@@ -364,18 +382,14 @@ async fn two_bridges_share_the_partitions_and_one_takes_over_when_the_other_stop
     for user in 8..16 {
         produce_user(&s.input, user).await;
     }
-    broker()
-        .consume(&s.output, 32, Duration::from_secs(60))
-        .await;
+    wait_for_outputs(&s.output, 32, Duration::from_secs(60)).await;
 
     let (code, _) = first.terminate();
     assert_eq!(code, Some(0));
     for user in 16..24 {
         produce_user(&s.input, user).await;
     }
-    let all = broker()
-        .consume(&s.output, 48, Duration::from_secs(90))
-        .await;
+    let all = wait_for_outputs(&s.output, 48, Duration::from_secs(90)).await;
     let mut per_user: HashMap<String, usize> = HashMap::new();
     for m in &all {
         *per_user.entry(key(m)).or_default() += 1;
@@ -406,9 +420,7 @@ async fn a_full_producer_queue_pauses_input_and_loses_nothing() {
     for user in 0..USERS {
         produce_user(&s.input, user).await;
     }
-    let outputs = broker()
-        .consume(&s.output, 2 * USERS as usize, Duration::from_secs(120))
-        .await;
+    let outputs = wait_for_outputs(&s.output, 2 * USERS as usize, Duration::from_secs(120)).await;
     let mut keys: Vec<_> = outputs
         .iter()
         .map(|m| header(m, "watchbridge-output-key").unwrap())
@@ -457,12 +469,19 @@ async fn the_readme_walkthrough_feeds_and_reads_with_the_bundled_clients() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let printed = loop {
         let printed = run(&["consume", "--brokers", &brokers, "--topic", &s.output, "-e"]);
-        if printed.lines().count() >= 2 || Instant::now() > deadline {
+        let data = printed
+            .lines()
+            .filter(|l| !l.contains("watchbridge-control"))
+            .count();
+        if data >= 2 || Instant::now() > deadline {
             break printed;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
-    let lines: Vec<&str> = printed.lines().collect();
+    let lines: Vec<&str> = printed
+        .lines()
+        .filter(|l| !l.contains("watchbridge-control=watermark"))
+        .collect();
     assert_eq!(lines.len(), 2, "{printed}");
     assert!(lines[0].starts_with("0:0 user-4 2026-"), "{printed}");
     assert!(

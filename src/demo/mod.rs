@@ -16,7 +16,7 @@ mod view;
 pub use endings::Endings;
 
 use crate::bridge::{run_bridge, stop_on_signals, StopSignal};
-use crate::config::{RunArgs, RunConfig};
+use crate::config::{Mode, RunArgs, RunConfig};
 use crate::kafka::embedded::EmbeddedBroker;
 use crate::metrics::Metrics;
 use crate::pollers::builtin::{PollerArgs, PollerKind};
@@ -147,6 +147,12 @@ fn bridge_config(args: &DemoArgs) -> Result<RunConfig, ConfigError> {
         partitions: PARTITIONS,
         replication_factor: 1,
         shutdown_timeout: Duration::from_secs(10),
+        watermark_strategy: "bounded(2s)".into(),
+        watermark_interval: Duration::from_millis(200),
+        // Short, so the view shows partitions going idle within the run.
+        idle_timeout: Duration::from_secs(5),
+        watermark_topic: None,
+        mode: Mode::Streaming,
         poller: PollerArgs {
             poller: PollerKind::Http,
             poll_timeout: args.poll_timeout,

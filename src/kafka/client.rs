@@ -60,14 +60,22 @@ pub struct NeededTopic<'a> {
     pub name: &'a str,
 }
 
-/// Make sure the input, output and dead-letter topics exist; return the input topic's
-/// partition count. Missing ones are created (when allowed) with the input topic's
-/// partition count (`WATCHBRIDGE_PARTITIONS` for the input topic itself).
+/// Partition counts of the topics the bridge uses.
+#[derive(Debug, Clone, Copy)]
+pub struct TopicLayout {
+    pub input_partitions: i32,
+    pub output_partitions: i32,
+}
+
+/// Make sure the input, output, dead-letter and watermark topics exist. Missing ones are
+/// created (when allowed): the input topic with `WATCHBRIDGE_PARTITIONS`, output and
+/// dead-letter topics with the input topic's count, the watermark topic with one partition,
+/// compacted (only the latest value per key matters).
 pub async fn ensure_topics(
     brokers: &str,
     config: &RunConfig,
     embedded: Option<&EmbeddedBroker>,
-) -> Result<i32, KafkaSetupError> {
+) -> Result<TopicLayout, KafkaSetupError> {
     let existing = topic_partitions(brokers, config).await?;
     let needed = [
         NeededTopic {
@@ -82,6 +90,10 @@ pub async fn ensure_topics(
             var: "WATCHBRIDGE_DLQ_TOPIC",
             name: &config.dlq_topic,
         },
+        NeededTopic {
+            var: "WATCHBRIDGE_WATERMARK_TOPIC",
+            name: &config.watermark_topic,
+        },
     ];
     let mut input_partitions = existing.get(&config.input_topic).copied();
     for topic in needed {
@@ -94,17 +106,24 @@ pub async fn ensure_topics(
                 topic: topic.name.to_string(),
             });
         }
-        let partitions = *input_partitions.get_or_insert(config.partitions);
+        let compacted = topic.name == config.watermark_topic;
+        let partitions = if compacted {
+            1
+        } else {
+            *input_partitions.get_or_insert(config.partitions)
+        };
         let created = match embedded {
             Some(broker) => broker.create_topic(topic.name, partitions),
-            None => match create_with_admin(brokers, config, topic.name, partitions).await {
-                Ok(()) => Ok(()),
-                // Some brokers (librdkafka's mock cluster) answer no CreateTopics but create a
-                // topic when it is asked for by name.
-                Err(admin_error) => auto_create(brokers, config, topic.name)
-                    .await
-                    .map_err(|_| admin_error),
-            },
+            None => {
+                match create_with_admin(brokers, config, topic.name, partitions, compacted).await {
+                    Ok(()) => Ok(()),
+                    // Some brokers (librdkafka's mock cluster) answer no CreateTopics but create a
+                    // topic when it is asked for by name.
+                    Err(admin_error) => auto_create(brokers, config, topic.name)
+                        .await
+                        .map_err(|_| admin_error),
+                }
+            }
         };
         created.map_err(|error| KafkaSetupError::Create {
             topic: topic.name.to_string(),
@@ -112,13 +131,17 @@ pub async fn ensure_topics(
         })?;
         tracing::info!(topic = topic.name, partitions, "created topic");
     }
-    wait_for_topics(
-        brokers,
-        config,
-        &[&config.input_topic, &config.output_topic, &config.dlq_topic],
-    )
-    .await?;
-    Ok(input_partitions.unwrap_or(config.partitions))
+    let all = [
+        config.input_topic.as_str(),
+        &config.output_topic,
+        &config.dlq_topic,
+        &config.watermark_topic,
+    ];
+    let layout = wait_for_topics(brokers, config, &all).await?;
+    Ok(TopicLayout {
+        input_partitions: layout[&config.input_topic],
+        output_partitions: layout[&config.output_topic],
+    })
 }
 
 /// Every topic on the cluster with its partition count (listing all topics, because
@@ -156,7 +179,7 @@ async fn wait_for_topics(
     brokers: &str,
     config: &RunConfig,
     topics: &[&str],
-) -> Result<(), KafkaSetupError> {
+) -> Result<HashMap<String, i32>, KafkaSetupError> {
     let deadline = tokio::time::Instant::now() + METADATA_TIMEOUT;
     loop {
         let existing = topic_partitions(brokers, config).await?;
@@ -164,7 +187,7 @@ async fn wait_for_topics(
             .iter()
             .all(|t| existing.get(*t).is_some_and(|&p| p > 0))
         {
-            return Ok(());
+            return Ok(existing);
         }
         if tokio::time::Instant::now() > deadline {
             let missing: Vec<_> = topics
@@ -186,15 +209,19 @@ async fn create_with_admin(
     config: &RunConfig,
     topic: &str,
     partitions: i32,
+    compacted: bool,
 ) -> Result<(), String> {
     let admin: AdminClient<DefaultClientContext> = base_config(brokers, config)
         .create()
         .map_err(|e| e.to_string())?;
-    let new = NewTopic::new(
+    let mut new = NewTopic::new(
         topic,
         partitions,
         TopicReplication::Fixed(config.replication_factor),
     );
+    if compacted {
+        new = new.set("cleanup.policy", "compact");
+    }
     let options = AdminOptions::new()
         .operation_timeout(Some(METADATA_TIMEOUT))
         .request_timeout(Some(METADATA_TIMEOUT));

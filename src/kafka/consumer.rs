@@ -8,7 +8,7 @@
 //! another instance, its task stops its watches, delivers what they emitted, and its
 //! offsets are committed. Blocking there is what librdkafka's rebalance callback is for.
 
-use super::partition::{PartitionTask, Shared, Stopped};
+use super::partition::{Bounds, PartitionTask, Shared, Stopped};
 use crate::internal_events::{PartitionAssigned, PartitionRevoked};
 use crate::pollers::Resolve;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
@@ -37,6 +37,9 @@ pub struct Partitions<P: Resolve> {
     shared: Arc<Shared<P>>,
     runtime: tokio::runtime::Handle,
     assigned: Mutex<HashMap<i32, Assigned>>,
+    /// Whether this instance owns input partition 0, whose owner publishes the merged
+    /// watermark.
+    pub owns_first: Arc<AtomicBool>,
 }
 
 impl<P: Resolve> Partitions<P> {
@@ -45,10 +48,12 @@ impl<P: Resolve> Partitions<P> {
             shared,
             runtime,
             assigned: Mutex::new(HashMap::new()),
+            owns_first: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    fn assign(&self, partition: i32) {
+    /// Start the task of a newly assigned partition (`bounds` in a bounded run).
+    pub fn assign(&self, partition: i32, bounds: Option<Bounds>) {
         let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
         if assigned.contains_key(&partition) {
             return;
@@ -57,7 +62,10 @@ impl<P: Resolve> Partitions<P> {
         let (stopped_tx, stopped) = std_mpsc::channel();
         // Rebalance callbacks run on the consumer thread, outside the runtime.
         let _runtime = self.runtime.enter();
-        let task = PartitionTask::spawn(partition, self.shared.clone(), receiver);
+        let task = PartitionTask::spawn(partition, self.shared.clone(), receiver, bounds);
+        if partition == 0 {
+            self.owns_first.store(true, Ordering::SeqCst);
+        }
         self.runtime.spawn(async move {
             let _ = stopped_tx.send(task.await);
         });
@@ -98,6 +106,9 @@ impl<P: Resolve> Partitions<P> {
         let deadline =
             std::time::Instant::now() + self.shared.stop_timeout + Duration::from_secs(2);
         for (partition, stopped) in waiting {
+            if partition == 0 {
+                self.owns_first.store(false, Ordering::SeqCst);
+            }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let report = stopped.recv_timeout(left).ok();
             PartitionRevoked {
@@ -108,6 +119,27 @@ impl<P: Resolve> Partitions<P> {
             }
             .emit(&self.shared.metrics);
         }
+    }
+
+    /// Bounded runs: forget the partitions whose tasks finished on their own (every input
+    /// read, every watch ended). Returns whether none is left.
+    fn reap_finished(&self) -> bool {
+        let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
+        assigned.retain(|&partition, a| match a.stopped.try_recv() {
+            Ok(report) => {
+                PartitionRevoked {
+                    topic: &self.shared.input_topic,
+                    partition,
+                    committed: report.position,
+                    watches_stopped: report.watches_stopped,
+                }
+                .emit(&self.shared.metrics);
+                false
+            }
+            Err(std_mpsc::TryRecvError::Empty) => true,
+            Err(std_mpsc::TryRecvError::Disconnected) => false,
+        });
+        assigned.is_empty()
     }
 
     fn all(&self) -> Vec<i32> {
@@ -233,7 +265,7 @@ impl<P: Resolve> ConsumerContext for BridgeContext<P> {
         match rebalance {
             Rebalance::Assign(tpl) => {
                 for element in tpl.elements() {
-                    self.partitions.assign(element.partition());
+                    self.partitions.assign(element.partition(), None);
                 }
             }
             Rebalance::Revoke(_) => {}
@@ -242,14 +274,18 @@ impl<P: Resolve> ConsumerContext for BridgeContext<P> {
     }
 }
 
-/// Run the consumer until `stop` is set; then stop every partition, commit, and leave the
-/// group.
+/// Run the consumer until `stop` is set (or, in a bounded run, every partition finished);
+/// then stop every partition, commit, and leave the group.
 pub fn consume<P: Resolve>(
     consumer: BaseConsumer<BridgeContext<P>>,
     partitions: Arc<Partitions<P>>,
     stop: Arc<AtomicBool>,
+    bounded: bool,
 ) {
     while !stop.load(Ordering::Relaxed) {
+        if bounded && partitions.reap_finished() {
+            break;
+        }
         let holding = partitions.retry_held(&consumer);
         partitions.store_positions(&consumer);
         let wait = if holding {

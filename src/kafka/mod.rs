@@ -7,6 +7,7 @@ pub mod client;
 pub mod consumer;
 pub mod embedded;
 pub mod input;
+pub mod merged;
 pub mod offsets;
 pub mod partition;
 pub mod records;

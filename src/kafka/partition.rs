@@ -15,12 +15,17 @@ use super::input::{decode, Rejected};
 use super::offsets::OffsetTracker;
 use super::records::{OutRecord, OutRecordParts, Source};
 use crate::clock::Clock;
+use crate::clock::Millis;
 use crate::engine::{Command, Engine, EngineConfig, Event};
-use crate::internal_events::{InputConsumed, InputDeadLettered, OutputProduced, ProduceFailed};
+use crate::internal_events::{
+    InputConsumed, InputDeadLettered, LateOutput, OutputProduced, PartitionWatermarkChanged,
+    ProduceFailed,
+};
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::pollers::Resolve;
 use crate::watch::WatchRules;
+use crate::watermark::{InputWatermark, PartitionWatermark, WatermarkMessage, WatermarkStrategy};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
@@ -32,7 +37,7 @@ use rdkafka::Message;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 /// Attempts to deliver one record before it goes to the dead-letter topic instead.
 const DELIVERY_ATTEMPTS: u32 = 5;
@@ -54,6 +59,26 @@ pub struct Shared<P: Resolve> {
     pub positions: Arc<Mutex<HashMap<i32, i64>>>,
     /// How long a stopping task may spend delivering what its watches emitted.
     pub stop_timeout: Duration,
+    pub watermarks: WatermarkSettings,
+}
+
+/// What the partition tasks need to publish watermarks.
+#[derive(Debug, Clone)]
+pub struct WatermarkSettings {
+    pub strategy: WatermarkStrategy,
+    pub interval: Duration,
+    pub idle_timeout: Duration,
+    pub topic: Arc<str>,
+    /// In-band copies go to every one of the output topic's partitions.
+    pub output_partitions: i32,
+}
+
+/// In a bounded run, the offsets a partition task reads: from `start` up to `end` (the end
+/// offset present when the run started).
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    pub start: i64,
+    pub end: i64,
 }
 
 /// A task's last word: what it committed and how many watches it stopped.
@@ -64,10 +89,11 @@ pub struct Stopped {
     pub watches_stopped: usize,
 }
 
-/// A record on its way to the broker, and the input offset it counts against.
+/// A record on its way to the broker, and the input offset it counts against (`None` for
+/// a watermark record, which no input caused).
 struct Pending {
     record: OutRecord,
-    origin: i64,
+    origin: Option<i64>,
     attempt: u32,
     is_output: bool,
 }
@@ -81,8 +107,13 @@ pub struct PartitionTask<P: Resolve> {
     partition: i32,
     shared: Arc<Shared<P>>,
     inputs: mpsc::Receiver<OwnedMessage>,
-    commands: mpsc::Sender<Command<P::Input>>,
+    /// Dropped when a bounded run has read its last input: the engine then ends once every
+    /// watch has.
+    commands: Option<mpsc::Sender<Command<P::Input>>>,
     events: mpsc::Receiver<Event>,
+    watermark: PartitionWatermark,
+    min_hold: watch::Receiver<Option<Millis>>,
+    bounds: Option<Bounds>,
     tracker: OffsetTracker,
     /// Watch commands sent, in order, waiting for the engine's Started/AlreadyWatching.
     starting: VecDeque<(Bytes, i64)>,
@@ -97,6 +128,7 @@ impl<P: Resolve> PartitionTask<P> {
         partition: i32,
         shared: Arc<Shared<P>>,
         inputs: mpsc::Receiver<OwnedMessage>,
+        bounds: Option<Bounds>,
     ) -> impl std::future::Future<Output = Stopped> + Send + 'static {
         let engine = Engine::new(
             shared.poller.clone(),
@@ -109,15 +141,29 @@ impl<P: Resolve> PartitionTask<P> {
             shared.clock,
             shared.metrics.clone(),
         );
+        let min_hold = engine.min_hold();
         let (commands, engine_commands) = mpsc::channel(256);
         let (engine_events, events) = mpsc::channel(256);
         tokio::spawn(engine.run(engine_commands, engine_events));
+        // A bounded run publishes one final watermark and does no periodic work (as Flink's
+        // batch mode), so its generator tracks nothing.
+        let generator = match bounds {
+            Some(_) => InputWatermark::disabled(),
+            None => InputWatermark::new(
+                shared.watermarks.strategy,
+                shared.watermarks.idle_timeout,
+                shared.clock.now_ms(),
+            ),
+        };
         let task = Self {
             partition,
             shared,
             inputs,
-            commands,
+            commands: Some(commands),
             events,
+            watermark: PartitionWatermark::new(generator),
+            min_hold,
+            bounds,
             tracker: OffsetTracker::default(),
             starting: VecDeque::new(),
             origins: HashMap::new(),
@@ -128,6 +174,14 @@ impl<P: Resolve> PartitionTask<P> {
 
     async fn run(mut self) -> Stopped {
         let mut accepting = true;
+        if self.bounds.is_some_and(|b| b.start >= b.end) {
+            // Nothing to read in this bounded run.
+            accepting = false;
+            self.commands = None;
+        }
+        let mut ticks = tokio::time::interval(self.shared.watermarks.interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let periodic = self.bounds.is_none();
         loop {
             tokio::select! {
                 Some(delivery) = self.deliveries.next(), if !self.deliveries.is_empty() => {
@@ -135,20 +189,37 @@ impl<P: Resolve> PartitionTask<P> {
                 }
                 event = self.events.recv() => match event {
                     Some(event) => self.on_event(event).await,
-                    // The engine ended: after our Shutdown, or it failed.
+                    // The engine ended: after our Shutdown, or (bounded) once every watch has.
                     None => break,
                 },
                 input = self.inputs.recv(), if accepting => match input {
-                    Some(message) => self.on_input(message).await,
+                    Some(message) => {
+                        let offset = message.offset();
+                        if self.bounds.is_some_and(|b| offset >= b.end) {
+                            continue;
+                        }
+                        self.on_input(message).await;
+                        if self.bounds.is_some_and(|b| offset + 1 >= b.end) {
+                            accepting = false;
+                            self.commands = None;
+                        }
+                    }
                     None => {
                         accepting = false;
-                        let _ = self.commands.send(Command::Shutdown).await;
+                        if let Some(commands) = self.commands.take() {
+                            let _ = commands.send(Command::Shutdown).await;
+                        }
                     }
                 },
+                _ = ticks.tick(), if periodic => self.tick_watermark().await,
             }
             self.publish_position();
         }
         let watches_stopped = self.origins.len();
+        if self.bounds.is_some() {
+            // Every watch of the bounded run has ended: event time is complete here.
+            self.publish_watermark(Millis::MAX, false).await;
+        }
         // Deliver what the watches already emitted, within the bound.
         let deadline = tokio::time::Instant::now() + self.shared.stop_timeout;
         while !self.deliveries.is_empty() {
@@ -174,6 +245,52 @@ impl<P: Resolve> PartitionTask<P> {
         }
     }
 
+    /// Publish the partition's watermark if it changed since the last tick.
+    async fn tick_watermark(&mut self) {
+        let min_hold = *self.min_hold.borrow();
+        let now = self.shared.clock.now_ms();
+        if let Some(update) = self.watermark.update(min_hold, now) {
+            // A partition that never had a watermark still says when it goes idle, so the
+            // merged watermark stops waiting for it; its value is then the beginning of time.
+            let watermark = update.watermark.unwrap_or(Millis::MIN);
+            self.publish_watermark(watermark, update.idle).await;
+        }
+    }
+
+    /// One watermark message on the watermark topic, and a copy in every output partition.
+    async fn publish_watermark(&mut self, watermark: Millis, idle: bool) {
+        PartitionWatermarkChanged {
+            partition: self.partition,
+            watermark,
+            idle,
+        }
+        .emit(&self.shared.metrics);
+        let message = WatermarkMessage::Partition {
+            topic: self.shared.input_topic.to_string(),
+            partition: self.partition,
+            watermark_ms: watermark,
+            idle,
+        };
+        let (key, json) = (message.key(), message.to_json());
+        let settings = self.shared.watermarks.clone();
+        let targets = std::iter::once((&settings.topic, None))
+            .chain((0..settings.output_partitions).map(|p| (&self.shared.output_topic, Some(p))));
+        let records: Vec<OutRecord> = targets
+            .map(|(topic, partition)| {
+                OutRecord::watermark(topic, partition, key.clone(), json.clone())
+            })
+            .collect();
+        for record in records {
+            self.send(Pending {
+                record,
+                origin: None,
+                attempt: 1,
+                is_output: false,
+            })
+            .await;
+        }
+    }
+
     fn publish_position(&mut self) {
         if let Some(position) = self.tracker.to_commit() {
             if let Ok(mut positions) = self.shared.positions.lock() {
@@ -185,6 +302,9 @@ impl<P: Resolve> PartitionTask<P> {
     async fn on_input(&mut self, message: OwnedMessage) {
         InputConsumed.emit(&self.shared.metrics);
         let offset = message.offset();
+        let now = self.shared.clock.now_ms();
+        self.watermark
+            .on_record(message.timestamp().to_millis().unwrap_or(now), now);
         let decoded = decode(
             message.key(),
             message.payload(),
@@ -234,7 +354,7 @@ impl<P: Resolve> PartitionTask<P> {
                 self.tracker.caused(offset);
                 self.send(Pending {
                     record,
-                    origin: offset,
+                    origin: Some(offset),
                     attempt: 1,
                     is_output: false,
                 })
@@ -247,13 +367,15 @@ impl<P: Resolve> PartitionTask<P> {
     /// Send a command to the engine. While its queue is full, keep handling its events: the
     /// engine may itself be waiting for room to send one, and neither may wait on the other.
     async fn send_command(&mut self, mut command: Command<P::Input>) -> bool {
+        let Some(commands) = self.commands.clone() else {
+            return false;
+        };
         loop {
-            match self.commands.try_send(command) {
+            match commands.try_send(command) {
                 Ok(()) => return true,
                 Err(mpsc::error::TrySendError::Closed(_)) => return false,
                 Err(mpsc::error::TrySendError::Full(c)) => {
                     command = c;
-                    let commands = self.commands.clone();
                     tokio::select! {
                         permit = commands.reserve() => match permit {
                             Ok(permit) => {
@@ -287,12 +409,23 @@ impl<P: Resolve> PartitionTask<P> {
                 let origin = self.origins.get(&key).copied().unwrap_or(0);
                 let first_seen = self.shared.clock.now_ms();
                 for output in &outputs {
-                    let record =
+                    let mut record =
                         OutRecord::output(&self.shared.output_topic, &key, output, first_seen);
+                    // Below the watermark this partition already published: still emitted
+                    // (nothing is dropped), but marked, so a consumer can tell.
+                    if self.watermark.is_late(output.event_time) {
+                        LateOutput {
+                            key: &output.key,
+                            event_time: output.event_time,
+                            watermark: self.watermark.published().unwrap_or_default(),
+                        }
+                        .emit(&self.shared.metrics);
+                        record = record.late();
+                    }
                     self.tracker.caused(origin);
                     self.send(Pending {
                         record,
-                        origin,
+                        origin: Some(origin),
                         attempt: 1,
                         is_output: true,
                     })
@@ -348,7 +481,9 @@ impl<P: Resolve> PartitionTask<P> {
                 if pending.is_output {
                     OutputProduced.emit(&self.shared.metrics);
                 }
-                self.tracker.acknowledged(pending.origin);
+                if let Some(origin) = pending.origin {
+                    self.tracker.acknowledged(origin);
+                }
             }
             Delivery::Done(pending, Err(error)) => self.delivery_failed(pending, error),
             Delivery::RetryDue(pending) => self.send(pending).await,
@@ -388,9 +523,14 @@ impl<P: Resolve> PartitionTask<P> {
             );
             return;
         }
+        let Some(origin) = pending.origin else {
+            // A watermark record: a later one supersedes it.
+            tracing::warn!(error = %error, "a watermark record could not be delivered");
+            return;
+        };
         if *pending.record.topic == *self.shared.dlq_topic {
             tracing::error!(error = %error, "a dead letter could not be delivered either; it is lost");
-            self.tracker.acknowledged(pending.origin);
+            self.tracker.acknowledged(origin);
             return;
         }
         let record = OutRecord::dead_letter(
@@ -407,7 +547,7 @@ impl<P: Resolve> PartitionTask<P> {
         // The dead letter takes the failed record's place in the commit accounting.
         let dead_letter = Pending {
             record,
-            origin: pending.origin,
+            origin: Some(origin),
             attempt: 1,
             is_output: false,
         };

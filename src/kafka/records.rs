@@ -21,11 +21,15 @@ pub const ERROR_KIND: &str = "watchbridge-error-kind";
 pub const SOURCE_TOPIC: &str = "watchbridge-source-topic";
 pub const SOURCE_PARTITION: &str = "watchbridge-source-partition";
 pub const SOURCE_OFFSET: &str = "watchbridge-source-offset";
+pub const LATE: &str = "watchbridge-late";
+pub const CONTROL: &str = "watchbridge-control";
 
 /// A record to produce, owned, so it can be sent again after a failed delivery.
 #[derive(Debug, Clone)]
 pub struct OutRecord {
     pub topic: Arc<str>,
+    /// `None`: the partitioner picks (by key).
+    pub partition: Option<i32>,
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
     pub timestamp: Option<Millis>,
@@ -49,6 +53,7 @@ impl OutRecord {
     ) -> Self {
         Self {
             topic: topic.clone(),
+            partition: None,
             key: Some(watch_key.clone()),
             value: Some(output.value.clone()),
             // Kafka has no timestamps before the epoch; such an output goes without one.
@@ -88,10 +93,31 @@ impl OutRecord {
         ]);
         Self {
             topic: dlq.clone(),
+            partition: None,
             key: original.key.clone(),
             value: original.value.clone(),
             timestamp: original.timestamp,
             headers,
+        }
+    }
+
+    /// Mark an output as late: its event time is below its partition's published watermark.
+    pub fn late(mut self) -> Self {
+        self.headers
+            .push((LATE.into(), Some(Bytes::from_static(b"true"))));
+        self
+    }
+
+    /// A watermark record: on the watermark topic (`partition: None`), or in-band in one
+    /// output partition, marked `watchbridge-control: watermark`.
+    pub fn watermark(topic: &Arc<str>, partition: Option<i32>, key: String, json: String) -> Self {
+        Self {
+            topic: topic.clone(),
+            partition,
+            key: Some(Bytes::from(key)),
+            value: Some(Bytes::from(json)),
+            timestamp: None,
+            headers: vec![(CONTROL.into(), Some(Bytes::from_static(b"watermark")))],
         }
     }
 
@@ -122,6 +148,9 @@ impl OutRecord {
         }
         if let Some(ts) = self.timestamp {
             record = record.timestamp(ts);
+        }
+        if let Some(p) = self.partition {
+            record = record.partition(p);
         }
         record
     }
