@@ -1,0 +1,398 @@
+//! Watermarks on a real broker (Tansu): the watermark topic, the in-band markers in the
+//! output partitions, idleness, and bounded runs.
+
+mod support;
+
+use rdkafka::message::{Headers, OwnedMessage};
+use rdkafka::Message;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use support::http_server::{Reply, Seen, TestServer};
+use support::kafka::broker;
+use watchbridge::watermark::WatermarkMessage;
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+struct Bridge {
+    child: Child,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Bridge {
+    fn start(env: &[(&str, String)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("bridge.log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
+        for (name, _) in std::env::vars() {
+            if name.starts_with("WATCHBRIDGE_") || name.starts_with("KAFKA_") {
+                command.env_remove(name);
+            }
+        }
+        let child = command
+            .env("WATCHBRIDGE_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .env("WATCHBRIDGE_BROKERS", broker().bootstrap())
+            .env("WATCHBRIDGE_POLL_INTERVAL", "200ms")
+            .env("WATCHBRIDGE_WATERMARK_INTERVAL", "100ms")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_started(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.log().contains("bridge starting") {
+            assert!(
+                Instant::now() < deadline,
+                "bridge did not start:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn header(m: &OwnedMessage, name: &str) -> Option<String> {
+    m.headers()?
+        .iter()
+        .find(|h| h.key == name)
+        .and_then(|h| h.value)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+struct Topics {
+    input: String,
+    output: String,
+    watermarks: String,
+}
+
+async fn topics(name: &str, partitions: i32) -> Topics {
+    let input = broker().unique_topic(name);
+    broker().create_topic(&input, partitions).await;
+    Topics {
+        output: format!("{input}-out"),
+        watermarks: format!("{input}-out.watermarks"),
+        input,
+    }
+}
+
+fn env(t: &Topics, server: &TestServer) -> Vec<(&'static str, String)> {
+    vec![
+        ("WATCHBRIDGE_INPUT_TOPIC", t.input.clone()),
+        ("WATCHBRIDGE_OUTPUT_TOPIC", t.output.clone()),
+        ("WATCHBRIDGE_GROUP_ID", format!("{}-group", t.input)),
+        ("WATCHBRIDGE_HTTP_URL", server.url("/users/{/id}")),
+        ("WATCHBRIDGE_HTTP_ITEMS", "/events".into()),
+        ("WATCHBRIDGE_HTTP_ITEM_KEY", "/id".into()),
+        ("WATCHBRIDGE_HTTP_ITEM_TIME", "/at".into()),
+        ("WATCHBRIDGE_HTTP_COMPLETE", "/done".into()),
+    ]
+}
+
+/// Each poll of a user adds one event stamped with the time of the poll; final after 6.
+fn live_feeds() -> impl Fn(&Seen) -> Reply {
+    let polls = std::sync::Mutex::new(HashMap::<String, Vec<i64>>::new());
+    move |seen| {
+        let mut polls = polls.lock().unwrap();
+        let times = polls.entry(seen.target.clone()).or_default();
+        if times.len() < 6 {
+            times.push(now_ms());
+        }
+        let user = seen.target.rsplit('/').next().unwrap().to_string();
+        let events: Vec<Value> = times
+            .iter()
+            .enumerate()
+            .map(|(i, at)| json!({"id": format!("{user}-{i}"), "at": at}))
+            .collect();
+        Reply::json(json!({"events": events, "done": times.len() == 6}))
+    }
+}
+
+async fn produce_user(topic: &str, partition: i32, user: i64) {
+    broker()
+        .produce(
+            topic,
+            Some(partition),
+            Some(format!("user-{user}").as_bytes()),
+            json!({ "id": user }).to_string().as_bytes(),
+            &[],
+        )
+        .await;
+}
+
+fn parse(m: &OwnedMessage) -> WatermarkMessage {
+    WatermarkMessage::parse(m.payload().unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn markers_never_regress_and_no_on_time_output_falls_below_one() {
+    let server = TestServer::start(live_feeds()).await;
+    let t = topics("wm-order", 2).await;
+    let mut e = env(&t, &server);
+    e.push(("WATCHBRIDGE_WATERMARK_STRATEGY", "bounded(1s)".into()));
+    let bridge = Bridge::start(&e);
+    bridge.wait_started();
+    // Users 0..6 on input partition user % 2, a few at a time.
+    let mut input_partition = HashMap::new();
+    for user in 0..6 {
+        produce_user(&t.input, (user % 2) as i32, user).await;
+        input_partition.insert(format!("user-{user}"), (user % 2) as i32);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Wait for every watch's 6 outputs.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let records = loop {
+        let records = broker()
+            .consume_for(&t.output, Duration::from_secs(3))
+            .await;
+        let data = records
+            .iter()
+            .filter(|m| header(m, "watchbridge-control").is_none())
+            .count();
+        if data >= 36 {
+            break records;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{data} outputs:\n{}",
+            bridge.log()
+        );
+    };
+
+    // On the watermark topic, each partition's value never decreases.
+    let on_topic = broker()
+        .consume_for(&t.watermarks, Duration::from_secs(3))
+        .await;
+    let mut last: HashMap<i32, i64> = HashMap::new();
+    let mut merged_seen = 0;
+    for m in &on_topic {
+        match parse(m) {
+            WatermarkMessage::Partition {
+                partition,
+                watermark_ms,
+                topic,
+                ..
+            } => {
+                assert_eq!(topic, t.input);
+                let previous = last.insert(partition, watermark_ms).unwrap_or(i64::MIN);
+                assert!(watermark_ms >= previous, "partition {partition} went back");
+            }
+            WatermarkMessage::Merged { watermark_ms, .. } => {
+                merged_seen += 1;
+                assert!(watermark_ms <= now_ms());
+            }
+        }
+    }
+    assert!(last.len() == 2, "both partitions published: {last:?}");
+    assert!(merged_seen > 0, "a merged watermark was published");
+
+    // In each output partition: markers for every input partition, never decreasing, and
+    // no output that is not marked late has an event time below a marker already seen
+    // for its input partition.
+    let mut by_partition: HashMap<i32, Vec<&OwnedMessage>> = HashMap::new();
+    for m in &records {
+        by_partition.entry(m.partition()).or_default().push(m);
+    }
+    let mut outputs_checked = 0;
+    for (output_partition, mut messages) in by_partition {
+        messages.sort_by_key(|m| m.offset());
+        let mut marker: HashMap<i32, i64> = HashMap::new();
+        for m in messages {
+            if header(m, "watchbridge-control").as_deref() == Some("watermark") {
+                let WatermarkMessage::Partition {
+                    partition,
+                    watermark_ms,
+                    ..
+                } = parse(m)
+                else {
+                    panic!("in-band markers are partition messages");
+                };
+                let previous = marker.insert(partition, watermark_ms).unwrap_or(i64::MIN);
+                assert!(
+                    watermark_ms >= previous,
+                    "marker went back in output partition {output_partition}"
+                );
+                continue;
+            }
+            let key = String::from_utf8(m.key().unwrap().to_vec()).unwrap();
+            let input = input_partition[&key];
+            let event_time = m.timestamp().to_millis().unwrap();
+            let late = header(m, "watchbridge-late").as_deref() == Some("true");
+            if let Some(&w) = marker.get(&input) {
+                assert!(
+                    late || event_time >= w,
+                    "output {key} at {event_time} after a marker {w} of its input partition {input}, not marked late"
+                );
+            }
+            outputs_checked += 1;
+        }
+        assert!(
+            !marker.is_empty(),
+            "output partition {output_partition} carries markers"
+        );
+    }
+    assert_eq!(outputs_checked, 36);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_partition_stops_holding_the_merged_watermark_back() {
+    let server = TestServer::start(live_feeds()).await;
+    let t = topics("wm-idle", 2).await;
+    let mut e = env(&t, &server);
+    e.push(("WATCHBRIDGE_IDLE_TIMEOUT", "2s".into()));
+    e.push(("WATCHBRIDGE_WATERMARK_STRATEGY", "bounded(0s)".into()));
+    let bridge = Bridge::start(&e);
+    bridge.wait_started();
+    // Input only ever arrives on partition 0.
+    for user in 0..3 {
+        produce_user(&t.input, 0, user).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let messages: Vec<WatermarkMessage> = broker()
+            .consume_for(&t.watermarks, Duration::from_secs(2))
+            .await
+            .iter()
+            .map(parse)
+            .collect();
+        let p1_idle = messages.iter().any(|m| {
+            matches!(
+                m,
+                WatermarkMessage::Partition {
+                    partition: 1,
+                    idle: true,
+                    ..
+                }
+            )
+        });
+        let p0_values: Vec<i64> = messages
+            .iter()
+            .filter_map(|m| match m {
+                WatermarkMessage::Partition {
+                    partition: 0,
+                    watermark_ms,
+                    ..
+                } if *watermark_ms > 0 => Some(*watermark_ms),
+                _ => None,
+            })
+            .collect();
+        let merged: Vec<i64> = messages
+            .iter()
+            .filter_map(|m| match m {
+                WatermarkMessage::Merged { watermark_ms, .. } => Some(*watermark_ms),
+                _ => None,
+            })
+            .collect();
+        // The merged value follows partition 0 although partition 1 never had a record.
+        if p1_idle && merged.iter().any(|v| p0_values.contains(v)) {
+            assert!(
+                merged.windows(2).all(|w| w[0] <= w[1]),
+                "merged never goes back: {merged:?}"
+            );
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "merged {merged:?}, partition 0 {p0_values:?}, partition 1 idle: {p1_idle}\n{}",
+            bridge.log()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bounded_run_reads_to_the_end_finishes_every_watch_and_exits_with_a_final_watermark() {
+    let server = TestServer::start(live_feeds()).await;
+    let t = topics("wm-bounded", 2).await;
+    for user in 0..4 {
+        produce_user(&t.input, (user % 2) as i32, user).await;
+    }
+    let mut e = env(&t, &server);
+    e.push(("WATCHBRIDGE_MODE", "bounded".into()));
+    e.push(("WATCHBRIDGE_TERMINATION", "total(30s)".into()));
+    let mut bridge = Bridge::start(&e);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = bridge.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "bounded run did not end:\n{}",
+            bridge.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status.code(), Some(0), "{}", bridge.log());
+    let outputs = broker()
+        .consume_for(&t.output, Duration::from_secs(3))
+        .await;
+    let data = outputs
+        .iter()
+        .filter(|m| header(m, "watchbridge-control").is_none())
+        .count();
+    assert_eq!(data, 24, "every watch ran to its end (6 outputs each)");
+    let messages: Vec<WatermarkMessage> = broker()
+        .consume_for(&t.watermarks, Duration::from_secs(3))
+        .await
+        .iter()
+        .map(parse)
+        .collect();
+    for p in 0..2 {
+        assert!(
+            messages.iter().any(|m| matches!(m, WatermarkMessage::Partition { partition, watermark_ms: i64::MAX, .. } if *partition == p)),
+            "partition {p}'s final watermark: {messages:?}"
+        );
+    }
+    assert!(messages.iter().any(|m| matches!(
+        m,
+        WatermarkMessage::Merged {
+            watermark_ms: i64::MAX,
+            ..
+        }
+    )));
+    // A second bounded run has nothing left to read and ends at once.
+    let mut again = Bridge::start(&e);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = again.child.try_wait().unwrap() {
+            assert_eq!(status.code(), Some(0), "{}", again.log());
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", again.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let outputs = broker()
+        .consume_for(&t.output, Duration::from_secs(3))
+        .await;
+    let data = outputs
+        .iter()
+        .filter(|m| header(m, "watchbridge-control").is_none())
+        .count();
+    assert_eq!(data, 24, "committed inputs are not read again");
+}
