@@ -123,6 +123,15 @@ fn demo_runs_the_bridge_end_to_end_and_checks_what_reached_kafka() {
         .find(|l| l.starts_with("check: "))
         .expect("a check line");
     assert!(check.starts_with("check: OK"), "{summary}");
+    // The watermarks moved, and reached the output topic in-band.
+    assert!(
+        summary.contains("event time: merged ") && !summary.contains("merged none yet"),
+        "{summary}"
+    );
+    assert!(
+        !summary.contains(" 0 in-band watermark records"),
+        "{summary}"
+    );
     assert!(
         check.contains("no output key was produced twice"),
         "{check}"

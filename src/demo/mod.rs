@@ -430,6 +430,8 @@ fn status(
         polls_ok: m.polls_ok.get(),
         // The `ok` series has an empty `error` label, so only failures are listed.
         polls_failed: by_label(&m.polls_error, "error"),
+        watermark: Some(m.watermark.get()).filter(|&w| w > 0),
+        partition_watermarks: partition_watermarks(m),
         users,
     }
 }
@@ -439,6 +441,24 @@ fn inputs_dead_lettered(m: &Metrics) -> u64 {
 }
 
 /// A counter's non-zero series, summed by one label (empty label values left out).
+/// Each input partition's published watermark, by partition number.
+fn partition_watermarks(m: &Metrics) -> BTreeMap<i32, i64> {
+    let mut out = BTreeMap::new();
+    for family in m.partition_watermark.collect() {
+        for metric in family.get_metric() {
+            let partition = metric
+                .get_label()
+                .iter()
+                .find(|l| l.name() == "partition")
+                .and_then(|l| l.value().parse().ok());
+            if let Some(p) = partition {
+                out.insert(p, metric.get_gauge().get_value() as i64);
+            }
+        }
+    }
+    out
+}
+
 fn by_label(counter: &IntCounterVec, label: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for family in counter.collect() {

@@ -70,6 +70,8 @@ pub struct DeadLetter {
 pub struct Tally {
     /// Output records per record key (the watch key: the user).
     pub per_user: HashMap<String, u64>,
+    /// In-band watermark records read from the output topic.
+    pub markers: u64,
     pub outputs: u64,
     /// Output keys (`watchbridge-output-key`) read so far.
     keys: HashSet<String>,
@@ -85,6 +87,11 @@ pub struct Tally {
 
 impl Tally {
     pub fn record(&mut self, reader: &Reader, message: &BorrowedMessage<'_>) {
+        // In-band watermark records share the output topic; they are not outputs.
+        if header(message, crate::kafka::records::CONTROL).is_some() {
+            self.markers += 1;
+            return;
+        }
         if message.topic() == reader.outputs_topic {
             self.output(message);
         } else {

@@ -32,6 +32,10 @@ pub struct Status {
     pub duplicates: u64,
     pub polls_ok: u64,
     pub polls_failed: BTreeMap<String, u64>,
+    /// The merged watermark over the input partitions, once there is one.
+    pub watermark: Option<i64>,
+    /// Each input partition's published watermark.
+    pub partition_watermarks: BTreeMap<i32, i64>,
     pub users: Vec<UserRow>,
 }
 
@@ -128,13 +132,34 @@ fn print_flush(text: &str) {
 /// Shown until the bridge owns its partitions (joining a group takes a few seconds).
 const JOINING: &str = "the bridge is joining its consumer group…";
 
+/// `merged 14:03:07.2 (p0 14:03:07.2, p1 14:03:09.0, …)`: how far event time has got.
+fn watermarks(s: &Status) -> String {
+    let time = |ms: i64| {
+        crate::pollers::event_time::format_rfc3339(ms)
+            .get(11..21)
+            .unwrap_or("?")
+            .to_string()
+    };
+    let merged = s.watermark.map_or("none yet".to_string(), time);
+    let parts: Vec<String> = s
+        .partition_watermarks
+        .iter()
+        .map(|(p, w)| format!("p{p} {}", time(*w)))
+        .collect();
+    if parts.is_empty() {
+        format!("merged {merged}")
+    } else {
+        format!("merged {merged} ({})", parts.join(", "))
+    }
+}
+
 /// The plain status line.
 pub fn line(s: &Status) -> String {
     if !s.joined {
         return format!("[{:>5.1}s] {JOINING}", s.elapsed.as_secs_f64());
     }
     format!(
-        "[{:>5.1}s] inputs {} read, {} dead-lettered | watches {} active, ended: {} | outputs {} produced, {} read back | {} repeats suppressed",
+        "[{:>5.1}s] inputs {} read, {} dead-lettered | watches {} active, ended: {} | outputs {} produced, {} read back | {} repeats suppressed | watermark {}",
         s.elapsed.as_secs_f64(),
         s.inputs,
         s.dead_lettered_total(),
@@ -143,6 +168,7 @@ pub fn line(s: &Status) -> String {
         s.produced,
         s.read,
         s.duplicates,
+        watermarks(s),
     )
 }
 
@@ -178,6 +204,7 @@ pub fn frame(s: &Status) -> String {
         s.polls_ok,
         counts(&s.polls_failed)
     );
+    let _ = writeln!(f, "         event time  {}", watermarks(s));
     let _ = writeln!(f);
     for row in s.users.chunks(3) {
         let cells: Vec<String> = row
@@ -240,6 +267,12 @@ pub fn summary(s: &Status, tally: &Tally, interrupted: bool) -> (String, bool) {
         f,
         "        {} outputs produced, {} read back; {} repeats suppressed by dedup",
         s.produced, s.read, s.duplicates
+    );
+    let _ = writeln!(
+        f,
+        "        event time: {}; {} in-band watermark records read back",
+        watermarks(s),
+        tally.markers
     );
     let _ = writeln!(
         f,
