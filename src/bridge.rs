@@ -111,6 +111,7 @@ pub async fn run_bridge<P: Resolve>(
         .create()
         .map_err(|e| BridgeError::Start(format!("cannot create the producer: {e}")))?;
     let clock = Clock::system();
+    let latest_watermarks = Arc::new(Mutex::new(HashMap::new()));
     let shared = Arc::new(Shared {
         poller,
         producer: producer.clone(),
@@ -131,6 +132,7 @@ pub async fn run_bridge<P: Resolve>(
             idle_timeout: config.idle_timeout,
             topic: config.watermark_topic.as_str().into(),
             output_partitions: layout.output_partitions,
+            latest: latest_watermarks.clone(),
         },
     });
     let partitions = Arc::new(Partitions::new(shared, tokio::runtime::Handle::current()));
@@ -162,6 +164,7 @@ pub async fn run_bridge<P: Resolve>(
             owns_first: partitions.owns_first.clone(),
             metrics: metrics.clone(),
             clock,
+            latest: latest_watermarks,
         };
         let stop_merged = stop_merged.clone();
         tokio::spawn(async move {

@@ -7,9 +7,8 @@ use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::Message;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use support::bridge::Bridge;
 use support::http_server::{Reply, Seen, TestServer};
 use support::kafka::broker;
 use watchbridge::watermark::WatermarkMessage;
@@ -19,63 +18,6 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
-}
-
-struct Bridge {
-    child: Child,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Bridge {
-    fn start(env: &[(&str, String)]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("bridge.log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
-        for (name, _) in std::env::vars() {
-            if name.starts_with("WATCHBRIDGE_") || name.starts_with("KAFKA_") {
-                command.env_remove(name);
-            }
-        }
-        let child = command
-            .env("WATCHBRIDGE_LOG", "info,librdkafka=warn,rdkafka=warn")
-            .env("WATCHBRIDGE_BROKERS", broker().bootstrap())
-            .env("WATCHBRIDGE_POLL_INTERVAL", "200ms")
-            .env("WATCHBRIDGE_WATERMARK_INTERVAL", "100ms")
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Self {
-            child,
-            log,
-            _dir: dir,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn wait_started(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.log().contains("bridge starting") {
-            assert!(
-                Instant::now() < deadline,
-                "bridge did not start:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Bridge {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn header(m: &OwnedMessage, name: &str) -> Option<String> {
@@ -157,7 +99,6 @@ async fn markers_never_regress_and_no_on_time_output_falls_below_one() {
     let mut e = env(&t, &server);
     e.push(("WATCHBRIDGE_WATERMARK_STRATEGY", "bounded(1s)".into()));
     let bridge = Bridge::start(&e);
-    bridge.wait_started();
     // Users 0..6 on input partition user % 2, a few at a time.
     let mut input_partition = HashMap::new();
     for user in 0..6 {
@@ -268,7 +209,6 @@ async fn an_idle_partition_stops_holding_the_merged_watermark_back() {
     e.push(("WATCHBRIDGE_IDLE_TIMEOUT", "2s".into()));
     e.push(("WATCHBRIDGE_WATERMARK_STRATEGY", "bounded(0s)".into()));
     let bridge = Bridge::start(&e);
-    bridge.wait_started();
     // Input only ever arrives on partition 0.
     for user in 0..3 {
         produce_user(&t.input, 0, user).await;
@@ -395,4 +335,79 @@ async fn a_bounded_run_reads_to_the_end_finishes_every_watch_and_exits_with_a_fi
         .filter(|m| header(m, "watchbridge-control").is_none())
         .count();
     assert_eq!(data, 24, "committed inputs are not read again");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_taken_over_by_another_instance_continues_from_its_last_watermark() {
+    let server = TestServer::start(live_feeds()).await;
+    let t = topics("wm-takeover", 2).await;
+    let mut e = env(&t, &server);
+    e.push(("WATCHBRIDGE_WATERMARK_STRATEGY", "bounded(0s)".into()));
+    let mut first = Bridge::start(&e);
+    first.wait_for_log("partition assigned", Duration::from_secs(60));
+    for user in 0..4 {
+        produce_user(&t.input, (user % 2) as i32, user).await;
+    }
+    // Wait until both partitions have a real watermark from the first instance.
+    let has_values = |messages: &[WatermarkMessage]| {
+        (0..2).all(|p| {
+            messages.iter().any(|m| {
+                matches!(m, WatermarkMessage::Partition { partition, watermark_ms, .. }
+                    if *partition == p && *watermark_ms > 0)
+            })
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let messages: Vec<WatermarkMessage> = broker()
+            .consume_for(&t.watermarks, Duration::from_secs(2))
+            .await
+            .iter()
+            .map(parse)
+            .collect();
+        if has_values(&messages) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", first.log());
+    }
+    let second = Bridge::start(&e);
+    let (code, _) = first.terminate();
+    assert_eq!(code, Some(0));
+    second.wait_for_log("partition assigned", Duration::from_secs(60));
+    // Records stamped a minute ago: a fresh generator alone would publish far below what
+    // the first instance already did.
+    for user in 4..8i64 {
+        broker()
+            .produce_at(
+                &t.input,
+                Some((user % 2) as i32),
+                Some(format!("user-{user}").as_bytes()),
+                json!({ "id": user }).to_string().as_bytes(),
+                &[],
+                now_ms() - 60_000,
+            )
+            .await;
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Across both owners, each partition's published value never went back.
+    let mut last: HashMap<i32, i64> = HashMap::new();
+    for m in broker()
+        .consume_for(&t.watermarks, Duration::from_secs(3))
+        .await
+    {
+        if let WatermarkMessage::Partition {
+            partition,
+            watermark_ms,
+            ..
+        } = parse(&m)
+        {
+            let previous = last.insert(partition, watermark_ms).unwrap_or(i64::MIN);
+            assert!(
+                watermark_ms >= previous,
+                "partition {partition}: {previous} then {watermark_ms}\nsecond:\n{}",
+                second.log()
+            );
+        }
+    }
+    assert_eq!(last.len(), 2);
 }

@@ -30,6 +30,8 @@ pub struct MergedPublisher {
     pub owns_first: Arc<AtomicBool>,
     pub metrics: Arc<Metrics>,
     pub clock: Clock,
+    /// Shared with the partition tasks: the latest value of each partition on the topic.
+    pub latest: Arc<std::sync::Mutex<std::collections::HashMap<i32, crate::clock::Millis>>>,
 }
 
 impl MergedPublisher {
@@ -79,6 +81,10 @@ impl MergedPublisher {
                         };
                         if *topic == *self.input_topic && partition < self.input_partitions {
                             merged.set(partition, Some(watermark_ms), idle);
+                            if let Ok(mut latest) = self.latest.lock() {
+                                let value = latest.entry(partition).or_insert(watermark_ms);
+                                *value = (*value).max(watermark_ms);
+                            }
                         }
                     }
                     Err(e) => tracing::debug!(error = %e, "reading the watermark topic"),

@@ -71,6 +71,10 @@ pub struct WatermarkSettings {
     pub topic: Arc<str>,
     /// In-band copies go to every one of the output topic's partitions.
     pub output_partitions: i32,
+    /// The latest watermark of each input partition on the watermark topic, whoever
+    /// published it (kept by the merged-watermark reader): a partition taken over from
+    /// another instance continues from there instead of starting lower.
+    pub latest: Arc<Mutex<HashMap<i32, Millis>>>,
 }
 
 /// In a bounded run, the offsets a partition task reads: from `start` up to `end` (the end
@@ -247,6 +251,16 @@ impl<P: Resolve> PartitionTask<P> {
 
     /// Publish the partition's watermark if it changed since the last tick.
     async fn tick_watermark(&mut self) {
+        let floor = self
+            .shared
+            .watermarks
+            .latest
+            .lock()
+            .ok()
+            .and_then(|l| l.get(&self.partition).copied());
+        if let Some(floor) = floor {
+            self.watermark.resume_from(floor);
+        }
         let min_hold = *self.min_hold.borrow();
         let now = self.shared.clock.now_ms();
         if let Some(update) = self.watermark.update(min_hold, now) {

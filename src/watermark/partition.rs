@@ -99,6 +99,12 @@ impl PartitionWatermark {
         Some(Update { watermark, idle })
     }
 
+    /// A watermark this partition already published under a previous owner (read back from
+    /// the watermark topic): never publish below it. Takes effect at the next update.
+    pub fn resume_from(&mut self, floor: Millis) {
+        self.published = self.published.max(Some(floor));
+    }
+
     /// The watermark last returned by [`update`](Self::update).
     pub fn published(&self) -> Option<Millis> {
         self.published
@@ -351,5 +357,27 @@ mod tests {
                 last = now_state;
             }
         }
+    }
+
+    #[test]
+    fn a_new_owner_never_publishes_below_what_the_previous_owner_did() {
+        let input = InputWatermark::new(WatermarkStrategy::Monotonic, Duration::from_secs(30), T0);
+        let mut w = PartitionWatermark::new(input);
+        w.resume_from(T0 + 5_000);
+        w.on_record(T0 + 1_000, T0);
+        assert_eq!(
+            w.update(None, T0),
+            None,
+            "below the floor: nothing to publish"
+        );
+        assert!(w.is_late(T0 + 4_999));
+        w.on_record(T0 + 9_001, T0);
+        assert_eq!(
+            w.update(None, T0),
+            Some(Update {
+                watermark: Some(T0 + 9_000),
+                idle: false
+            })
+        );
     }
 }

@@ -4,3 +4,6 @@
 pub mod http_server;
 #[allow(dead_code)]
 pub mod kafka;
+
+#[allow(dead_code)]
+pub mod bridge;

@@ -1,0 +1,90 @@
+//! A `watchbridge` process under test: started with a clean environment against the test
+//! broker, its log in a temp file, SIGTERM on request, killed when dropped.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::kafka::broker;
+
+/// A `watchbridge` process; killed when dropped, its log kept in a temp file.
+pub struct Bridge {
+    pub child: Child,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Bridge {
+    pub fn start(env: &[(&str, String)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("bridge.log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
+        for (name, _) in std::env::vars() {
+            if name.starts_with("WATCHBRIDGE_") || name.starts_with("KAFKA_") {
+                command.env_remove(name);
+            }
+        }
+        command
+            .env("WATCHBRIDGE_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .env("WATCHBRIDGE_BROKERS", broker().bootstrap())
+            .env("WATCHBRIDGE_POLL_INTERVAL", "200ms")
+            .env("WATCHBRIDGE_SHUTDOWN_TIMEOUT", "10s")
+            .env("WATCHBRIDGE_WATERMARK_INTERVAL", "100ms")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = command.spawn().expect("start watchbridge");
+        let bridge = Self {
+            child,
+            log,
+            _dir: dir,
+        };
+        // Logged once its topics exist.
+        bridge.wait_for_log("bridge starting", Duration::from_secs(60));
+        bridge
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait until the log contains `text` (or panic with the log).
+    pub fn wait_for_log(&self, text: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.log().contains(text) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("bridge log never said {text:?}:\n{}", self.log());
+    }
+
+    /// SIGTERM; returns the exit code and how long it took.
+    pub fn terminate(&mut self) -> (Option<i32>, Duration) {
+        let started = Instant::now();
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        let deadline = started + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status.code(), started.elapsed());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "bridge did not stop:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
