@@ -15,6 +15,7 @@ pub mod pollers;
 pub mod reason;
 pub mod schedule;
 pub mod seen;
+pub mod state;
 pub mod table;
 pub mod termination;
 pub mod watch;

@@ -48,6 +48,27 @@ pub struct Failed {
     pub next: Next,
 }
 
+/// Everything a watch carries from poll to poll apart from its key, input and seen set: what
+/// the state topic saves so that a restored watch decides exactly as the original would.
+/// (User termination conditions' states are not in it; see [`Termination::restore_state`].)
+///
+/// [`Termination::restore_state`]: crate::termination::Termination::restore_state
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Processing time the input arrived at (`total` counts from it).
+    pub arrived: Millis,
+    /// Processing time of the last poll with a new output, the arrival until one (`stable`).
+    pub last_new: Millis,
+    /// Successful polls completed (`polls`).
+    pub polls: u64,
+    /// The watermark hold (see [`Watch::hold`]).
+    pub hold: Millis,
+    /// Successful polls in a row without a new output (the backoff step).
+    pub empty_streak: u32,
+    /// Failed polls in a row (the retry step).
+    pub failures: u32,
+}
+
 #[derive(Debug)]
 pub struct Watch<I> {
     key: Bytes,
@@ -80,6 +101,44 @@ impl<I> Watch<I> {
             hold: input_time,
             empty_streak: 0,
             failures: 0,
+        }
+    }
+
+    /// A watch as saved by [`Watch::progress`], with its seen set as saved alongside. The
+    /// next poll time is not part of a watch (the table's timer queue holds it): the caller
+    /// schedules the restored watch at the time it saved with it.
+    pub fn restore(
+        key: Bytes,
+        input: Arc<I>,
+        seen: SeenSet,
+        progress: Progress,
+        rules: &WatchRules,
+    ) -> Self {
+        Self {
+            key,
+            input,
+            seen,
+            termination: rules.termination.restore_state(
+                progress.arrived,
+                progress.last_new,
+                progress.polls,
+            ),
+            hold: progress.hold,
+            empty_streak: progress.empty_streak,
+            failures: progress.failures,
+        }
+    }
+
+    /// What [`Watch::restore`] needs, besides the key, input and seen set, to rebuild this
+    /// watch.
+    pub fn progress(&self) -> Progress {
+        Progress {
+            arrived: self.termination.arrived(),
+            last_new: self.termination.last_new(),
+            polls: self.termination.polls(),
+            hold: self.hold,
+            empty_streak: self.empty_streak,
+            failures: self.failures,
         }
     }
 

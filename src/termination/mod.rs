@@ -134,6 +134,24 @@ pub struct TermState {
     custom: Option<Box<Vec<ErasedState>>>,
 }
 
+impl TermState {
+    /// When the input arrived (what `total` counts from).
+    pub fn arrived(&self) -> Millis {
+        self.arrived
+    }
+
+    /// When the last poll that brought a new output completed; the arrival until one has
+    /// (what `stable` counts from).
+    pub fn last_new(&self) -> Millis {
+        self.last_new
+    }
+
+    /// Polls completed (what `polls` counts).
+    pub fn polls(&self) -> u64 {
+        self.polls
+    }
+}
+
 /// A user [`Condition`] with a name, as nested in [`Termination::Custom`].
 #[derive(Clone)]
 pub struct CustomCondition {
@@ -405,6 +423,20 @@ impl Termination {
                 f(c.condition.as_ref(), s);
             }
         });
+    }
+}
+
+impl Termination {
+    /// The state of a watch restored from the state topic: the three facts every built-in
+    /// condition reads, as saved. The states of user conditions are opaque (any type) and
+    /// not saved, so they start afresh, as `for_new_input(arrived)` made them for the
+    /// original watch: a user condition that counts something counts again from zero.
+    pub fn restore_state(&self, arrived: Millis, last_new: Millis, polls: u64) -> TermState {
+        TermState {
+            last_new,
+            polls,
+            ..self.for_new_input(arrived)
+        }
     }
 }
 

@@ -1,0 +1,988 @@
+//! The state topic's binary format: record keys, record values, and their errors.
+//!
+//! See the [module documentation](super) for the layout and why it is so. Everything here is
+//! pure: bytes in, values out. Decoding never panics and never allocates more than the input
+//! it was given could hold, whatever the bytes (a length field is checked against the bytes
+//! left before anything is reserved for it).
+
+use crate::clock::Millis;
+use crate::reason::TerminatedReason;
+use crate::seen::OutputHash;
+use bytes::Bytes;
+
+/// The version byte every record value starts with. A reader refuses other versions rather
+/// than guessing; a format change bumps it and teaches the reader the old one too.
+pub const FORMAT_VERSION: u8 = 1;
+
+/// Most hashes one seen chunk may hold (16 bytes each: 512 KiB), so a chunk record stays well
+/// under Kafka's default 1 MB message limit whatever the watch. The journal's chunks are
+/// smaller by default (see [`DEFAULT_CHUNK_HASHES`](super::DEFAULT_CHUNK_HASHES)); this is
+/// the format's bound, checked on both sides.
+pub const MAX_HASHES_PER_CHUNK: usize = 32_768;
+
+/// Most bytes of key plus value one state record may have. Kafka's default
+/// `max.message.bytes` is 1 MiB for a whole batch; 1,000,000 leaves room for batch and record
+/// headers.
+pub const MAX_RECORD_BYTES: usize = 1_000_000;
+
+/// Record type byte of a [`WatchRecord`].
+const TYPE_WATCH: u8 = 1;
+/// Record type byte of a [`SeenChunk`].
+const TYPE_SEEN_CHUNK: u8 = 2;
+
+/// Why bytes read from the state topic are not a state record (or key).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error(
+        "unsupported state format version {found} (this build reads version {FORMAT_VERSION})"
+    )]
+    Version { found: u8 },
+    #[error("unknown state record type {found}")]
+    UnknownType { found: u8 },
+    #[error("truncated at byte {at}: {field} needs {needed} byte(s), {available} left")]
+    Truncated {
+        at: usize,
+        field: &'static str,
+        needed: usize,
+        available: usize,
+    },
+    #[error("{count} trailing byte(s) after the record, which ends at byte {at}")]
+    Trailing { at: usize, count: usize },
+    #[error("invalid {field} at byte {at}: {detail}")]
+    Invalid {
+        at: usize,
+        field: &'static str,
+        detail: String,
+    },
+    #[error("bad state key: {0}")]
+    Key(String),
+    #[error("record does not match its key: {0}")]
+    Mismatch(String),
+}
+
+/// A state record would be larger than [`MAX_RECORD_BYTES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("state record of {bytes} bytes (key and value) exceeds the limit of {MAX_RECORD_BYTES}")]
+pub struct TooLarge {
+    pub bytes: usize,
+}
+
+/// A seen chunk would hold more than [`MAX_HASHES_PER_CHUNK`] hashes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a seen chunk of {hashes} hashes exceeds the limit of {MAX_HASHES_PER_CHUNK}")]
+pub struct TooManyHashes {
+    pub hashes: usize,
+}
+
+// ---------------------------------------------------------------------------------------
+// Keys
+
+/// Which record of a watch a key names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Part {
+    /// The watch record: `<len>:<watch key>/w`.
+    Watch,
+    /// Seen chunk `n`: `<len>:<watch key>/s/<n>`.
+    Seen(u32),
+}
+
+/// The state topic key of one record of a watch: `<len>:<watch key>/w` or
+/// `<len>:<watch key>/s/<n>`, where `<len>` is the watch key's length in bytes and `<n>` the
+/// chunk number, both in decimal ASCII without leading zeros, and the watch key is copied
+/// as is. See [`parse_state_key`] for why every `(watch key, part)` has exactly one key.
+pub fn state_key(watch_key: &[u8], part: Part) -> Vec<u8> {
+    let mut key = Vec::with_capacity(watch_key.len() + 20);
+    key.extend_from_slice(watch_key.len().to_string().as_bytes());
+    key.push(b':');
+    key.extend_from_slice(watch_key);
+    match part {
+        Part::Watch => key.extend_from_slice(b"/w"),
+        Part::Seen(n) => {
+            key.extend_from_slice(b"/s/");
+            key.extend_from_slice(n.to_string().as_bytes());
+        }
+    }
+    key
+}
+
+/// The watch key and part a state key names: the inverse of [`state_key`].
+///
+/// The length prefix says where the watch key ends, so a watch key may hold any bytes (`/`,
+/// `:`, digits, invalid UTF-8) and still be read back exactly. Only the canonical spelling is
+/// accepted (no leading zeros, no sign, nothing after the part), so a key that parses is the
+/// one `state_key` makes: one `(watch, part)` never has two keys, which compaction relies on
+/// (two spellings would be two keys, never compacted against each other).
+pub fn parse_state_key(key: &[u8]) -> Result<(&[u8], Part), DecodeError> {
+    let bad = |m: String| Err(DecodeError::Key(m));
+    let Some(colon) = key.iter().position(|&b| b == b':') else {
+        return bad("no `:` after the watch key's length".into());
+    };
+    let len = match canonical_decimal(&key[..colon]) {
+        Some(len) => len,
+        None => {
+            return bad(format!(
+                "the watch key's length `{}` is not a decimal number without leading zeros",
+                String::from_utf8_lossy(&key[..colon])
+            ))
+        }
+    };
+    let rest = &key[colon + 1..];
+    if len > rest.len() as u64 {
+        return bad(format!(
+            "the watch key's length {len} exceeds the {} byte(s) after it",
+            rest.len()
+        ));
+    }
+    let (watch_key, suffix) = rest.split_at(len as usize);
+    let part = match suffix {
+        b"/w" => Part::Watch,
+        _ => match suffix.strip_prefix(b"/s/") {
+            Some(n) => match canonical_decimal(n).and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => Part::Seen(n),
+                None => {
+                    return bad(format!(
+                        "the chunk number `{}` is not a decimal u32 without leading zeros",
+                        String::from_utf8_lossy(n)
+                    ))
+                }
+            },
+            None => {
+                return bad(format!(
+                    "unknown part `{}` after the watch key (expected `/w` or `/s/<n>`)",
+                    String::from_utf8_lossy(suffix)
+                ))
+            }
+        },
+    };
+    Ok((watch_key, part))
+}
+
+/// `digits` as a number if it is written the way `to_string` writes one: ASCII digits, no
+/// leading zero unless it is `0`, and small enough for a u64 (at most 19 digits).
+fn canonical_decimal(digits: &[u8]) -> Option<u64> {
+    let canonical = match digits {
+        [] => false,
+        [b'0'] => true,
+        [first, ..] => *first != b'0' && digits.len() <= 19,
+    };
+    if !canonical || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(
+        digits
+            .iter()
+            .fold(0u64, |n, d| n * 10 + u64::from(d - b'0')),
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Records
+
+/// One watch's registration and progress (key `<len>:<watch key>/w`), rewritten whenever
+/// they change. All times are epoch milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchRecord {
+    /// The watch key (also in the record's key; a reader checks that they agree).
+    pub watch_key: Bytes,
+    /// The input record's key (`None`: the record had none; the watch key then came from
+    /// its value).
+    pub input_key: Option<Bytes>,
+    /// The input record's value as read from the input topic: a restore decodes it again to
+    /// re-resolve the resource.
+    pub input_value: Bytes,
+    /// The input record's timestamp.
+    pub input_time: Millis,
+    /// Processing time the input arrived at (`total` counts from it).
+    pub arrived: Millis,
+    /// Processing time of the last poll with a new output; the arrival until one (`stable`).
+    pub last_new: Millis,
+    /// Successful polls completed (`polls`).
+    pub polls: u64,
+    /// The watch's watermark hold.
+    pub hold: Millis,
+    /// When the next poll is due (processing time). For a watch whose poll was in flight at
+    /// the checkpoint, the time that poll was due: it is polled again at once on restore.
+    pub next_poll: Millis,
+    /// Successful polls in a row without a new output (the backoff step).
+    pub empty_streak: u32,
+    /// Failed polls in a row (the retry step).
+    pub failures: u32,
+    /// How many seen chunks (`/s/0` ..) the watch had when this record was written.
+    pub seen_chunks: u32,
+    /// Set once the watch has ended: it is kept (without its seen chunks) until the finished
+    /// retention passes, so a re-delivered input does not start it again.
+    pub finished: Option<Finished>,
+}
+
+/// When and why a watch ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub at: Millis,
+    /// [`TerminatedReason::as_str`]: a fixed name, or a user condition's name.
+    pub reason: String,
+}
+
+impl Finished {
+    pub fn new(at: Millis, reason: &TerminatedReason) -> Self {
+        Self {
+            at,
+            reason: reason.as_str().to_string(),
+        }
+    }
+}
+
+/// Part of one watch's seen set (key `<len>:<watch key>/s/<index>`): output-key hashes in the
+/// order they were first seen, at most [`MAX_HASHES_PER_CHUNK`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenChunk {
+    index: u32,
+    hashes: Vec<OutputHash>,
+}
+
+impl SeenChunk {
+    pub fn new(index: u32, hashes: Vec<OutputHash>) -> Result<Self, TooManyHashes> {
+        if hashes.len() > MAX_HASHES_PER_CHUNK {
+            return Err(TooManyHashes {
+                hashes: hashes.len(),
+            });
+        }
+        Ok(Self { index, hashes })
+    }
+
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    pub fn hashes(&self) -> &[OutputHash] {
+        &self.hashes
+    }
+
+    pub fn into_hashes(self) -> Vec<OutputHash> {
+        self.hashes
+    }
+}
+
+/// Any state record value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    Watch(WatchRecord),
+    Seen(SeenChunk),
+}
+
+/// A record ready to produce: its key and value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateEntry {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+impl StateEntry {
+    fn checked(key: Vec<u8>, value: Vec<u8>) -> Result<Self, TooLarge> {
+        let bytes = key.len() + value.len();
+        if bytes > MAX_RECORD_BYTES {
+            return Err(TooLarge { bytes });
+        }
+        Ok(Self { key, value })
+    }
+}
+
+/// One record read back from the state topic, checked against its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Watch(WatchRecord),
+    Seen {
+        watch_key: Bytes,
+        chunk: SeenChunk,
+    },
+    /// A record with no value: that key is deleted.
+    Tombstone {
+        watch_key: Bytes,
+        part: Part,
+    },
+}
+
+/// Decode a record read from the state topic (`value` is `None` for a tombstone) and check
+/// that it is the record its key names: a watch record under `/w` with the same watch key,
+/// chunk `n` under `/s/<n>`.
+pub fn decode_entry(key: &[u8], value: Option<&[u8]>) -> Result<Entry, DecodeError> {
+    let (watch_key, part) = parse_state_key(key)?;
+    let Some(value) = value else {
+        return Ok(Entry::Tombstone {
+            watch_key: Bytes::copy_from_slice(watch_key),
+            part,
+        });
+    };
+    let mismatch = |m: String| Err(DecodeError::Mismatch(m));
+    match (part, Record::decode(value)?) {
+        (Part::Watch, Record::Watch(w)) if w.watch_key == watch_key => Ok(Entry::Watch(w)),
+        (Part::Watch, Record::Watch(_)) => {
+            mismatch("the watch record names another watch key".into())
+        }
+        (Part::Seen(n), Record::Seen(chunk)) if chunk.index == n => Ok(Entry::Seen {
+            watch_key: Bytes::copy_from_slice(watch_key),
+            chunk,
+        }),
+        (Part::Seen(n), Record::Seen(chunk)) => mismatch(format!(
+            "seen chunk {} under the key of chunk {n}",
+            chunk.index
+        )),
+        (Part::Watch, Record::Seen(_)) => mismatch("a seen chunk under a watch record key".into()),
+        (Part::Seen(_), Record::Watch(_)) => {
+            mismatch("a watch record under a seen chunk key".into())
+        }
+    }
+}
+
+impl WatchRecord {
+    /// The value bytes. Prefer [`WatchRecord::to_entry`], which also checks the size.
+    ///
+    /// # Panics
+    /// If a byte field is 4 GiB or longer (a u32 length prefix cannot say so); `to_entry`
+    /// refuses far smaller records first.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        out.push(FORMAT_VERSION);
+        out.push(TYPE_WATCH);
+        put_bytes(&mut out, &self.watch_key);
+        match &self.input_key {
+            None => out.push(0),
+            Some(k) => {
+                out.push(1);
+                put_bytes(&mut out, k);
+            }
+        }
+        put_bytes(&mut out, &self.input_value);
+        for t in [self.input_time, self.arrived, self.last_new] {
+            out.extend_from_slice(&t.to_le_bytes());
+        }
+        out.extend_from_slice(&self.polls.to_le_bytes());
+        for t in [self.hold, self.next_poll] {
+            out.extend_from_slice(&t.to_le_bytes());
+        }
+        for n in [self.empty_streak, self.failures, self.seen_chunks] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        match &self.finished {
+            None => out.push(0),
+            Some(f) => {
+                out.push(1);
+                out.extend_from_slice(&f.at.to_le_bytes());
+                put_bytes(&mut out, f.reason.as_bytes());
+            }
+        }
+        debug_assert_eq!(out.len(), self.encoded_len());
+        out
+    }
+
+    /// Bytes of [`WatchRecord::encode`]'s output, computed without encoding.
+    pub fn encoded_len(&self) -> usize {
+        2 + (4 + self.watch_key.len())
+            + 1
+            + self.input_key.as_ref().map_or(0, |k| 4 + k.len())
+            + (4 + self.input_value.len())
+            + 6 * 8
+            + 3 * 4
+            + 1
+            + self.finished.as_ref().map_or(0, |f| 8 + 4 + f.reason.len())
+    }
+
+    /// Key and value, unless together they exceed [`MAX_RECORD_BYTES`] (an input value near
+    /// the input topic's own limit can do that).
+    pub fn to_entry(&self) -> Result<StateEntry, TooLarge> {
+        let key = state_key(&self.watch_key, Part::Watch);
+        let bytes = key.len() + self.encoded_len();
+        if bytes > MAX_RECORD_BYTES {
+            return Err(TooLarge { bytes });
+        }
+        StateEntry::checked(key, self.encode())
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let watch_key = Bytes::copy_from_slice(r.bytes("watch key")?);
+        let input_key = match r.flag("input key flag")? {
+            false => None,
+            true => Some(Bytes::copy_from_slice(r.bytes("input key")?)),
+        };
+        let input_value = Bytes::copy_from_slice(r.bytes("input value")?);
+        let input_time = r.i64("input time")?;
+        let arrived = r.i64("arrival time")?;
+        let last_new = r.i64("last new output time")?;
+        let polls = r.u64("poll count")?;
+        let hold = r.i64("hold")?;
+        let next_poll = r.i64("next poll time")?;
+        let empty_streak = r.u32("empty streak")?;
+        let failures = r.u32("failure count")?;
+        let seen_chunks = r.u32("seen chunk count")?;
+        let finished = match r.flag("finished flag")? {
+            false => None,
+            true => Some(Finished {
+                at: r.i64("finish time")?,
+                reason: r.string("finish reason")?,
+            }),
+        };
+        Ok(Self {
+            watch_key,
+            input_key,
+            input_value,
+            input_time,
+            arrived,
+            last_new,
+            polls,
+            hold,
+            next_poll,
+            empty_streak,
+            failures,
+            seen_chunks,
+            finished,
+        })
+    }
+}
+
+impl SeenChunk {
+    /// The value bytes: version, type, index (u32), count (u32), then each hash as 16
+    /// little-endian bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        out.push(FORMAT_VERSION);
+        out.push(TYPE_SEEN_CHUNK);
+        out.extend_from_slice(&self.index.to_le_bytes());
+        // At most MAX_HASHES_PER_CHUNK (checked by `new`), so it fits.
+        out.extend_from_slice(&(self.hashes.len() as u32).to_le_bytes());
+        for h in &self.hashes {
+            out.extend_from_slice(&h.to_le_bytes());
+        }
+        out
+    }
+
+    /// Bytes of [`SeenChunk::encode`]'s output.
+    pub fn encoded_len(&self) -> usize {
+        2 + 4 + 4 + 16 * self.hashes.len()
+    }
+
+    /// Key and value for the watch `watch_key`. Fails only for a watch key of nearly 500 KB
+    /// (a full chunk is 512 KiB).
+    pub fn to_entry(&self, watch_key: &[u8]) -> Result<StateEntry, TooLarge> {
+        StateEntry::checked(state_key(watch_key, Part::Seen(self.index)), self.encode())
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let index = r.u32("chunk index")?;
+        let at = r.pos;
+        let count = r.u32("hash count")? as usize;
+        if count > MAX_HASHES_PER_CHUNK {
+            return Err(DecodeError::Invalid {
+                at,
+                field: "hash count",
+                detail: format!("{count} hashes exceed the limit of {MAX_HASHES_PER_CHUNK}"),
+            });
+        }
+        // Taken in one piece first, so a count the bytes cannot hold allocates nothing.
+        let raw = r.take(16 * count, "hashes")?;
+        let hashes = raw
+            .chunks_exact(16)
+            .map(|b| OutputHash::from_le_bytes(b.try_into().unwrap_or([0; 16])))
+            .collect();
+        Ok(Self { index, hashes })
+    }
+}
+
+impl Record {
+    /// Decode a record value of any type. Errors say what is wrong and where.
+    pub fn decode(value: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader { buf: value, pos: 0 };
+        let version = r.u8("format version")?;
+        if version != FORMAT_VERSION {
+            return Err(DecodeError::Version { found: version });
+        }
+        let record = match r.u8("record type")? {
+            TYPE_WATCH => Record::Watch(WatchRecord::decode_body(&mut r)?),
+            TYPE_SEEN_CHUNK => Record::Seen(SeenChunk::decode_body(&mut r)?),
+            found => return Err(DecodeError::UnknownType { found }),
+        };
+        r.finish()?;
+        Ok(record)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Record::Watch(w) => w.encode(),
+            Record::Seen(c) => c.encode(),
+        }
+    }
+}
+
+/// A length-prefixed byte string: u32 little-endian length, then the bytes.
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    let len = u32::try_from(bytes.len()).expect("a state record field of 4 GiB or more");
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// Reads fields front to back, naming the field and byte offset of whatever goes wrong.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
+        let available = self.buf.len() - self.pos;
+        if n > available {
+            return Err(DecodeError::Truncated {
+                at: self.pos,
+                field,
+                needed: n,
+                available,
+            });
+        }
+        let bytes = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(bytes)
+    }
+
+    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], DecodeError> {
+        let bytes = self.take(N, field)?;
+        let mut a = [0; N];
+        a.copy_from_slice(bytes);
+        Ok(a)
+    }
+
+    fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
+        Ok(self.array::<1>(field)?[0])
+    }
+
+    fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
+        self.array(field).map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
+        self.array(field).map(u64::from_le_bytes)
+    }
+
+    fn i64(&mut self, field: &'static str) -> Result<i64, DecodeError> {
+        self.array(field).map(i64::from_le_bytes)
+    }
+
+    /// A presence byte: 0 or 1, nothing else.
+    fn flag(&mut self, field: &'static str) -> Result<bool, DecodeError> {
+        let at = self.pos;
+        match self.u8(field)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(DecodeError::Invalid {
+                at,
+                field,
+                detail: format!("{other} is neither 0 nor 1"),
+            }),
+        }
+    }
+
+    fn bytes(&mut self, field: &'static str) -> Result<&'a [u8], DecodeError> {
+        let len = self.u32(field)? as usize;
+        self.take(len, field)
+    }
+
+    fn string(&mut self, field: &'static str) -> Result<String, DecodeError> {
+        let at = self.pos + 4;
+        let bytes = self.bytes(field)?;
+        String::from_utf8(bytes.to_vec()).map_err(|e| DecodeError::Invalid {
+            at,
+            field,
+            detail: format!("not UTF-8 ({e})"),
+        })
+    }
+
+    fn finish(self) -> Result<(), DecodeError> {
+        match self.buf.len() - self.pos {
+            0 => Ok(()),
+            count => Err(DecodeError::Trailing {
+                at: self.pos,
+                count,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn watch_record() -> WatchRecord {
+        WatchRecord {
+            watch_key: Bytes::from_static(b"k"),
+            input_key: Some(Bytes::from_static(b"ik")),
+            input_value: Bytes::from_static(b"{}"),
+            input_time: 1,
+            arrived: 2,
+            last_new: 3,
+            polls: 4,
+            hold: 5,
+            next_poll: 6,
+            empty_streak: 7,
+            failures: 8,
+            seen_chunks: 9,
+            finished: Some(Finished {
+                at: 10,
+                reason: "final".into(),
+            }),
+        }
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The format is a contract with records already on a broker: these bytes must not
+    /// change without a new version number.
+    #[test]
+    fn the_encodings_are_pinned() {
+        assert_eq!(
+            hex(&watch_record().encode()),
+            concat!(
+                "01",               // format version 1
+                "01",               // watch record
+                "01000000",         // watch key: 1 byte
+                "6b",               //   "k"
+                "01",               // input key present
+                "02000000",         //   2 bytes
+                "696b",             //   "ik"
+                "02000000",         // input value: 2 bytes
+                "7b7d",             //   "{}"
+                "0100000000000000", // input time
+                "0200000000000000", // arrived
+                "0300000000000000", // last new
+                "0400000000000000", // polls
+                "0500000000000000", // hold
+                "0600000000000000", // next poll
+                "07000000",         // empty streak
+                "08000000",         // failures
+                "09000000",         // seen chunks
+                "01",               // finished
+                "0a00000000000000", //   at 10
+                "05000000",         //   reason: 5 bytes
+                "66696e616c",       //   "final"
+            )
+        );
+        let chunk = SeenChunk::new(3, vec![1, u128::MAX - 1]).unwrap();
+        assert_eq!(
+            hex(&chunk.encode()),
+            concat!(
+                "01",                               // format version 1
+                "02",                               // seen chunk
+                "03000000",                         // index 3
+                "02000000",                         // 2 hashes
+                "01000000000000000000000000000000", // 1
+                "feffffffffffffffffffffffffffffff", // u128::MAX - 1
+            )
+        );
+        assert_eq!(state_key(b"order-1", Part::Watch), b"7:order-1/w");
+        assert_eq!(state_key(b"order-1", Part::Seen(12)), b"7:order-1/s/12");
+        assert_eq!(state_key(b"", Part::Seen(0)), b"0:/s/0");
+    }
+
+    #[test]
+    fn a_wrong_version_or_type_is_named() {
+        let mut v = watch_record().encode();
+        v[0] = 2;
+        let e = Record::decode(&v).unwrap_err();
+        assert_eq!(e, DecodeError::Version { found: 2 });
+        assert_eq!(
+            e.to_string(),
+            "unsupported state format version 2 (this build reads version 1)"
+        );
+        let e = Record::decode(&[1, 9]).unwrap_err();
+        assert_eq!(e.to_string(), "unknown state record type 9");
+    }
+
+    #[test]
+    fn truncation_names_the_byte_and_the_field() {
+        let v = watch_record().encode();
+        // Cut inside the input value's length prefix: bytes 0-1 header, 2-6 watch key, 7 flag,
+        // 8-13 input key, 14.. the input value's length.
+        let e = Record::decode(&v[..16]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "truncated at byte 14: input value needs 4 byte(s), 2 left"
+        );
+        // Every proper prefix is truncated (never decoded as something shorter).
+        for cut in 0..v.len() {
+            assert!(
+                matches!(
+                    Record::decode(&v[..cut]),
+                    Err(DecodeError::Truncated { .. })
+                ),
+                "prefix of {cut} bytes"
+            );
+        }
+        assert_eq!(
+            Record::decode(&[]).unwrap_err().to_string(),
+            "truncated at byte 0: format version needs 1 byte(s), 0 left"
+        );
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused() {
+        let mut v = SeenChunk::new(0, vec![7]).unwrap().encode();
+        let end = v.len();
+        v.extend_from_slice(b"xyz");
+        let e = Record::decode(&v).unwrap_err();
+        assert_eq!(e, DecodeError::Trailing { at: end, count: 3 });
+        assert_eq!(
+            e.to_string(),
+            "3 trailing byte(s) after the record, which ends at byte 26"
+        );
+    }
+
+    #[test]
+    fn bad_flags_and_reasons_are_invalid() {
+        let mut v = watch_record().encode();
+        v[7] = 2; // the input key flag
+        assert_eq!(
+            Record::decode(&v).unwrap_err().to_string(),
+            "invalid input key flag at byte 7: 2 is neither 0 nor 1"
+        );
+        let mut v = watch_record().encode();
+        let last = v.len() - 1;
+        v[last] = 0xff; // inside the reason
+        let e = Record::decode(&v).unwrap_err().to_string();
+        assert!(e.starts_with("invalid finish reason at byte"), "{e}");
+    }
+
+    #[test]
+    fn chunks_hold_at_most_the_limit() {
+        let full = vec![0; MAX_HASHES_PER_CHUNK];
+        let chunk = SeenChunk::new(0, full.clone()).unwrap();
+        let entry = chunk.to_entry(b"some watch").unwrap();
+        assert!(entry.key.len() + entry.value.len() < MAX_RECORD_BYTES);
+        assert_eq!(Record::decode(&entry.value), Ok(Record::Seen(chunk)));
+        let mut over = full;
+        over.push(0);
+        assert_eq!(
+            SeenChunk::new(0, over).unwrap_err(),
+            TooManyHashes {
+                hashes: MAX_HASHES_PER_CHUNK + 1
+            }
+        );
+        // A count over the limit is refused before the hashes are even looked for.
+        let mut v = vec![FORMAT_VERSION, TYPE_SEEN_CHUNK, 0, 0, 0, 0];
+        v.extend_from_slice(&(MAX_HASHES_PER_CHUNK as u32 + 1).to_le_bytes());
+        assert_eq!(
+            Record::decode(&v).unwrap_err().to_string(),
+            "invalid hash count at byte 6: 32769 hashes exceed the limit of 32768"
+        );
+    }
+
+    #[test]
+    fn an_oversized_watch_record_is_refused() {
+        let mut w = watch_record();
+        w.input_value = Bytes::from(vec![b'x'; MAX_RECORD_BYTES]);
+        let e = w.to_entry().unwrap_err();
+        assert_eq!(
+            e.bytes,
+            w.encoded_len() + state_key(b"k", Part::Watch).len()
+        );
+        w.input_value = Bytes::from(vec![b'x'; 900_000]);
+        assert!(w.to_entry().is_ok());
+    }
+
+    #[test]
+    fn malformed_keys_are_refused_with_the_reason() {
+        let err = |k: &[u8]| parse_state_key(k).unwrap_err().to_string();
+        assert!(err(b"abc/w").contains("no `:`"));
+        assert!(err(b"03:abc/w").contains("length `03`"));
+        assert!(err(b":abc/w").contains("length ``"));
+        assert!(err(b"9:abc/w").contains("length 9 exceeds the 5 byte(s)"));
+        assert!(err(b"3:abc/x").contains("unknown part `/x`"));
+        assert!(err(b"3:abc/w/").contains("unknown part `/w/`"));
+        assert!(err(b"3:abc/s/07").contains("chunk number `07`"));
+        assert!(err(b"3:abc/s/4294967296").contains("chunk number `4294967296`"));
+        assert!(err(b"3:abc/s/").contains("chunk number ``"));
+        assert_eq!(
+            parse_state_key(b"3:abc/s/4294967295"),
+            Ok((&b"abc"[..], Part::Seen(u32::MAX)))
+        );
+        // A watch key that itself looks like a key: the length decides.
+        assert_eq!(
+            parse_state_key(b"5:3:a/w/w"),
+            Ok((&b"3:a/w"[..], Part::Watch))
+        );
+    }
+
+    #[test]
+    fn entries_are_checked_against_their_keys() {
+        let w = watch_record();
+        let entry = w.to_entry().unwrap();
+        assert_eq!(
+            decode_entry(&entry.key, Some(&entry.value)),
+            Ok(Entry::Watch(w.clone()))
+        );
+        let other = state_key(b"other", Part::Watch);
+        assert!(matches!(
+            decode_entry(&other, Some(&entry.value)),
+            Err(DecodeError::Mismatch(_))
+        ));
+        let chunk = SeenChunk::new(4, vec![1, 2]).unwrap();
+        let c = chunk.to_entry(b"k").unwrap();
+        assert_eq!(
+            decode_entry(&c.key, Some(&c.value)),
+            Ok(Entry::Seen {
+                watch_key: Bytes::from_static(b"k"),
+                chunk: chunk.clone()
+            })
+        );
+        let e = decode_entry(&state_key(b"k", Part::Seen(5)), Some(&c.value)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "record does not match its key: seen chunk 4 under the key of chunk 5"
+        );
+        assert!(matches!(
+            decode_entry(&entry.key, Some(&c.value)),
+            Err(DecodeError::Mismatch(_))
+        ));
+        assert!(matches!(
+            decode_entry(&c.key, Some(&entry.value)),
+            Err(DecodeError::Mismatch(_))
+        ));
+        assert_eq!(
+            decode_entry(&c.key, None),
+            Ok(Entry::Tombstone {
+                watch_key: Bytes::from_static(b"k"),
+                part: Part::Seen(4)
+            })
+        );
+    }
+
+    fn bytes(max: usize) -> impl Strategy<Value = Bytes> {
+        prop::collection::vec(any::<u8>(), 0..max).prop_map(Bytes::from)
+    }
+
+    fn any_watch_record() -> impl Strategy<Value = WatchRecord> {
+        let finished = prop::option::of((any::<i64>(), ".{0,12}"))
+            .prop_map(|f| f.map(|(at, reason)| Finished { at, reason }));
+        (
+            (bytes(40), prop::option::of(bytes(40)), bytes(200)),
+            (any::<i64>(), any::<i64>(), any::<i64>(), any::<u64>()),
+            (any::<i64>(), any::<i64>()),
+            (any::<u32>(), any::<u32>(), any::<u32>()),
+            finished,
+        )
+            .prop_map(
+                |(
+                    (watch_key, input_key, input_value),
+                    (input_time, arrived, last_new, polls),
+                    (hold, next_poll),
+                    (empty_streak, failures, seen_chunks),
+                    finished,
+                )| WatchRecord {
+                    watch_key,
+                    input_key,
+                    input_value,
+                    input_time,
+                    arrived,
+                    last_new,
+                    polls,
+                    hold,
+                    next_poll,
+                    empty_streak,
+                    failures,
+                    seen_chunks,
+                    finished,
+                },
+            )
+    }
+
+    fn any_chunk() -> impl Strategy<Value = SeenChunk> {
+        (any::<u32>(), prop::collection::vec(any::<u128>(), 0..100))
+            .prop_map(|(i, h)| SeenChunk::new(i, h).unwrap())
+    }
+
+    fn any_part() -> impl Strategy<Value = Part> {
+        prop_oneof![Just(Part::Watch), any::<u32>().prop_map(Part::Seen)]
+    }
+
+    proptest! {
+        #[test]
+        fn watch_records_round_trip(w in any_watch_record()) {
+            let entry = w.to_entry().unwrap();
+            prop_assert_eq!(entry.value.len(), w.encoded_len());
+            prop_assert_eq!(Record::decode(&entry.value), Ok(Record::Watch(w.clone())));
+            prop_assert_eq!(decode_entry(&entry.key, Some(&entry.value)), Ok(Entry::Watch(w)));
+        }
+
+        #[test]
+        fn seen_chunks_round_trip(c in any_chunk(), watch_key in bytes(40)) {
+            let entry = c.to_entry(&watch_key).unwrap();
+            prop_assert_eq!(entry.value.len(), c.encoded_len());
+            prop_assert_eq!(Record::decode(&entry.value), Ok(Record::Seen(c.clone())));
+            prop_assert_eq!(
+                decode_entry(&entry.key, Some(&entry.value)),
+                Ok(Entry::Seen { watch_key, chunk: c })
+            );
+        }
+
+        #[test]
+        fn keys_round_trip_for_any_watch_key(watch_key in bytes(64), part in any_part()) {
+            let key = state_key(&watch_key, part);
+            prop_assert_eq!(parse_state_key(&key), Ok((&watch_key[..], part)));
+        }
+
+        /// Keys are injective: different (watch key, part) pairs never share a key. Watch keys
+        /// from a tiny alphabet full of the separators make near-collisions likely.
+        #[test]
+        fn distinct_watch_parts_have_distinct_keys(
+            a in prop::collection::vec(prop::sample::select(b"0/:sw1".to_vec()), 0..8),
+            pa in any_part(),
+            b in prop::collection::vec(prop::sample::select(b"0/:sw1".to_vec()), 0..8),
+            pb in any_part(),
+        ) {
+            prop_assert_eq!(state_key(&a, pa) == state_key(&b, pb), (a, pa) == (b, pb));
+        }
+
+        /// Any bytes that parse as a key are that key's one spelling.
+        #[test]
+        fn keys_that_parse_are_canonical(key in prop::collection::vec(any::<u8>(), 0..40)) {
+            if let Ok((watch_key, part)) = parse_state_key(&key) {
+                prop_assert_eq!(state_key(watch_key, part), key);
+            }
+        }
+
+        #[test]
+        fn key_like_bytes_parse_only_in_canonical_form(
+            len in prop::collection::vec(prop::sample::select(b"0123:".to_vec()), 0..4),
+            rest in prop::collection::vec(prop::sample::select(b"0123/sw:".to_vec()), 0..12),
+        ) {
+            let key = [len, rest].concat();
+            if let Ok((watch_key, part)) = parse_state_key(&key) {
+                prop_assert_eq!(state_key(watch_key, part), key);
+            }
+        }
+
+        #[test]
+        fn decoding_random_bytes_never_panics(v in prop::collection::vec(any::<u8>(), 0..300)) {
+            let _ = Record::decode(&v);
+            let _ = decode_entry(&v, Some(&v));
+        }
+
+        /// Random bytes rarely get past the version byte; damaged real records go deeper.
+        #[test]
+        fn decoding_damaged_records_never_panics(
+            w in any_watch_record(),
+            c in any_chunk(),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            for mut v in [w.encode(), c.encode()] {
+                for (at, byte) in &edits {
+                    let i = at.index(v.len());
+                    v[i] = *byte;
+                }
+                let cut = cut.index(v.len() + 1);
+                if let Ok(record) = Record::decode(&v[..cut]) {
+                    // Whatever decodes encodes back to the same bytes.
+                    prop_assert_eq!(record.encode(), &v[..cut]);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Durable watch state: what the state topic holds, and how a watch becomes records and back.
+//!
+//! This is the storage design of the durable-state issue (issue 6), as pure code: bytes in,
+//! values out, no I/O. Producing these records, reading them back on assignment, and the
+//! order of writes described below are the bridge's part, built on top.
+//!
+//! # The state topic
+//!
+//! A compacted topic with as many partitions as the input topic. A watch's records go to the
+//! partition with the number of the input partition its input came from (set explicitly when
+//! producing, not derived from the key), so restoring input partition `p` reads state
+//! partition `p` alone. Per watch there are:
+//!
+//! | key                          | value                         | written                       |
+//! |------------------------------|-------------------------------|-------------------------------|
+//! | `<len>:<watch key>/w`        | [`WatchRecord`]               | whenever the watch changes    |
+//! | `<len>:<watch key>/s/<n>`    | [`SeenChunk`] `n` (0, 1, ...) | when its hashes are new       |
+//!
+//! ## Keys
+//!
+//! `<len>` is the watch key's length in bytes, in decimal ASCII without leading zeros; the
+//! watch key follows as is; then `/w` or `/s/` and the chunk number, also decimal without
+//! leading zeros ([`state_key`], [`parse_state_key`]). Because the length says where the
+//! watch key ends, any watch key round-trips, whatever bytes it holds (`/`, `:`, digits, not
+//! UTF-8), and no two `(watch key, part)` pairs share a key. The parser accepts only this
+//! canonical spelling, so each pair also has exactly one key — compaction needs that, as two
+//! spellings of one record would never replace each other. A text watch key stays readable
+//! in a console consumer (`7:order-1/s/0`). Keys that do not start with an ASCII digit are
+//! reserved for records that are not per watch (such as the output-offset checkpoints the
+//! issue calls for).
+//!
+//! ## Values
+//!
+//! Every value starts with a format version byte ([`FORMAT_VERSION`], now 1) and a record
+//! type byte (1: watch record, 2: seen chunk); then fixed-width little-endian integers and
+//! byte strings prefixed by a u32 little-endian length, in the order the types document
+//! (`WatchRecord::encode`, `SeenChunk::encode`; the exact bytes are pinned by a test). A
+//! reader refuses a version it does not know, an unknown type, a value cut short, and bytes
+//! left over, naming what and at which byte ([`DecodeError`]); it never panics, whatever the
+//! bytes. A key plus value never exceeds [`MAX_RECORD_BYTES`] (1,000,000: under Kafka's
+//! default 1 MiB limit); the `to_entry` functions refuse to make a larger one (only a watch
+//! record whose input value is itself near 1 MB can be).
+//!
+//! - A **watch record** holds what the watch was started from (the input record's key,
+//!   value and timestamp; the value is decoded again on restore to re-resolve the
+//!   resource), its progress (arrival, last new output, polls, hold, next poll time, backoff
+//!   and retry steps), how many seen chunks it has, and, once it ended, when and why.
+//! - A **seen chunk** holds output-key hashes (XXH3-128, 16 bytes each) in the order they
+//!   were first seen, at most [`MAX_HASHES_PER_CHUNK`] (512 KiB).
+//!
+//! ## Chunks: an update costs O(new outputs)
+//!
+//! Chunks of [`DEFAULT_CHUNK_HASHES`] hashes (16 KiB); full chunks are written once, and a
+//! checkpoint writes only the last, partial chunk again plus new ones: `k` new outputs cost
+//! at most `k + 1,023` hashes written, however many the watch has seen before. The exact
+//! rule, its costs, and what a restore accepts are in [`chunks`]
+//! ([`SeenJournal`]).
+//!
+//! ## Order of writes (for the writer)
+//!
+//! Kafka keeps the order of records in a partition, and compaction keeps the latest value
+//! per key, so the restore sees each key's last write. The writer keeps these orders:
+//!
+//! 1. A watch's first watch record is written when it starts, before any of its chunks.
+//! 2. A checkpoint writes a watch's chunks first, in index order, then its watch record
+//!    listing them; and it writes a hash only once the output it stands for is
+//!    acknowledged by the output topic. A crash in between leaves chunks the record does
+//!    not list yet; the restore keeps them (their outputs were delivered), so it needs the
+//!    chunks to run `0..m` without a gap with `m` at least the listed count.
+//! 3. When a watch ends, its watch record is rewritten as finished (listing no chunks), then
+//!    its chunks are deleted (tombstones: a key with no value). A finished watch's record
+//!    stays until the finished retention passes, so a re-delivered input does not start it
+//!    again; then it is deleted too. A restore deletes chunks it finds without a live watch
+//!    record (left by a crash during step 3).
+//!
+//! Tombstones read back as [`Entry::Tombstone`].
+//!
+//! ## What is not saved
+//!
+//! The states of user termination conditions, the jitter random source, the poller's
+//! resolved input, and the rules themselves; see [`snapshot`].
+//!
+//! ## Known cost
+//!
+//! The watch record carries the input record's value, so a watch whose progress changes on
+//! every poll rewrites its input value every poll, and the bridge must keep that value in
+//! memory for as long as the watch runs. If inputs are large, splitting the registration
+//! (written once) from the progress (small, rewritten) would be a new record type and key
+//! part, and a format version step.
+
+pub mod chunks;
+pub mod codec;
+pub mod snapshot;
+
+pub use chunks::{RestoreError, SeenJournal, DEFAULT_CHUNK_HASHES};
+pub use codec::{
+    decode_entry, parse_state_key, state_key, DecodeError, Entry, Finished, Part, Record,
+    SeenChunk, StateEntry, TooLarge, TooManyHashes, WatchRecord, FORMAT_VERSION,
+    MAX_HASHES_PER_CHUNK, MAX_RECORD_BYTES,
+};
+pub use snapshot::Registration;
