@@ -92,6 +92,37 @@ fn parse(m: &OwnedMessage) -> WatermarkMessage {
     WatermarkMessage::parse(m.payload().unwrap()).unwrap()
 }
 
+/// Check that each partition's values, in topic order, never go back; return the last
+/// value of each. `context` is shown if one does.
+fn latest_never_going_back(messages: &[WatermarkMessage], context: &str) -> HashMap<i32, i64> {
+    let mut last: HashMap<i32, i64> = HashMap::new();
+    for m in messages {
+        if let WatermarkMessage::Partition {
+            partition,
+            watermark_ms,
+            ..
+        } = m
+        {
+            let previous = last.insert(*partition, *watermark_ms).unwrap_or(i64::MIN);
+            assert!(
+                *watermark_ms >= previous,
+                "partition {partition}: {previous} then {watermark_ms}\n{context}"
+            );
+        }
+    }
+    last
+}
+
+/// Everything on the watermark topic, parsed (reading it from the start for `window`).
+async fn watermark_messages(topic: &str, window: Duration) -> Vec<WatermarkMessage> {
+    broker()
+        .consume_for(topic, window)
+        .await
+        .iter()
+        .map(parse)
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn markers_never_regress_and_no_on_time_output_falls_below_one() {
     let server = TestServer::start(live_feeds()).await;
@@ -127,29 +158,16 @@ async fn markers_never_regress_and_no_on_time_output_falls_below_one() {
     };
 
     // On the watermark topic, each partition's value never decreases.
-    let on_topic = broker()
-        .consume_for(&t.watermarks, Duration::from_secs(3))
-        .await;
-    let mut last: HashMap<i32, i64> = HashMap::new();
-    let mut merged_seen = 0;
-    for m in &on_topic {
-        match parse(m) {
-            WatermarkMessage::Partition {
-                partition,
-                watermark_ms,
-                topic,
-                ..
-            } => {
-                assert_eq!(topic, t.input);
-                let previous = last.insert(partition, watermark_ms).unwrap_or(i64::MIN);
-                assert!(watermark_ms >= previous, "partition {partition} went back");
-            }
-            WatermarkMessage::Merged { watermark_ms, .. } => {
-                merged_seen += 1;
-                assert!(watermark_ms <= now_ms());
-            }
-        }
-    }
+    let on_topic = watermark_messages(&t.watermarks, Duration::from_secs(3)).await;
+    let last = latest_never_going_back(&on_topic, "");
+    assert!(on_topic.iter().all(|m| match m {
+        WatermarkMessage::Partition { topic, .. } | WatermarkMessage::Merged { topic, .. } =>
+            *topic == t.input,
+    }));
+    let merged_seen = on_topic
+        .iter()
+        .filter(|m| matches!(m, WatermarkMessage::Merged { watermark_ms, .. } if *watermark_ms <= now_ms()))
+        .count();
     assert!(last.len() == 2, "both partitions published: {last:?}");
     assert!(merged_seen > 0, "a merged watermark was published");
 
@@ -215,12 +233,8 @@ async fn an_idle_partition_stops_holding_the_merged_watermark_back() {
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let messages: Vec<WatermarkMessage> = broker()
-            .consume_for(&t.watermarks, Duration::from_secs(2))
-            .await
-            .iter()
-            .map(parse)
-            .collect();
+        let messages: Vec<WatermarkMessage> =
+            watermark_messages(&t.watermarks, Duration::from_secs(2)).await;
         let p1_idle = messages.iter().any(|m| {
             matches!(
                 m,
@@ -297,12 +311,8 @@ async fn a_bounded_run_reads_to_the_end_finishes_every_watch_and_exits_with_a_fi
         .filter(|m| header(m, "watchbridge-control").is_none())
         .count();
     assert_eq!(data, 24, "every watch ran to its end (6 outputs each)");
-    let messages: Vec<WatermarkMessage> = broker()
-        .consume_for(&t.watermarks, Duration::from_secs(3))
-        .await
-        .iter()
-        .map(parse)
-        .collect();
+    let messages: Vec<WatermarkMessage> =
+        watermark_messages(&t.watermarks, Duration::from_secs(3)).await;
     for p in 0..2 {
         assert!(
             messages.iter().any(|m| matches!(m, WatermarkMessage::Partition { partition, watermark_ms: i64::MAX, .. } if *partition == p)),
@@ -359,12 +369,8 @@ async fn a_partition_taken_over_by_another_instance_continues_from_its_last_wate
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let messages: Vec<WatermarkMessage> = broker()
-            .consume_for(&t.watermarks, Duration::from_secs(2))
-            .await
-            .iter()
-            .map(parse)
-            .collect();
+        let messages: Vec<WatermarkMessage> =
+            watermark_messages(&t.watermarks, Duration::from_secs(2)).await;
         if has_values(&messages) {
             break;
         }
@@ -390,24 +396,7 @@ async fn a_partition_taken_over_by_another_instance_continues_from_its_last_wate
     }
     tokio::time::sleep(Duration::from_secs(4)).await;
     // Across both owners, each partition's published value never went back.
-    let mut last: HashMap<i32, i64> = HashMap::new();
-    for m in broker()
-        .consume_for(&t.watermarks, Duration::from_secs(3))
-        .await
-    {
-        if let WatermarkMessage::Partition {
-            partition,
-            watermark_ms,
-            ..
-        } = parse(&m)
-        {
-            let previous = last.insert(partition, watermark_ms).unwrap_or(i64::MIN);
-            assert!(
-                watermark_ms >= previous,
-                "partition {partition}: {previous} then {watermark_ms}\nsecond:\n{}",
-                second.log()
-            );
-        }
-    }
+    let messages = watermark_messages(&t.watermarks, Duration::from_secs(3)).await;
+    let last = latest_never_going_back(&messages, &second.log());
     assert_eq!(last.len(), 2);
 }
