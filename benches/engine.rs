@@ -199,6 +199,7 @@ fn noop_polls_per_second(s: &Sizes) -> Vec<f64> {
             rules,
             poll_timeout: Duration::from_secs(10),
             seed: Some(1),
+            checkpoints: false,
         };
         let engine = Engine::new(
             Arc::new(NoOp),

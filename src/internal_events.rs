@@ -34,6 +34,18 @@ impl WatchStarted<'_> {
     }
 }
 
+/// A watch saved before a restart runs again. Counted as active, not as started.
+pub struct WatchRestored<'a> {
+    pub key: &'a [u8],
+}
+
+impl WatchRestored<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::debug!(key = %KeyDisplay(self.key), "watch restored");
+        m.watches_active.inc();
+    }
+}
+
 pub struct InputAlreadyWatching<'a> {
     pub key: &'a [u8],
 }

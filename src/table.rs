@@ -12,7 +12,8 @@
 use crate::clock::Millis;
 use crate::poll::{PollError, PollResult};
 use crate::reason::TerminatedReason;
-use crate::watch::{Failed, Next, Polled, Watch, WatchRules};
+use crate::seen::SeenSet;
+use crate::watch::{Failed, Next, Polled, Progress, Watch, WatchRules};
 use bytes::Bytes;
 use hashbrown::HashTable;
 use std::cmp::Reverse;
@@ -120,6 +121,30 @@ impl<I> WatchTable<I> {
             return Err(AlreadyWatching);
         }
         let watch = Watch::new(key, input, input_time, now, &self.rules);
+        Ok(self.add(watch, hash, now))
+    }
+
+    /// Bring back a watch saved before a restart (see [`Watch::restore`]), judged by this
+    /// table's rules from its saved `progress`, deduplicating against `seen`, with its next
+    /// poll due at `next_poll` (a time already past is due at once, oldest first).
+    pub fn insert_restored(
+        &mut self,
+        key: Bytes,
+        input: Arc<I>,
+        seen: SeenSet,
+        progress: Progress,
+        next_poll: Millis,
+    ) -> Result<WatchId, AlreadyWatching> {
+        let hash = key_hash(&key);
+        if self.find(&key, hash).is_some() {
+            return Err(AlreadyWatching);
+        }
+        let watch = Watch::restore(key, input, seen, progress, &self.rules);
+        Ok(self.add(watch, hash, next_poll))
+    }
+
+    /// Place a watch whose key is not live yet (`hash` is its key's) and schedule it at `due`.
+    fn add(&mut self, watch: Watch<I>, hash: u64, due: Millis) -> WatchId {
         self.add_hold(watch.hold());
         let slot = match self.free.pop() {
             Some(slot) => slot,
@@ -138,8 +163,8 @@ impl<I> WatchTable<I> {
         self.by_key.insert_unique(hash, slot, |&s| {
             key_hash(slot_key(slots, s).unwrap_or_default())
         });
-        self.schedule(id, now);
-        Ok(id)
+        self.schedule(id, due);
+        id
     }
 
     /// When the earliest waiting watch is due, if any watch is waiting.
@@ -450,5 +475,43 @@ mod tests {
         assert!(t.is_empty());
         assert_eq!(t.min_hold(), None);
         assert!(t.complete(a, Ok(PollResult::default()), 200).is_none());
+    }
+
+    #[test]
+    fn a_restored_watch_keeps_its_time_hold_and_seen_set_and_a_live_key_refuses_it() {
+        let mut t = table("polls(3)");
+        let live = t.insert(key("a"), Arc::new(()), 1_000, 0).unwrap();
+        let progress = Progress {
+            arrived: 0,
+            last_new: 0,
+            polls: 1,
+            hold: 500,
+            empty_streak: 0,
+            failures: 0,
+        };
+        let refused = t.insert_restored(key("a"), Arc::new(()), SeenSet::new(), progress, 70);
+        assert_eq!(refused, Err(AlreadyWatching));
+        assert_eq!(t.min_hold(), Some(1_000), "a refused restore adds no hold");
+        t.remove(live);
+
+        let seen = SeenSet::from_hashes([crate::seen::hash_key(b"x")]);
+        let b = t
+            .insert_restored(key("b"), Arc::new(()), seen, progress, 70)
+            .unwrap();
+        assert_eq!(t.min_hold(), Some(500));
+        assert_eq!(t.next_due(), Some(70));
+        assert_eq!(t.pop_due(69), None);
+        assert_eq!(t.pop_due(70), Some((b, 70)));
+        assert_eq!(t.watch(b).unwrap().progress(), progress);
+        let result =
+            PollResult::incomplete(vec![Output::new("x", "v", 900), Output::new("y", "v", 800)]);
+        match t.complete(b, Ok(result), 70) {
+            Some(Completion::Polled { polled, hold, .. }) => {
+                let keys: Vec<&[u8]> = polled.new_outputs.iter().map(|o| &o.key[..]).collect();
+                assert_eq!(keys, vec![&b"y"[..]], "x was seen before the restart");
+                assert_eq!(hold, 800);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -145,6 +145,7 @@ fn start(
         rules,
         poll_timeout: Duration::from_secs(30),
         seed: Some(42),
+        checkpoints: false,
     };
     let engine = Engine::new(
         Arc::new(Shared(poller)),

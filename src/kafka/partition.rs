@@ -140,6 +140,7 @@ impl<P: Resolve> PartitionTask<P> {
                 rules: shared.rules.clone(),
                 poll_timeout: shared.poll_timeout,
                 seed: None,
+                checkpoints: false,
             },
             shared.limits.clone(),
             shared.clock,
@@ -449,6 +450,9 @@ impl<P: Resolve> PartitionTask<P> {
             Event::Terminated { key, .. } => {
                 self.origins.remove(&key);
             }
+            // Durable state is not wired in yet: this runtime sends no `Restore` and runs its
+            // engine without checkpoints, so these never arrive.
+            Event::Restored { .. } | Event::RestoreRefused { .. } | Event::Checkpoint(_) => {}
         }
     }
 
