@@ -9,12 +9,13 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use watchbridge::clock::{Clock, Millis};
-use watchbridge::engine::{Command, Ended, Engine, EngineConfig, Event};
+use watchbridge::engine::{Checkpoint, Command, Ended, Engine, EngineConfig, Event, RestoreWatch};
 use watchbridge::limits::{HostRate, Limits};
 use watchbridge::metrics::Metrics;
 use watchbridge::poll::{Output, PollError, PollResult, Poller};
 use watchbridge::reason::TerminatedReason;
 use watchbridge::schedule::{Backoff, Retry, Schedule};
+use watchbridge::seen::{hash_key, OutputHash, SeenSet};
 use watchbridge::termination::Termination;
 use watchbridge::watch::WatchRules;
 
@@ -140,18 +141,30 @@ fn start(
     limits: Limits,
     event_capacity: usize,
 ) -> Running {
+    start_at(poller, rules, limits, event_capacity, false, T0)
+}
+
+/// An engine whose clock reads `now` at this instant, with checkpoints on or off.
+fn start_at(
+    poller: Arc<Scripted>,
+    rules: WatchRules,
+    limits: Limits,
+    event_capacity: usize,
+    checkpoints: bool,
+    now: Millis,
+) -> Running {
     let metrics = Arc::new(Metrics::new());
     let config = EngineConfig {
         rules,
         poll_timeout: Duration::from_secs(30),
         seed: Some(42),
-        checkpoints: false,
+        checkpoints,
     };
     let engine = Engine::new(
         Arc::new(Shared(poller)),
         config,
         limits,
-        Clock::starting_at(T0),
+        Clock::starting_at(now),
         metrics.clone(),
     );
     let min_hold = engine.min_hold();
@@ -588,4 +601,340 @@ async fn shutdown_stops_every_watch_without_reporting_them_terminated() {
     }
     assert_eq!(r.metrics.watches_active.get(), 0);
     assert_eq!(poller.poll_times("a"), vec![0, 10_000, 20_000]);
+}
+
+// --- Durable state: checkpoints and restore ---
+
+/// A feed that grows by one output per poll for `grow` polls and then stays as it is; every
+/// poll returns the whole feed, so every output comes back on every later poll.
+fn cumulative(grow: i64, polls: i64) -> Vec<Step> {
+    (0..polls)
+        .map(|p| {
+            let outputs = (0..=p.min(grow - 1))
+                .map(|i| out(&format!("o{i}"), T0 + i))
+                .collect();
+            Ok(PollResult::incomplete(outputs))
+        })
+        .collect()
+}
+
+fn input(name: &str) -> Arc<In> {
+    Arc::new(In {
+        name: name.to_string(),
+        host: None,
+    })
+}
+
+/// Events with the virtual time (ms since `base`) they were received at.
+type Timed = Vec<(u64, Event)>;
+
+async fn drain_timed(mut r: Running, base: Instant) -> Timed {
+    drop(r.commands);
+    let mut all = Vec::new();
+    while let Some(e) = r.events.recv().await {
+        all.push((base.elapsed().as_millis() as u64, e));
+    }
+    assert_eq!(r.task.await.unwrap(), Ended::Drained);
+    all
+}
+
+/// What an observer of the output topic and the watch's lifecycle sees.
+#[derive(Debug, PartialEq)]
+struct Observed {
+    outputs: Vec<(String, Millis)>,
+    poll_times: Vec<u64>,
+    /// When and why the watch ended.
+    terminated: Option<(u64, TerminatedReason)>,
+}
+
+fn observed(events: &Timed, poller: &Scripted, name: &str) -> Observed {
+    let plain: Vec<Event> = events.iter().map(|(_, e)| e.clone()).collect();
+    let terminated = events.iter().find_map(|(t, e)| match e {
+        Event::Terminated { key, reason } if key == name.as_bytes() => Some((*t, reason.clone())),
+        _ => None,
+    });
+    Observed {
+        outputs: outputs_of(&plain, name),
+        poll_times: poller.poll_times(name),
+        terminated,
+    }
+}
+
+/// The whole run in one engine.
+async fn uninterrupted(rules: WatchRules, script: Vec<Step>) -> Observed {
+    let poller = Arc::new(Scripted::with(vec![("w", script)]));
+    let base = Instant::now();
+    let r = start_at(poller.clone(), rules, unlimited(), 64, true, T0);
+    r.watch("w", T0 - 1_000).await;
+    observed(&drain_timed(r, base).await, &poller, "w")
+}
+
+/// The same run, but the first engine stops right after the checkpoint of its `cut`-th poll
+/// (as a crash would, with nothing after the checkpoint written), and after `pause` a fresh
+/// engine restores the watch from what the checkpoints said. Also returns the last
+/// checkpoint and the minimum hold right after the restore.
+async fn interrupted(
+    rules: WatchRules,
+    script: Vec<Step>,
+    cut: u64,
+    pause: Duration,
+) -> (Observed, Checkpoint, Option<Millis>) {
+    let poller = Arc::new(Scripted::with(vec![("w", script)]));
+    let base = Instant::now();
+    let mut a = start_at(poller.clone(), rules.clone(), unlimited(), 64, true, T0);
+    a.watch("w", T0 - 1_000).await;
+    let mut events: Timed = Vec::new();
+    let mut hashes: Vec<OutputHash> = Vec::new();
+    let last = loop {
+        let e = a.events.recv().await.expect("the watch reaches the cut");
+        events.push((base.elapsed().as_millis() as u64, e.clone()));
+        if let Event::Checkpoint(c) = e {
+            hashes.extend(&c.new_hashes);
+            if c.progress.polls == cut {
+                break *c;
+            }
+        }
+    };
+    a.commands.send(Command::Shutdown).await.unwrap();
+    assert_eq!(a.task.await.unwrap(), Ended::Shutdown);
+    while let Ok(e) = a.events.try_recv() {
+        events.push((base.elapsed().as_millis() as u64, e));
+    }
+    // Down for a while.
+    tokio::time::sleep(pause).await;
+
+    let now = T0 + base.elapsed().as_millis() as Millis;
+    let mut b = start_at(poller.clone(), rules, unlimited(), 64, true, now);
+    b.commands
+        .send(Command::Restore(Box::new(RestoreWatch {
+            key: Bytes::from_static(b"w"),
+            input: input("w"),
+            progress: last.progress,
+            seen: SeenSet::from_hashes(hashes),
+            next_poll: last.next_poll,
+        })))
+        .await
+        .unwrap();
+    let first = b.events.recv().await.unwrap();
+    assert_eq!(
+        first,
+        Event::Restored {
+            key: Bytes::from_static(b"w")
+        }
+    );
+    let hold_after_restore = *b.min_hold.borrow();
+    events.extend(drain_timed(b, base).await);
+    (observed(&events, &poller, "w"), last, hold_after_restore)
+}
+
+fn with_backoff(mut rules: WatchRules) -> WatchRules {
+    rules.schedule.backoff = Some(Backoff {
+        factor: 2.0,
+        max: Duration::from_secs(40),
+    });
+    rules
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restored_watch_ends_on_its_polls_limit_as_if_never_interrupted() {
+    let script = || cumulative(20, 20);
+    let whole = uninterrupted(rules("polls(6)"), script()).await;
+    assert_eq!(
+        whole.poll_times,
+        vec![0, 10_000, 20_000, 30_000, 40_000, 50_000]
+    );
+    assert_eq!(whole.terminated, Some((50_000, TerminatedReason::Polls)));
+    assert_eq!(whole.outputs.len(), 6);
+    let (cut, last, hold) =
+        interrupted(rules("polls(6)"), script(), 3, Duration::from_secs(4)).await;
+    assert_eq!(cut, whole);
+    assert_eq!(last.next_poll, T0 + 30_000);
+    assert_eq!(
+        last.progress.hold,
+        T0 + 2,
+        "the earliest output new in poll 3"
+    );
+    assert_eq!(
+        hold,
+        Some(T0 + 2),
+        "the restored watch holds the watermark again"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restored_watch_ends_on_its_total_time_as_if_never_interrupted() {
+    let script = || cumulative(20, 20);
+    let whole = uninterrupted(rules("total(45s)"), script()).await;
+    assert_eq!(
+        whole.poll_times,
+        vec![0, 10_000, 20_000, 30_000, 40_000],
+        "total(45s) ends the watch when its poll at 50 s falls due"
+    );
+    assert_eq!(whole.terminated, Some((50_000, TerminatedReason::Total)));
+    let (cut, ..) = interrupted(rules("total(45s)"), script(), 2, Duration::from_secs(9)).await;
+    assert_eq!(cut, whole);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restored_watch_ends_when_stable_with_its_backoff_as_if_never_interrupted() {
+    // New outputs in the first three polls (the last at 20 s), then the same feed: backoff
+    // stretches the quiet polls, and stable(75s) counts from 20 s.
+    let rules = || with_backoff(rules("stable(75s)"));
+    let script = || cumulative(3, 20);
+    let whole = uninterrupted(rules(), script()).await;
+    assert_eq!(
+        whole.poll_times,
+        vec![0, 10_000, 20_000, 30_000, 50_000, 90_000],
+        "quiet polls 20 s then 40 s apart"
+    );
+    // At 90 s only 70 s were quiet; the poll due at 130 s ends it instead.
+    assert_eq!(whole.terminated, Some((130_000, TerminatedReason::Stable)));
+    assert_eq!(whole.outputs.len(), 3);
+    // Cut after the first quiet poll (at 30 s): the restore needs the empty streak for the
+    // next delay, the last new output's time for stable, and the seen set for the repeats.
+    let (cut, last, _) = interrupted(rules(), script(), 4, Duration::from_secs(15)).await;
+    assert_eq!(last.progress.empty_streak, 1);
+    assert_eq!(last.progress.last_new, T0 + 20_000);
+    assert_eq!(cut, whole);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restore_after_the_saved_poll_time_polls_at_once() {
+    let script = cumulative(20, 20);
+    let (cut, last, _) = interrupted(rules("polls(5)"), script, 2, Duration::from_secs(25)).await;
+    assert_eq!(last.next_poll, T0 + 20_000);
+    // Stopped at 10 s, restored at 35 s: the poll due at 20 s runs at 35 s, then 10 s apart.
+    assert_eq!(cut.poll_times, vec![0, 10_000, 35_000, 45_000, 55_000]);
+    assert_eq!(cut.terminated, Some((55_000, TerminatedReason::Polls)));
+    let keys: Vec<String> = cut.outputs.iter().map(|(k, _)| k.clone()).collect();
+    assert_eq!(keys, vec!["o0", "o1", "o2", "o3", "o4"], "each output once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn checkpoints_follow_every_poll_a_watch_survives_and_only_when_asked_for() {
+    let err = || Err(PollError::transient("http_5xx", "503"));
+    let script = || {
+        vec![
+            Ok(PollResult::incomplete(vec![
+                out("b", T0 + 2),
+                out("a", T0 + 1),
+            ])),
+            err(),
+            Ok(PollResult::incomplete(vec![
+                out("a", T0 + 1),
+                out("c", T0 + 3),
+            ])),
+            Ok(PollResult::incomplete(vec![out("d", T0 + 4)])),
+        ]
+    };
+    let checkpoints = |events: &[Event]| -> Vec<Checkpoint> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Checkpoint(c) => Some((**c).clone()),
+                _ => None,
+            })
+            .collect()
+    };
+
+    let poller = Arc::new(Scripted::with(vec![("w", script())]));
+    let r = start(poller.clone(), rules("polls(3)"), unlimited(), 64);
+    r.watch("w", T0).await;
+    assert!(checkpoints(&r.drain().await).is_empty(), "off by default");
+
+    let poller = Arc::new(Scripted::with(vec![("w", script())]));
+    let r = start_at(poller.clone(), rules("polls(3)"), unlimited(), 64, true, T0);
+    r.watch("w", T0).await;
+    let events = r.drain().await;
+    let got = checkpoints(&events);
+    let h = |k: &str| hash_key(k.as_bytes());
+    let summary: Vec<(u64, u32, Millis, Vec<OutputHash>)> = got
+        .iter()
+        .map(|c| {
+            (
+                c.progress.polls,
+                c.progress.failures,
+                c.next_poll,
+                c.new_hashes.clone(),
+            )
+        })
+        .collect();
+    // The third successful poll ends the watch (polls(3)): Terminated, no checkpoint.
+    assert_eq!(
+        summary,
+        vec![
+            (1, 0, T0 + 10_000, vec![h("a"), h("b")]),
+            (1, 1, T0 + 11_000, vec![]),
+            (2, 0, T0 + 21_000, vec![h("c")]),
+        ]
+    );
+    // Each checkpoint comes after the outputs it lists.
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| match e {
+            Event::Started { .. } => "started",
+            Event::Outputs { .. } => "outputs",
+            Event::Checkpoint(_) => "checkpoint",
+            Event::Terminated { .. } => "terminated",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "started",
+            "outputs",
+            "checkpoint",
+            "checkpoint",
+            "outputs",
+            "checkpoint",
+            "outputs",
+            "terminated"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restore_for_a_live_key_is_refused_and_changes_nothing() {
+    let poller = Arc::new(Scripted::with(vec![]));
+    let mut r = start(poller.clone(), rules("polls(3)"), unlimited(), 64);
+    let min_hold = r.min_hold.clone();
+    r.watch("u1", T0 - 1_000).await;
+    assert!(matches!(r.events.recv().await, Some(Event::Started { .. })));
+    let progress = watchbridge::watch::Progress {
+        arrived: T0 - 50_000,
+        last_new: T0 - 50_000,
+        polls: 2,
+        hold: T0 - 9_000,
+        empty_streak: 0,
+        failures: 0,
+    };
+    r.commands
+        .send(Command::Restore(Box::new(RestoreWatch {
+            key: Bytes::from_static(b"u1"),
+            input: input("u1"),
+            progress,
+            seen: SeenSet::new(),
+            next_poll: T0 + 1_000,
+        })))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.events.recv().await,
+        Some(Event::RestoreRefused {
+            key: Bytes::from_static(b"u1")
+        })
+    );
+    assert_eq!(
+        *min_hold.borrow(),
+        Some(T0 - 1_000),
+        "the live watch's hold only"
+    );
+    let metrics = r.metrics.clone();
+    let events = r.drain().await;
+    // Three polls of the live watch, on its own schedule (the restore would have made it
+    // one more poll, due at 1 s).
+    assert_eq!(poller.poll_times("u1"), vec![0, 10_000, 20_000]);
+    assert_eq!(reason_of(&events, "u1"), Some(TerminatedReason::Polls));
+    assert_eq!(metrics.watches_active.get(), 0);
 }
