@@ -113,6 +113,32 @@ fn latest_never_going_back(messages: &[WatermarkMessage], context: &str) -> Hash
     last
 }
 
+/// Output records on `topic`, watermark records left out.
+async fn output_count(topic: &str) -> usize {
+    broker()
+        .consume_for(topic, Duration::from_secs(3))
+        .await
+        .iter()
+        .filter(|m| header(m, "watchbridge-control").is_none())
+        .count()
+}
+
+/// Wait for a bridge that ends by itself (a bounded run); its exit code.
+fn exit_code(bridge: &mut Bridge, within: Duration) -> Option<i32> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = bridge.child.try_wait().unwrap() {
+            return status.code();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the run did not end:\n{}",
+            bridge.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Everything on the watermark topic, parsed (reading it from the start for `window`).
 async fn watermark_messages(topic: &str, window: Duration) -> Vec<WatermarkMessage> {
     broker()
@@ -290,26 +316,13 @@ async fn a_bounded_run_reads_to_the_end_finishes_every_watch_and_exits_with_a_fi
     e.push(("WATCHBRIDGE_MODE", "bounded".into()));
     e.push(("WATCHBRIDGE_TERMINATION", "total(30s)".into()));
     let mut bridge = Bridge::start(&e);
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let status = loop {
-        if let Some(status) = bridge.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "bounded run did not end:\n{}",
-            bridge.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert_eq!(status.code(), Some(0), "{}", bridge.log());
-    let outputs = broker()
-        .consume_for(&t.output, Duration::from_secs(3))
-        .await;
-    let data = outputs
-        .iter()
-        .filter(|m| header(m, "watchbridge-control").is_none())
-        .count();
+    assert_eq!(
+        exit_code(&mut bridge, Duration::from_secs(90)),
+        Some(0),
+        "{}",
+        bridge.log()
+    );
+    let data = output_count(&t.output).await;
     assert_eq!(data, 24, "every watch ran to its end (6 outputs each)");
     let messages: Vec<WatermarkMessage> =
         watermark_messages(&t.watermarks, Duration::from_secs(3)).await;
@@ -328,22 +341,13 @@ async fn a_bounded_run_reads_to_the_end_finishes_every_watch_and_exits_with_a_fi
     )));
     // A second bounded run has nothing left to read and ends at once.
     let mut again = Bridge::start(&e);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = again.child.try_wait().unwrap() {
-            assert_eq!(status.code(), Some(0), "{}", again.log());
-            break;
-        }
-        assert!(Instant::now() < deadline, "{}", again.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let outputs = broker()
-        .consume_for(&t.output, Duration::from_secs(3))
-        .await;
-    let data = outputs
-        .iter()
-        .filter(|m| header(m, "watchbridge-control").is_none())
-        .count();
+    assert_eq!(
+        exit_code(&mut again, Duration::from_secs(60)),
+        Some(0),
+        "{}",
+        again.log()
+    );
+    let data = output_count(&t.output).await;
     assert_eq!(data, 24, "committed inputs are not read again");
 }
 
