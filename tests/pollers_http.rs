@@ -43,15 +43,21 @@ fn growing_feed() -> impl Fn(&support::http_server::Seen) -> Reply {
     }
 }
 
-#[tokio::test]
-async fn reads_items_keys_times_watermark_and_completion_at_the_configured_pointers() {
-    let server = TestServer::start(growing_feed()).await;
+/// The settings that read [`growing_feed`]: items, key, time and completion.
+fn growing_feed_config(server: &TestServer) -> HttpConfig {
     let mut c = HttpConfig::new(&server.url("/users/{/id}/events")).unwrap();
     c.items = "/data".into();
     c.item_key = "/id".into();
     c.item_time = Some("/at".into());
-    c.watermark = Some("/wm".into());
     c.complete = Some("/done".into());
+    c
+}
+
+#[tokio::test]
+async fn reads_items_keys_times_watermark_and_completion_at_the_configured_pointers() {
+    let server = TestServer::start(growing_feed()).await;
+    let mut c = growing_feed_config(&server);
+    c.watermark = Some("/wm".into());
     let p = poller(c);
     let t = target(&p, json!({"id": 42}));
 
@@ -558,12 +564,7 @@ async fn in_the_engine_each_item_is_emitted_once_and_the_watch_ends_when_final()
     use watchbridge::watch::WatchRules;
 
     let server = TestServer::start(growing_feed()).await;
-    let mut c = HttpConfig::new(&server.url("/users/{/id}/events")).unwrap();
-    c.items = "/data".into();
-    c.item_key = "/id".into();
-    c.item_time = Some("/at".into());
-    c.complete = Some("/done".into());
-    let p = Arc::new(poller(c));
+    let p = Arc::new(poller(growing_feed_config(&server)));
     let input = Arc::new(p.resolve(&json!({"id": 7}), b"user-7").unwrap());
     let rules = WatchRules {
         termination: Termination::Never,
