@@ -35,9 +35,11 @@ const PRODUCE_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct Broker {
     bootstrap: String,
     dir: PathBuf,
+    bin: PathBuf,
     /// The watchdog shell; its stdin is the pipe whose closing stops Tansu. Never dropped
     /// (statics aren't), so the write end stays open exactly as long as this process lives.
-    _watchdog: Mutex<Child>,
+    /// [`Broker::restart`] replaces it.
+    watchdog: Mutex<Child>,
     producer: OnceLock<FutureProducer>,
     admin: OnceLock<AdminClient<DefaultClientContext>>,
 }
@@ -67,8 +69,9 @@ const WATCHDOG: &str = r#"
 dir=$1; shift
 cd "$dir" || exit 1
 exec 3<&0
-"$@" </dev/null 3<&- >tansu.log 2>&1 &
+"$@" </dev/null 3<&- >>tansu.log 2>&1 &
 tansu=$!
+echo "$tansu" >tansu.pid
 {
     read -r _ <&3
     touch test-exited
@@ -99,21 +102,7 @@ impl Broker {
                 .keep();
             let port = free_port();
             let bootstrap = format!("127.0.0.1:{port}");
-            let url = format!("tcp://{bootstrap}");
-            let mut watchdog = Command::new("sh")
-                .arg("-c")
-                .arg(WATCHDOG)
-                .arg("tansu-watchdog")
-                .arg(&dir)
-                .arg(&bin)
-                .args(["broker", "--listener-url", &url])
-                .args(["--advertised-listener-url", &url])
-                .args(["--storage-engine", "sqlite://tansu.db"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap_or_else(|e| panic!("spawn the tansu watchdog (sh): {e}"));
+            let mut watchdog = spawn_watchdog(&bin, &dir, &bootstrap);
             match wait_ready(&mut watchdog, &bootstrap, &dir) {
                 Ok(()) => {
                     eprintln!(
@@ -124,7 +113,8 @@ impl Broker {
                     return Ok(Broker {
                         bootstrap,
                         dir,
-                        _watchdog: Mutex::new(watchdog),
+                        bin,
+                        watchdog: Mutex::new(watchdog),
                         producer: OnceLock::new(),
                         admin: OnceLock::new(),
                     });
@@ -147,6 +137,64 @@ impl Broker {
             }
         }
         unreachable!("the last attempt returns")
+    }
+
+    /// Crashes the broker (SIGKILL) and starts it again on the same port with the same dir,
+    /// so its SQLite storage (topics, records, committed offsets, groups) carries over, as it
+    /// does for a real broker restart. Clients reconnect on their own. For fault tests; a
+    /// test binary whose tests share the broker must not call it while others run.
+    pub fn restart(&self) {
+        let mut watchdog = self.watchdog.lock().unwrap();
+        self.kill_keeping_dir(&mut watchdog);
+        let started = Instant::now();
+        // The port was just released; if it is briefly not bindable, try again for a while:
+        // the address can't change.
+        let mut last = String::new();
+        for _ in 0..10 {
+            let mut next = spawn_watchdog(&self.bin, &self.dir, &self.bootstrap);
+            match wait_ready(&mut next, &self.bootstrap, &self.dir) {
+                Ok(()) => {
+                    eprintln!(
+                        "tansu: restarted on {} after {:.1?}",
+                        self.bootstrap,
+                        started.elapsed()
+                    );
+                    *watchdog = next;
+                    return;
+                }
+                Err(log) => {
+                    self.kill_keeping_dir(&mut next);
+                    last = log;
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            }
+        }
+        panic!(
+            "tansu did not come back on {} (dir {}); the end of its log:\n{last}",
+            self.bootstrap,
+            self.dir.display()
+        );
+    }
+
+    /// SIGKILLs the watchdog's Tansu (if it still runs) and reaps the watchdog, without
+    /// closing its stdin first: that would tell it the test has exited, and it would remove
+    /// the dir. (`Child::wait` closes stdin, hence the `take`.)
+    fn kill_keeping_dir(&self, watchdog: &mut Child) {
+        let stdin = watchdog.stdin.take();
+        if watchdog
+            .try_wait()
+            .expect("poll the tansu watchdog")
+            .is_none()
+        {
+            let pid = std::fs::read_to_string(self.dir.join("tansu.pid"))
+                .expect("read tansu.pid")
+                .trim()
+                .to_string();
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        }
+        // The watchdog shell exits once Tansu is gone.
+        let _ = watchdog.wait();
+        drop(stdin);
     }
 
     /// `127.0.0.1:PORT`, for `bootstrap.servers`.
@@ -433,6 +481,25 @@ fn summarize(read: &[OwnedMessage]) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Tansu on `bootstrap` with its SQLite storage in `dir`, under a [`WATCHDOG`] shell.
+fn spawn_watchdog(bin: &Path, dir: &Path, bootstrap: &str) -> Child {
+    let url = format!("tcp://{bootstrap}");
+    Command::new("sh")
+        .arg("-c")
+        .arg(WATCHDOG)
+        .arg("tansu-watchdog")
+        .arg(dir)
+        .arg(bin)
+        .args(["broker", "--listener-url", &url])
+        .args(["--advertised-listener-url", &url])
+        .args(["--storage-engine", "sqlite://tansu.db"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn the tansu watchdog (sh): {e}"))
 }
 
 fn tansu_bin() -> PathBuf {
