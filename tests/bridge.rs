@@ -241,7 +241,7 @@ async fn a_redelivered_input_for_a_live_watch_starts_no_second_watch() {
     })
     .await;
     let s = Setup::new("redelivery", 1).await;
-    let _bridge = Bridge::start(&s.env(&server));
+    let mut bridge = Bridge::start(&s.env(&server));
     produce_user(&s.input, 1).await;
     produce_user(&s.input, 1).await;
     let outputs = wait_for_outputs(&s.output, 6, Duration::from_secs(60)).await;
@@ -260,6 +260,16 @@ async fn a_redelivered_input_for_a_live_watch_starts_no_second_watch() {
         "each output once"
     );
     assert_eq!(outputs.len(), 6);
+    // The watch never ended, so its input stays uncommitted (watch state is in memory: a
+    // restart must read the input again rather than lose the watch).
+    let (code, _) = bridge.terminate();
+    assert_eq!(code, Some(0));
+    let committed = broker().committed(&s.group, &s.input, 1)[0];
+    assert!(
+        committed <= 0,
+        "committed {committed}: the input at offset 0 must be read again\n{}",
+        bridge.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -334,11 +344,13 @@ async fn a_full_producer_queue_pauses_input_and_loses_nothing() {
         "WATCHBRIDGE_LOG",
         "info,watchbridge::kafka::consumer=debug".into(),
     ));
-    let bridge = Bridge::start(&env);
+    // The inputs are all there before the bridge starts, so it reads them faster than it
+    // can produce their outputs.
     const USERS: i64 = 1200;
     for user in 0..USERS {
         produce_user(&s.input, user).await;
     }
+    let bridge = Bridge::start(&env);
     let outputs = wait_for_outputs(&s.output, 2 * USERS as usize, Duration::from_secs(120)).await;
     let mut keys: Vec<_> = outputs
         .iter()

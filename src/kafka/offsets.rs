@@ -1,11 +1,14 @@
 //! Commit discipline for one input partition: an input offset is committed only after
-//! everything it caused so far (its dead-letter record, the outputs of its watch) has been
-//! acknowledged by the broker.
+//! everything it caused (its dead-letter record, the outputs of its watch) has been
+//! acknowledged by the broker, and its watch has ended.
 //!
-//! The position to commit is the lowest offset that still has an unacknowledged record,
-//! or, when nothing is outstanding, the offset after the last input handed to the engine.
-//! Outputs of a long-running watch count against the offset of the input that started it,
-//! so while one of them is in flight the commit waits for it, and then moves on.
+//! The position to commit is the lowest offset that still has something outstanding, or,
+//! when nothing is, the offset after the last input handed to the engine. Outstanding are
+//! unacknowledged records and live watches (the partition task counts a watch as caused by
+//! its input when it starts and acknowledged when it ends): watch state lives in memory
+//! until the durable-state issue, so an input committed while its watch still ran would be
+//! lost with it in a crash or a rebalance. Holding the commit instead makes a crash re-read
+//! the input and run the watch again: at least once.
 
 use std::collections::BTreeMap;
 

@@ -343,6 +343,11 @@ impl<P: Resolve> PartitionTask<P> {
                     input_time: input.timestamp,
                 };
                 if self.send_command(command).await {
+                    // A watch holds its input's commit until it ends: watch state is in
+                    // memory, so an input committed while its watch still ran would be lost
+                    // with it in a crash or a rebalance (at least once, until durable
+                    // state). Held from the moment the watch is asked for.
+                    self.tracker.caused(offset);
                     self.starting.push_back((input.key, offset));
                 }
             }
@@ -415,7 +420,10 @@ impl<P: Resolve> PartitionTask<P> {
                 }
             }
             Event::AlreadyWatching { .. } => {
-                self.starting.pop_front();
+                // No second watch: this input holds nothing.
+                if let Some((_, offset)) = self.starting.pop_front() {
+                    self.tracker.acknowledged(offset);
+                }
             }
             Event::Outputs { key, outputs, .. } => {
                 // Every watch has an origin once Started was seen; the fallback only guards
@@ -448,7 +456,9 @@ impl<P: Resolve> PartitionTask<P> {
                 }
             }
             Event::Terminated { key, .. } => {
-                self.origins.remove(&key);
+                if let Some(offset) = self.origins.remove(&key) {
+                    self.tracker.acknowledged(offset);
+                }
             }
             // Durable state is not wired in yet: this runtime sends no `Restore` and runs its
             // engine without checkpoints, so these never arrive.
