@@ -325,12 +325,17 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     // then until the resource has had no request for 3 s (a final watch is not polled again;
     // polls are 250 ms apart), at most 60 s.
     let final_at = feeds.all_final_at(users);
+    // The quiet spell only counts once the last bridge owns its partitions: a bridge still
+    // joining its group polls nothing either.
+    current.wait_for_log("partition assigned", Duration::from_secs(60));
+    let assigned_at = now_ms();
     let settle_deadline = Instant::now()
         + Duration::from_millis((final_at - now_ms()).max(0) as u64)
         + Duration::from_secs(60);
     loop {
         let now = now_ms();
-        if now > final_at + 1000 && now - last_request.load(Ordering::Relaxed) > 3000 {
+        let last = last_request.load(Ordering::Relaxed);
+        if now > final_at + 1000 && last > assigned_at && now - last > 3000 {
             break;
         }
         if Instant::now() > settle_deadline {
