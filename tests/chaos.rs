@@ -21,9 +21,8 @@
 
 mod support;
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::OwnedMessage;
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::Message;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
@@ -142,63 +141,6 @@ fn log_says(bridge: &Bridge, text: &str, within: Duration) -> bool {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// Every record of `topic` up to the end offsets it has now, all partitions, in partition
-/// then offset order.
-async fn read_to_end(topic: &str) -> Vec<OwnedMessage> {
-    let consumer: StreamConsumer = broker()
-        .config()
-        .set("group.id", format!("chaos-reader-{topic}"))
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("fetch.wait.max.ms", "20")
-        .create()
-        .expect("create a reader");
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .unwrap_or_else(|e| panic!("metadata for {topic}: {e}"));
-    let partitions = metadata
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic && t.error().is_none())
-        .map(|t| t.partitions().len() as i32)
-        .unwrap_or_else(|| panic!("no topic {topic}"));
-    let mut remaining: HashMap<i32, i64> = HashMap::new();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, Duration::from_secs(10))
-            .unwrap_or_else(|e| panic!("offsets of {topic}/{p}: {e}"));
-        if high > low {
-            remaining.insert(p, high);
-        }
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&tpl).unwrap();
-    let mut read = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    while !remaining.is_empty() {
-        match tokio::time::timeout_at(deadline, consumer.recv()).await {
-            Ok(Ok(m)) => {
-                let m = m.detach();
-                if let Some(&high) = remaining.get(&m.partition()) {
-                    if m.offset() + 1 >= high {
-                        remaining.remove(&m.partition());
-                    }
-                }
-                read.push(m);
-            }
-            Ok(Err(e)) => panic!("read {topic}: {e}"),
-            Err(_) => panic!(
-                "read {topic}: {} records, partitions {remaining:?} not read to their end in 90 s",
-                read.len()
-            ),
-        }
-    }
-    read.sort_by_key(|m| (m.partition(), m.offset()));
-    read
 }
 
 fn text(m: &OwnedMessage, name: &str) -> Option<String> {
@@ -362,7 +304,7 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
         }
     }
 
-    let records = read_to_end(&output).await;
+    let records = broker().read_to_end(&output).await;
     let mut copies: BTreeMap<(String, String), Vec<&OwnedMessage>> = BTreeMap::new();
     let mut unexpected = Vec::new();
     let mut wrong_time = Vec::new();
@@ -398,7 +340,7 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     // partition), never goes back.
     let mut last_watermark: HashMap<i32, i64> = HashMap::new();
     let mut regressions = Vec::new();
-    let watermark_records = read_to_end(&watermarks).await;
+    let watermark_records = broker().read_to_end(&watermarks).await;
     for m in &watermark_records {
         let Some(Ok(WatermarkMessage::Partition {
             partition,

@@ -16,6 +16,7 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::collections::HashMap;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -408,6 +409,47 @@ impl Broker {
             .set("enable.auto.commit", "false")
             .create()
             .expect("create a Kafka consumer")
+    }
+
+    /// Every record of `topic` up to the end offsets it has now, all partitions, in partition
+    /// then offset order (panics if they are not all read within 90 s).
+    pub async fn read_to_end(&self, topic: &str) -> Vec<OwnedMessage> {
+        let consumer = self.reader(topic);
+        let assignment = consumer
+            .assignment()
+            .unwrap_or_else(|e| panic!("assignment of {topic}: {e}"));
+        let mut remaining: HashMap<i32, i64> = HashMap::new();
+        for element in assignment.elements() {
+            let p = element.partition();
+            let (low, high) = consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("offsets of {topic}/{p}: {e}"));
+            if high > low {
+                remaining.insert(p, high);
+            }
+        }
+        let mut read = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        while !remaining.is_empty() {
+            match tokio::time::timeout_at(deadline, consumer.recv()).await {
+                Ok(Ok(m)) => {
+                    let m = m.detach();
+                    if let Some(&high) = remaining.get(&m.partition()) {
+                        if m.offset() + 1 >= high {
+                            remaining.remove(&m.partition());
+                        }
+                    }
+                    read.push(m);
+                }
+                Ok(Err(e)) => panic!("read {topic}: {e}"),
+                Err(_) => panic!(
+                    "read {topic}: {} records, partitions {remaining:?} not read to their end in 90 s",
+                    read.len()
+                ),
+            }
+        }
+        read.sort_by_key(|m| (m.partition(), m.offset()));
+        read
     }
 
     /// A consumer assigned every partition of `topic` at its beginning.
