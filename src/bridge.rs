@@ -14,7 +14,8 @@ use crate::kafka::client::{base_config, ensure_topics, log_properties, KafkaSetu
 use crate::kafka::consumer::{consume, BridgeContext, Partitions};
 use crate::kafka::embedded::EmbeddedBroker;
 use crate::kafka::merged::{publish_merged, MergedPublisher};
-use crate::kafka::partition::{Bounds, Shared, WatermarkSettings};
+use crate::kafka::partition::{Bounds, Shared, StateSettings, WatermarkSettings};
+use crate::kafka::recovery::RecoverySource;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::pollers::builtin::UsePoller;
@@ -104,6 +105,7 @@ pub async fn run_bridge<P: Resolve>(
         partitions = layout.input_partitions,
         output = %config.output_topic,
         dlq = %config.dlq_topic,
+        state = %config.state_topic,
         group = %config.group_id,
         "bridge starting"
     );
@@ -133,6 +135,17 @@ pub async fn run_bridge<P: Resolve>(
             topic: config.watermark_topic.as_str().into(),
             output_partitions: layout.output_partitions,
             latest: latest_watermarks.clone(),
+        },
+        state: StateSettings {
+            recovery: RecoverySource {
+                consumer_config: base_config(brokers, config),
+                input_topic: config.input_topic.as_str().into(),
+                state_topic: config.state_topic.as_str().into(),
+                output_topic: config.output_topic.as_str().into(),
+                output_partitions: layout.output_partitions,
+            },
+            finished_retention: config.finished_retention,
+            checkpoint_interval: config.checkpoint_interval,
         },
     });
     let partitions = Arc::new(Partitions::new(shared, tokio::runtime::Handle::current()));

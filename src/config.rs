@@ -128,6 +128,23 @@ pub struct RunArgs {
         value_name = "WATCHBRIDGE_WATERMARK_TOPIC"
     )]
     pub watermark_topic: Option<String>,
+    /// Topic of the durable watch state (default: `<group id>.state`): compacted, with as
+    /// many partitions as the input topic.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_STATE_TOPIC",
+        value_name = "WATCHBRIDGE_STATE_TOPIC"
+    )]
+    pub state_topic: Option<String>,
+    /// How long a finished watch is remembered, so that its input, delivered again, does not
+    /// start it again.
+    #[arg(long, env = "WATCHBRIDGE_FINISHED_RETENTION", value_name = "WATCHBRIDGE_FINISHED_RETENTION", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub finished_retention: Duration,
+    /// How often each partition writes what changed to the state topic. Shorter: inputs are
+    /// committed sooner, and a recovery reads back fewer outputs; longer: fewer, larger
+    /// state writes.
+    #[arg(long, env = "WATCHBRIDGE_CHECKPOINT_INTERVAL", value_name = "WATCHBRIDGE_CHECKPOINT_INTERVAL", default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub checkpoint_interval: Duration,
     /// `streaming` (run until stopped) or `bounded` (read the input up to its end at start,
     /// run every watch to its end, publish a final watermark, exit).
     #[arg(long, env = "WATCHBRIDGE_MODE", value_name = "WATCHBRIDGE_MODE", value_enum, default_value_t = Mode::Streaming)]
@@ -169,6 +186,9 @@ pub struct RunConfig {
     pub watermark_interval: Duration,
     pub idle_timeout: Duration,
     pub watermark_topic: String,
+    pub state_topic: String,
+    pub finished_retention: Duration,
+    pub checkpoint_interval: Duration,
     pub mode: Mode,
 }
 
@@ -209,6 +229,22 @@ impl RunArgs {
             return Err(ConfigError::new(
                 "WATCHBRIDGE_WATERMARK_TOPIC",
                 "must differ from the input, output and dead-letter topics",
+            ));
+        }
+        let state_topic = match &self.state_topic {
+            Some(t) => topic("WATCHBRIDGE_STATE_TOPIC", t)?,
+            None => format!("{}.state", self.group_id),
+        };
+        if [&input_topic, &output_topic, &dlq_topic, &watermark_topic].contains(&&state_topic) {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_STATE_TOPIC",
+                "must differ from the input, output, dead-letter and watermark topics",
+            ));
+        }
+        if self.checkpoint_interval.is_zero() {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_CHECKPOINT_INTERVAL",
+                "must be more than zero",
             ));
         }
         let watermark_strategy: WatermarkStrategy = self
@@ -317,6 +353,9 @@ impl RunArgs {
             watermark_interval: self.watermark_interval,
             idle_timeout: self.idle_timeout,
             watermark_topic,
+            state_topic,
+            finished_retention: self.finished_retention,
+            checkpoint_interval: self.checkpoint_interval,
             mode: self.mode,
         })
     }

@@ -43,6 +43,7 @@ impl WatchRestored<'_> {
     pub fn emit(&self, m: &Metrics) {
         tracing::debug!(key = %KeyDisplay(self.key), "watch restored");
         m.watches_active.inc();
+        m.watches_restored.inc();
     }
 }
 
@@ -306,5 +307,60 @@ impl LateOutput<'_> {
     pub fn emit(&self, m: &Metrics) {
         tracing::debug!(key = %KeyDisplay(self.key), event_time = self.event_time, watermark = self.watermark, "late output");
         m.late_outputs.inc();
+    }
+}
+
+/// A partition's state was read back on assignment, before it polls or reads an input.
+pub struct PartitionRecovered {
+    pub partition: i32,
+    pub watches: usize,
+    pub finished: usize,
+    pub state_records: u64,
+    pub outputs_read: u64,
+    /// Outputs of this partition's watches found past the last checkpoint.
+    pub outputs_recovered: usize,
+    pub undecodable: u64,
+    pub took: std::time::Duration,
+}
+
+impl PartitionRecovered {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::info!(
+            partition = self.partition,
+            watches = self.watches,
+            finished = self.finished,
+            state_records = self.state_records,
+            outputs_read = self.outputs_read,
+            outputs_recovered = self.outputs_recovered,
+            undecodable = self.undecodable,
+            took_ms = self.took.as_millis() as u64,
+            "partition state restored"
+        );
+        m.recovery_duration.observe(self.took.as_secs_f64());
+        m.outputs_recovered.inc_by(self.outputs_recovered as u64);
+    }
+}
+
+/// An input whose watch already finished (within the retention): not started again.
+pub struct InputForFinishedWatch<'a> {
+    pub key: &'a [u8],
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl InputForFinishedWatch<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::debug!(key = %KeyDisplay(self.key), partition = self.partition, offset = self.offset,
+            "input for a watch that already finished; not started again (WATCHBRIDGE_FINISHED_RETENTION)");
+        m.inputs_finished.inc();
+    }
+}
+
+/// The state topic acknowledged a record.
+pub struct StateRecordWritten;
+
+impl StateRecordWritten {
+    pub fn emit(&self, m: &Metrics) {
+        m.state_records_written.inc();
     }
 }

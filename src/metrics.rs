@@ -31,6 +31,11 @@ pub struct Metrics {
     pub watermark: IntGauge,
     pub watermark_lag: IntGauge,
     pub late_outputs: IntCounter,
+    pub watches_restored: IntCounter,
+    pub recovery_duration: Histogram,
+    pub outputs_recovered: IntCounter,
+    pub inputs_finished: IntCounter,
+    pub state_records_written: IntCounter,
 }
 
 fn must<T>(what: &str, r: prometheus::Result<T>) -> T {
@@ -147,6 +152,29 @@ impl Metrics {
             "watchbridge_late_outputs_total",
             "Outputs emitted with an event time below their partition's published watermark (marked watchbridge-late)"
         ));
+        let watches_restored = reg!(IntCounter::new(
+            "watchbridge_watches_restored_total",
+            "Watches brought back from the state topic (on assignment, after a restart or a rebalance)"
+        ));
+        let recovery_duration = reg!(Histogram::with_opts(
+            HistogramOpts::new(
+                "watchbridge_partition_recovery_seconds",
+                "Time from a partition's assignment until its state is restored (state topic and output read-back)"
+            )
+            .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0])
+        ));
+        let outputs_recovered = reg!(IntCounter::new(
+            "watchbridge_outputs_recovered_total",
+            "Outputs found on the output topic by a recovery's read-back and added to seen sets (not emitted again)"
+        ));
+        let inputs_finished = reg!(IntCounter::new(
+            "watchbridge_inputs_for_finished_watches_total",
+            "Inputs whose watch already finished within WATCHBRIDGE_FINISHED_RETENTION (not started again)"
+        ));
+        let state_records_written = reg!(IntCounter::new(
+            "watchbridge_state_records_written_total",
+            "Records acknowledged by the state topic (watch records, seen chunks, output offsets, tombstones)"
+        ));
         Self {
             registry,
             watches_active,
@@ -169,6 +197,11 @@ impl Metrics {
             watermark,
             watermark_lag,
             late_outputs,
+            watches_restored,
+            recovery_duration,
+            outputs_recovered,
+            inputs_finished,
+            state_records_written,
         }
     }
 

@@ -69,6 +69,20 @@ pub struct Progress {
     pub failures: u32,
 }
 
+impl Progress {
+    /// A new watch's progress: what [`Watch::new`] starts from.
+    pub fn at_start(input_time: Millis, now: Millis) -> Self {
+        Self {
+            arrived: now,
+            last_new: now,
+            polls: 0,
+            hold: input_time,
+            empty_streak: 0,
+            failures: 0,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Watch<I> {
     key: Bytes,

@@ -228,13 +228,16 @@ async fn bad_inputs_go_to_the_dead_letter_topic_and_the_bridge_goes_on() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_redelivered_input_for_a_live_watch_starts_no_second_watch() {
-    // One event per poll, never final: a second watch would emit every event again.
+async fn a_redelivered_input_for_a_live_watch_starts_no_second_watch_and_a_restart_restores_it() {
+    // One event per poll up to `limit`, never final: a second watch (or a restart that
+    // forgot what was seen) would emit every event again.
     let polls = Arc::new(AtomicUsize::new(0));
-    let counter = polls.clone();
+    let limit = Arc::new(AtomicUsize::new(5));
+    let (counter, cap) = (polls.clone(), limit.clone());
     let server = TestServer::start(move |_| {
         let n = counter.fetch_add(1, Ordering::SeqCst) as i64;
-        let events: Vec<Value> = (0..=n.min(5))
+        let max = cap.load(Ordering::SeqCst) as i64;
+        let events: Vec<Value> = (0..=n.min(max))
             .map(|i| json!({"id": format!("e{i}"), "at": T0 + i}))
             .collect();
         Reply::json(json!({"events": events, "done": false}))
@@ -260,14 +263,33 @@ async fn a_redelivered_input_for_a_live_watch_starts_no_second_watch() {
         "each output once"
     );
     assert_eq!(outputs.len(), 6);
-    // The watch never ended, so its input stays uncommitted (watch state is in memory: a
-    // restart must read the input again rather than lose the watch).
+    // The watch is on the state topic, so every input is committed although it runs on.
     let (code, _) = bridge.terminate();
     assert_eq!(code, Some(0));
     let committed = broker().committed(&s.group, &s.input, 1)[0];
+    assert_eq!(committed, 3, "every input committed\n{}", bridge.log());
+
+    // Restarted, the bridge restores the watch (no input starts it: all are committed), and
+    // it goes on from what it had seen: the new events once, the old ones not again.
+    limit.store(8, Ordering::SeqCst);
+    let bridge = Bridge::start(&s.env(&server));
+    let all = wait_for_outputs(&s.output, 9, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all = wait_for_outputs(&s.output, all.len(), Duration::from_secs(5)).await;
+    let mut keys: Vec<_> = all
+        .iter()
+        .map(|m| header(m, "watchbridge-output-key").unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["e0", "e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8"],
+        "each output once across the restart\n{}",
+        bridge.log()
+    );
     assert!(
-        committed <= 0,
-        "committed {committed}: the input at offset 0 must be read again\n{}",
+        bridge.log().contains("partition state restored") && bridge.log().contains("watches=1"),
+        "{}",
         bridge.log()
     );
 }
@@ -414,7 +436,11 @@ async fn the_readme_walkthrough_feeds_and_reads_with_the_bundled_clients() {
         .filter(|l| !l.contains("watchbridge-control=watermark"))
         .collect();
     assert_eq!(lines.len(), 2, "{printed}");
-    assert!(lines[0].starts_with("0:0 user-4 2026-"), "{printed}");
+    // `partition:offset key timestamp headers value` (offsets after any watermark record).
+    assert!(
+        lines[0].starts_with("0:") && lines[0].contains(" user-4 2026-"),
+        "{printed}"
+    );
     assert!(
         lines[0].contains("watchbridge-output-key=u4-a"),
         "{printed}"

@@ -152,6 +152,9 @@ fn bridge_config(args: &DemoArgs) -> Result<RunConfig, ConfigError> {
         // Short, so the view shows partitions going idle within the run.
         idle_timeout: Duration::from_secs(5),
         watermark_topic: None,
+        state_topic: None,
+        finished_retention: Duration::from_secs(24 * 3600),
+        checkpoint_interval: Duration::from_millis(500),
         mode: Mode::Streaming,
         poller: PollerArgs {
             poller: PollerKind::Http,

@@ -26,6 +26,16 @@ pub enum KafkaSetupError {
     Create { topic: String, error: String },
     #[error("invalid Kafka setting: {0}")]
     Config(String),
+    #[error(
+        "WATCHBRIDGE_STATE_TOPIC: topic `{topic}` has {found} partition(s), but the input topic has \
+         {expected}; the state of input partition p lives in its partition p, so the counts must \
+         match (use another state topic, or recreate it)"
+    )]
+    StatePartitions {
+        topic: String,
+        found: i32,
+        expected: i32,
+    },
 }
 
 /// The settings every client shares: the brokers and the user's `KAFKA_*` properties.
@@ -67,10 +77,11 @@ pub struct TopicLayout {
     pub output_partitions: i32,
 }
 
-/// Make sure the input, output, dead-letter and watermark topics exist. Missing ones are
-/// created (when allowed): the input topic with `WATCHBRIDGE_PARTITIONS`, output and
-/// dead-letter topics with the input topic's count, the watermark topic with one partition,
-/// compacted (only the latest value per key matters).
+/// Make sure the input, output, dead-letter, watermark and state topics exist. Missing ones
+/// are created (when allowed): the input topic with `WATCHBRIDGE_PARTITIONS`; output,
+/// dead-letter and state topics with the input topic's count; the watermark topic with one
+/// partition. Watermark and state topics are compacted (only the latest value per key
+/// matters). A state topic whose partition count differs from the input's is refused.
 pub async fn ensure_topics(
     brokers: &str,
     config: &RunConfig,
@@ -94,6 +105,10 @@ pub async fn ensure_topics(
             var: "WATCHBRIDGE_WATERMARK_TOPIC",
             name: &config.watermark_topic,
         },
+        NeededTopic {
+            var: "WATCHBRIDGE_STATE_TOPIC",
+            name: &config.state_topic,
+        },
     ];
     let mut input_partitions = existing.get(&config.input_topic).copied();
     for topic in needed {
@@ -106,8 +121,8 @@ pub async fn ensure_topics(
                 topic: topic.name.to_string(),
             });
         }
-        let compacted = topic.name == config.watermark_topic;
-        let partitions = if compacted {
+        let compacted = topic.name == config.watermark_topic || topic.name == config.state_topic;
+        let partitions = if topic.name == config.watermark_topic {
             1
         } else {
             *input_partitions.get_or_insert(config.partitions)
@@ -136,8 +151,17 @@ pub async fn ensure_topics(
         &config.output_topic,
         &config.dlq_topic,
         &config.watermark_topic,
+        &config.state_topic,
     ];
     let layout = wait_for_topics(brokers, config, &all).await?;
+    let (expected, found) = (layout[&config.input_topic], layout[&config.state_topic]);
+    if found != expected {
+        return Err(KafkaSetupError::StatePartitions {
+            topic: config.state_topic.clone(),
+            found,
+            expected,
+        });
+    }
     Ok(TopicLayout {
         input_partitions: layout[&config.input_topic],
         output_partitions: layout[&config.output_topic],

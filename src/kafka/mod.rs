@@ -5,10 +5,12 @@
 
 pub mod client;
 pub mod consumer;
+pub mod durable;
 pub mod embedded;
 pub mod input;
 pub mod merged;
 pub mod offsets;
 pub mod partition;
 pub mod records;
+pub mod recovery;
 pub mod tools;

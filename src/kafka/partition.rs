@@ -1,6 +1,13 @@
 //! One task per assigned input partition. It owns the watches started from that partition
 //! (its own [`Engine`]; no locks shared with other partitions), turns their new outputs into
-//! records, and tracks which input offsets may be committed.
+//! records, keeps their durable state ([`DurableState`]) and tracks which input offsets may
+//! be committed.
+//!
+//! Before it reads an input or polls, it recovers the partition ([`recovery`]): the watches
+//! saved on the state topic, plus the outputs on the output topic past the last checkpoint.
+//! Then, every `WATCHBRIDGE_CHECKPOINT_INTERVAL`, it writes what changed. An input is
+//! committed once its watch's first state record is acknowledged (or once its dead letter
+//! is, or at once if its watch was running or finished).
 //!
 //! It reads inputs from a bounded channel fed by the consumer thread. While the producer's
 //! queue is full it stops reading (the channel fills, and the consumer thread pauses the
@@ -11,20 +18,24 @@
 //! its watches, delivers what they already emitted, publishes its final commit position and
 //! reports [`Stopped`].
 
+use super::durable::{DurableState, StateWrite};
 use super::input::{decode, Rejected};
 use super::offsets::OffsetTracker;
 use super::records::{OutRecord, OutRecordParts, Source};
+use super::recovery::{self, RecoverySource};
 use crate::clock::Clock;
 use crate::clock::Millis;
-use crate::engine::{Command, Engine, EngineConfig, Event};
+use crate::engine::{Command, Engine, EngineConfig, Event, RestoreWatch};
 use crate::internal_events::{
-    InputConsumed, InputDeadLettered, LateOutput, OutputProduced, PartitionWatermarkChanged,
-    ProduceFailed,
+    InputConsumed, InputDeadLettered, InputForFinishedWatch, LateOutput, OutputProduced,
+    PartitionRecovered, PartitionWatermarkChanged, ProduceFailed, StateRecordWritten,
 };
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::pollers::Resolve;
-use crate::watch::WatchRules;
+use crate::seen::{hash_key, OutputHash, SeenSet};
+use crate::state::Registration;
+use crate::watch::{Progress, WatchRules};
 use crate::watermark::{InputWatermark, PartitionWatermark, WatermarkMessage, WatermarkStrategy};
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -60,6 +71,15 @@ pub struct Shared<P: Resolve> {
     /// How long a stopping task may spend delivering what its watches emitted.
     pub stop_timeout: Duration,
     pub watermarks: WatermarkSettings,
+    pub state: StateSettings,
+}
+
+/// What the partition tasks need to keep their watches durable.
+#[derive(Clone)]
+pub struct StateSettings {
+    pub recovery: RecoverySource,
+    pub finished_retention: Duration,
+    pub checkpoint_interval: Duration,
 }
 
 /// What the partition tasks need to publish watermarks.
@@ -93,18 +113,47 @@ pub struct Stopped {
     pub watches_stopped: usize,
 }
 
-/// A record on its way to the broker, and the input offset it counts against (`None` for
-/// a watermark record, which no input caused).
+/// A record on its way to the broker, and the input offset whose commit waits for it
+/// (`None` for records no input's commit waits for: outputs, which the state topic and the
+/// recovery's read-back account for, and watermarks).
 struct Pending {
     record: OutRecord,
     origin: Option<i64>,
     attempt: u32,
-    is_output: bool,
+    kind: Kind,
+}
+
+enum Kind {
+    /// A new output of the watch `watch`, whose key hashes to `hash`.
+    Output {
+        watch: Bytes,
+        hash: OutputHash,
+    },
+    /// A state-topic record: retried until delivered, never dead-lettered.
+    State,
+    DeadLetter,
+    Watermark,
 }
 
 enum Delivery {
-    Done(Pending, Result<(), KafkaError>),
+    /// Delivered to (partition, offset), or failed.
+    Done(Pending, Result<(i32, i64), KafkaError>),
     RetryDue(Pending),
+}
+
+/// A command sent to the engine, waiting for its answer (the engine answers in order).
+enum Starting {
+    /// A watch for the input at `offset` (a `Restore` when the read-back found outputs of
+    /// an earlier run of it: `seen`).
+    Input {
+        key: Bytes,
+        offset: i64,
+        registration: Registration,
+        progress: Progress,
+        seen: Vec<OutputHash>,
+    },
+    /// A watch brought back by the recovery.
+    Recovered,
 }
 
 pub struct PartitionTask<P: Resolve> {
@@ -119,10 +168,15 @@ pub struct PartitionTask<P: Resolve> {
     min_hold: watch::Receiver<Option<Millis>>,
     bounds: Option<Bounds>,
     tracker: OffsetTracker,
-    /// Watch commands sent, in order, waiting for the engine's Started/AlreadyWatching.
-    starting: VecDeque<(Bytes, i64)>,
-    /// Live watch → the offset of the input that started it.
-    origins: HashMap<Bytes, i64>,
+    /// Watch and restore commands sent, in order, waiting for the engine's answer.
+    starting: VecDeque<Starting>,
+    /// The partition's watches as the state topic knows them (set by the recovery).
+    durable: DurableState,
+    /// State records of the last checkpoint not acknowledged yet: the next waits for them.
+    checkpoint_in_flight: usize,
+    /// The input partition's end offset at recovery: once read up to it, outputs found for
+    /// watches whose input did not come again are forgotten.
+    recovery_input_end: Option<i64>,
     deliveries: FuturesUnordered<BoxFuture<'static, Delivery>>,
 }
 
@@ -140,7 +194,7 @@ impl<P: Resolve> PartitionTask<P> {
                 rules: shared.rules.clone(),
                 poll_timeout: shared.poll_timeout,
                 seed: None,
-                checkpoints: false,
+                checkpoints: true,
             },
             shared.limits.clone(),
             shared.clock,
@@ -160,6 +214,14 @@ impl<P: Resolve> PartitionTask<P> {
                 shared.clock.now_ms(),
             ),
         };
+        // Replaced by the recovery's, before any input is read.
+        let durable = DurableState::new(
+            shared.state.recovery.state_topic.clone(),
+            partition,
+            0,
+            Vec::new(),
+            Vec::new(),
+        );
         let task = Self {
             partition,
             shared,
@@ -171,13 +233,23 @@ impl<P: Resolve> PartitionTask<P> {
             bounds,
             tracker: OffsetTracker::default(),
             starting: VecDeque::new(),
-            origins: HashMap::new(),
+            durable,
+            checkpoint_in_flight: 0,
+            recovery_input_end: None,
             deliveries: FuturesUnordered::new(),
         };
         task.run()
     }
 
     async fn run(mut self) -> Stopped {
+        if !self.recover().await {
+            // Revoked (or stopping) before the partition could be recovered: nothing started.
+            return Stopped {
+                partition: self.partition,
+                position: None,
+                watches_stopped: 0,
+            };
+        }
         let mut accepting = true;
         if self.bounds.is_some_and(|b| b.start >= b.end) {
             // Nothing to read in this bounded run.
@@ -186,6 +258,8 @@ impl<P: Resolve> PartitionTask<P> {
         }
         let mut ticks = tokio::time::interval(self.shared.watermarks.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut checkpoints = tokio::time::interval(self.shared.state.checkpoint_interval);
+        checkpoints.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let periodic = self.bounds.is_none();
         loop {
             tokio::select! {
@@ -217,16 +291,31 @@ impl<P: Resolve> PartitionTask<P> {
                     }
                 },
                 _ = ticks.tick(), if periodic => self.tick_watermark().await,
+                _ = checkpoints.tick() => self.checkpoint().await,
             }
             self.publish_position();
         }
-        let watches_stopped = self.origins.len();
+        let watches_stopped = self.durable.live();
         if self.bounds.is_some() {
             // Every watch of the bounded run has ended: event time is complete here.
             self.publish_watermark(Millis::MAX, false).await;
         }
-        // Deliver what the watches already emitted, within the bound.
+        // Deliver what the watches already emitted, then their last checkpoint, within the
+        // bound.
         let deadline = tokio::time::Instant::now() + self.shared.stop_timeout;
+        self.drain_deliveries(deadline).await;
+        self.checkpoint().await;
+        self.drain_deliveries(deadline).await;
+        self.publish_position();
+        Stopped {
+            partition: self.partition,
+            position: self.tracker.committed(),
+            watches_stopped,
+        }
+    }
+
+    /// Handle deliveries until none is pending or `deadline`.
+    async fn drain_deliveries(&mut self, deadline: tokio::time::Instant) {
         while !self.deliveries.is_empty() {
             match tokio::time::timeout_at(deadline, self.deliveries.next()).await {
                 Ok(Some(delivery)) => self.on_delivery(delivery).await,
@@ -242,11 +331,96 @@ impl<P: Resolve> PartitionTask<P> {
             }
             self.publish_position();
         }
-        self.publish_position();
-        Stopped {
+    }
+
+    /// Read the partition's state back and restore its watches (retrying while the broker
+    /// cannot be read). Returns false if the partition was revoked meanwhile.
+    async fn recover(&mut self) -> bool {
+        let started = std::time::Instant::now();
+        let found = loop {
+            let source = self.shared.state.recovery.clone();
+            let partition = self.partition;
+            match tokio::task::spawn_blocking(move || recovery::read(&source, partition)).await {
+                Ok(Ok(found)) => break found,
+                Ok(Err(e)) => {
+                    tracing::error!(partition, error = %e, "cannot recover the partition's state; trying again")
+                }
+                Err(e) => {
+                    tracing::error!(partition, error = %e, "the recovery failed; trying again")
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            // A closed input channel: revoked, or the bridge is stopping.
+            if self.inputs.is_closed() {
+                return false;
+            }
+        };
+        let (state_records, outputs_read, undecodable) =
+            (found.state_records, found.outputs_read, found.undecodable);
+        self.recovery_input_end = found.input_end;
+        let outputs_found: usize = found.outputs.values().map(Vec::len).sum();
+        let finished = found.finished.len();
+        let plan = recovery::plan(
+            found,
+            self.shared.poller.as_ref(),
+            self.shared.state.recovery.state_topic.clone(),
+            self.partition,
+            millis_of(self.shared.state.finished_retention),
+            self.shared.clock.now_ms(),
+        );
+        self.durable = plan.state;
+        let mut writes = self.durable.tombstones(plan.tombstones);
+        if plan.first_time {
+            // Before any output: a later recovery reads the output topic back from here.
+            writes.push(self.durable.offsets_record());
+        }
+        self.send_state(writes).await;
+        let watches = plan.restores.len();
+        for restore in plan.restores {
+            self.starting.push_back(Starting::Recovered);
+            if !self.send_command(Command::Restore(Box::new(restore))).await {
+                break;
+            }
+        }
+        PartitionRecovered {
             partition: self.partition,
-            position: self.tracker.committed(),
-            watches_stopped,
+            watches,
+            finished,
+            state_records,
+            outputs_read,
+            outputs_recovered: outputs_found,
+            undecodable,
+            took: started.elapsed(),
+        }
+        .emit(&self.shared.metrics);
+        true
+    }
+
+    /// Write what changed since the last checkpoint, unless the last one is still in flight.
+    async fn checkpoint(&mut self) {
+        if self.checkpoint_in_flight > 0 {
+            return;
+        }
+        let writes = self.durable.checkpoint_records(self.shared.clock.now_ms());
+        self.send_state(writes).await;
+    }
+
+    async fn send_state(&mut self, writes: Vec<StateWrite>) {
+        for StateWrite { record, origin } in writes {
+            let Some(record) = record else {
+                if let Some(origin) = origin {
+                    self.tracker.acknowledged(origin);
+                }
+                continue;
+            };
+            self.checkpoint_in_flight += 1;
+            self.send(Pending {
+                record,
+                origin,
+                attempt: 1,
+                kind: Kind::State,
+            })
+            .await;
         }
     }
 
@@ -300,7 +474,7 @@ impl<P: Resolve> PartitionTask<P> {
                 record,
                 origin: None,
                 attempt: 1,
-                is_output: false,
+                kind: Kind::Watermark,
             })
             .await;
         }
@@ -336,19 +510,49 @@ impl<P: Resolve> PartitionTask<P> {
             Ok((input, target))
         });
         match decoded {
+            Ok((input, _)) if self.durable.is_finished(&input.key) => {
+                InputForFinishedWatch {
+                    key: &input.key,
+                    partition: self.partition,
+                    offset,
+                }
+                .emit(&self.shared.metrics);
+            }
             Ok((input, target)) => {
-                let command = Command::Watch {
-                    key: input.key.clone(),
-                    input: Arc::new(target),
-                    input_time: input.timestamp,
+                let registration = Registration {
+                    key: message.key().map(Bytes::copy_from_slice),
+                    value: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
+                    time: input.timestamp,
+                };
+                let progress = Progress::at_start(input.timestamp, now);
+                // Outputs an earlier run of this watch delivered before a crash (found by the
+                // read-back): it starts knowing them, so they are not emitted again.
+                let seen = self.durable.take_preseen(&input.key).unwrap_or_default();
+                let command = if seen.is_empty() {
+                    Command::Watch {
+                        key: input.key.clone(),
+                        input: Arc::new(target),
+                        input_time: input.timestamp,
+                    }
+                } else {
+                    Command::Restore(Box::new(RestoreWatch {
+                        key: input.key.clone(),
+                        input: Arc::new(target),
+                        progress,
+                        seen: SeenSet::from_hashes(seen.iter().copied()),
+                        next_poll: now,
+                    }))
                 };
                 if self.send_command(command).await {
-                    // A watch holds its input's commit until it ends: watch state is in
-                    // memory, so an input committed while its watch still ran would be lost
-                    // with it in a crash or a rebalance (at least once, until durable
-                    // state). Held from the moment the watch is asked for.
+                    // The input's commit waits until its watch is on the state topic.
                     self.tracker.caused(offset);
-                    self.starting.push_back((input.key, offset));
+                    self.starting.push_back(Starting::Input {
+                        key: input.key,
+                        offset,
+                        registration,
+                        progress,
+                        seen,
+                    });
                 }
             }
             Err(rejected) => {
@@ -376,12 +580,25 @@ impl<P: Resolve> PartitionTask<P> {
                     record,
                     origin: Some(offset),
                     attempt: 1,
-                    is_output: false,
+                    kind: Kind::DeadLetter,
                 })
                 .await;
             }
         }
         self.tracker.consumed(offset);
+        if self.recovery_input_end.is_some_and(|end| offset + 1 >= end) {
+            // Every input not committed before the recovery has been read again.
+            self.recovery_input_end = None;
+            let forgotten = self.durable.forget_preseen();
+            if forgotten > 0 {
+                tracing::warn!(
+                    partition = self.partition,
+                    watches = forgotten,
+                    "outputs were found on the output topic for watches whose input did not come \
+                     again; they are not tracked further"
+                );
+            }
+        }
     }
 
     /// Send a command to the engine. While its queue is full, keep handling its events: the
@@ -413,27 +630,38 @@ impl<P: Resolve> PartitionTask<P> {
 
     async fn on_event(&mut self, event: Event) {
         match event {
-            Event::Started { key } => {
-                if let Some((started, offset)) = self.starting.pop_front() {
+            Event::Started { key } | Event::Restored { key } => {
+                if let Some(Starting::Input {
+                    key: started,
+                    offset,
+                    registration,
+                    progress,
+                    seen,
+                }) = self.starting.pop_front()
+                {
                     debug_assert_eq!(started, key);
-                    self.origins.insert(key, offset);
+                    let now = self.shared.clock.now_ms();
+                    self.durable
+                        .started(key, registration, progress, now, offset, &seen);
                 }
             }
-            Event::AlreadyWatching { .. } => {
+            Event::AlreadyWatching { .. } | Event::RestoreRefused { .. } => {
                 // No second watch: this input holds nothing.
-                if let Some((_, offset)) = self.starting.pop_front() {
+                if let Some(Starting::Input { offset, .. }) = self.starting.pop_front() {
                     self.tracker.acknowledged(offset);
                 }
             }
+            Event::Checkpoint(c) => self.durable.checkpoint(&c.key, c.progress, c.next_poll),
             Event::Outputs { key, outputs, .. } => {
-                // Every watch has an origin once Started was seen; the fallback only guards
-                // against a bug, by counting against the newest input (never committing past
-                // an unacknowledged record).
-                let origin = self.origins.get(&key).copied().unwrap_or(0);
                 let first_seen = self.shared.clock.now_ms();
                 for output in &outputs {
-                    let mut record =
-                        OutRecord::output(&self.shared.output_topic, &key, output, first_seen);
+                    let mut record = OutRecord::output(
+                        &self.shared.output_topic,
+                        &key,
+                        output,
+                        self.partition,
+                        first_seen,
+                    );
                     // Below the watermark this partition already published: still emitted
                     // (nothing is dropped), but marked, so a consumer can tell.
                     if self.watermark.is_late(output.event_time) {
@@ -445,24 +673,23 @@ impl<P: Resolve> PartitionTask<P> {
                         .emit(&self.shared.metrics);
                         record = record.late();
                     }
-                    self.tracker.caused(origin);
+                    self.durable.output_sent(&key);
                     self.send(Pending {
                         record,
-                        origin: Some(origin),
+                        origin: None,
                         attempt: 1,
-                        is_output: true,
+                        kind: Kind::Output {
+                            watch: key.clone(),
+                            hash: hash_key(&output.key),
+                        },
                     })
                     .await;
                 }
             }
-            Event::Terminated { key, .. } => {
-                if let Some(offset) = self.origins.remove(&key) {
-                    self.tracker.acknowledged(offset);
-                }
+            Event::Terminated { key, reason } => {
+                let now = self.shared.clock.now_ms();
+                self.durable.terminated(&key, now, &reason);
             }
-            // Durable state is not wired in yet: this runtime sends no `Restore` and runs its
-            // engine without checkpoints, so these never arrive.
-            Event::Restored { .. } | Event::RestoreRefused { .. } | Event::Checkpoint(_) => {}
         }
     }
 
@@ -479,7 +706,7 @@ impl<P: Resolve> PartitionTask<P> {
                     self.deliveries.push(
                         async move {
                             let result = match delivery.await {
-                                Ok(Ok(_)) => Ok(()),
+                                Ok(Ok(at)) => Ok((at.partition, at.offset)),
                                 Ok(Err((e, _))) => Err(e),
                                 Err(_) => Err(KafkaError::Canceled),
                             };
@@ -505,9 +732,18 @@ impl<P: Resolve> PartitionTask<P> {
 
     async fn on_delivery(&mut self, delivery: Delivery) {
         match delivery {
-            Delivery::Done(pending, Ok(())) => {
-                if pending.is_output {
-                    OutputProduced.emit(&self.shared.metrics);
+            Delivery::Done(pending, Ok((partition, offset))) => {
+                match &pending.kind {
+                    Kind::Output { watch, hash } => {
+                        OutputProduced.emit(&self.shared.metrics);
+                        self.durable
+                            .output_acknowledged(watch, *hash, partition, offset);
+                    }
+                    Kind::State => {
+                        StateRecordWritten.emit(&self.shared.metrics);
+                        self.checkpoint_in_flight -= 1;
+                    }
+                    Kind::DeadLetter | Kind::Watermark => {}
                 }
                 if let Some(origin) = pending.origin {
                     self.tracker.acknowledged(origin);
@@ -521,7 +757,10 @@ impl<P: Resolve> PartitionTask<P> {
     /// Retry with backoff; after the last attempt, dead-letter it (a dead letter that cannot
     /// be delivered either is logged, counted and given up).
     fn delivery_failed(&mut self, pending: Pending, error: KafkaError) {
-        let giving_up = pending.attempt >= DELIVERY_ATTEMPTS;
+        // A state record is never given up: a watch whose record is lost could not be
+        // restored. (Its checkpoint stays in flight, so no later one overtakes it.)
+        let giving_up =
+            pending.attempt >= DELIVERY_ATTEMPTS && !matches!(pending.kind, Kind::State);
         let label = match &error {
             KafkaError::MessageProduction(code) => format!("{code:?}"),
             other => format!("{other:?}")
@@ -551,15 +790,23 @@ impl<P: Resolve> PartitionTask<P> {
             );
             return;
         }
-        let Some(origin) = pending.origin else {
-            // A watermark record: a later one supersedes it.
-            tracing::warn!(error = %error, "a watermark record could not be delivered");
-            return;
-        };
-        if *pending.record.topic == *self.shared.dlq_topic {
-            tracing::error!(error = %error, "a dead letter could not be delivered either; it is lost");
-            self.tracker.acknowledged(origin);
-            return;
+        match &pending.kind {
+            Kind::Watermark => {
+                // A later one supersedes it.
+                tracing::warn!(error = %error, "a watermark record could not be delivered");
+                return;
+            }
+            Kind::DeadLetter => {
+                tracing::error!(error = %error, "a dead letter could not be delivered either; it is lost");
+                if let Some(origin) = pending.origin {
+                    self.tracker.acknowledged(origin);
+                }
+                return;
+            }
+            // Not on the output topic, so not in the watch's saved seen set: a restored
+            // watch would emit it again.
+            Kind::Output { watch, .. } => self.durable.output_given_up(watch),
+            Kind::State => {}
         }
         let record = OutRecord::dead_letter(
             &self.shared.dlq_topic,
@@ -575,11 +822,15 @@ impl<P: Resolve> PartitionTask<P> {
         // The dead letter takes the failed record's place in the commit accounting.
         let dead_letter = Pending {
             record,
-            origin: Some(origin),
+            origin: pending.origin,
             attempt: 1,
-            is_output: false,
+            kind: Kind::DeadLetter,
         };
         self.deliveries
             .push(async move { Delivery::RetryDue(dead_letter) }.boxed());
     }
+}
+
+fn millis_of(d: Duration) -> Millis {
+    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
 }

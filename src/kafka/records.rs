@@ -1,7 +1,9 @@
 //! The records watchbridge writes: one per new output, and dead letters.
 //!
 //! An output record: key = watch key, timestamp = the output's event time, value = the
-//! output, headers `watchbridge-input-key` (the watch key), `watchbridge-output-key` and
+//! output, headers `watchbridge-input-key` (the watch key), `watchbridge-output-key`,
+//! `watchbridge-input-partition` (the input partition whose watch found it: a recovery
+//! reads the output topic back and takes the outputs of its own partition) and
 //! `watchbridge-first-seen` (processing time in ms, decimal). A dead letter keeps the
 //! original key, value and headers, and adds `watchbridge-error`, `watchbridge-error-kind`
 //! and `watchbridge-source-{topic,partition,offset}`.
@@ -15,6 +17,7 @@ use std::sync::Arc;
 
 pub const INPUT_KEY: &str = "watchbridge-input-key";
 pub const OUTPUT_KEY: &str = "watchbridge-output-key";
+pub const INPUT_PARTITION: &str = "watchbridge-input-partition";
 pub const FIRST_SEEN: &str = "watchbridge-first-seen";
 pub const ERROR: &str = "watchbridge-error";
 pub const ERROR_KIND: &str = "watchbridge-error-kind";
@@ -49,6 +52,7 @@ impl OutRecord {
         topic: &Arc<str>,
         watch_key: &Bytes,
         output: &Output,
+        input_partition: i32,
         first_seen: Millis,
     ) -> Self {
         Self {
@@ -61,6 +65,10 @@ impl OutRecord {
             headers: vec![
                 (INPUT_KEY.into(), Some(watch_key.clone())),
                 (OUTPUT_KEY.into(), Some(output.key.clone())),
+                (
+                    INPUT_PARTITION.into(),
+                    Some(Bytes::from(input_partition.to_string())),
+                ),
                 (FIRST_SEEN.into(), Some(Bytes::from(first_seen.to_string()))),
             ],
         }
@@ -118,6 +126,19 @@ impl OutRecord {
             value: Some(Bytes::from(json)),
             timestamp: None,
             headers: vec![(CONTROL.into(), Some(Bytes::from_static(b"watermark")))],
+        }
+    }
+
+    /// A state-topic record (`value` `None`: a tombstone) on state partition `partition`,
+    /// the number of the input partition whose watches it describes.
+    pub fn state(topic: &Arc<str>, partition: i32, key: Vec<u8>, value: Option<Vec<u8>>) -> Self {
+        Self {
+            topic: topic.clone(),
+            partition: Some(partition),
+            key: Some(Bytes::from(key)),
+            value: value.map(Bytes::from),
+            timestamp: None,
+            headers: Vec::new(),
         }
     }
 
@@ -196,6 +217,7 @@ mod tests {
             &topic,
             &Bytes::from_static(b"user-1"),
             &Output::new("ev-9", "{\"a\":1}", 1_700_000_000_000),
+            3,
             1_700_000_000_500,
         );
         assert_eq!(r.key.as_deref(), Some(&b"user-1"[..]));
@@ -207,8 +229,9 @@ mod tests {
             .collect();
         assert_eq!(h[0], (INPUT_KEY, Bytes::from_static(b"user-1")));
         assert_eq!(h[1], (OUTPUT_KEY, Bytes::from_static(b"ev-9")));
-        assert_eq!(h[2], (FIRST_SEEN, Bytes::from_static(b"1700000000500")));
-        let early = OutRecord::output(&topic, &Bytes::new(), &Output::new("k", "v", -5), 0);
+        assert_eq!(h[2], (INPUT_PARTITION, Bytes::from_static(b"3")));
+        assert_eq!(h[3], (FIRST_SEEN, Bytes::from_static(b"1700000000500")));
+        let early = OutRecord::output(&topic, &Bytes::new(), &Output::new("k", "v", -5), 0, 0);
         assert_eq!(early.timestamp, None);
     }
 

@@ -29,6 +29,12 @@ pub const MAX_RECORD_BYTES: usize = 1_000_000;
 const TYPE_WATCH: u8 = 1;
 /// Record type byte of a [`SeenChunk`].
 const TYPE_SEEN_CHUNK: u8 = 2;
+/// Record type byte of [`OutputOffsets`].
+const TYPE_OUTPUT_OFFSETS: u8 = 3;
+
+/// The key of a partition's [`OutputOffsets`] record. It does not start with a digit, so it
+/// is no watch's key.
+pub const OUTPUT_OFFSETS_KEY: &[u8] = b"~output-offsets";
 
 /// Why bytes read from the state topic are not a state record (or key).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -262,11 +268,59 @@ impl SeenChunk {
     }
 }
 
+/// Where, on each output partition, outputs not yet in this state partition's seen chunks
+/// may start (key [`OUTPUT_OFFSETS_KEY`]): a recovery reads the output topic from these
+/// offsets to its end and adds what it finds to the seen sets. Written after the seen chunks
+/// it vouches for, so a reader that sees it sees them too.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OutputOffsets {
+    /// `(output partition, offset)`, one per output partition.
+    pub offsets: Vec<(i32, i64)>,
+}
+
+impl OutputOffsets {
+    /// The value bytes: version, type, count (u32), then each partition (i32) and offset
+    /// (i64), little-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(6 + 12 * self.offsets.len());
+        out.push(FORMAT_VERSION);
+        out.push(TYPE_OUTPUT_OFFSETS);
+        let count = u32::try_from(self.offsets.len()).expect("fewer than 2^32 partitions");
+        out.extend_from_slice(&count.to_le_bytes());
+        for (partition, offset) in &self.offsets {
+            out.extend_from_slice(&partition.to_le_bytes());
+            out.extend_from_slice(&offset.to_le_bytes());
+        }
+        out
+    }
+
+    /// Key and value.
+    pub fn to_entry(&self) -> Result<StateEntry, TooLarge> {
+        StateEntry::checked(OUTPUT_OFFSETS_KEY.to_vec(), self.encode())
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let count = r.u32("offset count")? as usize;
+        // Checked against the bytes left before anything is reserved.
+        let raw = r.take(12usize.saturating_mul(count), "offsets")?;
+        let offsets = raw
+            .chunks_exact(12)
+            .map(|b| {
+                let partition = i32::from_le_bytes(b[..4].try_into().unwrap_or([0; 4]));
+                let offset = i64::from_le_bytes(b[4..].try_into().unwrap_or([0; 8]));
+                (partition, offset)
+            })
+            .collect();
+        Ok(Self { offsets })
+    }
+}
+
 /// Any state record value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     Watch(WatchRecord),
     Seen(SeenChunk),
+    OutputOffsets(OutputOffsets),
 }
 
 /// A record ready to produce: its key and value.
@@ -299,12 +353,23 @@ pub enum Entry {
         watch_key: Bytes,
         part: Part,
     },
+    /// The partition's [`OutputOffsets`] (key [`OUTPUT_OFFSETS_KEY`]).
+    OutputOffsets(OutputOffsets),
 }
 
 /// Decode a record read from the state topic (`value` is `None` for a tombstone) and check
 /// that it is the record its key names: a watch record under `/w` with the same watch key,
 /// chunk `n` under `/s/<n>`.
 pub fn decode_entry(key: &[u8], value: Option<&[u8]>) -> Result<Entry, DecodeError> {
+    if key == OUTPUT_OFFSETS_KEY {
+        return match value.map(Record::decode).transpose()? {
+            Some(Record::OutputOffsets(o)) => Ok(Entry::OutputOffsets(o)),
+            Some(_) => Err(DecodeError::Mismatch(
+                "a watch record or seen chunk under the output-offsets key".into(),
+            )),
+            None => Ok(Entry::OutputOffsets(OutputOffsets::default())),
+        };
+    }
     let (watch_key, part) = parse_state_key(key)?;
     let Some(value) = value else {
         return Ok(Entry::Tombstone {
@@ -330,6 +395,7 @@ pub fn decode_entry(key: &[u8], value: Option<&[u8]>) -> Result<Entry, DecodeErr
         (Part::Seen(_), Record::Watch(_)) => {
             mismatch("a watch record under a seen chunk key".into())
         }
+        (_, Record::OutputOffsets(_)) => mismatch("output offsets under a watch's key".into()),
     }
 }
 
@@ -497,6 +563,7 @@ impl Record {
         let record = match r.u8("record type")? {
             TYPE_WATCH => Record::Watch(WatchRecord::decode_body(&mut r)?),
             TYPE_SEEN_CHUNK => Record::Seen(SeenChunk::decode_body(&mut r)?),
+            TYPE_OUTPUT_OFFSETS => Record::OutputOffsets(OutputOffsets::decode_body(&mut r)?),
             found => return Err(DecodeError::UnknownType { found }),
         };
         r.finish()?;
@@ -507,6 +574,7 @@ impl Record {
         match self {
             Record::Watch(w) => w.encode(),
             Record::Seen(c) => c.encode(),
+            Record::OutputOffsets(o) => o.encode(),
         }
     }
 }
@@ -635,6 +703,37 @@ mod tests {
 
     /// The format is a contract with records already on a broker: these bytes must not
     /// change without a new version number.
+
+    #[test]
+    fn output_offsets_round_trip_under_their_own_key_and_refuse_short_values() {
+        let o = OutputOffsets {
+            offsets: vec![(0, 17), (1, 0), (2, i64::MAX)],
+        };
+        let entry = o.to_entry().unwrap();
+        assert_eq!(entry.key, OUTPUT_OFFSETS_KEY);
+        assert_eq!(entry.value.len(), 6 + 3 * 12);
+        assert_eq!(
+            decode_entry(&entry.key, Some(&entry.value)),
+            Ok(Entry::OutputOffsets(o))
+        );
+        // A count the bytes cannot hold is refused, not trusted.
+        let mut v = entry.value.clone();
+        v[2..6].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            Record::decode(&v),
+            Err(DecodeError::Truncated {
+                field: "offsets",
+                ..
+            })
+        ));
+        // Offsets under a watch's key are not taken for a watch.
+        let key = state_key(b"w", Part::Watch);
+        assert!(matches!(
+            decode_entry(&key, Some(&entry.value)),
+            Err(DecodeError::Mismatch(_))
+        ));
+    }
+
     #[test]
     fn the_encodings_are_pinned() {
         assert_eq!(

@@ -94,8 +94,8 @@ pub mod snapshot;
 
 pub use chunks::{RestoreError, SeenJournal, DEFAULT_CHUNK_HASHES};
 pub use codec::{
-    decode_entry, parse_state_key, state_key, DecodeError, Entry, Finished, Part, Record,
-    SeenChunk, StateEntry, TooLarge, TooManyHashes, WatchRecord, FORMAT_VERSION,
-    MAX_HASHES_PER_CHUNK, MAX_RECORD_BYTES,
+    decode_entry, parse_state_key, state_key, DecodeError, Entry, Finished, OutputOffsets, Part,
+    Record, SeenChunk, StateEntry, TooLarge, TooManyHashes, WatchRecord, FORMAT_VERSION,
+    MAX_HASHES_PER_CHUNK, MAX_RECORD_BYTES, OUTPUT_OFFSETS_KEY,
 };
 pub use snapshot::Registration;

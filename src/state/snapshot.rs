@@ -50,9 +50,26 @@ impl WatchRecord {
         next_poll: Millis,
         seen_chunks: u32,
     ) -> Self {
-        let p = watch.progress();
+        Self::from_progress(
+            watch.key().clone(),
+            input,
+            watch.progress(),
+            next_poll,
+            seen_chunks,
+        )
+    }
+
+    /// The record of the live watch `watch_key` with progress `p` (as the engine's
+    /// checkpoints report it).
+    pub fn from_progress(
+        watch_key: Bytes,
+        input: &Registration,
+        p: Progress,
+        next_poll: Millis,
+        seen_chunks: u32,
+    ) -> Self {
         Self {
-            watch_key: watch.key().clone(),
+            watch_key,
             input_key: input.key.clone(),
             input_value: input.value.clone(),
             input_time: input.time,
@@ -183,7 +200,7 @@ mod tests {
             match decode_entry(k, Some(v)).unwrap() {
                 Entry::Watch(r) => back = Some(r),
                 Entry::Seen { chunk, .. } => chunks.push(chunk),
-                Entry::Tombstone { .. } => unreachable!(),
+                Entry::Tombstone { .. } | Entry::OutputOffsets(_) => unreachable!(),
             }
         }
         let back = back.unwrap();

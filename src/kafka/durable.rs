@@ -1,0 +1,388 @@
+//! What one input partition's watches have on the state topic, what they do not have yet,
+//! and the records a checkpoint writes to close the gap. Pure bookkeeping: the partition
+//! task feeds it engine events and delivery reports, and produces the records it returns
+//! (the format is [`crate::state`]'s).
+//!
+//! # The rules it keeps
+//!
+//! - **A hash is written only once its output is acknowledged** by the output topic; an
+//!   output that never got there is not in the seen set a restore rebuilds, so the restored
+//!   watch emits it again on its next poll.
+//! - **Outputs acknowledged since the last checkpoint are found by reading back.** Each
+//!   checkpoint ends with an [`OutputOffsets`] record: per output partition, the offset
+//!   after the last output of this partition's watches that the checkpoint's seen chunks
+//!   already cover. A recovery reads the output topic from there to its end and takes the
+//!   outputs whose `watchbridge-input-partition` header names this partition. Offsets are
+//!   assigned in send order per partition (idempotent producer), so an output acknowledged
+//!   later, or never acknowledged but written, lies above them.
+//! - **An input is committed once its watch is durable**: the watch's first record carries
+//!   the input's offset, and the task commits past it when the record is acknowledged.
+//! - **A finished watch is written as finished only once its last outputs are
+//!   acknowledged**, so that a crash before then restores it as live (it polls again and
+//!   emits what did not arrive), then its seen chunks are deleted; the finished record
+//!   stays for [`WATCHBRIDGE_FINISHED_RETENTION`](crate::config) so a re-delivered input does
+//!   not start the watch again, and is deleted after.
+//! - **One checkpoint in flight at a time** (the task waits for a checkpoint's records to be
+//!   acknowledged before the next), so an [`OutputOffsets`] record never overtakes the
+//!   chunks it vouches for through a retried delivery.
+
+use super::records::OutRecord;
+use crate::clock::Millis;
+use crate::reason::TerminatedReason;
+use crate::seen::OutputHash;
+use crate::state::{
+    state_key, Finished, OutputOffsets, Part, Registration, SeenJournal, StateEntry, WatchRecord,
+};
+use crate::watch::Progress;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A live watch as the state topic knows it, and what it does not know yet.
+#[derive(Debug)]
+struct LiveWatch {
+    registration: Registration,
+    journal: SeenJournal,
+    progress: Progress,
+    next_poll: Millis,
+    /// Outputs handed to the producer, neither acknowledged nor given up yet.
+    in_flight: u32,
+    /// Changed since its record was last written.
+    dirty: bool,
+    /// The input offset whose commit waits for this watch's first record (taken when that
+    /// record is written).
+    origin: Option<i64>,
+    /// Ended, waiting for its outputs in flight before it is written as finished.
+    ending: Option<Finished>,
+}
+
+/// A state record to produce, and the input offset its acknowledgement lets commit.
+/// `record` is `None` for a watch too large to save (see [`DurableState::write`]): its
+/// origin is released at once.
+#[derive(Debug)]
+pub struct StateWrite {
+    pub record: Option<OutRecord>,
+    pub origin: Option<i64>,
+}
+
+/// The durable state of one input partition's watches.
+#[derive(Debug)]
+pub struct DurableState {
+    topic: Arc<str>,
+    partition: i32,
+    retention_ms: Millis,
+    live: HashMap<Bytes, LiveWatch>,
+    /// Finished watches whose record is on the topic → when they finished.
+    finished: HashMap<Bytes, Millis>,
+    /// Per output partition: the offset the last written [`OutputOffsets`] says.
+    written: Vec<i64>,
+    /// Per output partition: the offset after the last output of this partition's watches
+    /// that is acknowledged (or found by the recovery's read-back).
+    covered: Vec<i64>,
+    /// Outputs the read-back found for watches with no live record (their first record was
+    /// never written; their input comes again, uncommitted), until that input arrives.
+    preseen: HashMap<Bytes, Vec<OutputHash>>,
+}
+
+impl DurableState {
+    /// The state recovered for `partition`: `written` is the [`OutputOffsets`] on the topic
+    /// (one per output partition), `covered` where the read-back stopped.
+    pub fn new(
+        topic: Arc<str>,
+        partition: i32,
+        retention_ms: Millis,
+        written: Vec<i64>,
+        covered: Vec<i64>,
+    ) -> Self {
+        Self {
+            topic,
+            partition,
+            retention_ms,
+            live: HashMap::new(),
+            finished: HashMap::new(),
+            written,
+            covered,
+            preseen: HashMap::new(),
+        }
+    }
+
+    /// A watch the recovery restored (on the topic already). `dirty` if the read-back found
+    /// outputs its chunks do not list (added to `journal` by the caller).
+    pub fn restored(
+        &mut self,
+        key: Bytes,
+        registration: Registration,
+        journal: SeenJournal,
+        progress: Progress,
+        next_poll: Millis,
+    ) {
+        let dirty = journal.pending() > 0;
+        self.live.insert(
+            key,
+            LiveWatch {
+                registration,
+                journal,
+                progress,
+                next_poll,
+                in_flight: 0,
+                dirty,
+                origin: None,
+                ending: None,
+            },
+        );
+    }
+
+    /// A finished watch's record found by the recovery.
+    pub fn finished_on_topic(&mut self, key: Bytes, at: Millis) {
+        self.finished.insert(key, at);
+    }
+
+    /// Outputs the read-back found for a watch with no live record.
+    pub fn preseen(&mut self, key: Bytes, hashes: Vec<OutputHash>) {
+        self.preseen.insert(key, hashes);
+    }
+
+    /// The outputs found for `key`'s earlier run, if any: its input came again.
+    pub fn take_preseen(&mut self, key: &[u8]) -> Option<Vec<OutputHash>> {
+        self.preseen.remove(key)
+    }
+
+    /// Forget the outputs found for watches whose input did not come again (every
+    /// uncommitted input has been read). Returns how many were forgotten.
+    pub fn forget_preseen(&mut self) -> usize {
+        let n = self.preseen.len();
+        self.preseen.clear();
+        n
+    }
+
+    /// Whether `key` finished within the retention: its input must not start it again.
+    pub fn is_finished(&self, key: &[u8]) -> bool {
+        self.finished.contains_key(key)
+    }
+
+    pub fn live(&self) -> usize {
+        self.live.len()
+    }
+
+    /// A watch started from the input at `origin`; `seen` are outputs it already had on the
+    /// output topic (from the read-back), acknowledged and so to be written.
+    pub fn started(
+        &mut self,
+        key: Bytes,
+        registration: Registration,
+        progress: Progress,
+        next_poll: Millis,
+        origin: i64,
+        seen: &[OutputHash],
+    ) {
+        let mut journal = SeenJournal::new();
+        for &hash in seen {
+            journal.add(hash);
+        }
+        self.live.insert(
+            key,
+            LiveWatch {
+                registration,
+                journal,
+                progress,
+                next_poll,
+                in_flight: 0,
+                dirty: true,
+                origin: Some(origin),
+                ending: None,
+            },
+        );
+    }
+
+    /// An output of `key`'s watch was handed to the producer.
+    pub fn output_sent(&mut self, key: &[u8]) {
+        if let Some(w) = self.live.get_mut(key) {
+            w.in_flight += 1;
+        }
+    }
+
+    /// The output topic acknowledged an output of `key`'s watch at `offset` of `partition`.
+    pub fn output_acknowledged(
+        &mut self,
+        key: &[u8],
+        hash: OutputHash,
+        partition: i32,
+        offset: i64,
+    ) {
+        if let Some(w) = self.live.get_mut(key) {
+            w.in_flight = w.in_flight.saturating_sub(1);
+            w.journal.add(hash);
+            w.dirty = true;
+        }
+        if let Some(c) = usize::try_from(partition)
+            .ok()
+            .and_then(|p| self.covered.get_mut(p))
+        {
+            *c = (*c).max(offset + 1);
+        }
+    }
+
+    /// An output of `key`'s watch will not reach the output topic (it was dead-lettered or
+    /// lost): not in its seen chunks, so a restored watch would emit it again.
+    pub fn output_given_up(&mut self, key: &[u8]) {
+        if let Some(w) = self.live.get_mut(key) {
+            w.in_flight = w.in_flight.saturating_sub(1);
+        }
+    }
+
+    /// Where a live watch stands after a poll.
+    pub fn checkpoint(&mut self, key: &[u8], progress: Progress, next_poll: Millis) {
+        if let Some(w) = self.live.get_mut(key) {
+            w.progress = progress;
+            w.next_poll = next_poll;
+            w.dirty = true;
+        }
+    }
+
+    /// `key`'s watch ended at `at`.
+    pub fn terminated(&mut self, key: &[u8], at: Millis, reason: &TerminatedReason) {
+        if let Some(w) = self.live.get_mut(key) {
+            w.ending = Some(Finished::new(at, reason));
+        }
+    }
+
+    /// The records of one checkpoint at `now`, in the order they must be written: per
+    /// changed watch its new chunks then its record (or, once ended and delivered, its
+    /// finished record then tombstones for its chunks), tombstones for finished records
+    /// past the retention, and last the output offsets the written chunks vouch for.
+    /// Empty when nothing changed.
+    pub fn checkpoint_records(&mut self, now: Millis) -> Vec<StateWrite> {
+        let to = self.target();
+        let mut writes = Vec::new();
+        let mut ended = Vec::new();
+        for (key, w) in self.live.iter_mut() {
+            let done = w.ending.is_some() && w.in_flight == 0;
+            if !(w.dirty || done) {
+                continue;
+            }
+            let origin = w.origin.take();
+            if done {
+                let chunks = w.journal.chunks();
+                let mut record = WatchRecord::from_progress(
+                    key.clone(),
+                    &w.registration,
+                    w.progress,
+                    w.next_poll,
+                    0,
+                );
+                record.finished = w.ending.take();
+                writes.push(to.write(record.to_entry(), origin));
+                for n in 0..chunks {
+                    let key = state_key(key, Part::Seen(n));
+                    writes.push(to.tombstone(key));
+                }
+                ended.push((key.clone(), now));
+                continue;
+            }
+            for chunk in w.journal.checkpoint() {
+                writes.push(to.write(chunk.to_entry(key), None));
+            }
+            let record = WatchRecord::from_progress(
+                key.clone(),
+                &w.registration,
+                w.progress,
+                w.next_poll,
+                w.journal.chunks(),
+            );
+            writes.push(to.write(record.to_entry(), origin));
+            w.dirty = false;
+        }
+        for (key, at) in ended {
+            self.live.remove(&key);
+            self.finished.insert(key, at);
+        }
+        let retention = self.retention_ms;
+        let expired: Vec<Bytes> = self
+            .finished
+            .iter()
+            .filter(|(_, &at)| now.saturating_sub(at) >= retention)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in expired {
+            self.finished.remove(&key);
+            let key = state_key(&key, Part::Watch);
+            writes.push(to.tombstone(key));
+        }
+        // Outputs found by the read-back for watches not started again yet are in no chunk:
+        // until they are, the offsets may not pass them.
+        if self.preseen.is_empty() && self.covered != self.written {
+            self.written.clone_from(&self.covered);
+            let offsets = OutputOffsets {
+                offsets: (0..).zip(self.written.iter().copied()).collect(),
+            };
+            writes.push(to.write(offsets.to_entry(), None));
+        }
+        writes
+    }
+
+    /// The [`OutputOffsets`] record as it stands (written first by a partition that has
+    /// none, before any output).
+    pub fn offsets_record(&self) -> StateWrite {
+        let offsets = OutputOffsets {
+            offsets: (0..).zip(self.written.iter().copied()).collect(),
+        };
+        self.target().write(offsets.to_entry(), None)
+    }
+
+    /// Deletes of these state keys.
+    pub fn tombstones(&self, keys: Vec<Vec<u8>>) -> Vec<StateWrite> {
+        let to = self.target();
+        keys.into_iter().map(|k| to.tombstone(k)).collect()
+    }
+
+    fn target(&self) -> Target {
+        Target {
+            topic: self.topic.clone(),
+            partition: self.partition,
+        }
+    }
+}
+
+/// The state partition records are written to.
+struct Target {
+    topic: Arc<str>,
+    partition: i32,
+}
+
+impl Target {
+    fn tombstone(&self, key: Vec<u8>) -> StateWrite {
+        StateWrite {
+            record: Some(OutRecord::state(&self.topic, self.partition, key, None)),
+            origin: None,
+        }
+    }
+
+    /// A record as a state write. The state format refuses records above 1 MB (only a watch
+    /// record whose input value is itself near 1 MB can be); such a watch is not made
+    /// durable (logged), and its input commits as if it were, since nothing can be done
+    /// about it on a later try.
+    fn write(
+        &self,
+        entry: Result<StateEntry, crate::state::TooLarge>,
+        origin: Option<i64>,
+    ) -> StateWrite {
+        match entry {
+            Ok(StateEntry { key, value }) => StateWrite {
+                record: Some(OutRecord::state(
+                    &self.topic,
+                    self.partition,
+                    key,
+                    Some(value),
+                )),
+                origin,
+            },
+            Err(e) => {
+                tracing::error!(partition = self.partition, error = %e, "a watch cannot be saved to the state topic");
+                StateWrite {
+                    record: None,
+                    origin,
+                }
+            }
+        }
+    }
+}

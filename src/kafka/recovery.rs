@@ -1,0 +1,333 @@
+//! Recovery of one input partition when it is assigned, before it polls or reads an input:
+//!
+//! 1. read its state partition to the end, keeping the latest value per key (what
+//!    compaction would keep), and decode it: live watches with their seen chunks, finished
+//!    watches, and the output offsets of the last checkpoint;
+//! 2. read every output partition from those offsets to its end, and take the outputs whose
+//!    `watchbridge-input-partition` header names this partition: outputs acknowledged (or
+//!    written without an acknowledgement) after the last checkpoint;
+//! 3. rebuild each live watch (seen set = its chunks plus what step 2 found; input resolved
+//!    again from the saved input record) as a [`RestoreWatch`] for the engine, and the
+//!    partition's [`DurableState`].
+//!
+//! Steps 1 and 2 are blocking reads on a consumer of their own (no group: nothing is
+//! committed); the partition task runs them on a blocking thread.
+
+use super::durable::DurableState;
+use super::records::{INPUT_PARTITION, OUTPUT_KEY};
+use crate::clock::Millis;
+use crate::engine::RestoreWatch;
+use crate::pollers::Resolve;
+use crate::seen::{hash_key, OutputHash, SeenSet};
+use crate::state::{
+    decode_entry, Entry, OutputOffsets, Part, SeenChunk, SeenJournal, WatchRecord,
+    DEFAULT_CHUNK_HASHES,
+};
+use bytes::Bytes;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long reading one partition to its end may take before the recovery gives up (and
+/// the task tries again).
+const READ_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Where to read from.
+#[derive(Clone)]
+pub struct RecoverySource {
+    pub consumer_config: ClientConfig,
+    pub input_topic: Arc<str>,
+    pub state_topic: Arc<str>,
+    pub output_topic: Arc<str>,
+    pub output_partitions: i32,
+}
+
+/// What the state and output topics say about one input partition.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Live watch records and the seen chunks under their keys.
+    pub live: Vec<(WatchRecord, Vec<SeenChunk>)>,
+    /// Finished watch records (their retention has not been checked).
+    pub finished: Vec<WatchRecord>,
+    /// The last checkpoint's output offsets, if the partition ever had one.
+    pub offsets: Option<OutputOffsets>,
+    /// Outputs found by the read-back, by watch key.
+    pub outputs: HashMap<Bytes, Vec<OutputHash>>,
+    /// Per output partition: where the read-back stopped (its end offset then).
+    pub read_to: Vec<i64>,
+    pub state_records: u64,
+    pub outputs_read: u64,
+    /// State records that did not decode (logged; left in place).
+    pub undecodable: u64,
+    /// Keys of seen chunks with no live watch record (left by a crash while a watch was
+    /// being deleted, or before its first record): to delete.
+    pub orphans: Vec<Vec<u8>>,
+    /// The input partition's end offset when the recovery read it.
+    pub input_end: Option<i64>,
+}
+
+/// Steps 1 and 2, blocking.
+pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
+    let consumer: BaseConsumer = source
+        .consumer_config
+        .clone()
+        // librdkafka wants a group id even for an assigned consumer; nothing is committed.
+        .set("group.id", "watchbridge-recovery")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("fetch.wait.max.ms", "50")
+        .create()
+        .map_err(|e| format!("cannot create the recovery consumer: {e}"))?;
+    let mut found = Found {
+        input_end: consumer
+            .fetch_watermarks(&source.input_topic, partition, Duration::from_secs(15))
+            .ok()
+            .map(|(_, high)| high),
+        ..Found::default()
+    };
+
+    // 1. The state partition: the latest value per key.
+    let mut latest: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
+    read_to_end(
+        &consumer,
+        &source.state_topic,
+        partition,
+        Offset::Beginning,
+        |m| {
+            found.state_records += 1;
+            if let Some(key) = m.key() {
+                latest.insert(key.to_vec(), m.payload().map(<[u8]>::to_vec));
+            }
+        },
+    )?;
+    let mut chunks: HashMap<Bytes, Vec<SeenChunk>> = HashMap::new();
+    for (key, value) in &latest {
+        match decode_entry(key, value.as_deref()) {
+            Ok(Entry::Watch(w)) if w.finished.is_some() => found.finished.push(w),
+            Ok(Entry::Watch(w)) => found.live.push((w, Vec::new())),
+            Ok(Entry::Seen { watch_key, chunk }) => {
+                chunks.entry(watch_key).or_default().push(chunk)
+            }
+            Ok(Entry::OutputOffsets(o)) => found.offsets = Some(o),
+            Ok(Entry::Tombstone { .. }) => {}
+            Err(e) => {
+                found.undecodable += 1;
+                tracing::error!(
+                    partition,
+                    key = %String::from_utf8_lossy(key),
+                    error = %e,
+                    "a state record cannot be read; it is skipped"
+                );
+            }
+        }
+    }
+    for (record, mine) in &mut found.live {
+        *mine = chunks.remove(&record.watch_key).unwrap_or_default();
+    }
+    for (watch_key, orphans) in chunks {
+        found.orphans.extend(
+            orphans
+                .iter()
+                .map(|c| crate::state::state_key(&watch_key, Part::Seen(c.index()))),
+        );
+    }
+
+    // 2. The output topic from the checkpoint's offsets (from the start without one).
+    let offsets: HashMap<i32, i64> = found
+        .offsets
+        .as_ref()
+        .map(|o| o.offsets.iter().copied().collect())
+        .unwrap_or_default();
+    let wanted = partition.to_string();
+    for q in 0..source.output_partitions {
+        let from = offsets
+            .get(&q)
+            .map_or(Offset::Beginning, |&o| Offset::Offset(o));
+        let end = read_to_end(&consumer, &source.output_topic, q, from, |m| {
+            found.outputs_read += 1;
+            let Some(headers) = m.headers() else { return };
+            let header = |name: &str| headers.iter().find(|h| h.key == name).and_then(|h| h.value);
+            if header(INPUT_PARTITION) != Some(wanted.as_bytes()) {
+                return;
+            }
+            if let (Some(watch), Some(output)) = (m.key(), header(OUTPUT_KEY)) {
+                found
+                    .outputs
+                    .entry(Bytes::copy_from_slice(watch))
+                    .or_default()
+                    .push(hash_key(output));
+            }
+        })?;
+        found.read_to.push(end);
+    }
+    Ok(found)
+}
+
+/// Read `topic`/`partition` from `from` up to the end offset it has now; returns that end.
+fn read_to_end(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    from: Offset,
+    mut each: impl FnMut(&BorrowedMessage<'_>),
+) -> Result<i64, String> {
+    let timeout = Duration::from_secs(15);
+    let (low, end) = consumer
+        .fetch_watermarks(topic, partition, timeout)
+        .map_err(|e| format!("cannot read the end offset of {topic}/{partition}: {e}"))?;
+    let start = match from {
+        Offset::Offset(o) => o.max(low),
+        _ => low,
+    };
+    if start >= end {
+        return Ok(end);
+    }
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(start))
+        .and_then(|_| consumer.assign(&tpl))
+        .map_err(|e| format!("cannot read {topic}/{partition}: {e}"))?;
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "reading {topic}/{partition} to offset {end} took longer than {READ_TIMEOUT:?}"
+            ));
+        }
+        match consumer.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Err(e)) => tracing::debug!(topic, partition, error = %e, "recovery read"),
+            Some(Ok(m)) => {
+                each(&m);
+                if m.offset() + 1 >= end {
+                    break;
+                }
+            }
+        }
+    }
+    consumer
+        .unassign()
+        .map_err(|e| format!("cannot stop reading {topic}/{partition}: {e}"))?;
+    Ok(end)
+}
+
+/// What the task starts from: the engine's restores and the partition's durable state.
+pub struct Plan<I> {
+    pub restores: Vec<RestoreWatch<I>>,
+    pub state: DurableState,
+    /// Whether the partition has no output offsets on the topic yet (the task writes them
+    /// before anything else).
+    pub first_time: bool,
+    /// State records to delete now: chunks of finished or missing watches, finished records
+    /// past the retention.
+    pub tombstones: Vec<Vec<u8>>,
+}
+
+/// Step 3: rebuild the watches of `partition` from what was found at `now`.
+pub fn plan<P: Resolve>(
+    found: Found,
+    poller: &P,
+    state_topic: Arc<str>,
+    partition: i32,
+    retention_ms: Millis,
+    now: Millis,
+) -> Plan<P::Input> {
+    let Found {
+        live,
+        finished,
+        offsets,
+        mut outputs,
+        read_to,
+        orphans,
+        ..
+    } = found;
+    let first_time = offsets.is_none();
+    let written: Vec<i64> = match &offsets {
+        Some(o) => {
+            let by_partition: HashMap<i32, i64> = o.offsets.iter().copied().collect();
+            (0..read_to.len() as i32)
+                .map(|q| by_partition.get(&q).copied().unwrap_or(0))
+                .collect()
+        }
+        None => read_to.clone(),
+    };
+    let mut state = DurableState::new(state_topic, partition, retention_ms, written, read_to);
+    let mut tombstones = orphans;
+    for record in finished {
+        let at = record.finished.as_ref().map_or(now, |f| f.at);
+        outputs.remove(&record.watch_key);
+        if now.saturating_sub(at) >= retention_ms {
+            tombstones.push(crate::state::state_key(&record.watch_key, Part::Watch));
+        } else {
+            state.finished_on_topic(record.watch_key, at);
+        }
+    }
+    let mut restores = Vec::new();
+    for (record, chunks) in live {
+        let key = record.watch_key.clone();
+        let listed = record.seen_chunks;
+        let chunk_count = chunks.len() as u32;
+        let (mut seen, mut journal) =
+            match SeenJournal::restore(chunks.clone(), listed, DEFAULT_CHUNK_HASHES) {
+                Ok(restored) => restored,
+                Err(e) => {
+                    // Keep every hash found: the chunks are rewritten at the next checkpoint.
+                    tracing::error!(partition, key = %String::from_utf8_lossy(&key), error = %e,
+                        "a watch's seen chunks are inconsistent; restoring the hashes found");
+                    let mut journal = SeenJournal::new();
+                    let hashes: Vec<OutputHash> = chunks
+                        .into_iter()
+                        .flat_map(SeenChunk::into_hashes)
+                        .collect();
+                    for &h in &hashes {
+                        journal.add(h);
+                    }
+                    for n in 0..chunk_count.max(listed) {
+                        tombstones.push(crate::state::state_key(&key, Part::Seen(n)));
+                    }
+                    (SeenSet::from_hashes(hashes), journal)
+                }
+            };
+        for h in outputs.remove(&key).unwrap_or_default() {
+            if seen.insert(h) {
+                journal.add(h);
+            }
+        }
+        let input = match serde_json::from_slice(&record.input_value)
+            .map_err(|e| e.to_string())
+            .and_then(|value| poller.resolve(&value, &key).map_err(|e| e.to_string()))
+        {
+            Ok(input) => input,
+            Err(e) => {
+                tracing::error!(partition, key = %String::from_utf8_lossy(&key), error = %e,
+                    "a saved watch's input no longer resolves (was the poller changed?); it is not restored");
+                continue;
+            }
+        };
+        state.restored(
+            key.clone(),
+            record.registration(),
+            journal,
+            record.progress(),
+            record.next_poll,
+        );
+        restores.push(RestoreWatch {
+            key,
+            input: Arc::new(input),
+            progress: record.progress(),
+            seen,
+            next_poll: record.next_poll,
+        });
+    }
+    for (key, hashes) in outputs {
+        state.preseen(key, hashes);
+    }
+    Plan {
+        restores,
+        state,
+        first_time,
+        tombstones,
+    }
+}
