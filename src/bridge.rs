@@ -24,7 +24,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, Producer};
 use rdkafka::{ClientConfig, TopicPartitionList};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -114,6 +114,7 @@ pub async fn run_bridge<P: Resolve>(
         .map_err(|e| BridgeError::Start(format!("cannot create the producer: {e}")))?;
     let clock = Clock::system();
     let latest_watermarks = Arc::new(Mutex::new(HashMap::new()));
+    let watermarks_read = Arc::new(AtomicI64::new(0));
     let shared = Arc::new(Shared {
         poller,
         producer: producer.clone(),
@@ -135,11 +136,13 @@ pub async fn run_bridge<P: Resolve>(
             topic: config.watermark_topic.as_str().into(),
             output_partitions: layout.output_partitions,
             latest: latest_watermarks.clone(),
+            read_upto: (config.mode != Mode::Bounded).then(|| watermarks_read.clone()),
         },
         state: StateSettings {
             recovery: RecoverySource {
                 consumer_config: base_config(brokers, config),
                 input_topic: config.input_topic.as_str().into(),
+                watermark_topic: config.watermark_topic.as_str().into(),
                 state_topic: config.state_topic.as_str().into(),
                 output_topic: config.output_topic.as_str().into(),
                 output_partitions: layout.output_partitions,
@@ -178,6 +181,7 @@ pub async fn run_bridge<P: Resolve>(
             metrics: metrics.clone(),
             clock,
             latest: latest_watermarks,
+            read_upto: watermarks_read,
         };
         let stop_merged = stop_merged.clone();
         tokio::spawn(async move {

@@ -32,6 +32,10 @@ pub struct MergedPublisher {
     pub clock: Clock,
     /// Shared with the partition tasks: the latest value of each partition on the topic.
     pub latest: Arc<std::sync::Mutex<std::collections::HashMap<i32, crate::clock::Millis>>>,
+    /// The offset after the last watermark record read: a partition task taking a partition
+    /// over waits until this passes the topic's end at its recovery, so that its floor is
+    /// the last value the previous owner published.
+    pub read_upto: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl MergedPublisher {
@@ -74,6 +78,7 @@ impl MergedPublisher {
                 () = &mut stop => return,
                 message = consumer.recv() => match message {
                     Ok(m) => {
+                        self.read_upto.fetch_max(m.offset() + 1, Ordering::SeqCst);
                         let Ok(WatermarkMessage::Partition { topic, partition, watermark_ms, idle }) =
                             WatermarkMessage::parse(m.payload().unwrap_or_default())
                         else {

@@ -95,6 +95,9 @@ pub struct WatermarkSettings {
     /// published it (kept by the merged-watermark reader): a partition taken over from
     /// another instance continues from there instead of starting lower.
     pub latest: Arc<Mutex<HashMap<i32, Millis>>>,
+    /// How far the merged-watermark reader has read the watermark topic (`None` in a
+    /// bounded run, which has no reader and publishes only its final watermark).
+    pub read_upto: Option<Arc<std::sync::atomic::AtomicI64>>,
 }
 
 /// In a bounded run, the offsets a partition task reads: from `start` up to `end` (the end
@@ -358,6 +361,7 @@ impl<P: Resolve> PartitionTask<P> {
         let (state_records, outputs_read, undecodable) =
             (found.state_records, found.outputs_read, found.undecodable);
         self.recovery_input_end = found.input_end;
+        let watermark_end = found.watermark_end;
         let outputs_found: usize = found.outputs.values().map(Vec::len).sum();
         let finished = found.finished.len();
         let plan = recovery::plan(
@@ -380,6 +384,18 @@ impl<P: Resolve> PartitionTask<P> {
             self.starting.push_back(Starting::Recovered);
             if !self.send_command(Command::Restore(Box::new(restore))).await {
                 break;
+            }
+        }
+        if let (Some(end), Some(read)) = (watermark_end, &self.shared.watermarks.read_upto) {
+            // The floor must be the previous owner's last value before this partition
+            // publishes one, or its watermark could go back.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while read.load(std::sync::atomic::Ordering::SeqCst) < end {
+                if tokio::time::Instant::now() > deadline {
+                    tracing::warn!(partition = self.partition, "the watermark topic was not read back in 30 s; publishing without the previous owner's last value");
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
         PartitionRecovered {

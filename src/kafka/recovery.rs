@@ -40,6 +40,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(300);
 pub struct RecoverySource {
     pub consumer_config: ClientConfig,
     pub input_topic: Arc<str>,
+    pub watermark_topic: Arc<str>,
     pub state_topic: Arc<str>,
     pub output_topic: Arc<str>,
     pub output_partitions: i32,
@@ -67,6 +68,9 @@ pub struct Found {
     pub orphans: Vec<Vec<u8>>,
     /// The input partition's end offset when the recovery read it.
     pub input_end: Option<i64>,
+    /// The watermark topic's end offset then: the partition's last published watermark is
+    /// below it (the task waits until the watermark reader has read that far).
+    pub watermark_end: Option<i64>,
 }
 
 /// Steps 1 and 2, blocking.
@@ -84,6 +88,10 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
     let mut found = Found {
         input_end: consumer
             .fetch_watermarks(&source.input_topic, partition, Duration::from_secs(15))
+            .ok()
+            .map(|(_, high)| high),
+        watermark_end: consumer
+            .fetch_watermarks(&source.watermark_topic, 0, Duration::from_secs(15))
             .ok()
             .map(|(_, high)| high),
         ..Found::default()
