@@ -386,3 +386,201 @@ impl Target {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::seen::hash_key;
+    use crate::state::{decode_entry, Entry};
+
+    const T0: Millis = 1_700_000_000_000;
+
+    fn state() -> DurableState {
+        DurableState::new("st".into(), 2, 60_000, vec![0, 0], vec![5, 7])
+    }
+
+    fn registration() -> Registration {
+        Registration {
+            key: Some(Bytes::from_static(b"u1")),
+            value: Bytes::from_static(br#"{"id":1}"#),
+            time: T0,
+        }
+    }
+
+    /// The writes as (decoded entry or None for a tombstone of a watch part, origin).
+    fn decoded(writes: &[StateWrite]) -> Vec<(Entry, Option<i64>)> {
+        writes
+            .iter()
+            .map(|w| {
+                let r = w.record.as_ref().unwrap();
+                assert_eq!(r.partition, Some(2), "state partition = input partition");
+                let entry = decode_entry(r.key.as_deref().unwrap(), r.value.as_deref()).unwrap();
+                (entry, w.origin)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_new_watch_is_written_once_with_its_origin_then_only_when_it_changes() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        s.started(
+            key.clone(),
+            registration(),
+            Progress::at_start(T0, T0),
+            T0,
+            41,
+            &[],
+        );
+        let first = decoded(&s.checkpoint_records(T0));
+        // Its record (listing no chunk), carrying the input offset, then the offsets the
+        // read-back had reached.
+        assert!(
+            matches!(&first[0], (Entry::Watch(w), Some(41)) if w.seen_chunks == 0 && w.finished.is_none())
+        );
+        assert!(
+            matches!(&first[1], (Entry::OutputOffsets(o), None) if o.offsets == vec![(0, 5), (1, 7)])
+        );
+        assert_eq!(first.len(), 2);
+        assert!(s.checkpoint_records(T0).is_empty(), "nothing changed");
+    }
+
+    #[test]
+    fn hashes_are_written_only_once_acknowledged_and_chunks_precede_their_record_and_offsets() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        s.started(
+            key.clone(),
+            registration(),
+            Progress::at_start(T0, T0),
+            T0,
+            0,
+            &[],
+        );
+        s.checkpoint_records(T0);
+        s.output_sent(&key);
+        s.output_sent(&key);
+        s.checkpoint(&key, Progress::at_start(T0, T0), T0 + 1000);
+        let w = decoded(&s.checkpoint_records(T0 + 1));
+        // Progress changed, no output acknowledged yet: the record only, no chunk, offsets
+        // unchanged.
+        assert_eq!(w.len(), 1);
+        assert!(
+            matches!(&w[0], (Entry::Watch(r), None) if r.seen_chunks == 0 && r.next_poll == T0 + 1000)
+        );
+
+        s.output_acknowledged(&key, hash_key(b"e1"), 1, 30);
+        let w = decoded(&s.checkpoint_records(T0 + 2));
+        assert_eq!(w.len(), 3, "{w:?}");
+        match &w[0].0 {
+            Entry::Seen { chunk, .. } => assert_eq!(chunk.hashes(), &[hash_key(b"e1")]),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(&w[1].0, Entry::Watch(r) if r.seen_chunks == 1));
+        assert!(matches!(&w[2].0, Entry::OutputOffsets(o) if o.offsets == vec![(0, 5), (1, 31)]));
+    }
+
+    #[test]
+    fn a_finished_watch_waits_for_its_outputs_then_is_kept_for_the_retention_and_deleted() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        s.started(
+            key.clone(),
+            registration(),
+            Progress::at_start(T0, T0),
+            T0,
+            0,
+            &[],
+        );
+        s.output_sent(&key);
+        s.output_acknowledged(&key, hash_key(b"e1"), 0, 5);
+        s.checkpoint_records(T0);
+        s.output_sent(&key);
+        s.terminated(&key, T0 + 10, &TerminatedReason::Final);
+        // Its last output is in flight: still live, nothing to say yet.
+        assert!(s.checkpoint_records(T0 + 11).is_empty());
+        assert!(!s.is_finished(&key));
+        s.output_acknowledged(&key, hash_key(b"e2"), 0, 6);
+        let w = decoded(&s.checkpoint_records(T0 + 12));
+        assert!(
+            matches!(&w[0].0, Entry::Watch(r) if r.finished.as_ref().is_some_and(|f| f.reason == "final") && r.seen_chunks == 0),
+            "{w:?}"
+        );
+        assert!(matches!(
+            &w[1].0,
+            Entry::Tombstone {
+                part: Part::Seen(0),
+                ..
+            }
+        ));
+        assert!(matches!(&w[2].0, Entry::OutputOffsets(o) if o.offsets[0] == (0, 7)));
+        assert!(s.is_finished(&key));
+        assert_eq!(s.live(), 0);
+        // Within the retention it stays; after, its record is deleted.
+        assert!(s.checkpoint_records(T0 + 12 + 59_999).is_empty());
+        let w = decoded(&s.checkpoint_records(T0 + 12 + 60_000));
+        assert!(matches!(
+            &w[0].0,
+            Entry::Tombstone {
+                part: Part::Watch,
+                ..
+            }
+        ));
+        assert!(!s.is_finished(&key));
+    }
+
+    #[test]
+    fn outputs_found_for_a_watch_not_started_again_pin_the_offsets_until_it_is() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u9");
+        s.preseen(key.clone(), vec![hash_key(b"e1")]);
+        let other = Bytes::from_static(b"u1");
+        s.started(
+            other.clone(),
+            registration(),
+            Progress::at_start(T0, T0),
+            T0,
+            3,
+            &[],
+        );
+        let w = decoded(&s.checkpoint_records(T0));
+        assert_eq!(w.len(), 1, "no offsets past outputs in no chunk: {w:?}");
+        // Its input comes again: it starts knowing the output, which is written.
+        let seen = s.take_preseen(&key).unwrap();
+        s.started(
+            key.clone(),
+            registration(),
+            Progress::at_start(T0, T0),
+            T0,
+            4,
+            &seen,
+        );
+        let w = decoded(&s.checkpoint_records(T0));
+        assert!(
+            matches!(&w[0].0, Entry::Seen { chunk, .. } if chunk.hashes() == [hash_key(b"e1")])
+        );
+        assert!(matches!(&w[1], (Entry::Watch(_), Some(4))));
+        assert!(matches!(&w[2].0, Entry::OutputOffsets(_)));
+    }
+
+    #[test]
+    fn an_output_given_up_is_not_recorded_and_does_not_hold_the_ending() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        s.started(
+            key.clone(),
+            registration(),
+            Progress::at_start(T0, T0),
+            T0,
+            0,
+            &[],
+        );
+        s.checkpoint_records(T0);
+        s.output_sent(&key);
+        s.terminated(&key, T0 + 1, &TerminatedReason::Final);
+        s.output_given_up(&key);
+        let w = decoded(&s.checkpoint_records(T0 + 2));
+        assert!(matches!(&w[0].0, Entry::Watch(r) if r.finished.is_some()));
+        assert_eq!(w.len(), 1, "no chunk was written, none to delete: {w:?}");
+    }
+}
