@@ -447,3 +447,83 @@ async fn the_readme_walkthrough_feeds_and_reads_with_the_bundled_clients() {
     );
     assert!(lines[1].contains(r#""id":"u4-b""#), "{printed}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_finished_watch_is_not_started_again_by_its_input_until_the_retention_passes() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("finished", 1).await;
+    let mut bridge = Bridge::start(&s.env(&server));
+    produce_user(&s.input, 1).await;
+    wait_for_outputs(&s.output, 2, Duration::from_secs(60)).await;
+    // The same input again, to this bridge and, after a restart, to the next one: the
+    // finished watch is remembered (in memory, then from the state topic).
+    produce_user(&s.input, 1).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(bridge.terminate().0, Some(0));
+    let mut env = s.env(&server);
+    let mut bridge = Bridge::start(&env);
+    bridge.wait_for_log("partition state restored", Duration::from_secs(30));
+    produce_user(&s.input, 1).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let outputs = wait_for_outputs(&s.output, 2, Duration::from_secs(10)).await;
+    assert_eq!(
+        outputs.len(),
+        2,
+        "a finished watch ran again\n{}",
+        bridge.log()
+    );
+    assert!(bridge.log().contains("finished=1"), "{}", bridge.log());
+    // (A SIGKILLed member would stall Tansu's group until its session timed out.)
+    assert_eq!(bridge.terminate().0, Some(0));
+
+    // With a retention of 1 s, the finished record is deleted, and the input starts the
+    // watch anew (its outputs come again: that is what the retention bounds).
+    env.push(("WATCHBRIDGE_FINISHED_RETENTION", "1s".into()));
+    let bridge = Bridge::start(&env);
+    bridge.wait_for_log("partition state restored", Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    produce_user(&s.input, 1).await;
+    let outputs = wait_for_outputs(&s.output, 4, Duration::from_secs(60)).await;
+    assert_eq!(outputs.len(), 4, "{}", bridge.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_state_topic_with_another_partition_count_is_refused_naming_its_variable() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("statecount", 2).await;
+    let state = format!("{}.state", s.group);
+    broker().create_topic(&state, 1).await;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("WATCHBRIDGE_") || name.starts_with("KAFKA_") {
+            command.env_remove(name);
+        }
+    }
+    let mut child = command
+        .env("WATCHBRIDGE_BROKERS", broker().bootstrap())
+        .envs(s.env(&server).iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bridge did not refuse to start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("WATCHBRIDGE_STATE_TOPIC")
+            && stderr.contains(&state)
+            && stderr.contains("has 1 partition(s), but the input topic has 2"),
+        "{stderr}"
+    );
+}
