@@ -1,8 +1,8 @@
 //! Durable watch state: what the state topic holds, and how a watch becomes records and back.
 //!
-//! This is the storage design of the durable-state issue (issue 6), as pure code: bytes in,
-//! values out, no I/O. Producing these records, reading them back on assignment, and the
-//! order of writes described below are the bridge's part, built on top.
+//! The storage format, as pure code: bytes in, values out, no I/O. The bridge writes these
+//! records from `kafka/durable.rs` (checkpoints) and reads them back in `kafka/recovery.rs`
+//! (on assignment), keeping the order of writes described below.
 //!
 //! # The state topic
 //!
@@ -15,6 +15,7 @@
 //! |------------------------------|-------------------------------|-------------------------------|
 //! | `<len>:<watch key>/w`        | [`WatchRecord`]               | whenever the watch changes    |
 //! | `<len>:<watch key>/s/<n>`    | [`SeenChunk`] `n` (0, 1, ...) | when its hashes are new       |
+//! | `~output-offsets` (one)      | [`OutputOffsets`]             | after a checkpoint's records  |
 //!
 //! ## Keys
 //!
@@ -26,8 +27,8 @@
 //! canonical spelling, so each pair also has exactly one key — compaction needs that, as two
 //! spellings of one record would never replace each other. A text watch key stays readable
 //! in a console consumer (`7:order-1/s/0`). Keys that do not start with an ASCII digit are
-//! reserved for records that are not per watch (such as the output-offset checkpoints the
-//! issue calls for).
+//! reserved for records that are not per watch: [`OUTPUT_OFFSETS_KEY`], where a recovery
+//! starts reading the output topic back.
 //!
 //! ## Values
 //!
