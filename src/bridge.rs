@@ -142,6 +142,7 @@ pub async fn run_bridge<P: Resolve>(
             recovery: RecoverySource {
                 consumer_config: base_config(brokers, config),
                 input_topic: config.input_topic.as_str().into(),
+                group_id: config.group_id.clone(),
                 watermark_topic: config.watermark_topic.as_str().into(),
                 state_topic: config.state_topic.as_str().into(),
                 output_topic: config.output_topic.as_str().into(),

@@ -358,6 +358,10 @@ impl<P: Resolve> PartitionTask<P> {
                 return false;
             }
         };
+        if self.inputs.is_closed() {
+            // Revoked while reading: the partition is someone else's now; start nothing.
+            return false;
+        }
         let (state_records, outputs_read, undecodable) =
             (found.state_records, found.outputs_read, found.undecodable);
         self.recovery_input_end = found.input_end;
@@ -373,6 +377,9 @@ impl<P: Resolve> PartitionTask<P> {
             self.shared.clock.now_ms(),
         );
         self.durable = plan.state;
+        if self.recovery_input_end.is_none() {
+            self.forget_preseen();
+        }
         let mut writes = self.durable.tombstones(plan.tombstones);
         if plan.first_time {
             // Before any output: a later recovery reads the output topic back from here.
@@ -605,15 +612,22 @@ impl<P: Resolve> PartitionTask<P> {
         if self.recovery_input_end.is_some_and(|end| offset + 1 >= end) {
             // Every input not committed before the recovery has been read again.
             self.recovery_input_end = None;
-            let forgotten = self.durable.forget_preseen();
-            if forgotten > 0 {
-                tracing::warn!(
-                    partition = self.partition,
-                    watches = forgotten,
-                    "outputs were found on the output topic for watches whose input did not come \
-                     again; they are not tracked further"
-                );
-            }
+            self.forget_preseen();
+        }
+    }
+
+    /// Outputs found for watches whose input will not come again are not tracked further
+    /// (they hold the output offsets back until forgotten).
+    fn forget_preseen(&mut self) {
+        let forgotten = self.durable.forget_preseen();
+        if forgotten > 0 {
+            tracing::warn!(
+                partition = self.partition,
+                watches = forgotten,
+                "outputs were found on the output topic for watches of this partition that are \
+                 neither saved nor coming again (written by an instance that no longer owned the \
+                 partition?); they are not tracked further"
+            );
         }
     }
 

@@ -40,6 +40,9 @@ const READ_TIMEOUT: Duration = Duration::from_secs(300);
 pub struct RecoverySource {
     pub consumer_config: ClientConfig,
     pub input_topic: Arc<str>,
+    /// The bridge's consumer group: the recovery asks for its committed input offset (it
+    /// never joins the group).
+    pub group_id: String,
     pub watermark_topic: Arc<str>,
     pub state_topic: Arc<str>,
     pub output_topic: Arc<str>,
@@ -66,7 +69,9 @@ pub struct Found {
     /// Keys of seen chunks with no live watch record (left by a crash while a watch was
     /// being deleted, or before its first record): to delete.
     pub orphans: Vec<Vec<u8>>,
-    /// The input partition's end offset when the recovery read it.
+    /// The input partition's end offset when the recovery read it, if inputs after the
+    /// group's committed offset were left to read again (`None`: every input was
+    /// committed, so no input comes again).
     pub input_end: Option<i64>,
     /// The watermark topic's end offset then: the partition's last published watermark is
     /// below it (the task waits until the watermark reader has read that far).
@@ -78,18 +83,15 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
     let consumer: BaseConsumer = source
         .consumer_config
         .clone()
-        // librdkafka wants a group id even for an assigned consumer; nothing is committed.
-        .set("group.id", "watchbridge-recovery")
+        // Assigned, never subscribed: it does not join the group, and commits nothing.
+        .set("group.id", &source.group_id)
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
         .set("fetch.wait.max.ms", "50")
         .create()
         .map_err(|e| format!("cannot create the recovery consumer: {e}"))?;
     let mut found = Found {
-        input_end: consumer
-            .fetch_watermarks(&source.input_topic, partition, Duration::from_secs(15))
-            .ok()
-            .map(|(_, high)| high),
+        input_end: uncommitted_end(&consumer, &source.input_topic, partition),
         watermark_end: consumer
             .fetch_watermarks(&source.watermark_topic, 0, Duration::from_secs(15))
             .ok()
@@ -172,6 +174,24 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         found.read_to.push(end);
     }
     Ok(found)
+}
+
+/// The input partition's end offset, unless the group has committed up to it.
+fn uncommitted_end(consumer: &BaseConsumer, topic: &str, partition: i32) -> Option<i64> {
+    let timeout = Duration::from_secs(15);
+    let (_, end) = consumer.fetch_watermarks(topic, partition, timeout).ok()?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, partition);
+    let committed = consumer.committed_offsets(tpl, timeout).ok().and_then(|c| {
+        match c.find_partition(topic, partition)?.offset() {
+            Offset::Offset(o) => Some(o),
+            _ => None,
+        }
+    });
+    match committed {
+        Some(c) if c >= end => None,
+        _ => Some(end),
+    }
 }
 
 /// Read `topic`/`partition` from `from` up to the end offset it has now; returns that end.
