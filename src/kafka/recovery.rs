@@ -359,3 +359,164 @@ pub fn plan<P: Resolve>(
         tombstones,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::poll::{PollError, PollResult, Poller};
+    use crate::pollers::RenderError;
+    use crate::state::{Finished, OutputOffsets, SeenChunk, WatchRecord};
+    use crate::watch::Progress;
+
+    const T0: Millis = 1_700_000_000_000;
+    const DAY: Millis = 86_400_000;
+
+    /// Resolves `{"id": n}` to `n`; anything else does not resolve.
+    struct Ids;
+
+    impl Poller for Ids {
+        type Input = u64;
+        #[allow(clippy::manual_async_fn)]
+        fn poll(
+            &self,
+            _: Arc<u64>,
+        ) -> impl std::future::Future<Output = Result<PollResult, PollError>> + Send + 'static
+        {
+            async { Ok(PollResult::default()) }
+        }
+    }
+
+    impl Resolve for Ids {
+        fn resolve(&self, value: &serde_json::Value, _: &[u8]) -> Result<u64, RenderError> {
+            value["id"]
+                .as_u64()
+                .ok_or_else(|| RenderError::Missing("/id".into()))
+        }
+    }
+
+    fn record(key: &str, value: &str, chunks: u32, finished: Option<Millis>) -> WatchRecord {
+        let p = Progress::at_start(T0, T0);
+        WatchRecord {
+            watch_key: Bytes::copy_from_slice(key.as_bytes()),
+            input_key: Some(Bytes::copy_from_slice(key.as_bytes())),
+            input_value: Bytes::copy_from_slice(value.as_bytes()),
+            input_time: T0,
+            arrived: p.arrived,
+            last_new: p.last_new,
+            polls: 3,
+            hold: T0,
+            next_poll: T0 + 10_000,
+            empty_streak: 0,
+            failures: 0,
+            seen_chunks: chunks,
+            finished: finished.map(|at| Finished {
+                at,
+                reason: "final".into(),
+            }),
+        }
+    }
+
+    fn h(s: &str) -> OutputHash {
+        hash_key(s.as_bytes())
+    }
+
+    #[test]
+    fn a_plan_restores_live_watches_with_their_chunks_plus_the_outputs_read_back() {
+        let found = Found {
+            live: vec![
+                (
+                    record("a", r#"{"id":1}"#, 1, None),
+                    vec![SeenChunk::new(0, vec![h("a1"), h("a2")]).unwrap()],
+                ),
+                // Chunk 1 listed but missing: restored from what is there, rewritten.
+                (
+                    record("b", r#"{"id":2}"#, 2, None),
+                    vec![SeenChunk::new(1, vec![h("b9")]).unwrap()],
+                ),
+                // No longer resolves: not restored.
+                (record("c", r#"{"name":"x"}"#, 0, None), vec![]),
+            ],
+            finished: vec![
+                record("f-recent", r#"{"id":5}"#, 0, Some(T0 - 1000)),
+                record("f-old", r#"{"id":6}"#, 0, Some(T0 - 2 * DAY)),
+            ],
+            offsets: Some(OutputOffsets {
+                offsets: vec![(0, 10), (1, 20)],
+            }),
+            outputs: HashMap::from([
+                // a2 was in a chunk already; a3 was acknowledged after the last checkpoint.
+                (Bytes::from_static(b"a"), vec![h("a2"), h("a3")]),
+                // A watch with no record: kept until its input comes again.
+                (Bytes::from_static(b"n"), vec![h("n1")]),
+                // A finished watch's outputs: nothing to do.
+                (Bytes::from_static(b"f-recent"), vec![h("f1")]),
+            ]),
+            read_to: vec![15, 25],
+            orphans: vec![b"1:z/s/0".to_vec()],
+            ..Found::default()
+        };
+        let mut plan = plan(found, &Ids, "st".into(), 0, DAY, T0);
+        assert!(!plan.first_time);
+        plan.restores.sort_by(|x, y| x.key.cmp(&y.key));
+        let keys: Vec<&[u8]> = plan.restores.iter().map(|r| &r.key[..]).collect();
+        assert_eq!(keys, [&b"a"[..], b"b"]);
+        let a = &plan.restores[0];
+        assert_eq!(*a.input, 1);
+        assert_eq!(a.next_poll, T0 + 10_000);
+        assert_eq!(a.progress.polls, 3);
+        assert_eq!(a.seen.len(), 3);
+        assert!(a.seen.contains(h("a3")));
+        assert!(plan.restores[1].seen.contains(h("b9")));
+        // Tombstones: the orphan chunk, b's inconsistent chunks (0 and 1), the old
+        // finished record.
+        let mut tombstones: Vec<String> = plan
+            .tombstones
+            .iter()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect();
+        tombstones.sort();
+        assert_eq!(tombstones, ["1:b/s/0", "1:b/s/1", "1:z/s/0", "5:f-old/w"]);
+        assert!(plan.state.is_finished(b"f-recent"));
+        assert!(!plan.state.is_finished(b"f-old"));
+        assert_eq!(plan.state.take_preseen(b"n"), Some(vec![h("n1")]));
+        assert_eq!(plan.state.take_preseen(b"f-recent"), None);
+
+        // The next checkpoint writes what the read-back added (a's a3 and b's rewrite), then
+        // offsets up to where the read-back stopped.
+        let writes = plan.state.checkpoint_records(T0);
+        let offsets = writes.last().unwrap().record.as_ref().unwrap();
+        let entry =
+            crate::state::decode_entry(offsets.key.as_deref().unwrap(), offsets.value.as_deref())
+                .unwrap();
+        assert_eq!(
+            entry,
+            crate::state::Entry::OutputOffsets(OutputOffsets {
+                offsets: vec![(0, 15), (1, 25)]
+            })
+        );
+        assert_eq!(
+            writes.len(),
+            2 + 2 + 1,
+            "a: chunk + record, b: chunk + record"
+        );
+    }
+
+    #[test]
+    fn a_partition_never_saved_writes_its_offsets_first() {
+        let found = Found {
+            read_to: vec![7],
+            ..Found::default()
+        };
+        let plan = plan(found, &Ids, "st".into(), 3, DAY, T0);
+        assert!(plan.first_time);
+        let w = plan.state.offsets_record();
+        let r = w.record.unwrap();
+        assert_eq!(r.partition, Some(3));
+        assert_eq!(
+            crate::state::decode_entry(r.key.as_deref().unwrap(), r.value.as_deref()).unwrap(),
+            crate::state::Entry::OutputOffsets(OutputOffsets {
+                offsets: vec![(0, 7)]
+            })
+        );
+    }
+}
