@@ -22,6 +22,14 @@
 //!   emits what did not arrive), then its seen chunks are deleted; the finished record
 //!   stays for [`WATCHBRIDGE_FINISHED_RETENTION`](crate::config) so a re-delivered input does
 //!   not start the watch again, and is deleted after.
+//! - **Progress alone is written lazily.** Every poll changes a watch's progress (its poll
+//!   count and next poll time, at least), and most polls find nothing new: rewriting every
+//!   polled watch at every checkpoint would cost a record per poll. A watch whose only
+//!   change is progress is rewritten at most every [`PROGRESS_WRITE_INTERVAL_MS`], and at
+//!   the last checkpoint before a partition is given up. What a crash loses of it is
+//!   harmless for exactly-once (that rests on the seen hashes, written at every checkpoint)
+//!   and makes the restored watch a little behind: a few more polls before `polls(n)`, a
+//!   shorter backoff, a retry more, an immediate poll.
 //! - **One checkpoint in flight at a time** (the task waits for a checkpoint's records to be
 //!   acknowledged before the next), so an [`OutputOffsets`] record never overtakes the
 //!   chunks it vouches for through a retried delivery.
@@ -38,6 +46,9 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// How often a watch whose only change is progress is rewritten.
+pub const PROGRESS_WRITE_INTERVAL_MS: Millis = 30_000;
+
 /// A live watch as the state topic knows it, and what it does not know yet.
 #[derive(Debug)]
 struct LiveWatch {
@@ -47,8 +58,12 @@ struct LiveWatch {
     next_poll: Millis,
     /// Outputs handed to the producer, neither acknowledged nor given up yet.
     in_flight: u32,
-    /// Changed since its record was last written.
+    /// Changed in a way the next checkpoint must write (new, or new seen hashes).
     dirty: bool,
+    /// Its progress changed since its record was last written.
+    progressed: bool,
+    /// When its record was last written.
+    written_at: Millis,
     /// The input offset whose commit waits for this watch's first record (taken when that
     /// record is written).
     origin: Option<i64>,
@@ -126,6 +141,8 @@ impl DurableState {
                 next_poll,
                 in_flight: 0,
                 dirty,
+                progressed: false,
+                written_at: next_poll,
                 origin: None,
                 ending: None,
             },
@@ -188,6 +205,8 @@ impl DurableState {
                 next_poll,
                 in_flight: 0,
                 dirty: true,
+                progressed: false,
+                written_at: next_poll,
                 origin: Some(origin),
                 ending: None,
             },
@@ -235,7 +254,7 @@ impl DurableState {
         if let Some(w) = self.live.get_mut(key) {
             w.progress = progress;
             w.next_poll = next_poll;
-            w.dirty = true;
+            w.progressed = true;
         }
     }
 
@@ -250,14 +269,17 @@ impl DurableState {
     /// changed watch its new chunks then its record (or, once ended and delivered, its
     /// finished record then tombstones for its chunks), tombstones for finished records
     /// past the retention, and last the output offsets the written chunks vouch for.
-    /// Empty when nothing changed.
-    pub fn checkpoint_records(&mut self, now: Millis) -> Vec<StateWrite> {
+    /// Empty when nothing changed. `last`: the partition is being given up, so progress is
+    /// written however recent its last write.
+    pub fn checkpoint_records(&mut self, now: Millis, last: bool) -> Vec<StateWrite> {
         let to = self.target();
         let mut writes = Vec::new();
         let mut ended = Vec::new();
         for (key, w) in self.live.iter_mut() {
             let done = w.ending.is_some() && w.in_flight == 0;
-            if !(w.dirty || done) {
+            let progress_due = w.progressed
+                && (last || now.saturating_sub(w.written_at) >= PROGRESS_WRITE_INTERVAL_MS);
+            if !(w.dirty || done || progress_due) {
                 continue;
             }
             let origin = w.origin.take();
@@ -291,6 +313,8 @@ impl DurableState {
             );
             writes.push(to.write(record.to_entry(), origin));
             w.dirty = false;
+            w.progressed = false;
+            w.written_at = now;
         }
         for (key, at) in ended {
             self.live.remove(&key);
@@ -432,7 +456,7 @@ mod tests {
             41,
             &[],
         );
-        let first = decoded(&s.checkpoint_records(T0));
+        let first = decoded(&s.checkpoint_records(T0, false));
         // Its record (listing no chunk), carrying the input offset, then the offsets the
         // read-back had reached.
         assert!(
@@ -442,7 +466,10 @@ mod tests {
             matches!(&first[1], (Entry::OutputOffsets(o), None) if o.offsets == vec![(0, 5), (1, 7)])
         );
         assert_eq!(first.len(), 2);
-        assert!(s.checkpoint_records(T0).is_empty(), "nothing changed");
+        assert!(
+            s.checkpoint_records(T0, false).is_empty(),
+            "nothing changed"
+        );
     }
 
     #[test]
@@ -457,20 +484,30 @@ mod tests {
             0,
             &[],
         );
-        s.checkpoint_records(T0);
+        s.checkpoint_records(T0, false);
         s.output_sent(&key);
         s.output_sent(&key);
         s.checkpoint(&key, Progress::at_start(T0, T0), T0 + 1000);
-        let w = decoded(&s.checkpoint_records(T0 + 1));
-        // Progress changed, no output acknowledged yet: the record only, no chunk, offsets
-        // unchanged.
+        // Progress alone: written once it is PROGRESS_WRITE_INTERVAL_MS old, or when the
+        // partition is given up; the record only, no chunk, offsets unchanged.
+        assert!(s.checkpoint_records(T0 + 1, false).is_empty());
+        let w = decoded(&s.checkpoint_records(T0 + 1, true));
         assert_eq!(w.len(), 1);
         assert!(
             matches!(&w[0], (Entry::Watch(r), None) if r.seen_chunks == 0 && r.next_poll == T0 + 1000)
         );
+        s.checkpoint(&key, Progress::at_start(T0, T0), T0 + 2000);
+        assert!(s
+            .checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS, false)
+            .is_empty());
+        assert_eq!(
+            s.checkpoint_records(T0 + 1 + PROGRESS_WRITE_INTERVAL_MS, false)
+                .len(),
+            1
+        );
 
         s.output_acknowledged(&key, hash_key(b"e1"), 1, 30);
-        let w = decoded(&s.checkpoint_records(T0 + 2));
+        let w = decoded(&s.checkpoint_records(T0 + 2, false));
         assert_eq!(w.len(), 3, "{w:?}");
         match &w[0].0 {
             Entry::Seen { chunk, .. } => assert_eq!(chunk.hashes(), &[hash_key(b"e1")]),
@@ -494,14 +531,14 @@ mod tests {
         );
         s.output_sent(&key);
         s.output_acknowledged(&key, hash_key(b"e1"), 0, 5);
-        s.checkpoint_records(T0);
+        s.checkpoint_records(T0, false);
         s.output_sent(&key);
         s.terminated(&key, T0 + 10, &TerminatedReason::Final);
         // Its last output is in flight: still live, nothing to say yet.
-        assert!(s.checkpoint_records(T0 + 11).is_empty());
+        assert!(s.checkpoint_records(T0 + 11, false).is_empty());
         assert!(!s.is_finished(&key));
         s.output_acknowledged(&key, hash_key(b"e2"), 0, 6);
-        let w = decoded(&s.checkpoint_records(T0 + 12));
+        let w = decoded(&s.checkpoint_records(T0 + 12, false));
         assert!(
             matches!(&w[0].0, Entry::Watch(r) if r.finished.as_ref().is_some_and(|f| f.reason == "final") && r.seen_chunks == 0),
             "{w:?}"
@@ -517,8 +554,8 @@ mod tests {
         assert!(s.is_finished(&key));
         assert_eq!(s.live(), 0);
         // Within the retention it stays; after, its record is deleted.
-        assert!(s.checkpoint_records(T0 + 12 + 59_999).is_empty());
-        let w = decoded(&s.checkpoint_records(T0 + 12 + 60_000));
+        assert!(s.checkpoint_records(T0 + 12 + 59_999, false).is_empty());
+        let w = decoded(&s.checkpoint_records(T0 + 12 + 60_000, false));
         assert!(matches!(
             &w[0].0,
             Entry::Tombstone {
@@ -543,7 +580,7 @@ mod tests {
             3,
             &[],
         );
-        let w = decoded(&s.checkpoint_records(T0));
+        let w = decoded(&s.checkpoint_records(T0, false));
         assert_eq!(w.len(), 1, "no offsets past outputs in no chunk: {w:?}");
         // Its input comes again: it starts knowing the output, which is written.
         let seen = s.take_preseen(&key).unwrap();
@@ -555,7 +592,7 @@ mod tests {
             4,
             &seen,
         );
-        let w = decoded(&s.checkpoint_records(T0));
+        let w = decoded(&s.checkpoint_records(T0, false));
         assert!(
             matches!(&w[0].0, Entry::Seen { chunk, .. } if chunk.hashes() == [hash_key(b"e1")])
         );
@@ -575,11 +612,11 @@ mod tests {
             0,
             &[],
         );
-        s.checkpoint_records(T0);
+        s.checkpoint_records(T0, false);
         s.output_sent(&key);
         s.terminated(&key, T0 + 1, &TerminatedReason::Final);
         s.output_given_up(&key);
-        let w = decoded(&s.checkpoint_records(T0 + 2));
+        let w = decoded(&s.checkpoint_records(T0 + 2, false));
         assert!(matches!(&w[0].0, Entry::Watch(r) if r.finished.is_some()));
         assert_eq!(w.len(), 1, "no chunk was written, none to delete: {w:?}");
     }

@@ -294,7 +294,7 @@ impl<P: Resolve> PartitionTask<P> {
                     }
                 },
                 _ = ticks.tick(), if periodic => self.tick_watermark().await,
-                _ = checkpoints.tick() => self.checkpoint().await,
+                _ = checkpoints.tick() => self.checkpoint(false).await,
             }
             self.publish_position();
         }
@@ -307,7 +307,7 @@ impl<P: Resolve> PartitionTask<P> {
         // bound.
         let deadline = tokio::time::Instant::now() + self.shared.stop_timeout;
         self.drain_deliveries(deadline).await;
-        self.checkpoint().await;
+        self.checkpoint(true).await;
         self.drain_deliveries(deadline).await;
         self.publish_position();
         Stopped {
@@ -419,12 +419,15 @@ impl<P: Resolve> PartitionTask<P> {
         true
     }
 
-    /// Write what changed since the last checkpoint, unless the last one is still in flight.
-    async fn checkpoint(&mut self) {
+    /// Write what changed since the last checkpoint, unless the last one is still in flight
+    /// (`last`: the partition is being given up, write all progress).
+    async fn checkpoint(&mut self, last: bool) {
         if self.checkpoint_in_flight > 0 {
             return;
         }
-        let writes = self.durable.checkpoint_records(self.shared.clock.now_ms());
+        let writes = self
+            .durable
+            .checkpoint_records(self.shared.clock.now_ms(), last);
         self.send_state(writes).await;
     }
 

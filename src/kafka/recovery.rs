@@ -483,7 +483,7 @@ mod tests {
 
         // The next checkpoint writes what the read-back added (a's a3 and b's rewrite), then
         // offsets up to where the read-back stopped.
-        let writes = plan.state.checkpoint_records(T0);
+        let writes = plan.state.checkpoint_records(T0, false);
         let offsets = writes.last().unwrap().record.as_ref().unwrap();
         let entry =
             crate::state::decode_entry(offsets.key.as_deref().unwrap(), offsets.value.as_deref())
