@@ -74,7 +74,8 @@ chaos-short: broker-install
 	CHAOS_KILLS=3 CHAOS_USERS=8 $(CARGO) test --test chaos -- --ignored --nocapture
 
 # The real figures: the engine with 1,000,000 watches, and restoring 100,000 watches with
-# 100 seen outputs each (CPU side only). Takes a minute or two.
+# 100 seen outputs each (through the recovery path on the embedded broker: read, plan,
+# engine). Takes a minute or two.
 bench: setup
 	$(CARGO) bench --bench engine
 	$(CARGO) bench --bench restore
