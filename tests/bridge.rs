@@ -9,7 +9,7 @@ use rdkafka::Message;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::bridge::Bridge;
@@ -52,6 +52,13 @@ impl Setup {
 }
 
 const T0: i64 = 1_796_000_000_000;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
 
 /// Each user `u` has two events, at T0 + u s and T0 + u s + 500 ms; the feed is final.
 fn finished_feeds(seen: &Seen) -> Reply {
@@ -353,6 +360,73 @@ async fn two_bridges_share_the_partitions_and_one_takes_over_when_the_other_stop
         "the second took every partition:\n{}",
         second.log()
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn live_watches_move_with_their_partitions_and_go_on_without_repeating_an_output() {
+    // Feeds that grow one item every 200 ms, until the test freezes them (then final).
+    const PACE_MS: i64 = 200;
+    let start = now_ms();
+    let frozen = Arc::new(AtomicI64::new(0));
+    let items_at = move |at: i64| (at - start) / PACE_MS + 1;
+    let server = {
+        let frozen = frozen.clone();
+        TestServer::start(move |seen| {
+            let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
+            let f = frozen.load(Ordering::SeqCst);
+            let now = now_ms();
+            let upto = if f == 0 { now } else { now.min(f) };
+            let events: Vec<Value> = (0..items_at(upto))
+                .map(|i| json!({"id": format!("u{user}-{i}"), "at": start + i * PACE_MS}))
+                .collect();
+            Reply::json(json!({"events": events, "done": f != 0 && now >= f}))
+        })
+        .await
+    };
+    let s = Setup::new("movelive", 4).await;
+    let mut first = Bridge::start(&s.env(&server));
+    first.wait_for_log("partition assigned", Duration::from_secs(60));
+    for user in 0..8 {
+        produce_user(&s.input, user).await;
+    }
+    wait_for_outputs(&s.output, 8, Duration::from_secs(60)).await;
+
+    // A second instance joins: some partitions move, with their live watches.
+    let mut second = Bridge::start(&s.env(&server));
+    second.wait_for_log("partition state restored", Duration::from_secs(60));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The first leaves: the second takes the rest, again with their live watches.
+    assert_eq!(first.terminate().0, Some(0));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let freeze = now_ms() + 1000;
+    frozen.store(freeze, Ordering::SeqCst);
+    let expected = items_at(freeze) as usize;
+    let all = wait_for_outputs(&s.output, 8 * expected, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all = wait_for_outputs(&s.output, all.len(), Duration::from_secs(10)).await;
+    let mut per_output: HashMap<String, usize> = HashMap::new();
+    for m in &all {
+        *per_output
+            .entry(header(m, "watchbridge-output-key").unwrap())
+            .or_default() += 1;
+    }
+    let repeated: Vec<_> = per_output.iter().filter(|(_, &n)| n > 1).collect();
+    assert!(repeated.is_empty(), "emitted twice: {repeated:?}");
+    assert_eq!(per_output.len(), 8 * expected, "every item of every feed");
+    // The second restored live watches twice: when it joined and when the first left.
+    let restored: Vec<usize> = second
+        .log()
+        .lines()
+        .filter(|l| l.contains("partition state restored"))
+        .filter_map(|l| l.split("watches=").nth(1)?.split(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(
+        restored.iter().sum::<usize>(),
+        8,
+        "every live watch restored once on the second: {restored:?}\n{}",
+        second.log()
+    );
+    assert_eq!(second.terminate().0, Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread")]
