@@ -358,6 +358,7 @@ fn main() {
     let source = RecoverySource {
         consumer_config,
         input_topic: INPUT.into(),
+        group_id: "restore-bench".into(),
         watermark_topic: WATERMARKS.into(),
         state_topic: STATE.into(),
         output_topic: OUTPUT.into(),
