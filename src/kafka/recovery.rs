@@ -25,6 +25,7 @@ use crate::state::{
 };
 use bytes::Bytes;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use std::collections::HashMap;
@@ -86,7 +87,9 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         // Assigned, never subscribed: it does not join the group, and commits nothing.
         .set("group.id", &source.group_id)
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
+        // The end of a partition is reported, so a read ends there even when the last
+        // offsets hold no record a consumer sees (transaction markers, compacted away).
+        .set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "50")
         .create()
         .map_err(|e| format!("cannot create the recovery consumer: {e}"))?;
@@ -99,13 +102,20 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         ..Found::default()
     };
 
+    // Every end offset first: asked while a fetch is outstanding, each would wait for it.
+    let state_range = offsets_of(&consumer, &source.state_topic, partition)?;
+    let output_ranges = (0..source.output_partitions)
+        .map(|q| offsets_of(&consumer, &source.output_topic, q))
+        .collect::<Result<Vec<_>, _>>()?;
+
     // 1. The state partition: the latest value per key.
     let mut latest: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
     read_to_end(
         &consumer,
         &source.state_topic,
         partition,
-        Offset::Beginning,
+        state_range.0,
+        state_range.1,
         |m| {
             found.state_records += 1;
             if let Some(key) = m.key() {
@@ -152,11 +162,9 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         .map(|o| o.offsets.iter().copied().collect())
         .unwrap_or_default();
     let wanted = partition.to_string();
-    for q in 0..source.output_partitions {
-        let from = offsets
-            .get(&q)
-            .map_or(Offset::Beginning, |&o| Offset::Offset(o));
-        let end = read_to_end(&consumer, &source.output_topic, q, from, |m| {
+    for (q, (low, end)) in (0..).zip(output_ranges) {
+        let from = offsets.get(&q).map_or(low, |&o| o.max(low));
+        read_to_end(&consumer, &source.output_topic, q, from, end, |m| {
             found.outputs_read += 1;
             let Some(headers) = m.headers() else { return };
             let header = |name: &str| headers.iter().find(|h| h.key == name).and_then(|h| h.value);
@@ -173,7 +181,17 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         })?;
         found.read_to.push(end);
     }
+    // Closing a consumer takes librdkafka some 0.1 s: not on the way to the partition's
+    // first poll.
+    std::thread::spawn(move || drop(consumer));
     Ok(found)
+}
+
+/// The low and end (high watermark) offsets of `topic`/`partition` now.
+fn offsets_of(consumer: &BaseConsumer, topic: &str, partition: i32) -> Result<(i64, i64), String> {
+    consumer
+        .fetch_watermarks(topic, partition, Duration::from_secs(15))
+        .map_err(|e| format!("cannot read the end offset of {topic}/{partition}: {e}"))
 }
 
 /// The input partition's end offset, unless the group has committed up to it.
@@ -194,24 +212,18 @@ fn uncommitted_end(consumer: &BaseConsumer, topic: &str, partition: i32) -> Opti
     }
 }
 
-/// Read `topic`/`partition` from `from` up to the end offset it has now; returns that end.
+/// Read `topic`/`partition` from `start` up to `end` (its end offset when the recovery
+/// began).
 fn read_to_end(
     consumer: &BaseConsumer,
     topic: &str,
     partition: i32,
-    from: Offset,
+    start: i64,
+    end: i64,
     mut each: impl FnMut(&BorrowedMessage<'_>),
-) -> Result<i64, String> {
-    let timeout = Duration::from_secs(15);
-    let (low, end) = consumer
-        .fetch_watermarks(topic, partition, timeout)
-        .map_err(|e| format!("cannot read the end offset of {topic}/{partition}: {e}"))?;
-    let start = match from {
-        Offset::Offset(o) => o.max(low),
-        _ => low,
-    };
+) -> Result<(), String> {
     if start >= end {
-        return Ok(end);
+        return Ok(());
     }
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, Offset::Offset(start))
@@ -226,6 +238,19 @@ fn read_to_end(
         }
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
+            // The end as it is now. (An end reported for the partition read before may
+            // still be queued: the position tells.)
+            Some(Err(KafkaError::PartitionEOF(_))) => {
+                let position = consumer.position().ok().and_then(|p| {
+                    match p.find_partition(topic, partition)?.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    }
+                });
+                if position.is_some_and(|p| p >= end) {
+                    break;
+                }
+            }
             Some(Err(e)) => tracing::debug!(topic, partition, error = %e, "recovery read"),
             Some(Ok(m)) => {
                 each(&m);
@@ -237,8 +262,7 @@ fn read_to_end(
     }
     consumer
         .unassign()
-        .map_err(|e| format!("cannot stop reading {topic}/{partition}: {e}"))?;
-    Ok(end)
+        .map_err(|e| format!("cannot stop reading {topic}/{partition}: {e}"))
 }
 
 /// What the task starts from: the engine's restores and the partition's durable state.
