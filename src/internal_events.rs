@@ -310,6 +310,36 @@ impl LateOutput<'_> {
     }
 }
 
+/// A partition's recovery began (it reads no input and polls nothing until it ends).
+pub struct PartitionRecovering {
+    pub partition: i32,
+}
+
+impl PartitionRecovering {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::debug!(
+            partition = self.partition,
+            "restoring the partition's state"
+        );
+        m.partitions_recovering.inc();
+    }
+}
+
+/// A partition's recovery was abandoned: it was revoked first.
+pub struct PartitionRecoveryAbandoned {
+    pub partition: i32,
+}
+
+impl PartitionRecoveryAbandoned {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::info!(
+            partition = self.partition,
+            "partition revoked before its state was restored; nothing started"
+        );
+        m.partitions_recovering.dec();
+    }
+}
+
 /// A partition's state was read back on assignment, before it polls or reads an input.
 pub struct PartitionRecovered {
     pub partition: i32,
@@ -337,6 +367,7 @@ impl PartitionRecovered {
             "partition state restored"
         );
         m.recovery_duration.observe(self.took.as_secs_f64());
+        m.partitions_recovering.dec();
         m.outputs_recovered.inc_by(self.outputs_recovered as u64);
     }
 }

@@ -32,6 +32,7 @@ pub struct Metrics {
     pub watermark_lag: IntGauge,
     pub late_outputs: IntCounter,
     pub watches_restored: IntCounter,
+    pub partitions_recovering: IntGauge,
     pub recovery_duration: Histogram,
     pub outputs_recovered: IntCounter,
     pub inputs_finished: IntCounter,
@@ -156,6 +157,10 @@ impl Metrics {
             "watchbridge_watches_restored_total",
             "Watches brought back from the state topic (on assignment, after a restart or a rebalance)"
         ));
+        let partitions_recovering = reg!(IntGauge::new(
+            "watchbridge_partitions_recovering",
+            "Assigned input partitions whose state is still being restored (they neither read inputs nor poll yet)"
+        ));
         let recovery_duration = reg!(Histogram::with_opts(
             HistogramOpts::new(
                 "watchbridge_partition_recovery_seconds",
@@ -198,6 +203,7 @@ impl Metrics {
             watermark_lag,
             late_outputs,
             watches_restored,
+            partitions_recovering,
             recovery_duration,
             outputs_recovered,
             inputs_finished,

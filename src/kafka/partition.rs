@@ -28,7 +28,8 @@ use crate::clock::Millis;
 use crate::engine::{Command, Engine, EngineConfig, Event, RestoreWatch};
 use crate::internal_events::{
     InputConsumed, InputDeadLettered, InputForFinishedWatch, LateOutput, OutputProduced,
-    PartitionRecovered, PartitionWatermarkChanged, ProduceFailed, StateRecordWritten,
+    PartitionRecovered, PartitionRecovering, PartitionRecoveryAbandoned, PartitionWatermarkChanged,
+    ProduceFailed, StateRecordWritten,
 };
 use crate::limits::Limits;
 use crate::metrics::Metrics;
@@ -245,7 +246,15 @@ impl<P: Resolve> PartitionTask<P> {
     }
 
     async fn run(mut self) -> Stopped {
+        PartitionRecovering {
+            partition: self.partition,
+        }
+        .emit(&self.shared.metrics);
         if !self.recover().await {
+            PartitionRecoveryAbandoned {
+                partition: self.partition,
+            }
+            .emit(&self.shared.metrics);
             // Revoked (or stopping) before the partition could be recovered: nothing started.
             return Stopped {
                 partition: self.partition,
