@@ -15,8 +15,16 @@
 //! resource never holds up reading inputs.
 //!
 //! When the channel closes (the partition was revoked, or the bridge is stopping) it stops
-//! its watches, delivers what they already emitted, publishes its final commit position and
-//! reports [`Stopped`].
+//! its watches, delivers what they already emitted, writes a last checkpoint, publishes its
+//! final commit position and reports [`Stopped`].
+//!
+//! Here: the task, its inputs and its engine's events. Beside it: `state.rs` (recovery and
+//! checkpoints), `delivery.rs` (the producer, delivery reports, retries, dead letters),
+//! `watermarks.rs` (publishing the partition's watermark).
+
+mod delivery;
+mod state;
+mod watermarks;
 
 use super::durable::{DurableState, StateWrite};
 use super::input::{decode, Rejected};
@@ -39,6 +47,7 @@ use crate::state::Registration;
 use crate::watch::{Progress, WatchRules};
 use crate::watermark::{InputWatermark, PartitionWatermark, WatermarkMessage, WatermarkStrategy};
 use bytes::Bytes;
+use delivery::{Delivery, Kind, Pending};
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -50,9 +59,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
-
-/// Attempts to deliver one record before it goes to the dead-letter topic instead.
-const DELIVERY_ATTEMPTS: u32 = 5;
 
 /// What every partition task of one bridge shares.
 pub struct Shared<P: Resolve> {
@@ -115,34 +121,6 @@ pub struct Stopped {
     pub partition: i32,
     pub position: Option<i64>,
     pub watches_stopped: usize,
-}
-
-/// A record on its way to the broker, and the input offset whose commit waits for it
-/// (`None` for records no input's commit waits for: outputs, which the state topic and the
-/// recovery's read-back account for, and watermarks).
-struct Pending {
-    record: OutRecord,
-    origin: Option<i64>,
-    attempt: u32,
-    kind: Kind,
-}
-
-enum Kind {
-    /// A new output of the watch `watch`, whose key hashes to `hash`.
-    Output {
-        watch: Bytes,
-        hash: OutputHash,
-    },
-    /// A state-topic record: retried until delivered, never dead-lettered.
-    State,
-    DeadLetter,
-    Watermark,
-}
-
-enum Delivery {
-    /// Delivered to (partition, offset), or failed.
-    Done(Pending, Result<(i32, i64), KafkaError>),
-    RetryDue(Pending),
 }
 
 /// A command sent to the engine, waiting for its answer (the engine answers in order).
@@ -323,195 +301,6 @@ impl<P: Resolve> PartitionTask<P> {
             partition: self.partition,
             position: self.tracker.committed(),
             watches_stopped,
-        }
-    }
-
-    /// Handle deliveries until none is pending or `deadline`.
-    async fn drain_deliveries(&mut self, deadline: tokio::time::Instant) {
-        while !self.deliveries.is_empty() {
-            match tokio::time::timeout_at(deadline, self.deliveries.next()).await {
-                Ok(Some(delivery)) => self.on_delivery(delivery).await,
-                Ok(None) => break,
-                Err(_) => {
-                    tracing::warn!(
-                        partition = self.partition,
-                        undelivered = self.tracker.in_flight(),
-                        "stopping before every record was acknowledged; their inputs stay uncommitted"
-                    );
-                    break;
-                }
-            }
-            self.publish_position();
-        }
-    }
-
-    /// Read the partition's state back and restore its watches (retrying while the broker
-    /// cannot be read). Returns false if the partition was revoked meanwhile.
-    async fn recover(&mut self) -> bool {
-        let started = std::time::Instant::now();
-        let found = loop {
-            let source = self.shared.state.recovery.clone();
-            let partition = self.partition;
-            match tokio::task::spawn_blocking(move || recovery::read(&source, partition)).await {
-                Ok(Ok(found)) => break found,
-                Ok(Err(e)) => {
-                    tracing::error!(partition, error = %e, "cannot recover the partition's state; trying again")
-                }
-                Err(e) => {
-                    tracing::error!(partition, error = %e, "the recovery failed; trying again")
-                }
-            }
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            // A closed input channel: revoked, or the bridge is stopping.
-            if self.inputs.is_closed() {
-                return false;
-            }
-        };
-        if self.inputs.is_closed() {
-            // Revoked while reading: the partition is someone else's now; start nothing.
-            return false;
-        }
-        let (state_records, outputs_read, undecodable) =
-            (found.state_records, found.outputs_read, found.undecodable);
-        self.recovery_input_end = found.input_end;
-        let watermark_end = found.watermark_end;
-        let outputs_found: usize = found.outputs.values().map(Vec::len).sum();
-        let finished = found.finished.len();
-        let plan = recovery::plan(
-            found,
-            self.shared.poller.as_ref(),
-            self.shared.state.recovery.state_topic.clone(),
-            self.partition,
-            millis_of(self.shared.state.finished_retention),
-            self.shared.clock.now_ms(),
-        );
-        self.durable = plan.state;
-        if self.recovery_input_end.is_none() {
-            self.forget_preseen();
-        }
-        let mut writes = self.durable.tombstones(plan.tombstones);
-        if plan.first_time {
-            // Before any output: a later recovery reads the output topic back from here.
-            writes.push(self.durable.offsets_record());
-        }
-        self.send_state(writes).await;
-        let watches = plan.restores.len();
-        for restore in plan.restores {
-            self.starting.push_back(Starting::Recovered);
-            if !self.send_command(Command::Restore(Box::new(restore))).await {
-                break;
-            }
-        }
-        if let (Some(end), Some(read)) = (watermark_end, &self.shared.watermarks.read_upto) {
-            // The floor must be the previous owner's last value before this partition
-            // publishes one, or its watermark could go back.
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            while read.load(std::sync::atomic::Ordering::SeqCst) < end {
-                if tokio::time::Instant::now() > deadline {
-                    tracing::warn!(partition = self.partition, "the watermark topic was not read back in 30 s; publishing without the previous owner's last value");
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-        PartitionRecovered {
-            partition: self.partition,
-            watches,
-            finished,
-            state_records,
-            outputs_read,
-            outputs_recovered: outputs_found,
-            undecodable,
-            took: started.elapsed(),
-        }
-        .emit(&self.shared.metrics);
-        true
-    }
-
-    /// Write what changed since the last checkpoint, unless the last one is still in flight
-    /// (`last`: the partition is being given up, write all progress).
-    async fn checkpoint(&mut self, last: bool) {
-        if self.checkpoint_in_flight > 0 {
-            return;
-        }
-        let writes = self
-            .durable
-            .checkpoint_records(self.shared.clock.now_ms(), last);
-        self.send_state(writes).await;
-    }
-
-    async fn send_state(&mut self, writes: Vec<StateWrite>) {
-        for StateWrite { record, origin } in writes {
-            let Some(record) = record else {
-                if let Some(origin) = origin {
-                    self.tracker.acknowledged(origin);
-                }
-                continue;
-            };
-            self.checkpoint_in_flight += 1;
-            self.send(Pending {
-                record,
-                origin,
-                attempt: 1,
-                kind: Kind::State,
-            })
-            .await;
-        }
-    }
-
-    /// Publish the partition's watermark if it changed since the last tick.
-    async fn tick_watermark(&mut self) {
-        let floor = self
-            .shared
-            .watermarks
-            .latest
-            .lock()
-            .ok()
-            .and_then(|l| l.get(&self.partition).copied());
-        if let Some(floor) = floor {
-            self.watermark.resume_from(floor);
-        }
-        let min_hold = *self.min_hold.borrow();
-        let now = self.shared.clock.now_ms();
-        if let Some(update) = self.watermark.update(min_hold, now) {
-            // A partition that never had a watermark still says when it goes idle, so the
-            // merged watermark stops waiting for it; its value is then the beginning of time.
-            let watermark = update.watermark.unwrap_or(Millis::MIN);
-            self.publish_watermark(watermark, update.idle).await;
-        }
-    }
-
-    /// One watermark message on the watermark topic, and a copy in every output partition.
-    async fn publish_watermark(&mut self, watermark: Millis, idle: bool) {
-        PartitionWatermarkChanged {
-            partition: self.partition,
-            watermark,
-            idle,
-        }
-        .emit(&self.shared.metrics);
-        let message = WatermarkMessage::Partition {
-            topic: self.shared.input_topic.to_string(),
-            partition: self.partition,
-            watermark_ms: watermark,
-            idle,
-        };
-        let (key, json) = (message.key(), message.to_json());
-        let settings = self.shared.watermarks.clone();
-        let targets = std::iter::once((&settings.topic, None))
-            .chain((0..settings.output_partitions).map(|p| (&self.shared.output_topic, Some(p))));
-        let records: Vec<OutRecord> = targets
-            .map(|(topic, partition)| {
-                OutRecord::watermark(topic, partition, key.clone(), json.clone())
-            })
-            .collect();
-        for record in records {
-            self.send(Pending {
-                record,
-                origin: None,
-                attempt: 1,
-                kind: Kind::Watermark,
-            })
-            .await;
         }
     }
 
@@ -734,145 +523,4 @@ impl<P: Resolve> PartitionTask<P> {
             }
         }
     }
-
-    /// Hand a record to the producer. While its queue is full, wait for deliveries to make
-    /// room (and read no input meanwhile: that is the backpressure).
-    async fn send(&mut self, pending: Pending) {
-        loop {
-            match self
-                .shared
-                .producer
-                .send_result(pending.record.to_future_record())
-            {
-                Ok(delivery) => {
-                    self.deliveries.push(
-                        async move {
-                            let result = match delivery.await {
-                                Ok(Ok(at)) => Ok((at.partition, at.offset)),
-                                Ok(Err((e, _))) => Err(e),
-                                Err(_) => Err(KafkaError::Canceled),
-                            };
-                            Delivery::Done(pending, result)
-                        }
-                        .boxed(),
-                    );
-                    return;
-                }
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                    match self.deliveries.next().await {
-                        Some(delivery) => Box::pin(self.on_delivery(delivery)).await,
-                        None => tokio::time::sleep(Duration::from_millis(5)).await,
-                    }
-                }
-                Err((error, _)) => {
-                    self.delivery_failed(pending, error);
-                    return;
-                }
-            }
-        }
-    }
-
-    async fn on_delivery(&mut self, delivery: Delivery) {
-        match delivery {
-            Delivery::Done(pending, Ok((partition, offset))) => {
-                match &pending.kind {
-                    Kind::Output { watch, hash } => {
-                        OutputProduced.emit(&self.shared.metrics);
-                        self.durable
-                            .output_acknowledged(watch, *hash, partition, offset);
-                    }
-                    Kind::State => {
-                        StateRecordWritten.emit(&self.shared.metrics);
-                        self.checkpoint_in_flight -= 1;
-                    }
-                    Kind::DeadLetter | Kind::Watermark => {}
-                }
-                if let Some(origin) = pending.origin {
-                    self.tracker.acknowledged(origin);
-                }
-            }
-            Delivery::Done(pending, Err(error)) => self.delivery_failed(pending, error),
-            Delivery::RetryDue(pending) => self.send(pending).await,
-        }
-    }
-
-    /// Retry with backoff; after the last attempt, dead-letter it (a dead letter that cannot
-    /// be delivered either is logged, counted and given up).
-    fn delivery_failed(&mut self, pending: Pending, error: KafkaError) {
-        // A state record is never given up: a watch whose record is lost could not be
-        // restored. (Its checkpoint stays in flight, so no later one overtakes it.)
-        let giving_up =
-            pending.attempt >= DELIVERY_ATTEMPTS && !matches!(pending.kind, Kind::State);
-        let label = match &error {
-            KafkaError::MessageProduction(code) => format!("{code:?}"),
-            other => format!("{other:?}")
-                .split('(')
-                .next()
-                .unwrap_or("other")
-                .to_string(),
-        };
-        ProduceFailed {
-            topic: &pending.record.topic,
-            error: &error.to_string(),
-            attempt: pending.attempt,
-            giving_up,
-        }
-        .emit(&self.shared.metrics, &label);
-        if !giving_up {
-            let wait = Duration::from_millis(200 << pending.attempt.min(6));
-            self.deliveries.push(
-                async move {
-                    tokio::time::sleep(wait).await;
-                    Delivery::RetryDue(Pending {
-                        attempt: pending.attempt + 1,
-                        ..pending
-                    })
-                }
-                .boxed(),
-            );
-            return;
-        }
-        match &pending.kind {
-            Kind::Watermark => {
-                // A later one supersedes it.
-                tracing::warn!(error = %error, "a watermark record could not be delivered");
-                return;
-            }
-            Kind::DeadLetter => {
-                tracing::error!(error = %error, "a dead letter could not be delivered either; it is lost");
-                if let Some(origin) = pending.origin {
-                    self.tracker.acknowledged(origin);
-                }
-                return;
-            }
-            // Not on the output topic, so not in the watch's saved seen set: a restored
-            // watch would emit it again.
-            Kind::Output { watch, .. } => self.durable.output_given_up(watch),
-            Kind::State => {}
-        }
-        let record = OutRecord::dead_letter(
-            &self.shared.dlq_topic,
-            &pending.record.parts(),
-            Source {
-                topic: &pending.record.topic,
-                partition: -1,
-                offset: -1,
-            },
-            "undeliverable",
-            &error.to_string(),
-        );
-        // The dead letter takes the failed record's place in the commit accounting.
-        let dead_letter = Pending {
-            record,
-            origin: pending.origin,
-            attempt: 1,
-            kind: Kind::DeadLetter,
-        };
-        self.deliveries
-            .push(async move { Delivery::RetryDue(dead_letter) }.boxed());
-    }
-}
-
-fn millis_of(d: Duration) -> Millis {
-    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
 }

@@ -1,0 +1,194 @@
+//! Handing records to the producer and what their delivery reports do: acknowledgements
+//! move the commit position and the durable state, failures are retried with backoff, then
+//! dead-lettered (never a state record: it is retried until delivered).
+
+use super::*;
+
+/// Attempts to deliver one record before it goes to the dead-letter topic instead.
+const DELIVERY_ATTEMPTS: u32 = 5;
+
+/// A record on its way to the broker, and the input offset whose commit waits for it
+/// (`None` for records no input's commit waits for: outputs, which the state topic and the
+/// recovery's read-back account for, and watermarks).
+pub(super) struct Pending {
+    pub(super) record: OutRecord,
+    pub(super) origin: Option<i64>,
+    pub(super) attempt: u32,
+    pub(super) kind: Kind,
+}
+
+pub(super) enum Kind {
+    /// A new output of the watch `watch`, whose key hashes to `hash`.
+    Output {
+        watch: Bytes,
+        hash: OutputHash,
+    },
+    /// A state-topic record: retried until delivered, never dead-lettered.
+    State,
+    DeadLetter,
+    Watermark,
+}
+
+pub(super) enum Delivery {
+    /// Delivered to (partition, offset), or failed.
+    Done(Pending, Result<(i32, i64), KafkaError>),
+    RetryDue(Pending),
+}
+
+impl<P: Resolve> PartitionTask<P> {
+    /// Handle deliveries until none is pending or `deadline`.
+    pub(super) async fn drain_deliveries(&mut self, deadline: tokio::time::Instant) {
+        while !self.deliveries.is_empty() {
+            match tokio::time::timeout_at(deadline, self.deliveries.next()).await {
+                Ok(Some(delivery)) => self.on_delivery(delivery).await,
+                Ok(None) => break,
+                Err(_) => {
+                    tracing::warn!(
+                        partition = self.partition,
+                        undelivered = self.tracker.in_flight(),
+                        "stopping before every record was acknowledged; their inputs stay uncommitted"
+                    );
+                    break;
+                }
+            }
+            self.publish_position();
+        }
+    }
+
+    /// Hand a record to the producer. While its queue is full, wait for deliveries to make
+    /// room (and read no input meanwhile: that is the backpressure).
+    pub(super) async fn send(&mut self, pending: Pending) {
+        loop {
+            match self
+                .shared
+                .producer
+                .send_result(pending.record.to_future_record())
+            {
+                Ok(delivery) => {
+                    self.deliveries.push(
+                        async move {
+                            let result = match delivery.await {
+                                Ok(Ok(at)) => Ok((at.partition, at.offset)),
+                                Ok(Err((e, _))) => Err(e),
+                                Err(_) => Err(KafkaError::Canceled),
+                            };
+                            Delivery::Done(pending, result)
+                        }
+                        .boxed(),
+                    );
+                    return;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    match self.deliveries.next().await {
+                        Some(delivery) => Box::pin(self.on_delivery(delivery)).await,
+                        None => tokio::time::sleep(Duration::from_millis(5)).await,
+                    }
+                }
+                Err((error, _)) => {
+                    self.delivery_failed(pending, error);
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(super) async fn on_delivery(&mut self, delivery: Delivery) {
+        match delivery {
+            Delivery::Done(pending, Ok((partition, offset))) => {
+                match &pending.kind {
+                    Kind::Output { watch, hash } => {
+                        OutputProduced.emit(&self.shared.metrics);
+                        self.durable
+                            .output_acknowledged(watch, *hash, partition, offset);
+                    }
+                    Kind::State => {
+                        StateRecordWritten.emit(&self.shared.metrics);
+                        self.checkpoint_in_flight -= 1;
+                    }
+                    Kind::DeadLetter | Kind::Watermark => {}
+                }
+                if let Some(origin) = pending.origin {
+                    self.tracker.acknowledged(origin);
+                }
+            }
+            Delivery::Done(pending, Err(error)) => self.delivery_failed(pending, error),
+            Delivery::RetryDue(pending) => self.send(pending).await,
+        }
+    }
+
+    /// Retry with backoff; after the last attempt, dead-letter it (a dead letter that cannot
+    /// be delivered either is logged, counted and given up).
+    pub(super) fn delivery_failed(&mut self, pending: Pending, error: KafkaError) {
+        // A state record is never given up: a watch whose record is lost could not be
+        // restored. (Its checkpoint stays in flight, so no later one overtakes it.)
+        let giving_up =
+            pending.attempt >= DELIVERY_ATTEMPTS && !matches!(pending.kind, Kind::State);
+        let label = match &error {
+            KafkaError::MessageProduction(code) => format!("{code:?}"),
+            other => format!("{other:?}")
+                .split('(')
+                .next()
+                .unwrap_or("other")
+                .to_string(),
+        };
+        ProduceFailed {
+            topic: &pending.record.topic,
+            error: &error.to_string(),
+            attempt: pending.attempt,
+            giving_up,
+        }
+        .emit(&self.shared.metrics, &label);
+        if !giving_up {
+            let wait = Duration::from_millis(200 << pending.attempt.min(6));
+            self.deliveries.push(
+                async move {
+                    tokio::time::sleep(wait).await;
+                    Delivery::RetryDue(Pending {
+                        attempt: pending.attempt + 1,
+                        ..pending
+                    })
+                }
+                .boxed(),
+            );
+            return;
+        }
+        match &pending.kind {
+            Kind::Watermark => {
+                // A later one supersedes it.
+                tracing::warn!(error = %error, "a watermark record could not be delivered");
+                return;
+            }
+            Kind::DeadLetter => {
+                tracing::error!(error = %error, "a dead letter could not be delivered either; it is lost");
+                if let Some(origin) = pending.origin {
+                    self.tracker.acknowledged(origin);
+                }
+                return;
+            }
+            // Not on the output topic, so not in the watch's saved seen set: a restored
+            // watch would emit it again.
+            Kind::Output { watch, .. } => self.durable.output_given_up(watch),
+            Kind::State => {}
+        }
+        let record = OutRecord::dead_letter(
+            &self.shared.dlq_topic,
+            &pending.record.parts(),
+            Source {
+                topic: &pending.record.topic,
+                partition: -1,
+                offset: -1,
+            },
+            "undeliverable",
+            &error.to_string(),
+        );
+        // The dead letter takes the failed record's place in the commit accounting.
+        let dead_letter = Pending {
+            record,
+            origin: pending.origin,
+            attempt: 1,
+            kind: Kind::DeadLetter,
+        };
+        self.deliveries
+            .push(async move { Delivery::RetryDue(dead_letter) }.boxed());
+    }
+}

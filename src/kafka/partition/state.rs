@@ -1,0 +1,124 @@
+//! The partition's durable state: its recovery on assignment and its checkpoints (the
+//! bookkeeping is [`DurableState`]'s, the reads [`recovery`]'s).
+
+use super::*;
+
+impl<P: Resolve> PartitionTask<P> {
+    /// Read the partition's state back and restore its watches (retrying while the broker
+    /// cannot be read). Returns false if the partition was revoked meanwhile.
+    pub(super) async fn recover(&mut self) -> bool {
+        let started = std::time::Instant::now();
+        let found = loop {
+            let source = self.shared.state.recovery.clone();
+            let partition = self.partition;
+            match tokio::task::spawn_blocking(move || recovery::read(&source, partition)).await {
+                Ok(Ok(found)) => break found,
+                Ok(Err(e)) => {
+                    tracing::error!(partition, error = %e, "cannot recover the partition's state; trying again")
+                }
+                Err(e) => {
+                    tracing::error!(partition, error = %e, "the recovery failed; trying again")
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            // A closed input channel: revoked, or the bridge is stopping.
+            if self.inputs.is_closed() {
+                return false;
+            }
+        };
+        if self.inputs.is_closed() {
+            // Revoked while reading: the partition is someone else's now; start nothing.
+            return false;
+        }
+        let (state_records, outputs_read, undecodable) =
+            (found.state_records, found.outputs_read, found.undecodable);
+        self.recovery_input_end = found.input_end;
+        let watermark_end = found.watermark_end;
+        let outputs_found: usize = found.outputs.values().map(Vec::len).sum();
+        let finished = found.finished.len();
+        let plan = recovery::plan(
+            found,
+            self.shared.poller.as_ref(),
+            self.shared.state.recovery.state_topic.clone(),
+            self.partition,
+            millis_of(self.shared.state.finished_retention),
+            self.shared.clock.now_ms(),
+        );
+        self.durable = plan.state;
+        if self.recovery_input_end.is_none() {
+            self.forget_preseen();
+        }
+        let mut writes = self.durable.tombstones(plan.tombstones);
+        if plan.first_time {
+            // Before any output: a later recovery reads the output topic back from here.
+            writes.push(self.durable.offsets_record());
+        }
+        self.send_state(writes).await;
+        let watches = plan.restores.len();
+        for restore in plan.restores {
+            self.starting.push_back(Starting::Recovered);
+            if !self.send_command(Command::Restore(Box::new(restore))).await {
+                break;
+            }
+        }
+        if let (Some(end), Some(read)) = (watermark_end, &self.shared.watermarks.read_upto) {
+            // The floor must be the previous owner's last value before this partition
+            // publishes one, or its watermark could go back.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while read.load(std::sync::atomic::Ordering::SeqCst) < end {
+                if tokio::time::Instant::now() > deadline {
+                    tracing::warn!(partition = self.partition, "the watermark topic was not read back in 30 s; publishing without the previous owner's last value");
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        PartitionRecovered {
+            partition: self.partition,
+            watches,
+            finished,
+            state_records,
+            outputs_read,
+            outputs_recovered: outputs_found,
+            undecodable,
+            took: started.elapsed(),
+        }
+        .emit(&self.shared.metrics);
+        true
+    }
+
+    /// Write what changed since the last checkpoint, unless the last one is still in flight
+    /// (`last`: the partition is being given up, write all progress).
+    pub(super) async fn checkpoint(&mut self, last: bool) {
+        if self.checkpoint_in_flight > 0 {
+            return;
+        }
+        let writes = self
+            .durable
+            .checkpoint_records(self.shared.clock.now_ms(), last);
+        self.send_state(writes).await;
+    }
+
+    pub(super) async fn send_state(&mut self, writes: Vec<StateWrite>) {
+        for StateWrite { record, origin } in writes {
+            let Some(record) = record else {
+                if let Some(origin) = origin {
+                    self.tracker.acknowledged(origin);
+                }
+                continue;
+            };
+            self.checkpoint_in_flight += 1;
+            self.send(Pending {
+                record,
+                origin,
+                attempt: 1,
+                kind: Kind::State,
+            })
+            .await;
+        }
+    }
+}
+
+fn millis_of(d: Duration) -> Millis {
+    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
+}

@@ -1,0 +1,62 @@
+//! Publishing the partition's watermark: on the watermark topic and in every output
+//! partition, when it changed.
+
+use super::*;
+
+impl<P: Resolve> PartitionTask<P> {
+    /// Publish the partition's watermark if it changed since the last tick.
+    pub(super) async fn tick_watermark(&mut self) {
+        let floor = self
+            .shared
+            .watermarks
+            .latest
+            .lock()
+            .ok()
+            .and_then(|l| l.get(&self.partition).copied());
+        if let Some(floor) = floor {
+            self.watermark.resume_from(floor);
+        }
+        let min_hold = *self.min_hold.borrow();
+        let now = self.shared.clock.now_ms();
+        if let Some(update) = self.watermark.update(min_hold, now) {
+            // A partition that never had a watermark still says when it goes idle, so the
+            // merged watermark stops waiting for it; its value is then the beginning of time.
+            let watermark = update.watermark.unwrap_or(Millis::MIN);
+            self.publish_watermark(watermark, update.idle).await;
+        }
+    }
+
+    /// One watermark message on the watermark topic, and a copy in every output partition.
+    pub(super) async fn publish_watermark(&mut self, watermark: Millis, idle: bool) {
+        PartitionWatermarkChanged {
+            partition: self.partition,
+            watermark,
+            idle,
+        }
+        .emit(&self.shared.metrics);
+        let message = WatermarkMessage::Partition {
+            topic: self.shared.input_topic.to_string(),
+            partition: self.partition,
+            watermark_ms: watermark,
+            idle,
+        };
+        let (key, json) = (message.key(), message.to_json());
+        let settings = self.shared.watermarks.clone();
+        let targets = std::iter::once((&settings.topic, None))
+            .chain((0..settings.output_partitions).map(|p| (&self.shared.output_topic, Some(p))));
+        let records: Vec<OutRecord> = targets
+            .map(|(topic, partition)| {
+                OutRecord::watermark(topic, partition, key.clone(), json.clone())
+            })
+            .collect();
+        for record in records {
+            self.send(Pending {
+                record,
+                origin: None,
+                attempt: 1,
+                kind: Kind::Watermark,
+            })
+            .await;
+        }
+    }
+}
