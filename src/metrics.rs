@@ -37,6 +37,11 @@ pub struct Metrics {
     pub outputs_recovered: IntCounter,
     pub inputs_finished: IntCounter,
     pub state_records_written: IntCounter,
+    pub producer_queue_messages: IntGauge,
+    pub consumer_lag: IntGaugeVec,
+    /// Every metric family name registered, with its type: what `/metrics` can show (a
+    /// labelled family appears there once it has a child).
+    names: Vec<(String, prometheus::proto::MetricType)>,
 }
 
 fn must<T>(what: &str, r: prometheus::Result<T>) -> T {
@@ -48,9 +53,13 @@ fn must<T>(what: &str, r: prometheus::Result<T>) -> T {
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
+        let mut names = Vec::new();
         macro_rules! reg {
             ($c:expr) => {{
                 let c = must(stringify!($c), $c);
+                for desc in prometheus::core::Collector::desc(&c) {
+                    names.push((desc.fq_name.clone(), metric_type(&c)));
+                }
                 must("register", registry.register(Box::new(c.clone())));
                 c
             }};
@@ -180,6 +189,17 @@ impl Metrics {
             "watchbridge_state_records_written_total",
             "Records acknowledged by the state topic (watch records, seen chunks, output offsets, tombstones)"
         ));
+        let producer_queue_messages = reg!(IntGauge::new(
+            "watchbridge_producer_queue_messages",
+            "Records waiting in the producer's queue (librdkafka statistics)"
+        ));
+        let consumer_lag = reg!(IntGaugeVec::new(
+            Opts::new(
+                "watchbridge_consumer_lag_messages",
+                "Input records not yet consumed, per assigned input partition (librdkafka statistics)"
+            ),
+            &["partition"]
+        ));
         Self {
             registry,
             watches_active,
@@ -208,7 +228,16 @@ impl Metrics {
             outputs_recovered,
             inputs_finished,
             state_records_written,
+            producer_queue_messages,
+            consumer_lag,
+            names,
         }
+    }
+
+    /// Every metric family this registers, with its type (a histogram `h` is scraped as
+    /// `h_bucket`, `h_sum` and `h_count`).
+    pub fn families(&self) -> &[(String, prometheus::proto::MetricType)] {
+        &self.names
     }
 
     /// The text exposition format, as served on `/metrics`.
@@ -218,6 +247,14 @@ impl Metrics {
             .encode_to_string(&self.registry.gather())
             .unwrap_or_else(|e| format!("# encoding metrics failed: {e}\n"))
     }
+}
+
+/// The type a collector exposes.
+fn metric_type<C: prometheus::core::Collector>(c: &C) -> prometheus::proto::MetricType {
+    c.collect()
+        .first()
+        .map(|f| f.get_field_type())
+        .unwrap_or(prometheus::proto::MetricType::UNTYPED)
 }
 
 impl Default for Metrics {
@@ -238,5 +275,33 @@ mod tests {
         let text = m.render();
         assert!(text.contains("watchbridge_watches_started_total 1"));
         assert!(text.contains("watchbridge_watches_terminated_total{reason=\"final\"} 1"));
+    }
+
+    #[test]
+    fn families_lists_every_registered_name_with_its_type() {
+        let m = Metrics::new();
+        let find = |name: &str| {
+            m.families()
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, t)| *t)
+        };
+        assert_eq!(
+            find("watchbridge_consumer_lag_messages"),
+            Some(prometheus::proto::MetricType::GAUGE),
+            "a labelled family with no child yet is listed too"
+        );
+        assert_eq!(
+            find("watchbridge_poll_duration_seconds"),
+            Some(prometheus::proto::MetricType::HISTOGRAM)
+        );
+        assert_eq!(
+            find("watchbridge_outputs_produced_total"),
+            Some(prometheus::proto::MetricType::COUNTER)
+        );
+        assert!(m
+            .families()
+            .iter()
+            .all(|(n, _)| n.starts_with("watchbridge_")));
     }
 }
