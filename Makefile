@@ -5,11 +5,15 @@ CARGO ?= cargo
 
 .PHONY: setup build demo test lint bench-smoke bench broker broker-install chaos chaos-short
 
-# Debian packages the build needs: rdkafka's `ssl` feature links OpenSSL, found by pkg-config.
-DEB_PACKAGES = libssl-dev pkg-config
+# Debian packages the build needs: rdkafka's `ssl` feature links OpenSSL, found by pkg-config;
+# and the tests': a Prometheus server (/usr/bin/prometheus) that tests/prometheus.rs starts on
+# a free loopback port. (Where services may start, the package also starts its own daemon on
+# :9090; the tests never use it.)
+DEB_PACKAGES = libssl-dev pkg-config prometheus
 
 # The Rust toolchain comes with the machine; rustfmt and clippy are rustup components.
-# Missing Debian packages are installed with apt-get (as root, else through sudo).
+# Missing Debian packages are installed with apt-get (as root, else through sudo), without
+# their recommended packages (Prometheus would bring its node exporter).
 setup:
 	@command -v $(CARGO) >/dev/null || { echo "cargo is required (https://rustup.rs)"; exit 1; }
 	@$(CARGO) fmt --version >/dev/null 2>&1 || rustup component add rustfmt
@@ -22,7 +26,7 @@ setup:
 			elif command -v sudo >/dev/null; then sudo=sudo; \
 			else echo "missing Debian packages:$$missing; install them as root"; exit 1; fi; \
 			echo "installing Debian packages:$$missing"; \
-			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
 		fi; \
 	fi
 

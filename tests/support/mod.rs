@@ -4,6 +4,8 @@
 pub mod http_server;
 #[allow(dead_code)]
 pub mod kafka;
+#[allow(dead_code)]
+pub mod prometheus;
 
 #[allow(dead_code)]
 pub mod bridge;

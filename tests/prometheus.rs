@@ -1,0 +1,322 @@
+//! The bridge's metrics as an operator sees them: a real Prometheus server (Debian's
+//! `prometheus` package, installed by `make setup`) scrapes `/metrics`, and the tests ask
+//! its HTTP API, as a dashboard or an alert would.
+
+mod support;
+
+use rdkafka::message::OwnedMessage;
+use serde_json::json;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::bridge::Bridge;
+use support::http_server::{Body, Reply, Seen, TestServer};
+use support::kafka::{broker, header};
+use support::prometheus::Prometheus;
+
+/// How long Prometheus may take to show a change: a scrape each second, plus slack for a
+/// slow machine.
+const SCRAPED: Duration = Duration::from_secs(30);
+
+/// A `/metrics` answer in the text exposition format.
+fn exposition(text: String) -> Reply {
+    Reply {
+        status: 200,
+        headers: vec![(
+            "content-type",
+            "text/plain; version=0.0.4; charset=utf-8".into(),
+        )],
+        body: Body::Bytes(text.into_bytes()),
+        delay: Duration::ZERO,
+    }
+}
+
+/// The fixture itself, against a fixed page: Prometheus scrapes it, and a counter, a
+/// labelled counter and the histogram quantile the bridge test uses come back as served.
+#[tokio::test(flavor = "multi_thread")]
+async fn prometheus_scrapes_a_metrics_page_and_answers_queries_about_it() {
+    // The histogram gains one observation per scrape, so its rate is not zero.
+    let scrapes = Arc::new(AtomicU64::new(0));
+    let counted = scrapes.clone();
+    let server = TestServer::start(move |seen: &Seen| {
+        if seen.target != "/metrics" {
+            return Reply::status(404, "");
+        }
+        let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+        exposition(format!(
+            "# HELP watchbridge_outputs_produced_total Output records acknowledged by the broker\n\
+             # TYPE watchbridge_outputs_produced_total counter\n\
+             watchbridge_outputs_produced_total 7\n\
+             # TYPE watchbridge_watches_terminated_total counter\n\
+             watchbridge_watches_terminated_total{{reason=\"final\"}} 3\n\
+             watchbridge_watches_terminated_total{{reason=\"stable\"}} 1\n\
+             # TYPE watchbridge_poll_duration_seconds histogram\n\
+             watchbridge_poll_duration_seconds_bucket{{result=\"ok\",le=\"0.01\"}} 0\n\
+             watchbridge_poll_duration_seconds_bucket{{result=\"ok\",le=\"0.1\"}} {n}\n\
+             watchbridge_poll_duration_seconds_bucket{{result=\"ok\",le=\"+Inf\"}} {n}\n\
+             watchbridge_poll_duration_seconds_sum{{result=\"ok\"}} {}\n\
+             watchbridge_poll_duration_seconds_count{{result=\"ok\"}} {n}\n",
+            n as f64 * 0.05
+        ))
+    })
+    .await;
+    let prometheus = Prometheus::start("fixed", &[server.addr.to_string()]).await;
+
+    let targets = prometheus.targets_up(SCRAPED).await;
+    assert_eq!(targets.len(), 1, "{targets:?}");
+    assert_eq!(targets[0].job, "fixed");
+    assert_eq!(targets[0].scrape_url, server.url("/metrics"));
+    assert_eq!(targets[0].last_error, "");
+
+    let produced = prometheus
+        .wait_for_value("watchbridge_outputs_produced_total", |v| v == 7.0, SCRAPED)
+        .await;
+    assert_eq!(produced, 7.0);
+    let series = prometheus.query("watchbridge_outputs_produced_total").await;
+    assert_eq!(series.len(), 1);
+    let (labels, value) = &series[0];
+    assert_eq!(value, &7.0);
+    assert_eq!(labels["__name__"], "watchbridge_outputs_produced_total");
+    assert_eq!(labels["job"], "fixed");
+    assert_eq!(labels["instance"], server.addr.to_string());
+
+    let up = prometheus.query("up{job=\"fixed\"}").await;
+    assert_eq!(up.len(), 1);
+    assert_eq!(up[0].1, 1.0);
+
+    let mut by_reason: Vec<(String, f64)> = prometheus
+        .query("sum by (reason) (watchbridge_watches_terminated_total)")
+        .await
+        .into_iter()
+        .map(|(labels, v)| (labels["reason"].clone(), v))
+        .collect();
+    by_reason.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(by_reason, [("final".into(), 3.0), ("stable".into(), 1.0)]);
+    assert_eq!(
+        prometheus
+            .query("sum(watchbridge_watches_terminated_total)")
+            .await[0]
+            .1,
+        4.0
+    );
+
+    // Every observation fell in (0.01, 0.1]: the 99th percentile interpolates to 0.0991.
+    let p99 = prometheus
+        .wait_for_value(
+            "histogram_quantile(0.99, sum by (le) (rate(watchbridge_poll_duration_seconds_bucket[30s])))",
+            f64::is_finite,
+            SCRAPED,
+        )
+        .await;
+    assert!((p99 - 0.0991).abs() < 1e-9, "{p99}");
+
+    // A series nobody exports is an empty vector; a scalar expression one unlabelled value.
+    assert!(prometheus
+        .query("watchbridge_no_such_metric")
+        .await
+        .is_empty());
+    assert_eq!(prometheus.query("1 + 1").await, [(Default::default(), 2.0)]);
+    assert!(scrapes.load(Ordering::SeqCst) >= 2);
+}
+
+// The real bridge, from here on: the minimal pieces of tests/bridge.rs.
+
+/// Topics and settings of one test.
+struct Setup {
+    input: String,
+    output: String,
+    group: String,
+}
+
+impl Setup {
+    async fn new(name: &str, partitions: i32) -> Self {
+        let b = broker();
+        let input = b.unique_topic(&format!("{name}-in"));
+        b.create_topic(&input, partitions).await;
+        Self {
+            output: format!("{input}-out"),
+            group: format!("{input}-group"),
+            input,
+        }
+    }
+
+    fn env(&self, server: &TestServer) -> Vec<(&'static str, String)> {
+        vec![
+            ("WATCHBRIDGE_INPUT_TOPIC", self.input.clone()),
+            ("WATCHBRIDGE_OUTPUT_TOPIC", self.output.clone()),
+            ("WATCHBRIDGE_GROUP_ID", self.group.clone()),
+            ("WATCHBRIDGE_HTTP_URL", server.url("/users/{/id}/events")),
+            ("WATCHBRIDGE_HTTP_ITEMS", "/events".into()),
+            ("WATCHBRIDGE_HTTP_ITEM_KEY", "/id".into()),
+            ("WATCHBRIDGE_HTTP_ITEM_TIME", "/at".into()),
+            ("WATCHBRIDGE_HTTP_COMPLETE", "/done".into()),
+        ]
+    }
+}
+
+const T0: i64 = 1_796_000_000_000;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Each user `u` has two events, at T0 + u s and T0 + u s + 500 ms; the feed is final.
+fn finished_feeds(seen: &Seen) -> Reply {
+    let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
+    Reply::json(json!({
+        "events": [
+            {"id": format!("u{user}-a"), "at": T0 + user * 1000},
+            {"id": format!("u{user}-b"), "at": T0 + user * 1000 + 500},
+        ],
+        "done": true,
+    }))
+}
+
+/// Wait until `n` output records (not counting watermark records) are on `topic`.
+async fn wait_for_outputs(topic: &str, n: usize, within: Duration) -> Vec<OwnedMessage> {
+    let deadline = Instant::now() + within;
+    // Each try reads the topic from its start for `window`; a long topic needs a longer one.
+    let mut window = Duration::from_millis(1500);
+    loop {
+        let all = broker().consume_for(topic, window).await;
+        let total = all.len();
+        let data: Vec<OwnedMessage> = all
+            .into_iter()
+            .filter(|m| header(m, "watchbridge-control").is_none())
+            .collect();
+        if data.len() >= n {
+            return data;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} outputs on {topic} ({total} records with the watermark ones)",
+            data.len()
+        );
+        window = (window * 2).min(Duration::from_secs(20));
+    }
+}
+
+async fn produce_user(topic: &str, user: i64) {
+    broker()
+        .produce(
+            topic,
+            None,
+            Some(format!("user-{user}").as_bytes()),
+            json!({"id": user}).to_string().as_bytes(),
+            &[],
+        )
+        .await;
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("pick a free loopback port")
+}
+
+/// The operations issue's proof: the bridge against the real broker, scraped by a real
+/// Prometheus, whose key series agree with what the test consumed.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs WATCHBRIDGE_METRICS_ADDR (metrics server), merged separately"]
+async fn prometheus_scrapes_the_bridge_and_its_series_match_what_was_consumed() {
+    const PARTITIONS: i32 = 2;
+    const USERS: i64 = 6;
+    let started_ms = now_ms();
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("prometheus", PARTITIONS).await;
+    let metrics_addr = format!("127.0.0.1:{}", free_port());
+    let mut env = s.env(&server);
+    env.push(("WATCHBRIDGE_METRICS_ADDR", metrics_addr.clone()));
+    // A partition no user lands on must not hold the merged watermark back for long.
+    env.push(("WATCHBRIDGE_IDLE_TIMEOUT", "2s".into()));
+    let bridge = Bridge::start(&env);
+    let _log = LogOnPanic(&bridge);
+    let prometheus = Prometheus::start("watchbridge", std::slice::from_ref(&metrics_addr)).await;
+    let targets = prometheus.targets_up(SCRAPED).await;
+    assert_eq!(
+        targets[0].scrape_url,
+        format!("http://{metrics_addr}/metrics")
+    );
+    let scraped = |expr: &'static str, want: f64| {
+        prometheus.wait_for(expr, move |r| r.len() == 1 && r[0].1 == want, SCRAPED)
+    };
+    scraped("watchbridge_partitions_assigned", PARTITIONS as f64).await;
+
+    // One user first, seen by Prometheus before the rest: the poll-duration histogram then
+    // grows within the rate window, so its quantile is a number (a zero rate gives NaN).
+    produce_user(&s.input, 1).await;
+    prometheus
+        .wait_for_value(
+            "sum(watchbridge_poll_duration_seconds_count)",
+            |v| v >= 1.0,
+            Duration::from_secs(60),
+        )
+        .await;
+    for user in 2..=USERS {
+        produce_user(&s.input, user).await;
+    }
+    let outputs = wait_for_outputs(&s.output, 2 * USERS as usize, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let outputs = wait_for_outputs(&s.output, outputs.len(), Duration::from_secs(10)).await;
+    let consumed = outputs.len();
+    assert_eq!(
+        consumed,
+        2 * USERS as usize,
+        "two outputs per user, once each"
+    );
+
+    scraped("watchbridge_outputs_produced_total", consumed as f64).await;
+    scraped("watchbridge_inputs_consumed_total", USERS as f64).await;
+    scraped("sum(watchbridge_watches_terminated_total)", USERS as f64).await;
+    let by_reason: Vec<(String, f64)> = prometheus
+        .query("sum by (reason) (watchbridge_watches_terminated_total)")
+        .await
+        .into_iter()
+        .map(|(labels, v)| (labels["reason"].clone(), v))
+        .collect();
+    assert_eq!(
+        by_reason,
+        [("final".into(), USERS as f64)],
+        "every feed said final"
+    );
+    scraped("watchbridge_partitions_assigned", PARTITIONS as f64).await;
+    scraped("watchbridge_partitions_recovering", 0.0).await;
+
+    // The merged watermark exists: input timestamps (produce time) less the 5 s bound.
+    let watermark = prometheus
+        .wait_for_value("watchbridge_watermark_ms", |v| v > 0.0, SCRAPED)
+        .await;
+    assert!(
+        watermark > (started_ms - 600_000) as f64 && watermark <= now_ms() as f64,
+        "merged watermark {watermark}, test started at {started_ms}"
+    );
+
+    let p99 = prometheus
+        .wait_for_value(
+            "histogram_quantile(0.99, sum by (le) (rate(watchbridge_poll_duration_seconds_bucket[30s])))",
+            f64::is_finite,
+            SCRAPED,
+        )
+        .await;
+    assert!(
+        (0.0..=30.0).contains(&p99),
+        "99th percentile poll duration {p99} s"
+    );
+
+    scraped("up{job=\"watchbridge\"}", 1.0).await;
+}
+
+/// Shows the bridge's log when the test fails.
+struct LogOnPanic<'a>(&'a Bridge);
+
+impl Drop for LogOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("the bridge's log:\n{}", self.0.log());
+        }
+    }
+}
