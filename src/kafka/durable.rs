@@ -172,9 +172,10 @@ impl DurableState {
         n
     }
 
-    /// Whether `key` finished within the retention: its input must not start it again.
+    /// Whether `key` finished within the retention (or has ended and waits for its last
+    /// outputs before it is written finished): its input must not start it again.
     pub fn is_finished(&self, key: &[u8]) -> bool {
-        self.finished.contains_key(key)
+        self.finished.contains_key(key) || self.live.get(key).is_some_and(|w| w.ending.is_some())
     }
 
     pub fn live(&self) -> usize {
@@ -534,9 +535,10 @@ mod tests {
         s.checkpoint_records(T0, false);
         s.output_sent(&key);
         s.terminated(&key, T0 + 10, &TerminatedReason::Final);
-        // Its last output is in flight: still live, nothing to say yet.
+        // Its last output is in flight: still live, nothing to say yet; but it has ended,
+        // so its input does not start it again.
         assert!(s.checkpoint_records(T0 + 11, false).is_empty());
-        assert!(!s.is_finished(&key));
+        assert!(s.is_finished(&key));
         s.output_acknowledged(&key, hash_key(b"e2"), 0, 6);
         let w = decoded(&s.checkpoint_records(T0 + 12, false));
         assert!(
