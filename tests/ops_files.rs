@@ -1,0 +1,839 @@
+//! The operations files checked against the code, so they stay true: the Grafana dashboard
+//! and the alert rules against the metrics the bridge registers (`src/metrics.rs`), the
+//! deployment files and docs/configuration.md against `watchbridge run --help`, the compose
+//! file's poller settings against its sample feeds, and the Kubernetes manifests against each
+//! other.
+
+mod support;
+
+use prometheus::proto::MetricType;
+use serde_json::Value as Json;
+use serde_yaml::Value as Yaml;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+use support::http_server::{Reply, TestServer};
+use watchbridge::metrics::Metrics;
+
+/// Variables that the metrics-server work (in progress elsewhere) adds to `watchbridge run
+/// --help`. The docs and deploy/ already use them; empty this list once they are in --help
+/// (`every_listed_exception_is_still_needed` fails as soon as one is).
+const NOT_YET_IN_HELP: &[&str] = &["WATCHBRIDGE_METRICS_ADDR", "WATCHBRIDGE_LOG_FORMAT"];
+
+/// Metric families that the same work adds to `Metrics`: the dashboard, the alert rules and
+/// docs/operations.md already chart them. Empty this list once they are registered.
+const NOT_YET_EXPORTED: &[&str] = &["watchbridge_ready"];
+
+/// Variables read from the environment by something other than clap, so `--help` does not
+/// list them: `WATCHBRIDGE_LOG` is `tracing_subscriber::EnvFilter`'s (src/main.rs). They
+/// must be documented in docs/configuration.md all the same. (If one becomes a flag, its
+/// documented default is checked against --help like any other.)
+const ENV_ONLY: &[&str] = &["WATCHBRIDGE_LOG"];
+
+/// Families the dashboard need not chart, each with its reason. Empty: every family the bridge
+/// exports is on a panel.
+const NOT_ON_DASHBOARD: &[&str] = &[];
+
+const DASHBOARD: &str = "grafana/dashboards/watchbridge.json";
+const COMPOSE: &str = "deploy/docker-compose.yml";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+}
+
+fn yaml(rel: &str) -> Yaml {
+    serde_yaml::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel} is not YAML: {e}"))
+}
+
+/// Every file under `dir` (relative to the repository root), recursively, as relative paths.
+fn files_under(dir: &str) -> Vec<String> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("list {}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                walk(base, &path, out);
+            } else {
+                let rel = path.strip_prefix(base).unwrap();
+                out.push(rel.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&root(), &root().join(dir), &mut out);
+    out
+}
+
+// ---- metric names -----------------------------------------------------------------------
+
+fn families() -> BTreeMap<String, MetricType> {
+    Metrics::new().families().iter().cloned().collect()
+}
+
+/// Every `watchbridge_[a-z0-9_]+` in `text` (a whole word; a bare `watchbridge_` is skipped).
+fn metric_names_in(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let bytes = text.as_bytes();
+    let mut from = 0;
+    while let Some(i) = text[from..].find("watchbridge_") {
+        let start = from + i;
+        let word_char = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+        let mut end = start + "watchbridge_".len();
+        while end < bytes.len()
+            && (bytes[end].is_ascii_lowercase()
+                || bytes[end].is_ascii_digit()
+                || bytes[end] == b'_')
+        {
+            end += 1;
+        }
+        let bounded = (start == 0 || !word_char(bytes[start - 1]))
+            && (end == bytes.len() || !word_char(bytes[end]));
+        let name = text[start..end].trim_end_matches('_');
+        if bounded && name.len() > "watchbridge".len() {
+            names.push(name.to_string());
+        }
+        from = end;
+    }
+    names
+}
+
+/// The family a scraped series name belongs to: itself, a histogram's `_bucket`/`_sum`/
+/// `_count`, or one of [`NOT_YET_EXPORTED`]. `None`: the bridge exports no such thing.
+fn family_of(name: &str, families: &BTreeMap<String, MetricType>) -> Option<String> {
+    if families.contains_key(name) || NOT_YET_EXPORTED.contains(&name) {
+        return Some(name.to_string());
+    }
+    ["_bucket", "_sum", "_count"].iter().find_map(|suffix| {
+        let base = name.strip_suffix(suffix)?;
+        (families.get(base) == Some(&MetricType::HISTOGRAM)).then(|| base.to_string())
+    })
+}
+
+/// Check every metric name in `exprs` (each with where it came from); return the families
+/// used.
+fn check_metric_names<'a>(
+    exprs: impl IntoIterator<Item = (String, &'a str)>,
+    families: &BTreeMap<String, MetricType>,
+) -> BTreeSet<String> {
+    let mut used = BTreeSet::new();
+    let mut unknown = Vec::new();
+    for (place, expr) in exprs {
+        for name in metric_names_in(expr) {
+            match family_of(&name, families) {
+                Some(family) => {
+                    used.insert(family);
+                }
+                None => unknown.push(format!("{place}: `{name}` in `{expr}`")),
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "metrics the bridge does not export (src/metrics.rs):\n{}",
+        unknown.join("\n")
+    );
+    used
+}
+
+// ---- the dashboard ------------------------------------------------------------------------
+
+fn dashboard() -> Json {
+    serde_json::from_str(&read(DASHBOARD)).unwrap_or_else(|e| panic!("{DASHBOARD}: {e}"))
+}
+
+/// Every panel, rows' nested panels included.
+fn panels(dashboard: &Json) -> Vec<&Json> {
+    fn walk<'a>(list: &'a Json, out: &mut Vec<&'a Json>) {
+        for p in list.as_array().into_iter().flatten() {
+            out.push(p);
+            if let Some(inner) = p.get("panels") {
+                walk(inner, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&dashboard["panels"], &mut out);
+    out
+}
+
+/// Every PromQL expression: panel targets and template variable queries, with where each
+/// is.
+fn dashboard_exprs(dashboard: &Json) -> Vec<(String, String)> {
+    let mut exprs = Vec::new();
+    for p in panels(dashboard) {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            if let Some(expr) = t["expr"].as_str() {
+                let place = format!("panel {:?} target {}", p["title"], t["refId"]);
+                exprs.push((place, expr.to_string()));
+            }
+        }
+    }
+    for v in dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if v["type"] == "query" {
+            let query = v["query"]
+                .as_str()
+                .or_else(|| v["query"]["query"].as_str())
+                .unwrap_or_default();
+            exprs.push((format!("variable {}", v["name"]), query.to_string()));
+        }
+    }
+    exprs
+}
+
+#[test]
+fn dashboard_queries_only_exported_metrics_and_charts_every_one() {
+    let families = families();
+    let d = dashboard();
+    let exprs = dashboard_exprs(&d);
+    assert!(
+        exprs.len() > 20,
+        "{DASHBOARD}: {} queries found",
+        exprs.len()
+    );
+    let used = check_metric_names(
+        exprs.iter().map(|(p, e)| (p.clone(), e.as_str())),
+        &families,
+    );
+    let missing: Vec<_> = families
+        .keys()
+        .filter(|f| !used.contains(*f) && !NOT_ON_DASHBOARD.contains(&f.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "exported but on no panel of {DASHBOARD} (chart them, or list them in NOT_ON_DASHBOARD \
+         with a reason): {missing:?}"
+    );
+    for name in NOT_YET_EXPORTED {
+        assert!(used.contains(*name), "{name} is expected on the dashboard");
+    }
+}
+
+#[test]
+fn dashboard_is_a_grafana_dashboard_on_a_prometheus_datasource_variable() {
+    let d = dashboard();
+    assert_eq!(d["uid"], "watchbridge");
+    assert!(d["title"].is_string());
+    let schema = d["schemaVersion"].as_u64().expect("schemaVersion");
+    assert!((36..=41).contains(&schema), "schemaVersion {schema}");
+    let vars = d["templating"]["list"].as_array().expect("templating.list");
+    assert!(
+        vars.iter().any(|v| v["name"] == "DS_PROMETHEUS"
+            && v["type"] == "datasource"
+            && v["query"] == "prometheus"),
+        "a datasource variable DS_PROMETHEUS of type prometheus"
+    );
+    let mut ids = BTreeSet::new();
+    let mut rows = Vec::new();
+    for p in panels(&d) {
+        let title = p["title"].as_str().expect("every panel has a title");
+        let id = p["id"].as_u64().expect("every panel has an id");
+        assert!(ids.insert(id), "panel id {id} ({title}) twice");
+        let grid = &p["gridPos"];
+        let (x, w) = (grid["x"].as_u64().unwrap(), grid["w"].as_u64().unwrap());
+        assert!(
+            x + w <= 24 && grid["h"].as_u64().unwrap() > 0,
+            "{title}: gridPos {grid}"
+        );
+        if p["type"] == "row" {
+            rows.push(title.to_string());
+            continue;
+        }
+        let targets = p["targets"].as_array().filter(|t| !t.is_empty());
+        let targets = targets.unwrap_or_else(|| panic!("panel {title} has no targets"));
+        for with_ds in std::iter::once(p).chain(targets) {
+            assert_eq!(
+                with_ds["datasource"]["uid"], "${DS_PROMETHEUS}",
+                "panel {title}: datasource by the DS_PROMETHEUS variable"
+            );
+        }
+    }
+    for row in [
+        "Throughput",
+        "Watches",
+        "Polls",
+        "Dedup",
+        "Watermarks",
+        "Errors & DLQ",
+        "Durable state",
+        "Kafka",
+    ] {
+        assert!(rows.iter().any(|r| r == row), "no row {row:?} in {rows:?}");
+    }
+}
+
+#[test]
+fn docs_and_alert_rules_name_only_exported_metrics_and_operations_md_lists_every_one() {
+    let families = families();
+    // The alert rules: every `expr`.
+    let rules = yaml("deploy/prometheus-alerts.yml");
+    let mut exprs = Vec::new();
+    for group in rules["groups"].as_sequence().expect("groups") {
+        for rule in group["rules"].as_sequence().expect("rules") {
+            let name = rule["alert"].as_str().expect("alert name");
+            let expr = rule["expr"].as_str().expect("expr");
+            exprs.push((format!("alert {name}"), expr.to_string()));
+        }
+    }
+    assert!(exprs.len() >= 6, "{} alert rules", exprs.len());
+    check_metric_names(
+        exprs.iter().map(|(p, e)| (p.clone(), e.as_str())),
+        &families,
+    );
+    // Every name anywhere in the prose docs.
+    for doc in [
+        "docs/operations.md",
+        "docs/configuration.md",
+        "grafana/README.md",
+        "deploy/README.md",
+    ] {
+        let text = read(doc);
+        check_metric_names([(doc.to_string(), text.as_str())], &families);
+    }
+    // operations.md's metric table has a row per family.
+    let ops = read("docs/operations.md");
+    let documented: BTreeSet<String> = ops
+        .lines()
+        .filter(|l| l.starts_with("| `watchbridge_"))
+        .flat_map(metric_names_in)
+        .filter_map(|n| family_of(&n, &families))
+        .collect();
+    let missing: Vec<&str> = families
+        .keys()
+        .map(String::as_str)
+        .chain(NOT_YET_EXPORTED.iter().copied())
+        .filter(|f| !documented.contains(*f))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not in docs/operations.md's metric table: {missing:?}"
+    );
+}
+
+// ---- variables ----------------------------------------------------------------------------
+
+/// `watchbridge run --help`: each `WATCHBRIDGE_*` variable with its `[default: …]`, if any.
+fn help_variables() -> BTreeMap<String, Option<String>> {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("WATCHBRIDGE_") {
+            command.env_remove(name);
+        }
+    }
+    let out = command
+        .args(["run", "--help"])
+        .output()
+        .expect("run watchbridge");
+    assert!(out.status.success(), "watchbridge run --help failed");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut vars = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('-') {
+            current = None; // the next option
+        } else if let Some(rest) = line.strip_prefix("[env: ") {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            assert!(name.starts_with("WATCHBRIDGE_"), "--help: {line}");
+            assert!(
+                vars.insert(name.clone(), None).is_none(),
+                "{name} twice in --help"
+            );
+            current = Some(name);
+        } else if let Some(rest) = line.strip_prefix("[default: ") {
+            let name = current
+                .as_ref()
+                .unwrap_or_else(|| panic!("--help: {line} without [env]"));
+            let value = rest
+                .strip_suffix(']')
+                .unwrap_or_else(|| panic!("--help: {line}"));
+            vars.insert(name.clone(), Some(value.to_string()));
+        }
+    }
+    assert!(
+        vars.len() > 30,
+        "parsed {} variables from --help:\n{text}",
+        vars.len()
+    );
+    vars
+}
+
+/// Every `WATCHBRIDGE_[A-Z0-9_]+` in `text`; one followed by `*` (or ending in `_`) is a
+/// prefix, returned with a trailing `*`.
+fn variables_in(text: &str) -> Vec<String> {
+    let bytes = text.as_bytes();
+    let mut names = Vec::new();
+    let mut from = 0;
+    while let Some(i) = text[from..].find("WATCHBRIDGE_") {
+        let start = from + i;
+        let mut end = start + "WATCHBRIDGE_".len();
+        while end < bytes.len()
+            && (bytes[end].is_ascii_uppercase()
+                || bytes[end].is_ascii_digit()
+                || bytes[end] == b'_')
+        {
+            end += 1;
+        }
+        let name = &text[start..end];
+        if name.ends_with('_') || bytes.get(end) == Some(&b'*') {
+            names.push(format!("{}*", name));
+        } else {
+            names.push(name.to_string());
+        }
+        from = end;
+    }
+    names
+}
+
+/// The variables `text` names that neither --help, [`NOT_YET_IN_HELP`] nor [`ENV_ONLY`]
+/// knows.
+fn unknown_variables(text: &str, help: &BTreeMap<String, Option<String>>) -> Vec<String> {
+    let known = |name: &str| {
+        help.contains_key(name) || NOT_YET_IN_HELP.contains(&name) || ENV_ONLY.contains(&name)
+    };
+    variables_in(text)
+        .into_iter()
+        .filter(|name| match name.strip_suffix('*') {
+            Some(prefix) => !help.keys().any(|k| k.starts_with(prefix)),
+            None => !known(name),
+        })
+        .collect()
+}
+
+#[test]
+fn every_yaml_in_deploy_and_grafana_provisioning_parses() {
+    let mut files: Vec<String> = files_under("deploy");
+    files.extend(files_under("grafana/provisioning"));
+    files.retain(|f| f.ends_with(".yml") || f.ends_with(".yaml"));
+    assert!(files.len() >= 10, "{files:?}");
+    for file in &files {
+        // One document per file (serde_yaml refuses several).
+        let value = yaml(file);
+        assert!(value.is_mapping(), "{file}: a mapping at the top");
+        if file.starts_with("deploy/k8s/") {
+            assert!(
+                value["apiVersion"].is_string() && value["kind"].is_string(),
+                "{file}"
+            );
+        }
+    }
+    let kinds: BTreeSet<String> = files
+        .iter()
+        .filter(|f| f.starts_with("deploy/k8s/"))
+        .map(|f| yaml(f)["kind"].as_str().unwrap().to_string())
+        .collect();
+    for kind in [
+        "ConfigMap",
+        "Secret",
+        "Deployment",
+        "Service",
+        "PodMonitor",
+        "Kustomization",
+    ] {
+        assert!(kinds.contains(kind), "no {kind} in deploy/k8s: {kinds:?}");
+    }
+    // The kustomization lists files that exist.
+    for r in yaml("deploy/k8s/kustomization.yaml")["resources"]
+        .as_sequence()
+        .unwrap()
+    {
+        let r = r.as_str().unwrap();
+        assert!(
+            root().join("deploy/k8s").join(r).is_file(),
+            "kustomization: {r}"
+        );
+    }
+    // The provisioned datasource is the compose Prometheus; the dashboards provider reads
+    // the directory compose mounts the dashboards at.
+    let ds = yaml("grafana/provisioning/datasources/prometheus.yaml");
+    assert_eq!(ds["datasources"][0]["type"], "prometheus");
+    assert_eq!(ds["datasources"][0]["url"], "http://prometheus:9090");
+    let provider = yaml("grafana/provisioning/dashboards/watchbridge.yaml");
+    assert_eq!(provider["providers"][0]["type"], "file");
+    let path = provider["providers"][0]["options"]["path"]
+        .as_str()
+        .unwrap();
+    let grafana = &yaml(COMPOSE)["services"]["grafana"];
+    let mounts: Vec<&str> = grafana["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        mounts.contains(&format!("../grafana/dashboards:{path}:ro").as_str()),
+        "compose mounts the dashboards at {path}: {mounts:?}"
+    );
+    assert!(mounts.contains(&"../grafana/provisioning:/etc/grafana/provisioning:ro"));
+}
+
+#[test]
+fn deploy_and_grafana_files_name_only_variables_the_bridge_has() {
+    let help = help_variables();
+    let mut files = files_under("deploy");
+    files.extend(files_under("grafana"));
+    let mut unknown = Vec::new();
+    let mut named = 0;
+    for file in &files {
+        let text = read(file);
+        named += variables_in(&text).len();
+        unknown.extend(
+            unknown_variables(&text, &help)
+                .into_iter()
+                .map(|v| format!("{file}: {v}")),
+        );
+    }
+    assert!(
+        named > 30,
+        "{named} variables named in deploy/ and grafana/"
+    );
+    assert!(
+        unknown.is_empty(),
+        "not in `watchbridge run --help` (nor NOT_YET_IN_HELP, ENV_ONLY):\n{}",
+        unknown.join("\n")
+    );
+}
+
+/// docs/configuration.md's tables: variable → default cell, in order.
+fn documented_variables() -> Vec<(String, String)> {
+    let text = read("docs/configuration.md");
+    let mut rows = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with("| `WATCHBRIDGE_")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        // "", variable, default, meaning…, ""
+        assert!(cells.len() >= 5, "docs/configuration.md: {line}");
+        let name = cells[1]
+            .strip_prefix('`')
+            .and_then(|c| c.strip_suffix('`'))
+            .filter(|n| !n.contains('`'))
+            .unwrap_or_else(|| panic!("docs/configuration.md: one variable per row: {line}"));
+        rows.push((name.to_string(), cells[2].to_string()));
+    }
+    rows
+}
+
+/// A default cell that is one code span is a literal default; anything else describes one.
+fn literal_default(cell: &str) -> Option<&str> {
+    let inner = cell.strip_prefix('`')?.strip_suffix('`')?;
+    (!inner.contains('`')).then_some(inner)
+}
+
+#[test]
+fn configuration_md_documents_every_run_variable_with_its_default() {
+    let help = help_variables();
+    let rows = documented_variables();
+    let mut documented = BTreeMap::new();
+    for (name, default) in &rows {
+        assert!(
+            documented.insert(name.clone(), default.clone()).is_none(),
+            "{name} documented twice in docs/configuration.md"
+        );
+    }
+    let expected: BTreeSet<&str> = help
+        .keys()
+        .map(String::as_str)
+        .chain(NOT_YET_IN_HELP.iter().copied())
+        .chain(ENV_ONLY.iter().copied())
+        .collect();
+    let got: BTreeSet<&str> = documented.keys().map(String::as_str).collect();
+    assert_eq!(
+        got.difference(&expected).collect::<Vec<_>>(),
+        Vec::<&&str>::new(),
+        "documented in docs/configuration.md but not in --help (nor NOT_YET_IN_HELP, ENV_ONLY)"
+    );
+    assert_eq!(
+        expected.difference(&got).collect::<Vec<_>>(),
+        Vec::<&&str>::new(),
+        "in --help (or NOT_YET_IN_HELP, ENV_ONLY) but not documented in docs/configuration.md"
+    );
+    let mut wrong = Vec::new();
+    for (name, cell) in &documented {
+        let Some(from_help) = help.get(name) else {
+            // Not yet a flag: the documented value is all there is to check.
+            assert!(!cell.is_empty(), "{name}: empty default cell");
+            continue;
+        };
+        match (literal_default(cell), from_help) {
+            (Some(doc), Some(help)) if doc == help => {}
+            (None, None) => {}
+            (doc, help) => wrong.push(format!(
+                "{name}: docs/configuration.md says {cell}{}, --help says {}",
+                if doc.is_some() {
+                    ""
+                } else {
+                    " (a description: no literal default)"
+                },
+                help.as_ref()
+                    .map_or("no default".into(), |h| format!("[default: {h}]")),
+            )),
+        }
+    }
+    assert!(wrong.is_empty(), "defaults disagree:\n{}", wrong.join("\n"));
+    // Prose elsewhere in the docs names only real variables too.
+    for doc in ["docs/configuration.md", "docs/operations.md"] {
+        let unknown = unknown_variables(&read(doc), &help);
+        assert!(
+            unknown.is_empty(),
+            "{doc} names unknown variables: {unknown:?}"
+        );
+    }
+}
+
+#[test]
+fn every_listed_exception_is_still_needed() {
+    let help = help_variables();
+    for name in NOT_YET_IN_HELP {
+        assert!(
+            !help.contains_key(*name),
+            "{name} is in `watchbridge run --help` now: remove it from NOT_YET_IN_HELP"
+        );
+    }
+    let families = families();
+    for name in NOT_YET_EXPORTED {
+        assert!(
+            !families.contains_key(*name),
+            "{name} is registered now: remove it from NOT_YET_EXPORTED"
+        );
+    }
+    for name in NOT_ON_DASHBOARD {
+        assert!(
+            families.contains_key(*name),
+            "NOT_ON_DASHBOARD names {name}, not a family"
+        );
+    }
+}
+
+// ---- the deployment files against each other and the bridge -------------------------------
+
+fn duration(text: &str) -> Duration {
+    humantime::parse_duration(text).unwrap_or_else(|e| panic!("`{text}`: {e}"))
+}
+
+fn port_of(addr: &str) -> u64 {
+    addr.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn kubernetes_and_compose_agree_with_the_bridge_settings() {
+    let config = yaml("deploy/k8s/configmap.yaml");
+    let data = &config["data"];
+    let deployment = yaml("deploy/k8s/deployment.yaml");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(deployment["spec"]["selector"]["matchLabels"], *labels);
+
+    // An orderly stop fits in the grace period.
+    let shutdown = duration(data["WATCHBRIDGE_SHUTDOWN_TIMEOUT"].as_str().unwrap());
+    let grace = Duration::from_secs(pod["terminationGracePeriodSeconds"].as_u64().unwrap());
+    assert!(
+        grace > shutdown,
+        "terminationGracePeriodSeconds {grace:?} <= {shutdown:?}"
+    );
+
+    // The config map and the (optional) secret are what the container reads.
+    let env_from = container["envFrom"].as_sequence().unwrap();
+    let config_name = config["metadata"]["name"].as_str().unwrap();
+    let secret = yaml("deploy/k8s/secret.yaml");
+    assert!(env_from
+        .iter()
+        .any(|e| e["configMapRef"]["name"] == config_name));
+    assert!(env_from
+        .iter()
+        .any(|e| e["secretRef"]["name"] == secret["metadata"]["name"]
+            && e["secretRef"]["optional"] == true));
+    let secret_data = secret["stringData"].as_mapping().unwrap();
+    assert!(secret_data
+        .keys()
+        .any(|k| k.as_str().unwrap().starts_with("KAFKA_SASL_")));
+    assert!(read("deploy/k8s/secret.yaml").contains("EXAMPLE ONLY"));
+
+    // Probes and ports: the metrics address's port, by name.
+    let port = port_of(data["WATCHBRIDGE_METRICS_ADDR"].as_str().unwrap());
+    let ports = container["ports"].as_sequence().unwrap();
+    let metrics = ports
+        .iter()
+        .find(|p| p["name"] == "metrics")
+        .expect("a port named metrics");
+    assert_eq!(metrics["containerPort"].as_u64(), Some(port));
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(container[probe]["httpGet"]["port"], "metrics", "{probe}");
+    }
+    assert!(container["resources"]["requests"].is_mapping());
+    assert!(container["resources"]["limits"].is_mapping());
+    let service = yaml("deploy/k8s/service.yaml");
+    assert_eq!(service["spec"]["selector"], *labels);
+    assert_eq!(service["spec"]["ports"][0]["port"].as_u64(), Some(port));
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
+    let monitor = yaml("deploy/k8s/podmonitor.yaml");
+    assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(monitor["spec"]["selector"]["matchLabels"], *labels);
+    assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["port"], "metrics");
+    assert_eq!(
+        monitor["spec"]["podMetricsEndpoints"][0]["path"],
+        "/metrics"
+    );
+
+    // The image exposes that port and runs the binary as a non-root user.
+    let dockerfile = read("deploy/Dockerfile");
+    assert!(
+        dockerfile.contains(&format!("\nEXPOSE {port}\n")),
+        "Dockerfile EXPOSE {port}"
+    );
+    assert!(dockerfile.contains("cargo build --release --locked"));
+    assert!(dockerfile.contains("\nUSER 10001"), "a non-root user");
+    assert_eq!(pod["securityContext"]["runAsUser"].as_u64(), Some(10001));
+    assert!(dockerfile.contains("ENTRYPOINT [\"/usr/local/bin/watchbridge\"]"));
+
+    // Compose: the bridge on the compose broker, scraped where Prometheus looks, given time
+    // to stop.
+    let compose = yaml(COMPOSE);
+    let services = &compose["services"];
+    for service in ["kafka", "feeds", "watchbridge", "prometheus", "grafana"] {
+        assert!(services[service].is_mapping(), "compose service {service}");
+    }
+    assert!(services["kafka"]["image"]
+        .as_str()
+        .unwrap()
+        .starts_with("apache/kafka:"));
+    assert_eq!(
+        services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"],
+        "broker,controller"
+    );
+    let bridge = &services["watchbridge"];
+    assert_eq!(bridge["build"]["context"], "..");
+    assert_eq!(bridge["build"]["dockerfile"], "deploy/Dockerfile");
+    let env = &bridge["environment"];
+    assert_eq!(env["WATCHBRIDGE_BROKERS"], "kafka:9092");
+    let compose_port = port_of(env["WATCHBRIDGE_METRICS_ADDR"].as_str().unwrap());
+    let prometheus = yaml("deploy/prometheus.yml");
+    assert_eq!(
+        prometheus["scrape_configs"][0]["static_configs"][0]["targets"][0],
+        format!("watchbridge:{compose_port}").as_str()
+    );
+    let stop = duration(bridge["stop_grace_period"].as_str().unwrap());
+    let shutdown = duration(env["WATCHBRIDGE_SHUTDOWN_TIMEOUT"].as_str().unwrap());
+    assert!(
+        stop > shutdown,
+        "stop_grace_period {stop:?} <= {shutdown:?}"
+    );
+}
+
+/// The compose bridge's poller settings, run with `watchbridge poll-once` against the
+/// sample feeds served as compose serves them (plain files over HTTP).
+#[tokio::test(flavor = "multi_thread")]
+async fn compose_poller_settings_read_the_sample_feeds() {
+    let feeds = root().join("deploy/sample-feeds");
+    let server = TestServer::start(move |seen| {
+        let path = seen.target.trim_start_matches('/');
+        match std::fs::read(feeds.join(path)) {
+            Ok(body) if !path.contains("..") => Reply::status(200, body),
+            _ => Reply::status(404, "not found"),
+        }
+    })
+    .await;
+    let compose = yaml(COMPOSE);
+    let env: Vec<(String, String)> = compose["services"]["watchbridge"]["environment"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().unwrap().to_string(),
+                v.as_str().unwrap().to_string(),
+            )
+        })
+        .filter(|(k, _)| k.starts_with("WATCHBRIDGE_HTTP_") || k == "WATCHBRIDGE_POLLER")
+        .map(|(k, v)| (k, v.replace("http://feeds:8080", &server.url(""))))
+        .collect();
+    assert!(env
+        .iter()
+        .any(|(k, v)| k == "WATCHBRIDGE_HTTP_URL" && v.starts_with("http://127.0.0.1")));
+    for (input, keys) in [
+        (r#"{"id": 1}"#, vec!["e1", "e2"]),
+        (r#"{"id": 2}"#, vec!["signup", "first-login"]),
+        (r#"{"id": 3}"#, vec![]),
+    ] {
+        let env = env.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
+            for (name, _) in std::env::vars() {
+                if name.starts_with("WATCHBRIDGE_") {
+                    command.env_remove(name);
+                }
+            }
+            command
+                .args(["poll-once", "--input", input])
+                .envs(env)
+                .output()
+                .expect("run watchbridge")
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "poll-once {input}: {stderr}");
+        let got: Vec<String> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let line: Json = serde_json::from_str(l).unwrap();
+                assert!(
+                    line["event_time"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("2026-11-30T"),
+                    "{l}"
+                );
+                line["key"].as_str().unwrap().to_string()
+            })
+            .collect();
+        assert_eq!(got, keys, "poll-once {input}");
+    }
+}
+
+/// `docker compose config -q` where a compose is installed (the CLI plugin, or the older
+/// `docker-compose`); no engine is needed for it.
+#[test]
+fn docker_compose_file_is_valid_where_compose_is_installed() {
+    let works = |program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let (program, prefix): (&str, &[&str]) = if works("docker", &["compose", "version"]) {
+        ("docker", &["compose"])
+    } else if works("docker-compose", &["version"]) {
+        ("docker-compose", &[])
+    } else {
+        println!("skipped: no `docker compose` or `docker-compose` here to validate {COMPOSE}");
+        return;
+    };
+    let out = Command::new(program)
+        .args(prefix)
+        .args(["-f", COMPOSE, "config", "-q"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {prefix:?} -f {COMPOSE} config -q: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
