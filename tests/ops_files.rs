@@ -143,6 +143,47 @@ fn check_metric_names<'a>(
     used
 }
 
+/// Parse every expression as PromQL (what Prometheus would refuse to load, or Grafana show
+/// as a broken panel), after putting in values for Grafana's variables.
+fn check_promql<'a>(exprs: impl IntoIterator<Item = (String, &'a str)>) {
+    let mut bad = Vec::new();
+    for (place, expr) in exprs {
+        let expr = expr
+            .replace("$__rate_interval", "1m")
+            .replace("$__interval", "15s")
+            .replace("$instance", ".*");
+        if let Err(e) = promql_parser::parser::parse(&expr) {
+            bad.push(format!("{place}: `{expr}`: {e}"));
+        }
+    }
+    assert!(bad.is_empty(), "not PromQL:\n{}", bad.join("\n"));
+}
+
+/// The PromQL of a markdown file's ```promql blocks: a line that starts at the margin starts
+/// an expression, an indented one continues it; `#` starts a comment.
+fn promql_blocks(markdown: &str) -> Vec<String> {
+    let mut exprs: Vec<String> = Vec::new();
+    let mut inside = false;
+    for line in markdown.lines() {
+        if line.starts_with("```") {
+            inside = line.trim() == "```promql";
+            continue;
+        }
+        let code = line.split('#').next().unwrap().trim_end();
+        if !inside || code.trim().is_empty() {
+            continue;
+        }
+        match exprs.last_mut() {
+            Some(last) if code.starts_with(' ') => {
+                last.push('\n');
+                last.push_str(code);
+            }
+            _ => exprs.push(code.to_string()),
+        }
+    }
+    exprs
+}
+
 // ---- the dashboard ------------------------------------------------------------------------
 
 fn dashboard() -> Json {
@@ -171,7 +212,7 @@ fn dashboard_exprs(dashboard: &Json) -> Vec<(String, String)> {
     for p in panels(dashboard) {
         for t in p["targets"].as_array().into_iter().flatten() {
             if let Some(expr) = t["expr"].as_str() {
-                let place = format!("panel {:?} target {}", p["title"], t["refId"]);
+                let place = format!("panel {} target {}", p["title"], t["refId"]);
                 exprs.push((place, expr.to_string()));
             }
         }
@@ -205,6 +246,12 @@ fn dashboard_queries_only_exported_metrics_and_charts_every_one() {
     let used = check_metric_names(
         exprs.iter().map(|(p, e)| (p.clone(), e.as_str())),
         &families,
+    );
+    check_promql(
+        exprs
+            .iter()
+            .filter(|(place, _)| place.starts_with("panel "))
+            .map(|(p, e)| (p.clone(), e.as_str())),
     );
     let missing: Vec<_> = families
         .keys()
@@ -290,6 +337,21 @@ fn docs_and_alert_rules_name_only_exported_metrics_and_operations_md_lists_every
     check_metric_names(
         exprs.iter().map(|(p, e)| (p.clone(), e.as_str())),
         &families,
+    );
+    check_promql(exprs.iter().map(|(p, e)| (p.clone(), e.as_str())));
+    // The PromQL examples of docs/operations.md.
+    let examples = promql_blocks(&read("docs/operations.md"));
+    assert!(examples.len() >= 8, "{examples:?}");
+    check_metric_names(
+        examples
+            .iter()
+            .map(|e| ("docs/operations.md".to_string(), e.as_str())),
+        &families,
+    );
+    check_promql(
+        examples
+            .iter()
+            .map(|e| ("docs/operations.md".to_string(), e.as_str())),
     );
     // Every name anywhere in the prose docs.
     for doc in [
