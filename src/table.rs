@@ -350,7 +350,7 @@ impl<T> Default for Pages<T> {
 impl<T> Pages<T> {
     /// Append, returning the new element's index.
     fn push(&mut self, value: T) -> u32 {
-        if self.len % PAGE == 0 {
+        if self.len.is_multiple_of(PAGE) {
             self.pages.push(Vec::with_capacity(PAGE));
         }
         let index = self.len;
