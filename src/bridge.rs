@@ -5,7 +5,8 @@
 //! every partition task stops its watches (polls in flight are cancelled), delivers what
 //! they already emitted, and publishes its commit position; the positions are committed,
 //! the producer flushed, and `run` returns. Each step is bounded by
-//! `WATCHBRIDGE_SHUTDOWN_TIMEOUT`.
+//! `WATCHBRIDGE_SHUTDOWN_TIMEOUT`. From the stop signal on, `/readyz` says "stopping"; the
+//! operations server ([`OpsServer`]) answers until the end.
 
 use crate::clock::Clock;
 use crate::clock::Millis;
@@ -16,12 +17,15 @@ use crate::kafka::embedded::EmbeddedBroker;
 use crate::kafka::merged::{publish_merged, MergedPublisher};
 use crate::kafka::partition::{Bounds, Shared, StateSettings, WatermarkSettings};
 use crate::kafka::recovery::RecoverySource;
+use crate::kafka::stats::{self, BridgeProducer, ProducerStats};
 use crate::limits::Limits;
 use crate::metrics::Metrics;
+use crate::ops_server::OpsServer;
 use crate::pollers::builtin::UsePoller;
 use crate::pollers::Resolve;
+use crate::readiness::Readiness;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{FutureProducer, Producer};
+use rdkafka::producer::Producer;
 use rdkafka::{ClientConfig, TopicPartitionList};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -98,6 +102,17 @@ pub async fn run_bridge<P: Resolve>(
     stop: Arc<StopSignal>,
 ) -> Result<(), BridgeError> {
     log_properties(config);
+    let readiness = Arc::new(Readiness::new());
+    // Tasks that end with this function (the set aborts them when dropped).
+    let mut background = tokio::task::JoinSet::new();
+    {
+        let (metrics, readiness, stop) = (metrics.clone(), readiness.clone(), stop.clone());
+        background.spawn(async move {
+            stop.stopped().await;
+            readiness.stopping(&metrics);
+        });
+    }
+    let ops_server = start_ops_server(config, &metrics, &readiness).await?;
     let layout = ensure_topics(brokers, config, embedded).await?;
     tracing::info!(
         brokers,
@@ -109,8 +124,10 @@ pub async fn run_bridge<P: Resolve>(
         group = %config.group_id,
         "bridge starting"
     );
-    let producer: FutureProducer = producer_config(brokers, config)
-        .create()
+    let producer: BridgeProducer = producer_config(brokers, config)
+        .create_with_context(ProducerStats {
+            metrics: metrics.clone(),
+        })
         .map_err(|e| BridgeError::Start(format!("cannot create the producer: {e}")))?;
     let clock = Clock::system();
     let latest_watermarks = Arc::new(Mutex::new(HashMap::new()));
@@ -151,6 +168,7 @@ pub async fn run_bridge<P: Resolve>(
             finished_retention: config.finished_retention,
             checkpoint_interval: config.checkpoint_interval,
         },
+        readiness: readiness.clone(),
     });
     let partitions = Arc::new(Partitions::new(shared, tokio::runtime::Handle::current()));
     let consumer: BaseConsumer<BridgeContext<P>> = consumer_config(brokers, config)
@@ -161,6 +179,7 @@ pub async fn run_bridge<P: Resolve>(
     let bounded = config.mode == Mode::Bounded;
     if bounded {
         assign_bounded(&consumer, &partitions, config, layout.input_partitions)?;
+        readiness.assignment_received(&metrics);
     } else {
         consumer.subscribe(&[&config.input_topic]).map_err(|e| {
             BridgeError::Start(format!("cannot subscribe to {}: {e}", config.input_topic))
@@ -205,6 +224,7 @@ pub async fn run_bridge<P: Resolve>(
         () = stop.stopped() => false,
         _ = &mut joined => true,
     };
+    readiness.stopping(&metrics);
     if finished {
         tracing::info!("bounded run complete: every input read, every watch ended");
         publish_merged(
@@ -231,8 +251,26 @@ pub async fn run_bridge<P: Resolve>(
     if let Ok(Err(e)) = flushed {
         tracing::warn!(error = %e, "producer flush incomplete");
     }
+    drop(ops_server);
+    drop(background);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The operations server, unless `WATCHBRIDGE_METRICS_ADDR=off`.
+async fn start_ops_server(
+    config: &RunConfig,
+    metrics: &Arc<Metrics>,
+    readiness: &Arc<Readiness>,
+) -> Result<Option<OpsServer>, BridgeError> {
+    let Some(addr) = config.metrics_addr else {
+        return Ok(None);
+    };
+    let server = OpsServer::start(addr, metrics.clone(), readiness.clone())
+        .await
+        .map_err(BridgeError::Start)?;
+    tracing::info!(address = %server.addr(), "serving /metrics, /healthz and /readyz (WATCHBRIDGE_METRICS_ADDR)");
+    Ok(Some(server))
 }
 
 /// A bounded run reads every partition itself (no group rebalancing) from the group's
@@ -284,6 +322,7 @@ fn producer_config(brokers: &str, config: &RunConfig) -> ClientConfig {
     c.set("linger.ms", "5");
     c.set("compression.type", "lz4");
     override_with(&mut c, base_config(brokers, config));
+    stats::enable(&mut c, &config.kafka);
     // Required for "nothing lost, nothing twice" on the producer side.
     c.set("enable.idempotence", "true");
     c.set("acks", "all");
@@ -296,6 +335,7 @@ fn consumer_config(brokers: &str, config: &RunConfig) -> ClientConfig {
     c.set("partition.assignment.strategy", "cooperative-sticky");
     c.set("auto.commit.interval.ms", "1000");
     override_with(&mut c, base_config(brokers, config));
+    stats::enable(&mut c, &config.kafka);
     c.set("group.id", &config.group_id);
     // Offsets are stored by us, only once what an input caused is acknowledged.
     c.set("enable.auto.commit", "true");

@@ -10,6 +10,7 @@ use crate::schedule::Schedule;
 use crate::termination::Termination;
 use crate::watch::WatchRules;
 use crate::watermark::WatermarkStrategy;
+use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -149,6 +150,15 @@ pub struct RunArgs {
     /// run every watch to its end, publish a final watermark, exit).
     #[arg(long, env = "WATCHBRIDGE_MODE", value_name = "WATCHBRIDGE_MODE", value_enum, default_value_t = Mode::Streaming)]
     pub mode: Mode,
+    /// Where to serve `/metrics` (Prometheus), `/healthz` and `/readyz`, as host:port; `off`
+    /// for no server.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_METRICS_ADDR",
+        value_name = "WATCHBRIDGE_METRICS_ADDR",
+        default_value = "0.0.0.0:9898"
+    )]
+    pub metrics_addr: String,
     #[command(flatten)]
     pub poller: PollerArgs,
 }
@@ -190,6 +200,8 @@ pub struct RunConfig {
     pub finished_retention: Duration,
     pub checkpoint_interval: Duration,
     pub mode: Mode,
+    /// Where the operations server listens (`None`: `off`).
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl RunArgs {
@@ -324,6 +336,7 @@ impl RunArgs {
                 "must be more than zero",
             ));
         }
+        let metrics_addr = metrics_addr(&self.metrics_addr)?;
         let brokers = self.brokers.clone().filter(|b| !b.trim().is_empty());
         let kafka = kafka_properties(env);
         check_kafka_properties(&kafka)?;
@@ -357,8 +370,25 @@ impl RunArgs {
             finished_retention: self.finished_retention,
             checkpoint_interval: self.checkpoint_interval,
             mode: self.mode,
+            metrics_addr,
         })
     }
+}
+
+/// `WATCHBRIDGE_METRICS_ADDR`: an IP address and port (port 0: any free one), or `off`.
+fn metrics_addr(value: &str) -> Result<Option<SocketAddr>, ConfigError> {
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    value.parse().map(Some).map_err(|_| {
+        ConfigError::new(
+            "WATCHBRIDGE_METRICS_ADDR",
+            format!(
+                "`{value}` is not an IP address and port (e.g. 0.0.0.0:9898, [::]:9898), or `off`"
+            ),
+        )
+    })
 }
 
 /// `KAFKA_SECURITY_PROTOCOL=SASL_SSL` → (`security.protocol`, `SASL_SSL`): every `KAFKA_*`
@@ -442,6 +472,7 @@ mod tests {
         );
         assert_eq!(c.idle_timeout, Duration::from_secs(30));
         assert_eq!(c.mode, Mode::Streaming);
+        assert_eq!(c.metrics_addr, Some("0.0.0.0:9898".parse().unwrap()));
         let e = parse(&["--output-topic", "x"]).unwrap_err().to_string();
         assert!(e.contains("WATCHBRIDGE_INPUT_TOPIC"), "{e}");
     }
@@ -466,6 +497,13 @@ mod tests {
             check(&["--poll-interval", "0s"]).var,
             "WATCHBRIDGE_POLL_INTERVAL"
         );
+        for bad in ["9898", "localhost:9898", "0.0.0.0", "of"] {
+            assert_eq!(
+                check(&["--metrics-addr", bad]).var,
+                "WATCHBRIDGE_METRICS_ADDR",
+                "{bad}"
+            );
+        }
         let e = parse(&["--input-topic", "a b", "--output-topic", "x"])
             .unwrap()
             .check([])
@@ -475,6 +513,19 @@ mod tests {
         a.extend_from_slice(&["--poll-interval", "soon"]);
         let e = parse(&a).unwrap_err().to_string();
         assert!(e.contains("WATCHBRIDGE_POLL_INTERVAL"), "{e}");
+    }
+
+    #[test]
+    fn the_metrics_server_can_be_moved_or_turned_off() {
+        let addr = |value: &str| {
+            let mut a = base();
+            a.extend_from_slice(&["--metrics-addr", value]);
+            parse(&a).unwrap().check([]).unwrap().metrics_addr
+        };
+        assert_eq!(addr("off"), None);
+        assert_eq!(addr("OFF"), None);
+        assert_eq!(addr("127.0.0.1:0"), Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(addr("[::1]:9898"), Some("[::1]:9898".parse().unwrap()));
     }
 
     #[test]

@@ -254,9 +254,9 @@ impl PartitionRevoked<'_> {
             "partition released; its watches stopped"
         );
         m.partitions_assigned.dec();
-        let _ = m
-            .partition_watermark
-            .remove_label_values(&[&self.partition.to_string()]);
+        let label = self.partition.to_string();
+        let _ = m.partition_watermark.remove_label_values(&[&label]);
+        let _ = m.consumer_lag.remove_label_values(&[&label]);
     }
 }
 
@@ -393,5 +393,55 @@ pub struct StateRecordWritten;
 impl StateRecordWritten {
     pub fn emit(&self, m: &Metrics) {
         m.state_records_written.inc();
+    }
+}
+
+/// `/readyz` changed its answer (see `readiness.rs` for the rule).
+pub struct ReadinessChanged {
+    /// `None`: ready.
+    pub not_ready: Option<crate::readiness::NotReady>,
+}
+
+impl ReadinessChanged {
+    pub fn emit(&self, m: &Metrics) {
+        match &self.not_ready {
+            None => {
+                tracing::info!("ready: partitions assigned and their state restored");
+                m.ready.set(1);
+            }
+            Some(reason) => {
+                tracing::info!(reason = %reason, "not ready");
+                m.ready.set(0);
+            }
+        }
+    }
+}
+
+/// librdkafka's periodic statistics (`statistics.interval.ms`) of the bridge's producer or
+/// its group consumer.
+pub enum KafkaStatistics<'a> {
+    /// Records in the producer's queue, waiting to be delivered.
+    Producer { queued_messages: u64 },
+    /// Consumer lag of each assigned input partition librdkafka knows it for.
+    Consumer { lag: &'a [(i32, i64)] },
+}
+
+impl KafkaStatistics<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        match self {
+            KafkaStatistics::Producer { queued_messages } => {
+                tracing::trace!(queued_messages, "producer statistics");
+                m.producer_queue_messages
+                    .set(i64::try_from(*queued_messages).unwrap_or(i64::MAX));
+            }
+            KafkaStatistics::Consumer { lag } => {
+                tracing::trace!(?lag, "consumer statistics");
+                for (partition, lag) in lag.iter() {
+                    m.consumer_lag
+                        .with_label_values(&[&partition.to_string()])
+                        .set(*lag);
+                }
+            }
+        }
     }
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use watchbridge::bridge::RunFromCli;
 use watchbridge::config::RunArgs;
 use watchbridge::demo::{DemoArgs, DemoError, Endings};
+use watchbridge::logging::{self, LogFormat};
 use watchbridge::pollers::builtin::PollerArgs;
 use watchbridge::pollers::once::{output_line, PollOnce};
 use watchbridge::termination::Termination;
@@ -18,6 +19,10 @@ use watchbridge::termination::Termination;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines as `text` or `json` (one object per line); `WATCHBRIDGE_LOG` filters them
+    /// (default `info`, e.g. `debug,librdkafka=warn`).
+    #[arg(long, global = true, env = "WATCHBRIDGE_LOG_FORMAT", value_name = "WATCHBRIDGE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
 #[derive(Subcommand)]
@@ -80,13 +85,13 @@ enum Command {
     },
 }
 
-/// `WATCHBRIDGE_LOG` when unset: what the bridge does, and librdkafka's warnings.
-const DEFAULT_LOG: &str = "info";
-
 fn main() -> ExitCode {
     let cli = Cli::parse_from(with_default_subcommand(std::env::args_os()));
     let endings = Endings::default();
-    init_logging(matches!(cli.command, Command::Demo(_)).then_some(&endings));
+    logging::init(
+        cli.log_format,
+        matches!(cli.command, Command::Demo(_)).then_some(&endings),
+    );
     match cli.command {
         Command::Run(args) => {
             let config = match args.check(std::env::vars()) {
@@ -217,45 +222,6 @@ fn main() -> ExitCode {
             }
         },
     }
-}
-
-/// Logs go to stderr, filtered by `WATCHBRIDGE_LOG` (default `warn`). For `demo`, the
-/// default is `error`: its view shows the dead letters and failed watches the warnings are
-/// about, and log lines would scramble a view redrawn in place. `demo` also gets the layer
-/// that records how each watch ended, whatever the log filter.
-fn init_logging(demo: Option<&Endings>) {
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::Layer;
-    // The demo's view would be scrambled by its expected warnings (dead letters, a failed
-    // watch); it reports them itself.
-    let default = if demo.is_some() { "error" } else { DEFAULT_LOG };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("WATCHBRIDGE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    match demo {
-        // One global filter. (A per-layer filter beside an absent `Option` layer dropped
-        // events of some targets: seen with `info,librdkafka=warn`.)
-        None => tracing_subscriber::registry()
-            .with(filter)
-            .with(log_lines())
-            .init(),
-        // The demo's endings layer must see every watch ending whatever WATCHBRIDGE_LOG says,
-        // so only the log output is filtered.
-        Some(endings) => tracing_subscriber::registry()
-            .with(log_lines().with_filter(filter))
-            .with(endings.layer())
-            .init(),
-    }
-}
-
-/// Log lines on stderr, coloured only on a terminal.
-fn log_lines<S>() -> impl tracing_subscriber::Layer<S>
-where
-    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-{
-    tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
 }
 
 /// `watchbridge` alone, or with only flags, means `watchbridge run`.

@@ -39,6 +39,7 @@ pub struct Metrics {
     pub state_records_written: IntCounter,
     pub producer_queue_messages: IntGauge,
     pub consumer_lag: IntGaugeVec,
+    pub ready: IntGauge,
     /// Every metric family name registered, with its type: what `/metrics` can show (a
     /// labelled family appears there once it has a child).
     names: Vec<(String, prometheus::proto::MetricType)>,
@@ -200,6 +201,10 @@ impl Metrics {
             ),
             &["partition"]
         ));
+        let ready = reg!(IntGauge::new(
+            "watchbridge_ready",
+            "1 while /readyz answers ready (assignment received, every assigned partition restored, not stopping), else 0"
+        ));
         Self {
             registry,
             watches_active,
@@ -230,6 +235,7 @@ impl Metrics {
             state_records_written,
             producer_queue_messages,
             consumer_lag,
+            ready,
             names,
         }
     }

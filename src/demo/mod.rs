@@ -156,6 +156,8 @@ fn bridge_config(args: &DemoArgs) -> Result<RunConfig, ConfigError> {
         finished_retention: Duration::from_secs(24 * 3600),
         checkpoint_interval: Duration::from_millis(500),
         mode: Mode::Streaming,
+        // The demo prints its metrics itself (`--metrics`); no port to collide with a bridge.
+        metrics_addr: "off".into(),
         poller: PollerArgs {
             poller: PollerKind::Http,
             poll_timeout: args.poll_timeout,

@@ -38,7 +38,9 @@ pub enum KafkaSetupError {
     },
 }
 
-/// The settings every client shares: the brokers and the user's `KAFKA_*` properties.
+/// The settings every client shares: the brokers and the user's `KAFKA_*` properties, but
+/// not `statistics.interval.ms`: only the clients whose statistics become metrics ask for
+/// them ([`super::stats::enable`]); any other would log them.
 pub fn base_config(brokers: &str, config: &RunConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", brokers);
@@ -47,7 +49,9 @@ pub fn base_config(brokers: &str, config: &RunConfig) -> ClientConfig {
         concat!("watchbridge-", env!("CARGO_PKG_VERSION")),
     );
     for (key, value) in &config.kafka {
-        c.set(key, value);
+        if key != super::stats::INTERVAL_PROPERTY {
+            c.set(key, value);
+        }
     }
     c
 }

@@ -9,10 +9,12 @@
 //! offsets are committed. Blocking there is what librdkafka's rebalance callback is for.
 
 use super::partition::{Bounds, PartitionTask, Shared, Stopped};
-use crate::internal_events::{PartitionAssigned, PartitionRevoked};
+use super::stats::consumer_lag;
+use crate::internal_events::{KafkaStatistics, PartitionAssigned, PartitionRevoked};
 use crate::pollers::Resolve;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::message::OwnedMessage;
+use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -250,7 +252,15 @@ pub struct BridgeContext<P: Resolve> {
     pub partitions: Arc<Partitions<P>>,
 }
 
-impl<P: Resolve> ClientContext for BridgeContext<P> {}
+impl<P: Resolve> ClientContext for BridgeContext<P> {
+    /// The lag of the assigned partitions (`watchbridge_consumer_lag_messages`); a revoked
+    /// partition's label goes with its revocation, and is not set again.
+    fn stats(&self, statistics: Statistics) {
+        let shared = &self.partitions.shared;
+        let lag = consumer_lag(&statistics, &shared.input_topic, &self.partitions.all());
+        KafkaStatistics::Consumer { lag: &lag }.emit(&shared.metrics);
+    }
+}
 
 impl<P: Resolve> ConsumerContext for BridgeContext<P> {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -267,6 +277,9 @@ impl<P: Resolve> ConsumerContext for BridgeContext<P> {
                 for element in tpl.elements() {
                     self.partitions.assign(element.partition(), None);
                 }
+                // Also when empty: librdkafka reports every incremental assignment.
+                let shared = &self.partitions.shared;
+                shared.readiness.assignment_received(&shared.metrics);
             }
             Rebalance::Revoke(_) => {}
             Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),

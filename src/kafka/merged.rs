@@ -11,10 +11,10 @@
 use crate::clock::Clock;
 use crate::internal_events::MergedWatermarkChanged;
 use crate::kafka::records::OutRecord;
+use crate::kafka::stats::BridgeProducer;
 use crate::metrics::Metrics;
 use crate::watermark::{MergedWatermark, WatermarkMessage};
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::producer::FutureProducer;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 pub struct MergedPublisher {
     pub consumer_config: ClientConfig,
-    pub producer: FutureProducer,
+    pub producer: BridgeProducer,
     pub input_topic: Arc<str>,
     pub input_partitions: i32,
     pub watermark_topic: Arc<str>,
@@ -124,7 +124,7 @@ impl MergedPublisher {
 
 /// One `merged` record on the watermark topic.
 pub async fn publish_merged(
-    producer: &FutureProducer,
+    producer: &BridgeProducer,
     watermark_topic: &Arc<str>,
     input_topic: &str,
     watermark: crate::clock::Millis,

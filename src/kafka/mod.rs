@@ -1,7 +1,8 @@
 //! The Kafka side of the bridge: the consumer thread and its rebalance callbacks
 //! ([`consumer`]), one task per assigned input partition ([`partition`]), input decoding
 //! ([`input`]), the records written ([`records`]), commit discipline ([`offsets`]), client
-//! settings and topics ([`client`]), and the embedded broker ([`embedded`]).
+//! settings and topics ([`client`]), librdkafka's statistics as metrics ([`stats`]), and the
+//! embedded broker ([`embedded`]).
 
 pub mod client;
 pub mod consumer;
@@ -13,4 +14,5 @@ pub mod offsets;
 pub mod partition;
 pub mod records;
 pub mod recovery;
+pub mod stats;
 pub mod tools;

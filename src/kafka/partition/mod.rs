@@ -31,6 +31,7 @@ use super::input::{decode, Rejected};
 use super::offsets::OffsetTracker;
 use super::records::{OutRecord, OutRecordParts, Source};
 use super::recovery::{self, RecoverySource};
+use super::stats::BridgeProducer;
 use crate::clock::Clock;
 use crate::clock::Millis;
 use crate::engine::{Command, Engine, EngineConfig, Event, RestoreWatch};
@@ -42,6 +43,7 @@ use crate::internal_events::{
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::pollers::Resolve;
+use crate::readiness::Readiness;
 use crate::seen::{hash_key, OutputHash, SeenSet};
 use crate::state::Registration;
 use crate::watch::{Progress, WatchRules};
@@ -53,7 +55,6 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::OwnedMessage;
-use rdkafka::producer::FutureProducer;
 use rdkafka::Message;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -63,7 +64,7 @@ use tokio::sync::{mpsc, watch};
 /// What every partition task of one bridge shares.
 pub struct Shared<P: Resolve> {
     pub poller: Arc<P>,
-    pub producer: FutureProducer,
+    pub producer: BridgeProducer,
     pub input_topic: Arc<str>,
     pub output_topic: Arc<str>,
     pub dlq_topic: Arc<str>,
@@ -79,6 +80,8 @@ pub struct Shared<P: Resolve> {
     pub stop_timeout: Duration,
     pub watermarks: WatermarkSettings,
     pub state: StateSettings,
+    /// Told when the recovery of a partition ends (what `/readyz` waits for).
+    pub readiness: Arc<Readiness>,
 }
 
 /// What the partition tasks need to keep their watches durable.
@@ -163,7 +166,9 @@ pub struct PartitionTask<P: Resolve> {
 }
 
 impl<P: Resolve> PartitionTask<P> {
-    /// Start the partition's engine and task; returns the task's future.
+    /// Start the partition's engine and task; returns the task's future. The partition
+    /// counts as recovering from here, before the caller reports the assignment, so that
+    /// the instance never looks ready in between.
     pub fn spawn(
         partition: i32,
         shared: Arc<Shared<P>>,
@@ -182,6 +187,7 @@ impl<P: Resolve> PartitionTask<P> {
             shared.clock,
             shared.metrics.clone(),
         );
+        PartitionRecovering { partition }.emit(&shared.metrics);
         let min_hold = engine.min_hold();
         let (commands, engine_commands) = mpsc::channel(256);
         let (engine_events, events) = mpsc::channel(256);
@@ -224,15 +230,16 @@ impl<P: Resolve> PartitionTask<P> {
     }
 
     async fn run(mut self) -> Stopped {
-        PartitionRecovering {
-            partition: self.partition,
-        }
-        .emit(&self.shared.metrics);
-        if !self.recover().await {
+        let recovered = self.recover().await;
+        if !recovered {
             PartitionRecoveryAbandoned {
                 partition: self.partition,
             }
             .emit(&self.shared.metrics);
+        }
+        // One partition fewer recovering: maybe ready now.
+        let _ = self.shared.readiness.refresh(&self.shared.metrics);
+        if !recovered {
             // Revoked (or stopping) before the partition could be recovered: nothing started.
             return Stopped {
                 partition: self.partition,

@@ -1,0 +1,109 @@
+//! librdkafka's statistics as metrics: the producer's queue depth and the consumer's lag per
+//! assigned input partition, every `statistics.interval.ms` (5 s unless
+//! `KAFKA_STATISTICS_INTERVAL_MS` says otherwise). Only the bridge's own producer and group
+//! consumer ask for them: other clients (recovery reads, the watermark reader, admin) would
+//! log them instead.
+
+use crate::internal_events::KafkaStatistics;
+use crate::metrics::Metrics;
+use rdkafka::producer::FutureProducer;
+use rdkafka::statistics::Statistics;
+use rdkafka::{ClientConfig, ClientContext};
+use std::sync::Arc;
+
+/// The librdkafka property, and its value unless the user set `KAFKA_STATISTICS_INTERVAL_MS`.
+pub const INTERVAL_PROPERTY: &str = "statistics.interval.ms";
+const DEFAULT_INTERVAL_MS: &str = "5000";
+
+/// The bridge's producer, shared by every partition task: its context feeds the metrics.
+pub type BridgeProducer = FutureProducer<ProducerStats>;
+
+/// The producer's context: its statistics become `watchbridge_producer_queue_messages`.
+pub struct ProducerStats {
+    pub metrics: Arc<Metrics>,
+}
+
+impl ClientContext for ProducerStats {
+    fn stats(&self, statistics: Statistics) {
+        KafkaStatistics::Producer {
+            queued_messages: statistics.msg_cnt,
+        }
+        .emit(&self.metrics);
+    }
+}
+
+/// Ask `c` for statistics at the user's interval (in `kafka`, the `KAFKA_*` properties),
+/// else every 5 s.
+pub fn enable(c: &mut ClientConfig, kafka: &[(String, String)]) {
+    let interval = kafka
+        .iter()
+        .find(|(key, _)| key == INTERVAL_PROPERTY)
+        .map_or(DEFAULT_INTERVAL_MS, |(_, value)| value.as_str());
+    c.set(INTERVAL_PROPERTY, interval);
+}
+
+/// The consumer lag of each `assigned` partition of `topic`, where librdkafka knows it: it
+/// reports -1 before it has both an end offset and a position, and lists its internal
+/// "unassigned" partition -1 too.
+pub fn consumer_lag(statistics: &Statistics, topic: &str, assigned: &[i32]) -> Vec<(i32, i64)> {
+    let Some(topic) = statistics.topics.get(topic) else {
+        return Vec::new();
+    };
+    let mut lag: Vec<(i32, i64)> = assigned
+        .iter()
+        .filter(|&&p| p >= 0)
+        .filter_map(|p| topic.partitions.get(p))
+        .filter(|p| p.consumer_lag >= 0)
+        .map(|p| (p.partition, p.consumer_lag))
+        .collect();
+    lag.sort_unstable();
+    lag
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::statistics::{Partition, Topic};
+
+    fn statistics(topic: &str, lags: &[(i32, i64)]) -> Statistics {
+        let mut t = Topic {
+            topic: topic.into(),
+            ..Topic::default()
+        };
+        for &(partition, consumer_lag) in lags {
+            t.partitions.insert(
+                partition,
+                Partition {
+                    partition,
+                    consumer_lag,
+                    ..Partition::default()
+                },
+            );
+        }
+        let mut s = Statistics::default();
+        s.topics.insert(topic.into(), t);
+        s
+    }
+
+    #[test]
+    fn lag_of_assigned_partitions_only_where_known() {
+        let s = statistics("users", &[(-1, 0), (0, 7), (1, -1), (2, 0), (3, 4)]);
+        assert_eq!(
+            consumer_lag(&s, "users", &[3, 0, 1, 2]),
+            [(0, 7), (2, 0), (3, 4)]
+        );
+        assert_eq!(consumer_lag(&s, "users", &[0]), [(0, 7)], "3 is not ours");
+        assert_eq!(consumer_lag(&s, "users", &[-1]), []);
+        assert_eq!(consumer_lag(&s, "other", &[0]), []);
+    }
+
+    #[test]
+    fn the_users_interval_wins() {
+        let mut c = ClientConfig::new();
+        enable(&mut c, &[]);
+        assert_eq!(c.get(INTERVAL_PROPERTY), Some("5000"));
+        let kafka = [(INTERVAL_PROPERTY.to_string(), "500".to_string())];
+        enable(&mut c, &kafka);
+        assert_eq!(c.get(INTERVAL_PROPERTY), Some("500"));
+    }
+}

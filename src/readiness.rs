@@ -1,0 +1,160 @@
+//! Whether this instance is doing its share of the work (`/readyz`, `watchbridge_ready`).
+//!
+//! **Ready** = the consumer has received its first assignment from the group, no assigned
+//! partition is still restoring its state, and the bridge is not stopping. A bounded run
+//! (`WATCHBRIDGE_MODE=bounded`) assigns itself every partition; the same rule applies.
+//!
+//! An assignment may be empty: an instance with no partitions (more instances than input
+//! partitions) is ready. It is a healthy standby that takes partitions over at the next
+//! rebalance; failing its probe would only get it restarted, or hold a rollout, for nothing.
+//!
+//! Derived rather than tracked twice: the partitions still restoring are the gauge
+//! `watchbridge_partitions_recovering`, which the recovery events keep (it goes up when a
+//! partition is assigned, inside the rebalance callback, so there is no moment between
+//! assignment and recovery in which the instance looks ready). This adds only the two facts
+//! no metric has, as atomics: checking costs three atomic loads.
+
+use crate::internal_events::ReadinessChanged;
+use crate::metrics::Metrics;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// Why an instance is not ready (the body of a 503 from `/readyz`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotReady {
+    /// The consumer has not been given its partitions yet (starting, or joining the group).
+    NoAssignment,
+    /// This many assigned partitions are still restoring their state.
+    Recovering(i64),
+    Stopping,
+}
+
+impl std::fmt::Display for NotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotReady::NoAssignment => write!(f, "waiting for the consumer group's assignment"),
+            NotReady::Recovering(n) => write!(f, "{n} partition(s) restoring their state"),
+            NotReady::Stopping => write!(f, "stopping"),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Readiness {
+    assigned: AtomicBool,
+    stopping: AtomicBool,
+    /// The last state reported through [`ReadinessChanged`] (`true`: ready); the lock also
+    /// keeps two reporters from logging the same change twice or out of order.
+    reported: Mutex<bool>,
+}
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Readiness {
+    /// Not ready: nothing assigned yet.
+    pub fn new() -> Self {
+        Self {
+            assigned: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            reported: Mutex::new(false),
+        }
+    }
+
+    /// The consumer received an assignment (possibly empty). Call after the assigned
+    /// partitions were counted as recovering.
+    pub fn assignment_received(&self, m: &Metrics) {
+        self.assigned.store(true, Ordering::SeqCst);
+        let _ = self.refresh(m);
+    }
+
+    /// The bridge is stopping: not ready again, whatever else holds.
+    pub fn stopping(&self, m: &Metrics) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let _ = self.refresh(m);
+    }
+
+    /// Ready, or why not.
+    pub fn check(&self, m: &Metrics) -> Result<(), NotReady> {
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(NotReady::Stopping);
+        }
+        if !self.assigned.load(Ordering::SeqCst) {
+            return Err(NotReady::NoAssignment);
+        }
+        match m.partitions_recovering.get() {
+            n if n > 0 => Err(NotReady::Recovering(n)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Check, and report a change (log line and `watchbridge_ready`). Called wherever an
+    /// input of the rule changes, and on every probe and scrape.
+    pub fn refresh(&self, m: &Metrics) -> Result<(), NotReady> {
+        let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.check(m);
+        if now.is_ok() != *reported {
+            *reported = now.is_ok();
+            ReadinessChanged {
+                not_ready: now.err(),
+            }
+            .emit(m);
+        }
+        now
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_once_assigned_and_restored_until_stopping() {
+        let m = Metrics::new();
+        let r = Readiness::new();
+        assert_eq!(r.refresh(&m), Err(NotReady::NoAssignment));
+        // Two partitions assigned: counted as recovering before the assignment is reported.
+        m.partitions_recovering.add(2);
+        r.assignment_received(&m);
+        assert_eq!(r.check(&m), Err(NotReady::Recovering(2)));
+        assert_eq!(m.ready.get(), 0);
+        m.partitions_recovering.dec();
+        assert_eq!(r.refresh(&m), Err(NotReady::Recovering(1)));
+        m.partitions_recovering.dec();
+        assert_eq!(r.refresh(&m), Ok(()));
+        assert_eq!(m.ready.get(), 1);
+        // A rebalance brings one more partition: not ready while it restores.
+        m.partitions_recovering.inc();
+        assert_eq!(r.refresh(&m), Err(NotReady::Recovering(1)));
+        assert_eq!(m.ready.get(), 0);
+        m.partitions_recovering.dec();
+        assert_eq!(r.refresh(&m), Ok(()));
+        r.stopping(&m);
+        assert_eq!(r.check(&m), Err(NotReady::Stopping));
+        assert_eq!(m.ready.get(), 0);
+    }
+
+    #[test]
+    fn an_empty_assignment_is_ready() {
+        let m = Metrics::new();
+        let r = Readiness::new();
+        r.assignment_received(&m);
+        assert_eq!(r.check(&m), Ok(()));
+        assert_eq!(m.ready.get(), 1);
+    }
+
+    #[test]
+    fn reasons_read_well() {
+        assert_eq!(
+            NotReady::Recovering(3).to_string(),
+            "3 partition(s) restoring their state"
+        );
+        assert_eq!(
+            NotReady::NoAssignment.to_string(),
+            "waiting for the consumer group's assignment"
+        );
+    }
+}
