@@ -575,6 +575,7 @@ async fn a_state_topic_with_another_partition_count_is_refused_naming_its_variab
     }
     let mut child = command
         .env("WATCHBRIDGE_BROKERS", broker().bootstrap())
+        .env("WATCHBRIDGE_METRICS_ADDR", "off")
         .envs(s.env(&server).iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())

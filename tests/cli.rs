@@ -279,6 +279,9 @@ fn run_names_a_missing_or_bad_setting() {
         ("WATCHBRIDGE_HTTP_ITEMS", "data"),
         ("WATCHBRIDGE_POLLER", "ftp"),
         ("KAFKA_NO_SUCH_PROPERTY", "1"),
+        ("WATCHBRIDGE_METRICS_ADDR", "9898"),
+        ("WATCHBRIDGE_METRICS_ADDR", "localhost:9898"),
+        ("WATCHBRIDGE_LOG_FORMAT", "xml"),
     ] {
         let mut env = topics.to_vec();
         env.push((var, value));
@@ -296,6 +299,8 @@ fn run_names_a_missing_or_bad_setting() {
         "WATCHBRIDGE_HTTP_URL",
         "WATCHBRIDGE_GLOB",
         "WATCHBRIDGE_SHARDED_PATTERN",
+        "WATCHBRIDGE_METRICS_ADDR",
+        "WATCHBRIDGE_LOG_FORMAT",
     ] {
         assert!(out.contains(var), "--help lists {var}");
     }
@@ -342,6 +347,7 @@ fn without_brokers_the_bridge_runs_on_an_embedded_broker_and_says_so() {
             ("WATCHBRIDGE_INPUT_TOPIC", "users"),
             ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
             ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
+            ("WATCHBRIDGE_METRICS_ADDR", "127.0.0.1:0"),
         ])
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -357,7 +363,34 @@ fn without_brokers_the_bridge_runs_on_an_embedded_broker_and_says_so() {
     };
     assert!(text.contains("EMBEDDED in-memory broker"), "{text}");
     assert!(text.contains("bridge starting"), "{text}");
+    assert!(
+        text.contains("serving /metrics, /healthz and /readyz"),
+        "{text}"
+    );
     assert_eq!(sigterm(&mut running.0), Some(0));
+}
+
+/// A port already taken is a start error naming the variable, before anything else runs.
+#[test]
+fn a_metrics_address_in_use_fails_the_start_naming_the_variable() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, _, err) = watchbridge_with_env(
+        &["run"],
+        &[
+            ("WATCHBRIDGE_INPUT_TOPIC", "users"),
+            ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
+            ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
+            ("WATCHBRIDGE_METRICS_ADDR", &addr),
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "WATCHBRIDGE_METRICS_ADDR: cannot listen on {addr}"
+        )),
+        "{err}"
+    );
 }
 
 #[test]

@@ -15,7 +15,16 @@ pub struct Bridge {
 }
 
 impl Bridge {
+    /// Start it and wait until its topics exist.
     pub fn start(env: &[(&str, String)]) -> Self {
+        let bridge = Self::spawn(env);
+        // Logged once its topics exist.
+        bridge.wait_for_log("bridge starting", Duration::from_secs(60));
+        bridge
+    }
+
+    /// Start it, without waiting for anything.
+    pub fn spawn(env: &[(&str, String)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("bridge.log");
         let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
@@ -30,18 +39,17 @@ impl Bridge {
             .env("WATCHBRIDGE_POLL_INTERVAL", "200ms")
             .env("WATCHBRIDGE_SHUTDOWN_TIMEOUT", "10s")
             .env("WATCHBRIDGE_WATERMARK_INTERVAL", "100ms")
+            // Any free port, so that bridges running at once do not collide on 9898.
+            .env("WATCHBRIDGE_METRICS_ADDR", "127.0.0.1:0")
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         let child = command.spawn().expect("start watchbridge");
-        let bridge = Self {
+        Self {
             child,
             log,
             _dir: dir,
-        };
-        // Logged once its topics exist.
-        bridge.wait_for_log("bridge starting", Duration::from_secs(60));
-        bridge
+        }
     }
 
     pub fn log(&self) -> String {

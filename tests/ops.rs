@@ -1,0 +1,395 @@
+//! Operating the bridge, as a probe, a scraper and a log collector see it: the real binary
+//! against a real broker (Tansu), its `/healthz`, `/readyz` and `/metrics` read over HTTP,
+//! its JSON log lines parsed.
+
+mod support;
+
+use rdkafka::message::OwnedMessage;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use support::bridge::Bridge;
+use support::http_server::{Reply, Seen, TestServer};
+use support::kafka::{broker, header};
+
+const T0: i64 = 1_796_000_000_000;
+
+/// Topics of one test, unique so tests in this binary do not meet.
+struct Setup {
+    input: String,
+    output: String,
+    group: String,
+}
+
+impl Setup {
+    async fn new(name: &str, partitions: i32) -> Self {
+        let b = broker();
+        let input = b.unique_topic(&format!("{name}-in"));
+        b.create_topic(&input, partitions).await;
+        Self {
+            output: format!("{input}-out"),
+            group: format!("{input}-group"),
+            input,
+        }
+    }
+
+    /// The bridge's settings, its operations server on `port`.
+    fn env(&self, server: &TestServer, port: u16) -> Vec<(&'static str, String)> {
+        vec![
+            ("WATCHBRIDGE_INPUT_TOPIC", self.input.clone()),
+            ("WATCHBRIDGE_OUTPUT_TOPIC", self.output.clone()),
+            ("WATCHBRIDGE_GROUP_ID", self.group.clone()),
+            ("WATCHBRIDGE_HTTP_URL", server.url("/users/{/id}/events")),
+            ("WATCHBRIDGE_HTTP_ITEMS", "/events".into()),
+            ("WATCHBRIDGE_HTTP_ITEM_KEY", "/id".into()),
+            ("WATCHBRIDGE_HTTP_ITEM_TIME", "/at".into()),
+            ("WATCHBRIDGE_HTTP_COMPLETE", "/done".into()),
+            ("WATCHBRIDGE_METRICS_ADDR", format!("127.0.0.1:{port}")),
+        ]
+    }
+}
+
+/// A port free now (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Each user `u` has two events; the feed is final.
+fn finished_feeds(seen: &Seen) -> Reply {
+    let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
+    Reply::json(json!({
+        "events": [
+            {"id": format!("u{user}-a"), "at": T0 + user * 1000},
+            {"id": format!("u{user}-b"), "at": T0 + user * 1000 + 500},
+        ],
+        "done": true,
+    }))
+}
+
+async fn produce_user(topic: &str, partition: i32, user: i64) {
+    broker()
+        .produce(
+            topic,
+            Some(partition),
+            Some(format!("user-{user}").as_bytes()),
+            json!({"id": user}).to_string().as_bytes(),
+            &[],
+        )
+        .await;
+}
+
+/// Wait until `n` output records (watermark records left out) are on `topic`.
+async fn wait_for_outputs(topic: &str, n: usize, within: Duration) -> Vec<OwnedMessage> {
+    let deadline = Instant::now() + within;
+    loop {
+        let data: Vec<OwnedMessage> = broker()
+            .consume_for(topic, Duration::from_millis(1500))
+            .await
+            .into_iter()
+            .filter(|m| header(m, "watchbridge-control").is_none())
+            .collect();
+        if data.len() >= n {
+            return data;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} outputs on {topic}",
+            data.len()
+        );
+    }
+}
+
+/// The bridge's operations server.
+struct Ops {
+    base: String,
+    client: reqwest::Client,
+}
+
+impl Ops {
+    fn new(port: u16) -> Self {
+        Self {
+            base: format!("http://127.0.0.1:{port}"),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()
+                .unwrap(),
+        }
+    }
+
+    /// Status and body, or `None` when nothing answers.
+    async fn get(&self, path: &str) -> Option<(u16, String)> {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.text().await.ok()?))
+    }
+
+    /// The value of one sample of `/metrics`, e.g. `watchbridge_ready` or
+    /// `watchbridge_consumer_lag_messages{partition="0"}`.
+    async fn metric(&self, sample: &str) -> Option<f64> {
+        let (status, body) = self.get("/metrics").await?;
+        assert_eq!(status, 200, "{body}");
+        sample_value(&body, sample)
+    }
+
+    /// Poll `path` until `done` holds for its answer (or panic with the bridge's log).
+    async fn wait_until(
+        &self,
+        bridge: &Bridge,
+        path: &str,
+        within: Duration,
+        done: impl Fn(Option<&(u16, String)>) -> bool,
+    ) -> Option<(u16, String)> {
+        let deadline = Instant::now() + within;
+        loop {
+            let answer = self.get(path).await;
+            if done(answer.as_ref()) {
+                return answer;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{path} answered {answer:?}; bridge log:\n{}",
+                bridge.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn wait_for_metric(
+        &self,
+        bridge: &Bridge,
+        sample: &str,
+        within: Duration,
+        done: impl Fn(f64) -> bool,
+    ) -> f64 {
+        let deadline = Instant::now() + within;
+        loop {
+            let value = self.metric(sample).await;
+            if let Some(v) = value.filter(|v| done(*v)) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{sample} is {value:?}; metrics:\n{}\nbridge log:\n{}",
+                self.get("/metrics").await.unwrap_or_default().1,
+                bridge.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn sample_value(text: &str, sample: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// The log's lines, each a JSON object (panics on any other line).
+fn json_lines(log: &str) -> Vec<Value> {
+    log.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+fn count(log: &str, text: &str) -> usize {
+    log.matches(text).count()
+}
+
+/// One bridge through its life: `/healthz` answers while it starts; `/readyz` says 503
+/// until both partitions are assigned and restored, then 200, and 503 "stopping" once
+/// SIGTERM arrives; `/metrics` counts exactly the outputs read back from the output topic,
+/// and shows librdkafka's statistics; every log line is JSON, without the secret.
+#[tokio::test(flavor = "multi_thread")]
+async fn probes_metrics_and_json_logs_follow_the_bridge_through_its_life() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("ops", 2).await;
+    let port = free_port();
+    let mut env = s.env(&server, port);
+    env.extend([
+        ("KAFKA_STATISTICS_INTERVAL_MS", "500".to_string()),
+        ("WATCHBRIDGE_LOG_FORMAT", "json".to_string()),
+        // The statistics' own events are at trace.
+        (
+            "WATCHBRIDGE_LOG",
+            "info,librdkafka=warn,rdkafka=warn,watchbridge::internal_events=trace".to_string(),
+        ),
+        // Unused with plaintext, but logged at start: masked.
+        ("KAFKA_SASL_PASSWORD", "hunter2-ops".to_string()),
+    ]);
+    let started = Instant::now();
+    let mut bridge = Bridge::spawn(&env);
+    let ops = Ops::new(port);
+
+    // Alive at once, long before the group has assigned anything.
+    let health = ops
+        .wait_until(&bridge, "/healthz", Duration::from_secs(20), |a| {
+            a.is_some()
+        })
+        .await;
+    assert_eq!(health, Some((200, "ok\n".into())));
+    let answered_after = started.elapsed();
+    let (status, body) = ops.get("/readyz").await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.starts_with("not ready: "), "{body}");
+    assert_eq!(ops.metric("watchbridge_ready").await, Some(0.0));
+
+    // Ready only once both partitions are restored.
+    let mut not_ready_seen = 1;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = ops.get("/readyz").await.unwrap();
+        let log = bridge.log();
+        if status == 200 {
+            assert_eq!(body, "ready\n");
+            assert_eq!(count(&log, "partition state restored"), 2, "{log}");
+            break;
+        }
+        assert_eq!(status, 503, "{body}");
+        not_ready_seen += 1;
+        assert!(Instant::now() < deadline, "never ready:\n{log}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "/healthz after {answered_after:.1?}, ready after {:.1?} ({not_ready_seen} answers 503)",
+        started.elapsed()
+    );
+    assert_eq!(ops.metric("watchbridge_ready").await, Some(1.0));
+    assert_eq!(
+        ops.metric("watchbridge_partitions_recovering").await,
+        Some(0.0)
+    );
+    assert_eq!(
+        ops.metric("watchbridge_partitions_assigned").await,
+        Some(2.0)
+    );
+
+    // What reached the output topic is what the metrics count.
+    // Two users on each partition, so that both have a position to measure lag from.
+    for user in 1..=4 {
+        produce_user(&s.input, (user % 2) as i32, user).await;
+    }
+    let outputs = wait_for_outputs(&s.output, 8, Duration::from_secs(60)).await;
+    assert_eq!(outputs.len(), 8);
+    ops.wait_for_metric(
+        &bridge,
+        "watchbridge_outputs_produced_total",
+        Duration::from_secs(30),
+        |v| v == outputs.len() as f64,
+    )
+    .await;
+    assert_eq!(
+        ops.metric("watchbridge_inputs_consumed_total").await,
+        Some(4.0)
+    );
+    assert_eq!(
+        ops.metric("watchbridge_outputs_emitted_total").await,
+        Some(8.0)
+    );
+    assert_eq!(
+        ops.metric("watchbridge_watches_terminated_total{reason=\"final\"}")
+            .await,
+        Some(4.0)
+    );
+
+    // librdkafka's statistics, every 500 ms: the consumer's lag per assigned partition
+    // (nothing left to read once the inputs are committed), the producer's queue.
+    for partition in 0..2 {
+        ops.wait_for_metric(
+            &bridge,
+            &format!("watchbridge_consumer_lag_messages{{partition=\"{partition}\"}}"),
+            Duration::from_secs(30),
+            |lag| lag == 0.0,
+        )
+        .await;
+    }
+    let (_, text) = ops.get("/metrics").await.unwrap();
+    assert!(sample_value(&text, "watchbridge_producer_queue_messages").is_some());
+    let log = bridge.log();
+    let lines = json_lines(&log);
+    let producer_statistics = lines
+        .iter()
+        .find(|l| l["message"] == "producer statistics")
+        .unwrap_or_else(|| panic!("no producer statistics:\n{log}"));
+    assert!(producer_statistics["queued_messages"].is_u64());
+
+    // JSON lines, fields at the top level, the secret masked.
+    let starting = lines
+        .iter()
+        .find(|l| l["message"] == "bridge starting")
+        .unwrap();
+    assert_eq!(starting["input"], s.input.as_str());
+    assert_eq!(starting["level"], "INFO");
+    let serving = lines
+        .iter()
+        .find(|l| {
+            l["message"] == "serving /metrics, /healthz and /readyz (WATCHBRIDGE_METRICS_ADDR)"
+        })
+        .unwrap();
+    assert_eq!(serving["address"], format!("127.0.0.1:{port}"));
+    assert!(lines.iter().any(|l| l["value"] == "<redacted>"), "{log}");
+    assert!(!log.contains("hunter2-ops"));
+
+    // Stopping: not ready any more from the signal on; the server goes with the process.
+    let (code, _) = bridge.terminate();
+    assert_eq!(code, Some(0), "{}", bridge.log());
+    let lines = json_lines(&bridge.log());
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["message"] == "not ready" && l["reason"] == "stopping"),
+        "{}",
+        bridge.log()
+    );
+    assert_eq!(ops.get("/healthz").await, None);
+}
+
+/// More instances than partitions: the one without a partition is a healthy standby, ready.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_without_partitions_is_ready() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("standby", 1).await;
+    let (port_a, port_b) = (free_port(), free_port());
+    let first = Bridge::start(&s.env(&server, port_a));
+    let first_ops = Ops::new(port_a);
+    first_ops
+        .wait_until(&first, "/readyz", Duration::from_secs(60), |a| {
+            a.is_some_and(|(status, _)| *status == 200)
+        })
+        .await;
+    let second = Bridge::start(&s.env(&server, port_b));
+    let second_ops = Ops::new(port_b);
+    second_ops
+        .wait_until(&second, "/readyz", Duration::from_secs(60), |a| {
+            a.is_some_and(|(status, _)| *status == 200)
+        })
+        .await;
+    let (a, b) = (
+        first_ops
+            .metric("watchbridge_partitions_assigned")
+            .await
+            .unwrap(),
+        second_ops
+            .metric("watchbridge_partitions_assigned")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        (a, b),
+        (1.0, 0.0),
+        "the first keeps the partition (cooperative-sticky):\n{}",
+        second.log()
+    );
+    assert_eq!(
+        first_ops.get("/readyz").await,
+        Some((200, "ready\n".into()))
+    );
+}
