@@ -59,13 +59,17 @@ fn free_port() -> u16 {
 
 /// Each user `u` has two events; the feed is final.
 fn finished_feeds(seen: &Seen) -> Reply {
+    feeds(seen, true)
+}
+
+fn feeds(seen: &Seen, done: bool) -> Reply {
     let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
     Reply::json(json!({
         "events": [
             {"id": format!("u{user}-a"), "at": T0 + user * 1000},
             {"id": format!("u{user}-b"), "at": T0 + user * 1000 + 500},
         ],
-        "done": true,
+        "done": done,
     }))
 }
 
@@ -392,4 +396,47 @@ async fn an_instance_without_partitions_is_ready() {
         first_ops.get("/readyz").await,
         Some((200, "ready\n".into()))
     );
+}
+
+/// A bounded run is ready once it has assigned itself every partition and restored them,
+/// and stops being ready when it is done.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bounded_run_is_ready_while_it_works() {
+    // Feeds that never say final: each watch runs for its `total(2s)`.
+    let server = TestServer::start(|seen: &Seen| feeds(seen, false)).await;
+    let s = Setup::new("bounded", 2).await;
+    for user in 1..=2 {
+        produce_user(&s.input, (user % 2) as i32, user).await;
+    }
+    let port = free_port();
+    let mut env = s.env(&server, port);
+    env.extend([
+        ("WATCHBRIDGE_MODE", "bounded".to_string()),
+        ("WATCHBRIDGE_TERMINATION", "total(2s)".to_string()),
+    ]);
+    let mut bridge = Bridge::spawn(&env);
+    let ops = Ops::new(port);
+    ops.wait_until(&bridge, "/readyz", Duration::from_secs(60), |a| {
+        a.is_some_and(|(status, _)| *status == 200)
+    })
+    .await;
+    assert_eq!(
+        count(&bridge.log(), "partition state restored"),
+        2,
+        "{}",
+        bridge.log()
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = bridge.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "{}", bridge.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.success(), "{}", bridge.log());
+    let log = bridge.log();
+    assert!(log.contains("bounded run complete"), "{log}");
+    assert!(log.contains("not ready"), "{log}");
+    assert_eq!(ops.get("/readyz").await, None);
 }
