@@ -16,15 +16,6 @@ use std::time::Duration;
 use support::http_server::{Reply, TestServer};
 use watchbridge::metrics::Metrics;
 
-/// Variables that the metrics-server work (in progress elsewhere) adds to `watchbridge run
-/// --help`. The docs and deploy/ already use them; empty this list once they are in --help
-/// (`every_listed_exception_is_still_needed` fails as soon as one is).
-const NOT_YET_IN_HELP: &[&str] = &["WATCHBRIDGE_METRICS_ADDR", "WATCHBRIDGE_LOG_FORMAT"];
-
-/// Metric families that the same work adds to `Metrics`: the dashboard, the alert rules and
-/// docs/operations.md already chart them. Empty this list once they are registered.
-const NOT_YET_EXPORTED: &[&str] = &["watchbridge_ready"];
-
 /// Variables read from the environment by something other than clap, so `--help` does not
 /// list them: `WATCHBRIDGE_LOG` is `tracing_subscriber::EnvFilter`'s (src/main.rs). They
 /// must be documented in docs/configuration.md all the same. (If one becomes a flag, its
@@ -106,9 +97,9 @@ fn metric_names_in(text: &str) -> Vec<String> {
 }
 
 /// The family a scraped series name belongs to: itself, a histogram's `_bucket`/`_sum`/
-/// `_count`, or one of [`NOT_YET_EXPORTED`]. `None`: the bridge exports no such thing.
+/// `_count`. `None`: the bridge exports no such thing.
 fn family_of(name: &str, families: &BTreeMap<String, MetricType>) -> Option<String> {
-    if families.contains_key(name) || NOT_YET_EXPORTED.contains(&name) {
+    if families.contains_key(name) {
         return Some(name.to_string());
     }
     ["_bucket", "_sum", "_count"].iter().find_map(|suffix| {
@@ -262,9 +253,6 @@ fn dashboard_queries_only_exported_metrics_and_charts_every_one() {
         "exported but on no panel of {DASHBOARD} (chart them, or list them in NOT_ON_DASHBOARD \
          with a reason): {missing:?}"
     );
-    for name in NOT_YET_EXPORTED {
-        assert!(used.contains(*name), "{name} is expected on the dashboard");
-    }
 }
 
 #[test]
@@ -374,7 +362,6 @@ fn docs_and_alert_rules_name_only_exported_metrics_and_operations_md_lists_every
     let missing: Vec<&str> = families
         .keys()
         .map(String::as_str)
-        .chain(NOT_YET_EXPORTED.iter().copied())
         .filter(|f| !documented.contains(*f))
         .collect();
     assert!(
@@ -461,12 +448,9 @@ fn variables_in(text: &str) -> Vec<String> {
     names
 }
 
-/// The variables `text` names that neither --help, [`NOT_YET_IN_HELP`] nor [`ENV_ONLY`]
-/// knows.
+/// The variables `text` names that neither --help nor [`ENV_ONLY`] knows.
 fn unknown_variables(text: &str, help: &BTreeMap<String, Option<String>>) -> Vec<String> {
-    let known = |name: &str| {
-        help.contains_key(name) || NOT_YET_IN_HELP.contains(&name) || ENV_ONLY.contains(&name)
-    };
+    let known = |name: &str| help.contains_key(name) || ENV_ONLY.contains(&name);
     variables_in(text)
         .into_iter()
         .filter(|name| match name.strip_suffix('*') {
@@ -565,7 +549,7 @@ fn deploy_and_grafana_files_name_only_variables_the_bridge_has() {
     );
     assert!(
         unknown.is_empty(),
-        "not in `watchbridge run --help` (nor NOT_YET_IN_HELP, ENV_ONLY):\n{}",
+        "not in `watchbridge run --help` (nor ENV_ONLY):\n{}",
         unknown.join("\n")
     );
 }
@@ -608,19 +592,18 @@ fn configuration_md_documents_every_run_variable_with_its_default() {
     let expected: BTreeSet<&str> = help
         .keys()
         .map(String::as_str)
-        .chain(NOT_YET_IN_HELP.iter().copied())
         .chain(ENV_ONLY.iter().copied())
         .collect();
     let got: BTreeSet<&str> = documented.keys().map(String::as_str).collect();
     assert_eq!(
         got.difference(&expected).collect::<Vec<_>>(),
         Vec::<&&str>::new(),
-        "documented in docs/configuration.md but not in --help (nor NOT_YET_IN_HELP, ENV_ONLY)"
+        "documented in docs/configuration.md but not in --help (nor ENV_ONLY)"
     );
     assert_eq!(
         expected.difference(&got).collect::<Vec<_>>(),
         Vec::<&&str>::new(),
-        "in --help (or NOT_YET_IN_HELP, ENV_ONLY) but not documented in docs/configuration.md"
+        "in --help (or ENV_ONLY) but not documented in docs/configuration.md"
     );
     let mut wrong = Vec::new();
     for (name, cell) in &documented {
@@ -658,19 +641,13 @@ fn configuration_md_documents_every_run_variable_with_its_default() {
 #[test]
 fn every_listed_exception_is_still_needed() {
     let help = help_variables();
-    for name in NOT_YET_IN_HELP {
+    for name in ENV_ONLY {
         assert!(
             !help.contains_key(*name),
-            "{name} is in `watchbridge run --help` now: remove it from NOT_YET_IN_HELP"
+            "{name} is in `watchbridge run --help` now: remove it from ENV_ONLY"
         );
     }
     let families = families();
-    for name in NOT_YET_EXPORTED {
-        assert!(
-            !families.contains_key(*name),
-            "{name} is registered now: remove it from NOT_YET_EXPORTED"
-        );
-    }
     for name in NOT_ON_DASHBOARD {
         assert!(
             families.contains_key(*name),

@@ -221,7 +221,6 @@ fn free_port() -> u16 {
 /// The operations issue's proof: the bridge against the real broker, scraped by a real
 /// Prometheus, whose key series agree with what the test consumed.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs WATCHBRIDGE_METRICS_ADDR (metrics server), merged separately"]
 async fn prometheus_scrapes_the_bridge_and_its_series_match_what_was_consumed() {
     const PARTITIONS: i32 = 2;
     const USERS: i64 = 6;
