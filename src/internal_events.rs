@@ -291,6 +291,23 @@ impl MergedWatermarkChanged {
     pub fn emit(&self, m: &Metrics) {
         tracing::debug!(watermark = self.watermark, "merged watermark");
         m.watermark.set(self.watermark);
+        WatermarkLag {
+            watermark: self.watermark,
+            now: self.now,
+        }
+        .emit(m);
+    }
+}
+
+/// How far the merged watermark is behind processing time, measured on every merge tick
+/// (also while the watermark does not move, when the lag grows). Not logged: a gauge.
+pub struct WatermarkLag {
+    pub watermark: crate::clock::Millis,
+    pub now: crate::clock::Millis,
+}
+
+impl WatermarkLag {
+    pub fn emit(&self, m: &Metrics) {
         m.watermark_lag
             .set(self.now.saturating_sub(self.watermark).max(0));
     }

@@ -157,7 +157,7 @@ impl Metrics {
         ));
         let watermark_lag = reg!(IntGauge::new(
             "watchbridge_watermark_lag_ms",
-            "Processing time minus the merged watermark, when it was last published"
+            "Processing time minus the merged watermark (updated every watermark interval)"
         ));
         let late_outputs = reg!(IntCounter::new(
             "watchbridge_late_outputs_total",

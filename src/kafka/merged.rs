@@ -9,7 +9,7 @@
 //! move.
 
 use crate::clock::Clock;
-use crate::internal_events::MergedWatermarkChanged;
+use crate::internal_events::{MergedWatermarkChanged, WatermarkLag};
 use crate::kafka::records::OutRecord;
 use crate::kafka::stats::BridgeProducer;
 use crate::metrics::Metrics;
@@ -97,7 +97,12 @@ impl MergedPublisher {
                 _ = ticks.tick() => {
                     let current = merged.current();
                     // `Millis::MIN`: only partitions that never had a watermark; nothing to say.
-                    if current.is_none_or(|c| c == crate::clock::Millis::MIN) || current == published {
+                    if current.is_none_or(|c| c == crate::clock::Millis::MIN) {
+                        continue;
+                    }
+                    if current == published {
+                        // Unchanged, but event time falls further behind as time passes.
+                        WatermarkLag { watermark: current.unwrap_or_default(), now: self.clock.now_ms() }.emit(&self.metrics);
                         continue;
                     }
                     published = current;
