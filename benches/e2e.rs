@@ -37,6 +37,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use serde_json::Value;
@@ -49,6 +50,7 @@ use std::time::{Duration, Instant};
 use watchbridge::bridge::{run_bridge, StopSignal};
 use watchbridge::clock::Millis;
 use watchbridge::config::{Mode, RunArgs, RunConfig};
+use watchbridge::kafka::records;
 use watchbridge::metrics::Metrics;
 use watchbridge::poll::{Output, PollError, PollResult, Poller};
 use watchbridge::pollers::builtin::{PollerArgs, PollerKind};
@@ -203,13 +205,11 @@ exit "$status"
 
 struct Tansu {
     bootstrap: String,
-    bin: PathBuf,
     watchdog: Child,
 }
 
 impl Tansu {
-    fn start() -> Tansu {
-        let bin = tansu_bin();
+    fn start(bin: &Path) -> Tansu {
         let started = Instant::now();
         // A port picked free can be taken before Tansu binds it (Tansu panics then).
         for attempt in 1..=3 {
@@ -229,7 +229,7 @@ impl Tansu {
                 .arg(WATCHDOG)
                 .arg("tansu-watchdog")
                 .arg(&dir)
-                .arg(&bin)
+                .arg(bin)
                 .args(["broker", "--listener-url", &url])
                 .args(["--advertised-listener-url", &url])
                 .args(["--storage-engine", "sqlite://tansu.db"])
@@ -246,7 +246,6 @@ impl Tansu {
                     );
                     return Tansu {
                         bootstrap,
-                        bin,
                         watchdog,
                     };
                 }
@@ -264,16 +263,16 @@ impl Tansu {
         }
         unreachable!("the last attempt panics or returns")
     }
+}
 
-    fn version(&self) -> String {
-        Command::new(&self.bin)
-            .arg("--version")
-            .output()
-            .ok()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| "tansu (version unknown)".into())
-    }
+fn tansu_version(bin: &Path) -> String {
+    Command::new(bin)
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "tansu (version unknown)".into())
 }
 
 impl Drop for Tansu {
@@ -426,8 +425,11 @@ async fn delivered(deliveries: Vec<DeliveryFuture>, what: &str) {
     }
 }
 
-/// The baseline: the workload's outputs, written by one producer; records per second.
-async fn baseline(bootstrap: &str, work: &Workload, topic: &str) -> f64 {
+/// The baseline: the workload's outputs, written by one producer; records per second. With
+/// `headers`, each record carries the four headers the bridge puts on an output (same names,
+/// values of the same sizes): Tansu's SQLite storage writes each header as a row of its own,
+/// so they cost the broker about as much as the record.
+async fn baseline(bootstrap: &str, work: &Workload, topic: &str, headers: bool) -> f64 {
     create_topic(bootstrap, topic).await;
     let producer = producer(bootstrap);
     // The idempotent producer's setup (InitProducerId) and the topic's metadata, not timed.
@@ -445,12 +447,28 @@ async fn baseline(bootstrap: &str, work: &Workload, topic: &str) -> f64 {
     let n: usize = work.results.iter().map(|r| r.outputs.len()).sum();
     let mut deliveries = Vec::with_capacity(n);
     let start = Instant::now();
+    let first_seen = start_ms().to_string();
     for (result, key) in work.results.iter().zip(&work.keys) {
         for output in &result.outputs {
-            let record = FutureRecord::to(topic)
+            let mut record = FutureRecord::to(topic)
                 .key(key.as_str())
                 .payload(output.value.as_ref())
                 .timestamp(output.event_time);
+            if headers {
+                fn h<'v>(key: &'static str, value: &'v [u8]) -> Header<'static, &'v [u8]> {
+                    Header {
+                        key,
+                        value: Some(value),
+                    }
+                }
+                record = record.headers(
+                    OwnedHeaders::new_with_capacity(4)
+                        .insert(h(records::INPUT_KEY, key.as_bytes()))
+                        .insert(h(records::OUTPUT_KEY, output.key.as_ref()))
+                        .insert(h(records::INPUT_PARTITION, b"0"))
+                        .insert(h(records::FIRST_SEEN, first_seen.as_bytes())),
+                );
+            }
             deliveries.push(enqueue(&producer, record).await);
         }
     }
@@ -577,6 +595,11 @@ async fn bridge(bootstrap: &str, work: &Arc<Workload>, id: &str, watermarks: &st
     rate
 }
 
+/// Now, in ms since the epoch.
+fn start_ms() -> Millis {
+    (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as Millis
+}
+
 // ---------------------------------------------------------------------------------------
 // The report.
 
@@ -660,48 +683,68 @@ fn main() {
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
         .init();
-    let broker = Tansu::start();
-    let bootstrap = broker.bootstrap.clone();
+    let bin = tansu_bin();
     let runtime = tokio::runtime::Runtime::new().expect("start the async runtime");
 
+    // Each case of each run on a broker of its own: Tansu's SQLite storage has no index on
+    // its header table, so every record it fetches costs a scan of every header stored so
+    // far, on any topic; one broker for the whole bench would slow each case by the ones
+    // before it (and starve consumer-group heartbeats).
     let mut base = Vec::new();
+    let mut base_headers = Vec::new();
     let mut with_wm = Vec::new();
     let mut without_wm = Vec::new();
     for run in 0..s.runs {
         // Event times from this run's start: never late against the bounded(5s) watermark.
-        let now = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
-        let work = Arc::new(Workload::new(&s, now as Millis));
+        let work = Arc::new(Workload::new(&s, start_ms()));
         let tag = std::process::id();
-        runtime.block_on(async {
-            let b = baseline(
-                &bootstrap,
-                &work,
-                &format!("bench-e2e-{tag}-{run}-baseline"),
-            )
-            .await;
-            eprintln!("run {}: baseline {} records/s", run + 1, rate(b));
-            base.push(b);
-            let w = bridge(&bootstrap, &work, &format!("{tag}-{run}-wm"), "bounded(5s)").await;
-            eprintln!("run {}: watchbridge {} outputs/s", run + 1, rate(w));
-            with_wm.push(w);
-            let x = bridge(&bootstrap, &work, &format!("{tag}-{run}-nowm"), "none").await;
-            eprintln!(
-                "run {}: watchbridge, watermarks none {} outputs/s",
-                run + 1,
-                rate(x)
-            );
-            without_wm.push(x);
-        });
+        let cases: [(&str, &mut Vec<f64>); 4] = [
+            ("baseline", &mut base),
+            ("baseline-headers", &mut base_headers),
+            ("wm", &mut with_wm),
+            ("nowm", &mut without_wm),
+        ];
+        for (case, rates) in cases {
+            let broker = Tansu::start(&bin);
+            let bootstrap = broker.bootstrap.clone();
+            let id = format!("{tag}-{run}-{case}");
+            let r = runtime.block_on(async {
+                match case {
+                    "baseline" => {
+                        baseline(&bootstrap, &work, &format!("bench-e2e-{id}"), false).await
+                    }
+                    "baseline-headers" => {
+                        baseline(&bootstrap, &work, &format!("bench-e2e-{id}"), true).await
+                    }
+                    "wm" => bridge(&bootstrap, &work, &id, "bounded(5s)").await,
+                    _ => bridge(&bootstrap, &work, &id, "none").await,
+                }
+            });
+            eprintln!("run {}: {case}: {} records/s", run + 1, rate(r));
+            rates.push(r);
+            drop(broker);
+        }
     }
     drop(runtime);
-    let tansu_version = broker.version();
-    drop(broker);
+    let tansu_version = tansu_version(&bin);
 
-    let (mb, mw, mx) = (median(&base), median(&with_wm), median(&without_wm));
+    let (mb, mh, mw, mx) = (
+        median(&base),
+        median(&base_headers),
+        median(&with_wm),
+        median(&without_wm),
+    );
     let ratios =
         |rates: &[f64]| -> Vec<f64> { rates.iter().zip(&base).map(|(r, b)| r / b).collect() };
     let (wlo, whi) = min_max(&ratios(&with_wm));
     let (xlo, xhi) = min_max(&ratios(&without_wm));
+    let (hlo, hhi) = min_max(&ratios(&base_headers));
+    let against_headers: Vec<f64> = with_wm
+        .iter()
+        .zip(&base_headers)
+        .map(|(w, h)| w / h)
+        .collect();
+    let (alo, ahi) = min_max(&against_headers);
     let costs: Vec<f64> = with_wm
         .iter()
         .zip(&without_wm)
@@ -732,6 +775,12 @@ fn main() {
         range(&base)
     ));
     t.push_str(&format!(
+        "| baseline with the bridge's 4 output headers (diagnostic) | {} records/s | {} | {:.2} (runs {hlo:.2}–{hhi:.2}) | |\n",
+        rate(mh),
+        range(&base_headers),
+        mh / mb
+    ));
+    t.push_str(&format!(
         "| watchbridge (watermarks `bounded(5s)`, the default) | {} outputs/s | {} | {:.2} (runs {wlo:.2}–{whi:.2}) | ≥ 0.9 |\n",
         rate(mw),
         range(&with_wm),
@@ -749,11 +798,20 @@ fn main() {
         clo * 100.0,
         chi * 100.0
     ));
+    t.push_str(&format!(
+        "| watchbridge (`bounded(5s)`) / baseline with headers (diagnostic) | {:.2} | {alo:.2}–{ahi:.2} (per run) | | |\n",
+        mw / mh
+    ));
     let (_, librdkafka) = rdkafka::util::get_rdkafka_version();
     let now = time::OffsetDateTime::now_utc();
-    let date = now
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| "unknown".into());
+    let date = format!(
+        "{:04}-{:02}-{:02} {:02}:{:02} UTC",
+        now.year(),
+        u8::from(now.month()),
+        now.day(),
+        now.hour(),
+        now.minute()
+    );
     t.push_str(&format!(
         "\n- machine: {}\n- versions: {}, watchbridge {}, librdkafka {librdkafka}, {tansu_version} (SQLite storage)\n- command: `{}`\n- date: {date}\n",
         machine(),
