@@ -38,9 +38,11 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use serde_json::Value;
+use std::collections::VecDeque;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -481,29 +483,57 @@ fn producer(bootstrap: &str) -> FutureProducer {
         .expect("create the producer")
 }
 
-/// Enqueue one record, waiting while the producer's queue is full.
-async fn enqueue<'a>(
-    producer: &FutureProducer,
-    mut record: FutureRecord<'a, str, [u8]>,
-) -> DeliveryFuture {
-    loop {
-        match producer.send_result(record) {
-            Ok(delivery) => return delivery,
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                record = r;
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            Err((e, r)) => panic!("produce to {}: {e}", r.topic),
-        }
-    }
+/// Records handed to a producer whose deliveries are still to be checked, oldest first.
+struct InFlight {
+    what: &'static str,
+    deliveries: VecDeque<DeliveryFuture>,
 }
 
-async fn delivered(deliveries: Vec<DeliveryFuture>, what: &str) {
-    for delivery in deliveries {
-        match delivery.await {
+impl InFlight {
+    fn new(what: &'static str) -> Self {
+        InFlight {
+            what,
+            deliveries: VecDeque::new(),
+        }
+    }
+
+    /// Hand one record to the producer. While its queue is full, wait for the oldest
+    /// delivery (as the bridge waits for deliveries to make room), never spin.
+    async fn send<'a>(
+        &mut self,
+        producer: &FutureProducer,
+        mut record: FutureRecord<'a, str, [u8]>,
+    ) {
+        loop {
+            match producer.send_result(record) {
+                Ok(delivery) => {
+                    self.deliveries.push_back(delivery);
+                    return;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    match self.deliveries.pop_front() {
+                        Some(oldest) => self.check(oldest.await),
+                        None => tokio::time::sleep(Duration::from_millis(1)).await,
+                    }
+                }
+                Err((e, r)) => panic!("{}: produce to {}: {e}", self.what, r.topic),
+            }
+        }
+    }
+
+    fn check(&self, delivery: Result<OwnedDeliveryResult, futures::channel::oneshot::Canceled>) {
+        match delivery {
             Ok(Ok(_)) => {}
-            Ok(Err((e, _))) => panic!("{what}: a record was not delivered: {e}"),
-            Err(_) => panic!("{what}: the producer went away"),
+            Ok(Err((e, _))) => panic!("{}: a record was not delivered: {e}", self.what),
+            Err(_) => panic!("{}: the producer went away", self.what),
+        }
+    }
+
+    /// Wait until every record is acknowledged.
+    async fn delivered(mut self) {
+        while let Some(delivery) = self.deliveries.pop_front() {
+            self.check(delivery.await);
         }
     }
 }
@@ -534,7 +564,7 @@ async fn baseline(
         panic!("baseline warm-up record to {topic}: {e}");
     }
     let n: usize = work.results.iter().map(|r| r.outputs.len()).sum();
-    let mut deliveries = Vec::with_capacity(n);
+    let mut in_flight = InFlight::new("baseline");
     let start = cpu.sample();
     let first_seen = start_ms().to_string();
     for (result, key) in work.results.iter().zip(&work.keys) {
@@ -558,10 +588,10 @@ async fn baseline(
                         .insert(h(records::FIRST_SEEN, first_seen.as_bytes())),
                 );
             }
-            deliveries.push(enqueue(&producer, record).await);
+            in_flight.send(&producer, record).await;
         }
     }
-    delivered(deliveries, "baseline").await;
+    in_flight.delivered().await;
     let end = cpu.sample();
     Measured {
         rate: n as f64 / end.at.duration_since(start.at).as_secs_f64(),
@@ -624,14 +654,14 @@ async fn bridge(
     let values: Vec<String> = (0..work.keys.len())
         .map(|n| format!(r#"{{"id": {n}}}"#))
         .collect();
-    let mut deliveries = Vec::with_capacity(values.len());
+    let mut in_flight = InFlight::new("bridge inputs");
     for (key, value) in work.keys.iter().zip(&values) {
         let record = FutureRecord::to(&config.input_topic)
             .key(key.as_str())
             .payload(value.as_bytes());
-        deliveries.push(enqueue(&producer, record).await);
+        in_flight.send(&producer, record).await;
     }
-    delivered(deliveries, "bridge inputs").await;
+    in_flight.delivered().await;
     drop(producer);
 
     let n = work.results.iter().map(|r| r.outputs.len()).sum::<usize>() as u64;
