@@ -1,5 +1,7 @@
-//! Engine benchmark: memory per seen output, memory per idle watch, and no-op polls
-//! dispatched per second with 1,000,000 active watches. Run with `make bench`.
+//! Engine benchmark: memory per seen output, memory per idle watch, no-op polls
+//! dispatched per second with 1,000,000 active watches, and how late polls start against
+//! their schedule at a steady 50,000 polls/s with 1,000,000 active watches. Run with
+//! `make bench`.
 //!
 //! Memory is measured two ways: bytes the allocator handed out (a counting global
 //! allocator: exact and repeatable) and the process's resident set growth (what the OS
@@ -9,12 +11,13 @@
 
 use bytes::Bytes;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicIsize, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use watchbridge::clock::Clock;
-use watchbridge::engine::{Command, Engine, EngineConfig};
+use watchbridge::clock::Millis;
+use watchbridge::engine::{Command, Engine, EngineConfig, Event, RestoreWatch};
 use watchbridge::limits::Limits;
 use watchbridge::metrics::Metrics;
 use watchbridge::poll::{Output, PollError, PollResult, Poller};
@@ -22,7 +25,7 @@ use watchbridge::schedule::Schedule;
 use watchbridge::seen::{hash_key, SeenSet};
 use watchbridge::table::WatchTable;
 use watchbridge::termination::Termination;
-use watchbridge::watch::WatchRules;
+use watchbridge::watch::{Progress, WatchRules};
 
 struct Counting;
 
@@ -67,6 +70,10 @@ struct Sizes {
     sets: usize,
     window: Duration,
     windows: usize,
+    /// Watches of the lateness case; the poll interval is chosen for `LATE_RATE` polls/s.
+    late_watches: usize,
+    /// The lateness case measures at least this long (whole intervals).
+    late_measure: Duration,
 }
 
 fn sizes() -> Sizes {
@@ -78,6 +85,8 @@ fn sizes() -> Sizes {
             sets: 100,
             window: Duration::from_millis(200),
             windows: 2,
+            late_watches: 10_000,
+            late_measure: Duration::from_secs(1),
         }
     } else {
         Sizes {
@@ -86,6 +95,8 @@ fn sizes() -> Sizes {
             sets: 10_000,
             window: Duration::from_secs(2),
             windows: 5,
+            late_watches: 1_000_000,
+            late_measure: Duration::from_secs(20),
         }
     }
 }
@@ -240,19 +251,299 @@ fn noop_polls_per_second(s: &Sizes) -> Vec<f64> {
     })
 }
 
+/// The aggregate due rate of the lateness case (the target: p99 lateness <= 50 ms
+/// at this rate).
+const LATE_RATE: u64 = 50_000;
+
+/// What the lateness case knows about one watch: when its next poll is scheduled (from
+/// the restore, then from each poll's [`Event::Checkpoint`]), tagged with the number of
+/// polls completed when it was set, and how many polls the poller has started.
+#[derive(Default)]
+struct Due {
+    at: AtomicI64,
+    /// `Progress::polls` of the checkpoint that set `at` (0: the restore).
+    after_polls: AtomicU64,
+    started: AtomicU64,
+}
+
+/// The lateness case's input: which [`Due`] is this watch's.
+struct Indexed(usize);
+
+/// Lateness samples, in microseconds, of the polls scheduled inside the measurement window.
+#[derive(Default)]
+struct Samples {
+    /// Polls scheduled in the window (those whose scheduled time was known).
+    micros: Vec<u32>,
+    /// Polls started in the window, whatever their scheduled time (the achieved rate).
+    started: u64,
+    /// Polls scheduled in the window whose checkpoint had not reached the bench yet.
+    unknown: u64,
+    /// First polls (scheduled by the restore) in the warm-up interval, exact too.
+    warmup: Vec<u32>,
+}
+
+/// A no-op poller that notes, at the moment the engine starts each poll (`poll` is called
+/// synchronously by the dispatch loop), how long after its scheduled time that is.
+struct LateNoOp {
+    clock: Clock,
+    dues: Arc<Vec<Due>>,
+    /// Scheduled times in [from, to) are measured (engine milliseconds).
+    window: (Millis, Millis),
+    window_instants: (tokio::time::Instant, tokio::time::Instant),
+    samples: Mutex<Samples>,
+}
+
+impl Poller for LateNoOp {
+    type Input = Indexed;
+
+    fn poll(
+        &self,
+        input: Arc<Indexed>,
+    ) -> impl std::future::Future<Output = Result<PollResult, PollError>> + Send + 'static {
+        let now = tokio::time::Instant::now();
+        let due = &self.dues[input.0];
+        let k = due.started.fetch_add(1, Ordering::Relaxed);
+        // The checkpoint of poll k (0-based) carries polls = k: only then is `at` this poll's.
+        let known = due.after_polls.load(Ordering::Acquire) == k;
+        let at = due.at.load(Ordering::Relaxed);
+        let late = |at: Millis| {
+            now.saturating_duration_since(self.clock.instant_at(at))
+                .as_micros()
+                .min(u32::MAX as u128) as u32
+        };
+        let mut s = self.samples.lock().expect("samples");
+        if now >= self.window_instants.0 && now < self.window_instants.1 {
+            s.started += 1;
+        }
+        if !known {
+            if now >= self.window_instants.0 {
+                s.unknown += 1;
+            }
+        } else if at >= self.window.0 && at < self.window.1 {
+            s.micros.push(late(at));
+        } else if k == 0 && at < self.window.0 {
+            s.warmup.push(late(at));
+        }
+        std::future::ready(Ok(PollResult::incomplete(Vec::<Output>::new())))
+    }
+}
+
+/// Cumulative counts of the engine's `watchbridge_poll_start_lateness_seconds` buckets.
+fn lateness_buckets(metrics: &Metrics) -> Vec<(f64, u64)> {
+    use prometheus::core::Metric;
+    let m = metrics.poll_lateness.metric();
+    let h = m.get_histogram();
+    let mut b: Vec<(f64, u64)> = h
+        .get_bucket()
+        .iter()
+        .map(|b| (b.upper_bound(), b.cumulative_count()))
+        .collect();
+    b.push((f64::INFINITY, h.get_sample_count()));
+    b
+}
+
+/// The smallest bucket bound holding fraction `q` of the observations between two
+/// snapshots, and the fraction at or below 50 ms.
+fn bucket_quantiles(before: &[(f64, u64)], after: &[(f64, u64)]) -> (f64, f64, f64) {
+    let d: Vec<(f64, u64)> = before
+        .iter()
+        .zip(after)
+        .map(|(b, a)| (a.0, a.1 - b.1))
+        .collect();
+    let total = d.last().map_or(0, |b| b.1).max(1) as f64;
+    let q = |q: f64| {
+        d.iter()
+            .find(|b| b.1 as f64 >= q * total)
+            .map_or(f64::INFINITY, |b| b.0)
+    };
+    let within_50ms = d
+        .iter()
+        .find(|b| (b.0 - 0.05).abs() < 1e-9)
+        .map_or(0.0, |b| b.1 as f64 / total);
+    (q(0.5), q(0.99), within_50ms)
+}
+
+fn percentile_us(sorted: &[u32], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i] as f64 / 1000.0
+}
+
+/// `BENCH_CASE=lateness:W`: W watches polled by a no-op poller every W / 50,000 s, their
+/// first polls spread uniformly over one interval, so 50,000 polls are due every second.
+/// Runs one interval of warm-up, then measures at least `measure` (whole intervals).
+/// Prints one line of numbers (see `lateness` below for their order).
+fn poll_lateness(watches: usize, measure: Duration) -> Vec<f64> {
+    let interval_ms = (watches as u64 * 1000 / LATE_RATE).max(1);
+    let interval = Duration::from_millis(interval_ms);
+    let windows = measure.as_millis().div_ceil(interval_ms as u128).max(1) as u64;
+    let measure_ms = interval_ms * windows;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let metrics = Arc::new(Metrics::new());
+        let clock = Clock::system();
+        let rules = WatchRules {
+            termination: Termination::Never,
+            // No jitter or backoff: every watch polls exactly one interval after its last
+            // poll completed, so the spread set up by the restore stays.
+            schedule: Schedule {
+                interval,
+                jitter: 0.0,
+                ..Schedule::default()
+            },
+        };
+        // Checkpoints on, as in the bridge: each poll's checkpoint names the exact time
+        // the engine scheduled the watch's next poll, which the poller then measures from.
+        let config = EngineConfig {
+            rules,
+            poll_timeout: Duration::from_secs(10),
+            seed: Some(1),
+            checkpoints: true,
+        };
+        // Setup gets one interval (at least 5 s) before the first poll is due; polls of
+        // the first interval after it are warm-up; the window follows.
+        let start = clock.now_ms();
+        let first = start + (interval_ms as Millis).max(5_000);
+        let window = (
+            first + interval_ms as Millis,
+            first + (interval_ms + measure_ms) as Millis,
+        );
+        let dues: Arc<Vec<Due>> = Arc::new((0..watches).map(|_| Due::default()).collect());
+        let poller = Arc::new(LateNoOp {
+            clock,
+            dues: dues.clone(),
+            window,
+            window_instants: (clock.instant_at(window.0), clock.instant_at(window.1)),
+            samples: Mutex::new(Samples {
+                micros: Vec::with_capacity(
+                    (LATE_RATE * (measure_ms + 2 * interval_ms) / 1000) as usize,
+                ),
+                warmup: Vec::with_capacity(watches),
+                ..Samples::default()
+            }),
+        });
+        let engine = Engine::new(
+            poller.clone(),
+            config,
+            Limits::new(10_000, None),
+            clock,
+            metrics.clone(),
+        );
+        let (commands, rx) = mpsc::channel(65_536);
+        let (tx, mut events) = mpsc::channel(65_536);
+        let task = tokio::spawn(engine.run(rx, tx));
+        let checkpoints = dues.clone();
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                if let Event::Checkpoint(c) = event {
+                    // Keys are "w{index}".
+                    let i: usize = std::str::from_utf8(&c.key[1..])
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .expect("bench key");
+                    let due = &checkpoints[i];
+                    due.at.store(c.next_poll, Ordering::Relaxed);
+                    due.after_polls.store(c.progress.polls, Ordering::Release);
+                }
+            }
+        });
+        let setup = Instant::now();
+        for i in 0..watches {
+            // Uniformly over one interval (in the engine's whole milliseconds).
+            let next_poll = first + (i as u64 * interval_ms / watches as u64) as Millis;
+            dues[i].at.store(next_poll, Ordering::Relaxed);
+            let restore = RestoreWatch {
+                key: Bytes::from(format!("w{i}")),
+                input: Arc::new(Indexed(i)),
+                progress: Progress {
+                    arrived: start,
+                    last_new: start,
+                    polls: 0,
+                    hold: 0,
+                    empty_streak: 0,
+                    failures: 0,
+                },
+                seen: SeenSet::new(),
+                next_poll,
+            };
+            commands
+                .send(Command::Restore(Box::new(restore)))
+                .await
+                .expect("engine running");
+        }
+        while metrics.watches_restored.get() < watches as u64 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let setup = setup.elapsed();
+        assert!(
+            clock.now_ms() < first,
+            "restoring {watches} watches took {setup:?}, past the first scheduled poll"
+        );
+        tokio::time::sleep_until(clock.instant_at(window.0)).await;
+        let before = lateness_buckets(&metrics);
+        tokio::time::sleep_until(clock.instant_at(window.1)).await;
+        let after = lateness_buckets(&metrics);
+        // Polls scheduled just before the window's end start after it: give them time.
+        tokio::time::sleep(Duration::from_millis(interval_ms.min(2_000))).await;
+        commands
+            .send(Command::Shutdown)
+            .await
+            .expect("engine running");
+        task.await.expect("engine task");
+        let mut s = std::mem::take(&mut *poller.samples.lock().expect("samples"));
+        s.micros.sort_unstable();
+        s.warmup.sort_unstable();
+        let (h50, h99, h_within) = bucket_quantiles(&before, &after);
+        let pct = |v: &[u32], q| percentile_us(v, q);
+        let max = |v: &[u32]| v.last().map_or(f64::NAN, |&m| m as f64 / 1000.0);
+        vec![
+            interval_ms as f64 / 1000.0,
+            measure_ms as f64 / 1000.0,
+            s.started as f64 / (measure_ms as f64 / 1000.0),
+            s.micros.len() as f64,
+            s.unknown as f64,
+            pct(&s.micros, 0.5),
+            pct(&s.micros, 0.99),
+            max(&s.micros),
+            s.micros.partition_point(|&m| m <= 50_000) as f64 / s.micros.len().max(1) as f64,
+            h50,
+            h99,
+            h_within,
+            pct(&s.warmup, 0.5),
+            pct(&s.warmup, 0.99),
+            max(&s.warmup),
+            s.warmup.len() as f64,
+            setup.as_secs_f64(),
+            rss() as f64 / 1e6,
+        ]
+    })
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
 
-/// Runs one memory case named by `BENCH_CASE` and prints "allocated resident" per item.
-fn run_case(case: &str) -> (f64, f64) {
+/// Runs one case named by `BENCH_CASE`: a memory case gives "allocated resident" per
+/// item; `lateness:W:measure_ms` gives the figures of [`poll_lateness`].
+fn run_case(case: &str) -> Vec<f64> {
     let parts: Vec<&str> = case.splitn(3, ':').collect();
     let count = |i: usize| parts.get(i).and_then(|n| n.parse().ok()).unwrap_or(0);
+    let pair = |(a, r): (f64, f64)| vec![a, r];
     match parts[0] {
-        "seen-one" => one_big_seen_set(count(1)),
-        "seen-many" => many_small_seen_sets(count(1)),
-        "idle" => idle_watch_bytes(count(1), parts.get(2).copied().unwrap_or("never")),
+        "seen-one" => pair(one_big_seen_set(count(1))),
+        "seen-many" => pair(many_small_seen_sets(count(1))),
+        "idle" => pair(idle_watch_bytes(
+            count(1),
+            parts.get(2).copied().unwrap_or("never"),
+        )),
+        "lateness" => poll_lateness(count(1), Duration::from_millis(count(2) as u64)),
         other => panic!("unknown BENCH_CASE {other}"),
     }
 }
@@ -260,30 +551,37 @@ fn run_case(case: &str) -> (f64, f64) {
 /// Each memory figure comes from a fresh process (this binary again, with `BENCH_CASE`),
 /// so memory freed by one case cannot hide the growth of the next in the resident figure.
 fn measure(case: &str) -> (f64, f64) {
+    let nums = run_fresh(case, 2);
+    (nums[0], nums[1])
+}
+
+/// Run `case` in a fresh process and read its `n` numbers.
+fn run_fresh(case: &str, n: usize) -> Vec<f64> {
     let exe = std::env::current_exe().expect("own path");
     let out = std::process::Command::new(exe)
         .env("BENCH_CASE", case)
         .output()
-        .expect("run a memory case");
+        .expect("run a case");
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut nums = text
+    let nums: Vec<f64> = text
         .split_whitespace()
-        .filter_map(|w| w.parse::<f64>().ok());
-    match (nums.next(), nums.next()) {
-        (Some(a), Some(r)) if out.status.success() => (a, r),
-        _ => panic!(
-            "memory case {case} failed: {}{}",
+        .filter_map(|w| w.parse::<f64>().ok())
+        .collect();
+    if !out.status.success() || nums.len() < n {
+        panic!(
+            "case {case} failed: {}{}",
             text,
             String::from_utf8_lossy(&out.stderr)
-        ),
+        );
     }
+    nums
 }
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing here takes arguments.
     if let Ok(case) = std::env::var("BENCH_CASE") {
-        let (alloc, rss) = run_case(&case);
-        println!("{alloc} {rss}");
+        let nums: Vec<String> = run_case(&case).iter().map(f64::to_string).collect();
+        println!("{}", nums.join(" "));
         return;
     }
     let s = sizes();
@@ -331,5 +629,53 @@ fn main() {
         s.window,
         lo,
         hi
+    );
+    lateness(&s);
+}
+
+/// The lateness case, in a fresh process (its million watches must not share the heap of
+/// the cases before it).
+fn lateness(s: &Sizes) {
+    let case = format!("lateness:{}:{}", s.late_watches, s.late_measure.as_millis());
+    let n = run_fresh(&case, 18);
+    let [interval, measure, rate, samples, unknown, p50, p99, max, within, h50, h99, h_within, w50, w99, wmax, wn, setup, rss_mb] =
+        n[..18]
+    else {
+        unreachable!()
+    };
+    let bound = |b: f64| {
+        if b.is_finite() {
+            format!("<= {:.0} ms", b * 1000.0)
+        } else {
+            "> 30 s".to_string()
+        }
+    };
+    let met = |p99: f64| if p99 <= 50.0 { "met" } else { "NOT met" };
+    println!("\nPoll start lateness = when the engine started a poll (the no-op poller notes the");
+    println!("instant it is called, inside the dispatch loop) - when it was scheduled (exact: the");
+    println!("restore's saved time for a first poll, then the `next_poll` of the watch's last");
+    println!("checkpoint). The engine histogram is watchbridge_poll_start_lateness_seconds over");
+    println!("the same window (by start time; millisecond clock, bucket bounds only).\n");
+    println!("| figure | value | target |");
+    println!("|---|---|---|");
+    println!(
+        "| poll start lateness ({} active watches, interval {interval} s, target {LATE_RATE} polls/s, 2 worker threads, {measure} s after {interval} s warm-up) | achieved {rate:.0} polls/s; p50 {p50:.3} ms, p99 {p99:.3} ms, max {max:.3} ms over {samples:.0} polls ({:.3}% <= 50 ms; {unknown:.0} without a known schedule) | p99 <= 50 ms: {} |",
+        s.late_watches,
+        within * 100.0,
+        met(p99)
+    );
+    println!(
+        "| the same, engine histogram | p50 {}, p99 {}, {:.3}% <= 50 ms | p99 <= 50 ms: {} |",
+        bound(h50),
+        bound(h99),
+        h_within * 100.0,
+        if h_within >= 0.99 { "met" } else { "NOT met" }
+    );
+    println!(
+        "| first polls, warm-up interval | p50 {w50:.3} ms, p99 {w99:.3} ms, max {wmax:.3} ms over {wn:.0} polls | |"
+    );
+    println!(
+        "\n(setup: {setup:.1} s to restore {} watches; resident {rss_mb:.0} MB at the end)",
+        s.late_watches
     );
 }
