@@ -64,6 +64,42 @@ fn rss() -> isize {
         .map_or(0, |pages| pages * 4096)
 }
 
+/// CPU seconds this process has used (all threads), from /proc (0 where unavailable).
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name (which may hold spaces): utime is the 12th.
+            let rest = &s[s.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+/// Times the OS took a core away from one of this process's threads (all threads).
+fn involuntary_switches() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+                .and_then(|n| n.trim().parse::<f64>().ok())
+        })
+        .sum()
+}
+
+/// The machine's 1-minute load average (other work on the same cores), from /proc.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
 struct Sizes {
     watches: usize,
     outputs_per_set: usize,
@@ -488,8 +524,12 @@ fn poll_lateness(watches: usize, measure: Duration) -> Vec<f64> {
         );
         tokio::time::sleep_until(clock.instant_at(window.0)).await;
         let before = lateness_buckets(&metrics);
+        let (cpu0, switches0) = (cpu_seconds(), involuntary_switches());
         tokio::time::sleep_until(clock.instant_at(window.1)).await;
         let after = lateness_buckets(&metrics);
+        let cpu = (cpu_seconds() - cpu0) / (measure_ms as f64 / 1000.0);
+        let switches = involuntary_switches() - switches0;
+        let load = load_average();
         // Polls scheduled just before the window's end start after it: give them time.
         tokio::time::sleep(Duration::from_millis(interval_ms.min(2_000))).await;
         commands
@@ -522,6 +562,9 @@ fn poll_lateness(watches: usize, measure: Duration) -> Vec<f64> {
             s.warmup.len() as f64,
             setup.as_secs_f64(),
             rss() as f64 / 1e6,
+            cpu,
+            switches,
+            load,
         ]
     })
 }
@@ -638,9 +681,9 @@ fn main() {
 /// the cases before it).
 fn lateness(s: &Sizes) {
     let case = format!("lateness:{}:{}", s.late_watches, s.late_measure.as_millis());
-    let n = run_fresh(&case, 18);
-    let [interval, measure, rate, samples, unknown, p50, p99, max, within, h50, h99, h_within, w50, w99, wmax, wn, setup, rss_mb] =
-        n[..18]
+    let n = run_fresh(&case, 21);
+    let [interval, measure, rate, samples, unknown, p50, p99, max, within, h50, h99, h_within, w50, w99, wmax, wn, setup, rss_mb, cpu, switches, load] =
+        n[..21]
     else {
         unreachable!()
     };
@@ -676,7 +719,18 @@ fn lateness(s: &Sizes) {
         "| first polls, warm-up interval | p50 {w50:.3} ms, p99 {w99:.3} ms, max {wmax:.3} ms over {wn:.0} polls | |"
     );
     println!(
-        "\n(setup: {setup:.1} s to restore {} watches; resident {rss_mb:.0} MB at the end)",
+        "\n(setup: {setup:.1} s to restore {} watches; resident {rss_mb:.0} MB at the end.",
         s.late_watches
+    );
+    println!(
+        "In the window the bench process used {:.0}% of one core and lost a core to the OS {switches:.0}",
+        cpu * 100.0
+    );
+    println!(
+        "times (involuntary switches); machine load average {load:.2} on {} cores. A lightly",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "loaded engine with tails of tens of ms is waiting for a core, not for its own work.)"
     );
 }
