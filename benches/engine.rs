@@ -727,10 +727,10 @@ fn lateness(s: &Sizes) {
         cpu * 100.0
     );
     println!(
-        "times (involuntary switches); machine load average {load:.2} on {} cores. A lightly",
+        "times (involuntary switches); machine load average {load:.2} on {} cores. Little CPU",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "loaded engine with tails of tens of ms is waiting for a core, not for its own work.)"
+        "used with a tail of tens of ms: the engine waited for a core, not for its own work.)"
     );
 }
