@@ -1021,7 +1021,7 @@ fn main() {
          no index, so each record it fetches costs a scan of every header stored so far, and a \
          shared broker slowed each case by the ones before it (and starved the bridge's \
          group heartbeats). Tansu never used more than one core (its SQLite writes are \
-         serialized); where its column below is near 1.00 it was the limit, and the ratios \
+         serialized); where its column in the CPU table is near 1.00 it was the limit, and the ratios \
          are the figures, not the rates.\n\n\
          Why the bridge is far below the plain producer here: Tansu's SQLite storage writes \
          every record header as a row of its own (an `INSERT … SELECT` joining cluster, topic, \
