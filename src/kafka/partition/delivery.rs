@@ -43,10 +43,15 @@ impl<P: Resolve> PartitionTask<P> {
                 Ok(Some(delivery)) => self.on_delivery(delivery).await,
                 Ok(None) => break,
                 Err(_) => {
+                    // Pending: outputs, state and watermark records, dead letters (and the
+                    // inputs whose commit waits for some of them).
                     tracing::warn!(
                         partition = self.partition,
-                        undelivered = self.tracker.in_flight(),
-                        "stopping before every record was acknowledged; their inputs stay uncommitted"
+                        pending_deliveries = self.deliveries.len(),
+                        inputs_waiting = self.tracker.in_flight(),
+                        "stopping before every record was acknowledged; inputs waiting for them stay \
+                         uncommitted, and the partition's next owner recovers the rest from the \
+                         state and output topics"
                     );
                     break;
                 }
