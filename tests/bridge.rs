@@ -13,93 +13,9 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::bridge::Bridge;
-use support::http_server::{Reply, Seen, TestServer};
+use support::http_server::{Reply, TestServer};
 use support::kafka::broker;
-
-/// Topics and settings of one test, unique so tests in this binary do not meet.
-struct Setup {
-    input: String,
-    output: String,
-    dlq: String,
-    group: String,
-}
-
-impl Setup {
-    async fn new(name: &str, partitions: i32) -> Self {
-        let b = broker();
-        let input = b.unique_topic(&format!("{name}-in"));
-        b.create_topic(&input, partitions).await;
-        Self {
-            output: format!("{input}-out"),
-            dlq: format!("{input}.dlq"),
-            group: format!("{input}-group"),
-            input,
-        }
-    }
-
-    fn env(&self, server: &TestServer) -> Vec<(&'static str, String)> {
-        vec![
-            ("WATCHBRIDGE_INPUT_TOPIC", self.input.clone()),
-            ("WATCHBRIDGE_OUTPUT_TOPIC", self.output.clone()),
-            ("WATCHBRIDGE_GROUP_ID", self.group.clone()),
-            ("WATCHBRIDGE_HTTP_URL", server.url("/users/{/id}/events")),
-            ("WATCHBRIDGE_HTTP_ITEMS", "/events".into()),
-            ("WATCHBRIDGE_HTTP_ITEM_KEY", "/id".into()),
-            ("WATCHBRIDGE_HTTP_ITEM_TIME", "/at".into()),
-            ("WATCHBRIDGE_HTTP_COMPLETE", "/done".into()),
-        ]
-    }
-}
-
-const T0: i64 = 1_796_000_000_000;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-/// Each user `u` has two events, at T0 + u s and T0 + u s + 500 ms; the feed is final.
-fn finished_feeds(seen: &Seen) -> Reply {
-    let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
-    Reply::json(json!({
-        "events": [
-            {"id": format!("u{user}-a"), "at": T0 + user * 1000},
-            {"id": format!("u{user}-b"), "at": T0 + user * 1000 + 500},
-        ],
-        "done": true,
-    }))
-}
-
-/// Output records only: in-band watermark records (`watchbridge-control`) left out.
-fn data_records(messages: Vec<OwnedMessage>) -> Vec<OwnedMessage> {
-    messages
-        .into_iter()
-        .filter(|m| header(m, "watchbridge-control").is_none())
-        .collect()
-}
-
-/// Wait until `n` output records (not counting watermark records) are on `topic`.
-async fn wait_for_outputs(topic: &str, n: usize, within: Duration) -> Vec<OwnedMessage> {
-    let deadline = Instant::now() + within;
-    // Each try reads the topic from its start for `window`; a long topic needs a longer one.
-    let mut window = Duration::from_millis(1500);
-    loop {
-        let all = broker().consume_for(topic, window).await;
-        let total = all.len();
-        let data = data_records(all);
-        if data.len() >= n {
-            return data;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {n} outputs on {topic} ({total} records with the watermark ones)",
-            data.len()
-        );
-        window = (window * 2).min(Duration::from_secs(20));
-    }
-}
+use support::scenario::{finished_feeds, now_ms, produce_user, wait_for_outputs, Setup, T0};
 
 fn header(m: &OwnedMessage, name: &str) -> Option<String> {
     m.headers()?
@@ -111,18 +27,6 @@ fn header(m: &OwnedMessage, name: &str) -> Option<String> {
 
 fn key(m: &OwnedMessage) -> String {
     String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned()
-}
-
-async fn produce_user(topic: &str, user: i64) {
-    broker()
-        .produce(
-            topic,
-            None,
-            Some(format!("user-{user}").as_bytes()),
-            json!({"id": user}).to_string().as_bytes(),
-            &[],
-        )
-        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

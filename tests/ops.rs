@@ -4,106 +4,19 @@
 
 mod support;
 
-use rdkafka::message::OwnedMessage;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::time::{Duration, Instant};
 use support::bridge::Bridge;
-use support::http_server::{Reply, Seen, TestServer};
-use support::kafka::{broker, header};
+use support::http_server::{Seen, TestServer};
+use support::scenario::{
+    feeds, finished_feeds, free_port, produce_user_to, wait_for_outputs, Setup,
+};
 
-const T0: i64 = 1_796_000_000_000;
-
-/// Topics of one test, unique so tests in this binary do not meet.
-struct Setup {
-    input: String,
-    output: String,
-    group: String,
-}
-
-impl Setup {
-    async fn new(name: &str, partitions: i32) -> Self {
-        let b = broker();
-        let input = b.unique_topic(&format!("{name}-in"));
-        b.create_topic(&input, partitions).await;
-        Self {
-            output: format!("{input}-out"),
-            group: format!("{input}-group"),
-            input,
-        }
-    }
-
-    /// The bridge's settings, its operations server on `port`.
-    fn env(&self, server: &TestServer, port: u16) -> Vec<(&'static str, String)> {
-        vec![
-            ("WATCHBRIDGE_INPUT_TOPIC", self.input.clone()),
-            ("WATCHBRIDGE_OUTPUT_TOPIC", self.output.clone()),
-            ("WATCHBRIDGE_GROUP_ID", self.group.clone()),
-            ("WATCHBRIDGE_HTTP_URL", server.url("/users/{/id}/events")),
-            ("WATCHBRIDGE_HTTP_ITEMS", "/events".into()),
-            ("WATCHBRIDGE_HTTP_ITEM_KEY", "/id".into()),
-            ("WATCHBRIDGE_HTTP_ITEM_TIME", "/at".into()),
-            ("WATCHBRIDGE_HTTP_COMPLETE", "/done".into()),
-            ("WATCHBRIDGE_METRICS_ADDR", format!("127.0.0.1:{port}")),
-        ]
-    }
-}
-
-/// A port free now (bound, then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Each user `u` has two events; the feed is final.
-fn finished_feeds(seen: &Seen) -> Reply {
-    feeds(seen, true)
-}
-
-fn feeds(seen: &Seen, done: bool) -> Reply {
-    let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
-    Reply::json(json!({
-        "events": [
-            {"id": format!("u{user}-a"), "at": T0 + user * 1000},
-            {"id": format!("u{user}-b"), "at": T0 + user * 1000 + 500},
-        ],
-        "done": done,
-    }))
-}
-
-async fn produce_user(topic: &str, partition: i32, user: i64) {
-    broker()
-        .produce(
-            topic,
-            Some(partition),
-            Some(format!("user-{user}").as_bytes()),
-            json!({"id": user}).to_string().as_bytes(),
-            &[],
-        )
-        .await;
-}
-
-/// Wait until `n` output records (watermark records left out) are on `topic`.
-async fn wait_for_outputs(topic: &str, n: usize, within: Duration) -> Vec<OwnedMessage> {
-    let deadline = Instant::now() + within;
-    loop {
-        let data: Vec<OwnedMessage> = broker()
-            .consume_for(topic, Duration::from_millis(1500))
-            .await
-            .into_iter()
-            .filter(|m| header(m, "watchbridge-control").is_none())
-            .collect();
-        if data.len() >= n {
-            return data;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {n} outputs on {topic}",
-            data.len()
-        );
-    }
+/// The bridge's settings for `s`, its operations server on `port`.
+fn env_on(s: &Setup, server: &TestServer, port: u16) -> Vec<(&'static str, String)> {
+    let mut env = s.env(server);
+    env.push(("WATCHBRIDGE_METRICS_ADDR", format!("127.0.0.1:{port}")));
+    env
 }
 
 /// The bridge's operations server.
@@ -217,7 +130,7 @@ async fn probes_metrics_and_json_logs_follow_the_bridge_through_its_life() {
     let server = TestServer::start(finished_feeds).await;
     let s = Setup::new("ops", 2).await;
     let port = free_port();
-    let mut env = s.env(&server, port);
+    let mut env = env_on(&s, &server, port);
     env.extend([
         ("KAFKA_STATISTICS_INTERVAL_MS", "500".to_string()),
         ("WATCHBRIDGE_LOG_FORMAT", "json".to_string()),
@@ -279,7 +192,7 @@ async fn probes_metrics_and_json_logs_follow_the_bridge_through_its_life() {
     // What reached the output topic is what the metrics count.
     // Two users on each partition, so that both have a position to measure lag from.
     for user in 1..=4 {
-        produce_user(&s.input, (user % 2) as i32, user).await;
+        produce_user_to(&s.input, Some((user % 2) as i32), user).await;
     }
     let outputs = wait_for_outputs(&s.output, 8, Duration::from_secs(60)).await;
     assert_eq!(outputs.len(), 8);
@@ -362,14 +275,14 @@ async fn an_instance_without_partitions_is_ready() {
     let server = TestServer::start(finished_feeds).await;
     let s = Setup::new("standby", 1).await;
     let (port_a, port_b) = (free_port(), free_port());
-    let first = Bridge::start(&s.env(&server, port_a));
+    let first = Bridge::start(&env_on(&s, &server, port_a));
     let first_ops = Ops::new(port_a);
     first_ops
         .wait_until(&first, "/readyz", Duration::from_secs(60), |a| {
             a.is_some_and(|(status, _)| *status == 200)
         })
         .await;
-    let second = Bridge::start(&s.env(&server, port_b));
+    let second = Bridge::start(&env_on(&s, &server, port_b));
     let second_ops = Ops::new(port_b);
     second_ops
         .wait_until(&second, "/readyz", Duration::from_secs(60), |a| {
@@ -406,10 +319,10 @@ async fn a_bounded_run_is_ready_while_it_works() {
     let server = TestServer::start(|seen: &Seen| feeds(seen, false)).await;
     let s = Setup::new("bounded", 2).await;
     for user in 1..=2 {
-        produce_user(&s.input, (user % 2) as i32, user).await;
+        produce_user_to(&s.input, Some((user % 2) as i32), user).await;
     }
     let port = free_port();
-    let mut env = s.env(&server, port);
+    let mut env = env_on(&s, &server, port);
     env.extend([
         ("WATCHBRIDGE_MODE", "bounded".to_string()),
         ("WATCHBRIDGE_TERMINATION", "total(2s)".to_string()),

@@ -4,15 +4,13 @@
 
 mod support;
 
-use rdkafka::message::OwnedMessage;
-use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::bridge::Bridge;
 use support::http_server::{Body, Reply, Seen, TestServer};
-use support::kafka::{broker, header};
 use support::prometheus::Prometheus;
+use support::scenario::{finished_feeds, free_port, now_ms, produce_user, wait_for_outputs, Setup};
 
 /// How long Prometheus may take to show a change: a scrape each second, plus slack for a
 /// slow machine.
@@ -117,105 +115,6 @@ async fn prometheus_scrapes_a_metrics_page_and_answers_queries_about_it() {
         .is_empty());
     assert_eq!(prometheus.query("1 + 1").await, [(Default::default(), 2.0)]);
     assert!(scrapes.load(Ordering::SeqCst) >= 2);
-}
-
-// The real bridge, from here on: the minimal pieces of tests/bridge.rs.
-
-/// Topics and settings of one test.
-struct Setup {
-    input: String,
-    output: String,
-    group: String,
-}
-
-impl Setup {
-    async fn new(name: &str, partitions: i32) -> Self {
-        let b = broker();
-        let input = b.unique_topic(&format!("{name}-in"));
-        b.create_topic(&input, partitions).await;
-        Self {
-            output: format!("{input}-out"),
-            group: format!("{input}-group"),
-            input,
-        }
-    }
-
-    fn env(&self, server: &TestServer) -> Vec<(&'static str, String)> {
-        vec![
-            ("WATCHBRIDGE_INPUT_TOPIC", self.input.clone()),
-            ("WATCHBRIDGE_OUTPUT_TOPIC", self.output.clone()),
-            ("WATCHBRIDGE_GROUP_ID", self.group.clone()),
-            ("WATCHBRIDGE_HTTP_URL", server.url("/users/{/id}/events")),
-            ("WATCHBRIDGE_HTTP_ITEMS", "/events".into()),
-            ("WATCHBRIDGE_HTTP_ITEM_KEY", "/id".into()),
-            ("WATCHBRIDGE_HTTP_ITEM_TIME", "/at".into()),
-            ("WATCHBRIDGE_HTTP_COMPLETE", "/done".into()),
-        ]
-    }
-}
-
-const T0: i64 = 1_796_000_000_000;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-/// Each user `u` has two events, at T0 + u s and T0 + u s + 500 ms; the feed is final.
-fn finished_feeds(seen: &Seen) -> Reply {
-    let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
-    Reply::json(json!({
-        "events": [
-            {"id": format!("u{user}-a"), "at": T0 + user * 1000},
-            {"id": format!("u{user}-b"), "at": T0 + user * 1000 + 500},
-        ],
-        "done": true,
-    }))
-}
-
-/// Wait until `n` output records (not counting watermark records) are on `topic`.
-async fn wait_for_outputs(topic: &str, n: usize, within: Duration) -> Vec<OwnedMessage> {
-    let deadline = Instant::now() + within;
-    // Each try reads the topic from its start for `window`; a long topic needs a longer one.
-    let mut window = Duration::from_millis(1500);
-    loop {
-        let all = broker().consume_for(topic, window).await;
-        let total = all.len();
-        let data: Vec<OwnedMessage> = all
-            .into_iter()
-            .filter(|m| header(m, "watchbridge-control").is_none())
-            .collect();
-        if data.len() >= n {
-            return data;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {n} outputs on {topic} ({total} records with the watermark ones)",
-            data.len()
-        );
-        window = (window * 2).min(Duration::from_secs(20));
-    }
-}
-
-async fn produce_user(topic: &str, user: i64) {
-    broker()
-        .produce(
-            topic,
-            None,
-            Some(format!("user-{user}").as_bytes()),
-            json!({"id": user}).to_string().as_bytes(),
-            &[],
-        )
-        .await;
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("pick a free loopback port")
 }
 
 /// The operations issue's proof: the bridge against the real broker, scraped by a real

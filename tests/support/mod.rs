@@ -9,3 +9,5 @@ pub mod prometheus;
 
 #[allow(dead_code)]
 pub mod bridge;
+#[allow(dead_code)]
+pub mod scenario;
