@@ -432,6 +432,12 @@ mod tests {
         }
     }
 
+    /// A watch started at T0 from the input at `origin`, knowing `seen`.
+    fn start(s: &mut DurableState, key: &Bytes, origin: i64, seen: &[OutputHash]) {
+        let at_start = Progress::at_start(T0, T0);
+        s.started(key.clone(), registration(), at_start, T0, origin, seen);
+    }
+
     /// The writes as (decoded entry or None for a tombstone of a watch part, origin).
     fn decoded(writes: &[StateWrite]) -> Vec<(Entry, Option<i64>)> {
         writes
@@ -449,14 +455,7 @@ mod tests {
     fn a_new_watch_is_written_once_with_its_origin_then_only_when_it_changes() {
         let mut s = state();
         let key = Bytes::from_static(b"u1");
-        s.started(
-            key.clone(),
-            registration(),
-            Progress::at_start(T0, T0),
-            T0,
-            41,
-            &[],
-        );
+        start(&mut s, &key, 41, &[]);
         let first = decoded(&s.checkpoint_records(T0, false));
         // Its record (listing no chunk), carrying the input offset, then the offsets the
         // read-back had reached.
@@ -477,14 +476,7 @@ mod tests {
     fn hashes_are_written_only_once_acknowledged_and_chunks_precede_their_record_and_offsets() {
         let mut s = state();
         let key = Bytes::from_static(b"u1");
-        s.started(
-            key.clone(),
-            registration(),
-            Progress::at_start(T0, T0),
-            T0,
-            0,
-            &[],
-        );
+        start(&mut s, &key, 0, &[]);
         s.checkpoint_records(T0, false);
         s.output_sent(&key);
         s.output_sent(&key);
@@ -522,14 +514,7 @@ mod tests {
     fn a_finished_watch_waits_for_its_outputs_then_is_kept_for_the_retention_and_deleted() {
         let mut s = state();
         let key = Bytes::from_static(b"u1");
-        s.started(
-            key.clone(),
-            registration(),
-            Progress::at_start(T0, T0),
-            T0,
-            0,
-            &[],
-        );
+        start(&mut s, &key, 0, &[]);
         s.output_sent(&key);
         s.output_acknowledged(&key, hash_key(b"e1"), 0, 5);
         s.checkpoint_records(T0, false);
@@ -574,26 +559,12 @@ mod tests {
         let key = Bytes::from_static(b"u9");
         s.preseen(key.clone(), vec![hash_key(b"e1")]);
         let other = Bytes::from_static(b"u1");
-        s.started(
-            other.clone(),
-            registration(),
-            Progress::at_start(T0, T0),
-            T0,
-            3,
-            &[],
-        );
+        start(&mut s, &other, 3, &[]);
         let w = decoded(&s.checkpoint_records(T0, false));
         assert_eq!(w.len(), 1, "no offsets past outputs in no chunk: {w:?}");
         // Its input comes again: it starts knowing the output, which is written.
         let seen = s.take_preseen(&key).unwrap();
-        s.started(
-            key.clone(),
-            registration(),
-            Progress::at_start(T0, T0),
-            T0,
-            4,
-            &seen,
-        );
+        start(&mut s, &key, 4, &seen);
         let w = decoded(&s.checkpoint_records(T0, false));
         assert!(
             matches!(&w[0].0, Entry::Seen { chunk, .. } if chunk.hashes() == [hash_key(b"e1")])
@@ -606,14 +577,7 @@ mod tests {
     fn an_output_given_up_is_not_recorded_and_does_not_hold_the_ending() {
         let mut s = state();
         let key = Bytes::from_static(b"u1");
-        s.started(
-            key.clone(),
-            registration(),
-            Progress::at_start(T0, T0),
-            T0,
-            0,
-            &[],
-        );
+        start(&mut s, &key, 0, &[]);
         s.checkpoint_records(T0, false);
         s.output_sent(&key);
         s.terminated(&key, T0 + 1, &TerminatedReason::Final);
