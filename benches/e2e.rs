@@ -43,10 +43,8 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use serde_json::Value;
 use std::collections::VecDeque;
-use std::io::Read;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use watchbridge::bridge::{run_bridge, StopSignal};
@@ -58,6 +56,11 @@ use watchbridge::poll::{Output, PollError, PollResult, Poller};
 use watchbridge::pollers::builtin::{PollerArgs, PollerKind};
 use watchbridge::pollers::http::HttpArgs;
 use watchbridge::pollers::{RenderError, Resolve};
+
+#[allow(dead_code)] // restart and the log are for the tests
+#[path = "../tests/support/tansu_process.rs"]
+mod tansu_process;
+use tansu_process::{tansu_bin, tansu_version, Storage, TansuProcess};
 
 /// The cases, in the order each run runs them, with how the CPU table names them.
 const CASES: [(&str, &str); 4] = [
@@ -73,6 +76,7 @@ const PARTITIONS: i32 = 4;
 const VALUE_BYTES: usize = 100;
 
 struct Sizes {
+    storage: Storage,
     outputs: usize,
     per_watch: usize,
     runs: usize,
@@ -99,7 +103,13 @@ fn sizes() -> Sizes {
     // `BENCH_SMOKE=1` proves the bench still runs, in seconds (used by `make test`).
     let smoke = std::env::var_os("BENCH_SMOKE").is_some();
     let (outputs, runs) = if smoke { (2_000, 1) } else { (200_000, 3) };
+    let storage = match std::env::var("E2E_STORAGE").as_deref() {
+        Err(_) | Ok("memory") => Storage::Memory,
+        Ok("sqlite") => Storage::Sqlite,
+        Ok(other) => panic!("E2E_STORAGE={other}: expected `memory` (the default) or `sqlite`"),
+    };
     let s = Sizes {
+        storage,
         outputs: env_or("E2E_OUTPUTS", outputs),
         per_watch: env_or("E2E_PER_WATCH", 100),
         runs: env_or("E2E_RUNS", runs),
@@ -185,110 +195,6 @@ impl Resolve for Prepared {
 }
 
 // ---------------------------------------------------------------------------------------
-// The broker: Tansu with SQLite storage, as tests/support/kafka.rs starts it.
-
-/// Runs Tansu in the background and kills it once its own stdin reaches EOF — when
-/// [`Tansu`] is dropped, or however this process ends (panic, SIGKILL): only this process
-/// holds the pipe's write end. SIGKILL follows SIGTERM after 5 s. The temp dir is removed
-/// once Tansu is gone. `$1` is the dir, the rest the Tansu command line.
-const WATCHDOG: &str = r#"
-dir=$1; shift
-cd "$dir" || exit 1
-exec 3<&0
-"$@" </dev/null 3<&- >>tansu.log 2>&1 &
-tansu=$!
-echo "$tansu" >tansu.pid
-{
-    read -r _ <&3
-    touch bench-exited
-    kill "$tansu"
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$tansu" || exit; sleep 0.5; done
-    kill -9 "$tansu"
-} >/dev/null 2>&1 &
-watcher=$!
-exec 3<&-
-wait "$tansu" 2>/dev/null
-status=$?
-kill "$watcher" 2>/dev/null
-if [ -e bench-exited ]; then cd / && rm -rf "$dir"; fi
-exit "$status"
-"#;
-
-struct Tansu {
-    bootstrap: String,
-    dir: PathBuf,
-    watchdog: Child,
-}
-
-impl Tansu {
-    fn start(bin: &Path) -> Tansu {
-        let started = Instant::now();
-        // A port picked free can be taken before Tansu binds it (Tansu panics then).
-        for attempt in 1..=3 {
-            let dir = tempfile::Builder::new()
-                .prefix("watchbridge-bench-tansu-")
-                .tempdir()
-                .expect("create a temp dir for tansu")
-                .keep();
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map(|a| a.port())
-                .expect("pick a free loopback port");
-            let bootstrap = format!("127.0.0.1:{port}");
-            let url = format!("tcp://{bootstrap}");
-            let mut watchdog = Command::new("sh")
-                .arg("-c")
-                .arg(WATCHDOG)
-                .arg("tansu-watchdog")
-                .arg(&dir)
-                .arg(bin)
-                .args(["broker", "--listener-url", &url])
-                .args(["--advertised-listener-url", &url])
-                .args(["--storage-engine", "sqlite://tansu.db"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap_or_else(|e| panic!("spawn the tansu watchdog (sh): {e}"));
-            match wait_ready(&mut watchdog, &bootstrap, &dir) {
-                Ok(()) => {
-                    eprintln!(
-                        "tansu: listening on {bootstrap} after {:.1?}",
-                        started.elapsed()
-                    );
-                    return Tansu {
-                        bootstrap,
-                        dir,
-                        watchdog,
-                    };
-                }
-                Err(log) if attempt < 3 && log.contains("in use") => {
-                    drop(watchdog.stdin.take());
-                    let _ = watchdog.wait();
-                    eprintln!("tansu: port {port} was taken, retrying on another");
-                }
-                Err(log) => panic!(
-                    "tansu ({}) did not start on {bootstrap} (dir {}); the end of its log:\n{log}",
-                    bin.display(),
-                    dir.display()
-                ),
-            }
-        }
-        unreachable!("the last attempt panics or returns")
-    }
-}
-
-impl Tansu {
-    /// What samples the CPU time of this process and of the broker.
-    fn cpu(&self) -> Cpu {
-        let pid = std::fs::read_to_string(self.dir.join("tansu.pid"))
-            .expect("read tansu.pid")
-            .trim()
-            .to_string();
-        Cpu { broker_pid: pid }
-    }
-}
-
 /// CPU time (user + system) of this process and of the broker, to tell which one a case
 /// keeps busy.
 struct Cpu {
@@ -305,6 +211,12 @@ struct Sample {
 }
 
 impl Cpu {
+    fn of(broker: &TansuProcess) -> Cpu {
+        Cpu {
+            broker_pid: broker.pid(),
+        }
+    }
+
     fn sample(&self) -> Sample {
         Sample {
             at: Instant::now(),
@@ -381,79 +293,6 @@ struct Measured {
     cores: Cores,
     /// State records the bridge wrote in all.
     state_records: Option<u64>,
-}
-
-fn tansu_version(bin: &Path) -> String {
-    Command::new(bin)
-        .arg("--version")
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "tansu (version unknown)".into())
-}
-
-impl Drop for Tansu {
-    fn drop(&mut self) {
-        // EOF on the watchdog's stdin stops Tansu; the watchdog exits with it.
-        drop(self.watchdog.stdin.take());
-        let _ = self.watchdog.wait();
-    }
-}
-
-fn tansu_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("TANSU_BIN") {
-        return bin.into();
-    }
-    let root = env!("CARGO_MANIFEST_DIR");
-    let out = Command::new("scripts/tansu.sh")
-        .arg("path")
-        .current_dir(root)
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("run {root}/scripts/tansu.sh path: {e}"));
-    assert!(
-        out.status.success(),
-        "{root}/scripts/tansu.sh path failed ({}); `make broker-install` installs the broker",
-        out.status
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
-/// Waits until Tansu answers a metadata request with itself as a broker; else the end of
-/// its log.
-fn wait_ready(watchdog: &mut Child, bootstrap: &str, dir: &Path) -> Result<(), String> {
-    let addr: SocketAddr = bootstrap.parse().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last_error = String::from("no connection yet");
-    while Instant::now() < deadline {
-        if let Some(status) = watchdog.try_wait().expect("poll the tansu watchdog") {
-            return Err(format!("tansu exited ({status})\n{}", log_tail(dir)));
-        }
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            let consumer: BaseConsumer = ClientConfig::new()
-                .set("bootstrap.servers", bootstrap)
-                .create()
-                .expect("create a Kafka client");
-            match consumer.fetch_metadata(None, Duration::from_secs(2)) {
-                Ok(m) if !m.brokers().is_empty() => return Ok(()),
-                Ok(_) => last_error = "metadata lists no brokers".into(),
-                Err(e) => last_error = format!("metadata: {e}"),
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Err(format!(
-        "not ready within 30 s ({last_error})\n{}",
-        log_tail(dir)
-    ))
-}
-
-fn log_tail(dir: &Path) -> String {
-    let mut log = String::new();
-    let _ = std::fs::File::open(dir.join("tansu.log")).and_then(|mut f| f.read_to_string(&mut log));
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
 /// Creates `name` with [`PARTITIONS`] partitions and waits until metadata shows them all
@@ -867,8 +706,9 @@ fn main() {
         let work = Arc::new(Workload::new(&s, start_ms()));
         let tag = std::process::id();
         for (i, (case, _)) in CASES.iter().enumerate() {
-            let broker = Tansu::start(&bin);
-            let (bootstrap, cpu) = (broker.bootstrap.clone(), broker.cpu());
+            let broker = TansuProcess::start(&bin, s.storage, "watchbridge-bench-tansu-")
+                .unwrap_or_else(|e| panic!("{e}"));
+            let (bootstrap, cpu) = (broker.bootstrap.clone(), Cpu::of(&broker));
             let id = format!("{tag}-{run}-{case}");
             let topic = format!("bench-e2e-{id}");
             let m = runtime.block_on(async {
@@ -1003,10 +843,11 @@ fn main() {
         now.minute()
     );
     t.push_str(&format!(
-        "\n- machine: {}\n- versions: {}, watchbridge {}, librdkafka {librdkafka}, {tansu_version} (SQLite storage)\n- command: `{}`\n- date: {date}\n",
+        "\n- machine: {}\n- versions: {}, watchbridge {}, librdkafka {librdkafka}, {tansu_version} ({})\n- command: `{}`\n- date: {date}\n",
         machine(),
         command_output("rustc", &["-V"]),
         env!("CARGO_PKG_VERSION"),
+        s.storage.describe(),
         command_line(),
     ));
     let (slo, shi) = (

@@ -15,8 +15,13 @@
 set -euo pipefail
 
 TANSU_VERSION=0.6.0
+# Storage engines built in: `libsql` for `sqlite://` (what the tests use: it survives a
+# broker crash), `dynostore` for `memory://` (what `make bench` measures throughput on: with
+# SQLite the broker, not the client, is the limit). The features are part of the cache path,
+# so a build with other features is never mistaken for this one.
+TANSU_FEATURES=libsql,dynostore
 CACHE="${WATCHBRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/watchbridge}"
-ROOT="$CACHE/tansu-$TANSU_VERSION"
+ROOT="$CACHE/tansu-$TANSU_VERSION-${TANSU_FEATURES//,/-}"
 BIN="${TANSU_BIN:-$ROOT/bin/tansu}"
 
 install() {
@@ -44,7 +49,7 @@ install() {
     # a half-installed binary that later runs would trust.
     local tmp
     tmp="$(mktemp -d "$CACHE/tansu-build.XXXXXX")"
-    cargo install tansu --version "$TANSU_VERSION" --locked --features libsql \
+    cargo install tansu --version "$TANSU_VERSION" --locked --features "$TANSU_FEATURES" \
         --root "$tmp/root" --target-dir "$tmp/target" >&2
     mkdir -p "$ROOT/bin"
     mv "$tmp/root/bin/tansu" "$ROOT/bin/tansu.partial"

@@ -17,16 +17,13 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use std::collections::HashMap;
-use std::io::Read;
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// How long the broker may take to answer a metadata request after it is spawned.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+use super::tansu_process::{tansu_bin, Storage, TansuProcess};
+
 /// How long a topic may take to show up in metadata after CreateTopics.
 const TOPIC_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bounds every produce: a record for a missing topic fails after this instead of hanging.
@@ -36,11 +33,10 @@ const PRODUCE_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct Broker {
     bootstrap: String,
     dir: PathBuf,
-    bin: PathBuf,
-    /// The watchdog shell; its stdin is the pipe whose closing stops Tansu. Never dropped
-    /// (statics aren't), so the write end stays open exactly as long as this process lives.
-    /// [`Broker::restart`] replaces it.
-    watchdog: Mutex<Child>,
+    /// Tansu under its watchdog. Never dropped (statics aren't), so the watchdog's pipe
+    /// stays open exactly as long as this process lives. [`Broker::restart`] replaces the
+    /// process inside.
+    process: Mutex<TansuProcess>,
     producer: OnceLock<FutureProducer>,
     admin: OnceLock<AdminClient<DefaultClientContext>>,
 }
@@ -55,89 +51,17 @@ pub fn broker() -> &'static Broker {
     }
 }
 
-/// The watchdog: runs Tansu in the background and kills it once its own stdin reaches EOF.
-/// Only this test process holds the pipe's write end (std opens pipes close-on-exec, so no
-/// other child inherits it), and the kernel closes it however the process ends — normal
-/// exit, panic, or SIGKILL — so Tansu can't outlive the test binary. No pid polling, so no
-/// pid-reuse races. (`PR_SET_DEATHSIG` would fire when the *thread* that spawned it ends,
-/// i.e. after the first test.) Tansu exits within ~50 ms of SIGTERM; SIGKILL follows after
-/// 5 s in case it ever doesn't. The shell itself exits when Tansu does, which is how
-/// [`Broker::start`] notices an early death. The temp dir is removed once the test process
-/// has gone; if Tansu died by itself, it stays for its log.
-///
-/// `$1` is the temp dir, the rest is the Tansu command line.
-const WATCHDOG: &str = r#"
-dir=$1; shift
-cd "$dir" || exit 1
-exec 3<&0
-"$@" </dev/null 3<&- >>tansu.log 2>&1 &
-tansu=$!
-echo "$tansu" >tansu.pid
-{
-    read -r _ <&3
-    touch test-exited
-    kill "$tansu"
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$tansu" || exit; sleep 0.5; done
-    kill -9 "$tansu"
-} >/dev/null 2>&1 &
-watcher=$!
-exec 3<&-
-wait "$tansu" 2>/dev/null  # (dash would report "Terminated")
-status=$?
-kill "$watcher" 2>/dev/null
-if [ -e test-exited ] && [ -z "$TANSU_KEEP_DIR" ]; then cd / && rm -rf "$dir"; fi
-exit "$status"
-"#;
-
 impl Broker {
+    /// Tansu with SQLite storage, so that [`Broker::restart`] keeps what it stored.
     fn start() -> Result<Broker, String> {
-        let bin = tansu_bin();
-        let started = Instant::now();
-        // A port picked free can be taken before Tansu binds it, and Tansu panics then:
-        // try a few ports.
-        for attempt in 1..=3 {
-            let dir = tempfile::Builder::new()
-                .prefix("watchbridge-tansu-")
-                .tempdir()
-                .expect("create a temp dir for tansu")
-                .keep();
-            let port = free_port();
-            let bootstrap = format!("127.0.0.1:{port}");
-            let mut watchdog = spawn_watchdog(&bin, &dir, &bootstrap);
-            match wait_ready(&mut watchdog, &bootstrap, &dir) {
-                Ok(()) => {
-                    eprintln!(
-                        "tansu: listening on {bootstrap} after {:.1?}, dir {}",
-                        started.elapsed(),
-                        dir.display()
-                    );
-                    return Ok(Broker {
-                        bootstrap,
-                        dir,
-                        bin,
-                        watchdog: Mutex::new(watchdog),
-                        producer: OnceLock::new(),
-                        admin: OnceLock::new(),
-                    });
-                }
-                Err(log) if attempt < 3 && log.contains("in use") => {
-                    // Closing the pipe stops whatever is left of this attempt.
-                    drop(watchdog.stdin.take());
-                    let _ = watchdog.wait();
-                    let _ = std::fs::remove_dir_all(&dir);
-                    eprintln!("tansu: port {port} was taken, retrying on another");
-                }
-                Err(log) => {
-                    return Err(format!(
-                        "tansu ({}) did not start on {bootstrap} (attempt {attempt}, dir {}); \
-                         the end of its log:\n{log}",
-                        bin.display(),
-                        dir.display()
-                    ))
-                }
-            }
-        }
-        unreachable!("the last attempt returns")
+        let process = TansuProcess::start(&tansu_bin(), Storage::Sqlite, "watchbridge-tansu-")?;
+        Ok(Broker {
+            bootstrap: process.bootstrap.clone(),
+            dir: process.dir.clone(),
+            process: Mutex::new(process),
+            producer: OnceLock::new(),
+            admin: OnceLock::new(),
+        })
     }
 
     /// Crashes the broker (SIGKILL) and starts it again on the same port with the same dir,
@@ -145,57 +69,7 @@ impl Broker {
     /// does for a real broker restart. Clients reconnect on their own. For fault tests; a
     /// test binary whose tests share the broker must not call it while others run.
     pub fn restart(&self) {
-        let mut watchdog = self.watchdog.lock().unwrap();
-        self.kill_keeping_dir(&mut watchdog);
-        let started = Instant::now();
-        // The port was just released; if it is briefly not bindable, try again for a while:
-        // the address can't change.
-        let mut last = String::new();
-        for _ in 0..10 {
-            let mut next = spawn_watchdog(&self.bin, &self.dir, &self.bootstrap);
-            match wait_ready(&mut next, &self.bootstrap, &self.dir) {
-                Ok(()) => {
-                    eprintln!(
-                        "tansu: restarted on {} after {:.1?}",
-                        self.bootstrap,
-                        started.elapsed()
-                    );
-                    *watchdog = next;
-                    return;
-                }
-                Err(log) => {
-                    self.kill_keeping_dir(&mut next);
-                    last = log;
-                    std::thread::sleep(Duration::from_millis(500));
-                }
-            }
-        }
-        panic!(
-            "tansu did not come back on {} (dir {}); the end of its log:\n{last}",
-            self.bootstrap,
-            self.dir.display()
-        );
-    }
-
-    /// SIGKILLs the watchdog's Tansu (if it still runs) and reaps the watchdog, without
-    /// closing its stdin first: that would tell it the test has exited, and it would remove
-    /// the dir. (`Child::wait` closes stdin, hence the `take`.)
-    fn kill_keeping_dir(&self, watchdog: &mut Child) {
-        let stdin = watchdog.stdin.take();
-        if watchdog
-            .try_wait()
-            .expect("poll the tansu watchdog")
-            .is_none()
-        {
-            let pid = std::fs::read_to_string(self.dir.join("tansu.pid"))
-                .expect("read tansu.pid")
-                .trim()
-                .to_string();
-            let _ = Command::new("kill").args(["-KILL", &pid]).status();
-        }
-        // The watchdog shell exits once Tansu is gone.
-        let _ = watchdog.wait();
-        drop(stdin);
+        self.process.lock().unwrap().restart();
     }
 
     /// `127.0.0.1:PORT`, for `bootstrap.servers`.
@@ -523,86 +397,4 @@ fn summarize(read: &[OwnedMessage]) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// Tansu on `bootstrap` with its SQLite storage in `dir`, under a [`WATCHDOG`] shell.
-fn spawn_watchdog(bin: &Path, dir: &Path, bootstrap: &str) -> Child {
-    let url = format!("tcp://{bootstrap}");
-    Command::new("sh")
-        .arg("-c")
-        .arg(WATCHDOG)
-        .arg("tansu-watchdog")
-        .arg(dir)
-        .arg(bin)
-        .args(["broker", "--listener-url", &url])
-        .args(["--advertised-listener-url", &url])
-        .args(["--storage-engine", "sqlite://tansu.db"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn the tansu watchdog (sh): {e}"))
-}
-
-fn tansu_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("TANSU_BIN") {
-        return bin.into();
-    }
-    let root = env!("CARGO_MANIFEST_DIR");
-    // Its stderr reaches the terminal: a first run shows the ~10 minute install progressing.
-    let out = Command::new("scripts/tansu.sh")
-        .arg("path")
-        .current_dir(root)
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("run {root}/scripts/tansu.sh path: {e}"));
-    assert!(
-        out.status.success(),
-        "{root}/scripts/tansu.sh path failed ({}); set TANSU_BIN to use a tansu binary of your own",
-        out.status
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("pick a free loopback port")
-}
-
-/// Waits until Tansu accepts connections and answers a metadata request with itself as a
-/// broker. On failure returns the tail of its log.
-fn wait_ready(watchdog: &mut Child, bootstrap: &str, dir: &Path) -> Result<(), String> {
-    let addr: SocketAddr = bootstrap.parse().unwrap();
-    let deadline = Instant::now() + START_TIMEOUT;
-    let mut last_error = String::from("no connection yet");
-    while Instant::now() < deadline {
-        if let Some(status) = watchdog.try_wait().expect("poll the tansu watchdog") {
-            return Err(format!("tansu exited ({status})\n{}", log_tail(dir)));
-        }
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            let consumer: BaseConsumer = ClientConfig::new()
-                .set("bootstrap.servers", bootstrap)
-                .create()
-                .expect("create a Kafka client");
-            match consumer.fetch_metadata(None, Duration::from_secs(2)) {
-                Ok(m) if !m.brokers().is_empty() => return Ok(()),
-                Ok(_) => last_error = "metadata lists no brokers".into(),
-                Err(e) => last_error = format!("metadata: {e}"),
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Err(format!(
-        "not ready within {START_TIMEOUT:?} ({last_error})\n{}",
-        log_tail(dir)
-    ))
-}
-
-fn log_tail(dir: &Path) -> String {
-    let mut log = String::new();
-    let _ = std::fs::File::open(dir.join("tansu.log")).and_then(|mut f| f.read_to_string(&mut log));
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
 }

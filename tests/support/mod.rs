@@ -6,6 +6,8 @@ pub mod http_server;
 pub mod kafka;
 #[allow(dead_code)]
 pub mod prometheus;
+#[allow(dead_code)]
+pub mod tansu_process;
 
 #[allow(dead_code)]
 pub mod bridge;

@@ -7,10 +7,10 @@
 //! loopback port, so it never depends on Prometheus's usual :9090 (or on a packaged daemon
 //! that may hold it).
 
+use super::tansu_process::free_port;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -376,11 +376,4 @@ fn prometheus_bin() -> PathBuf {
                  PROMETHEUS_BIN to a prometheus binary"
             )
         })
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("pick a free loopback port")
 }

@@ -18,13 +18,8 @@ pub fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// A loopback port free now (bound, then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("pick a free loopback port")
-}
+#[allow(unused_imports)] // not every test binary picks ports
+pub use super::tansu_process::free_port;
 
 /// Topics and settings of one test, unique so tests in one binary do not meet.
 pub struct Setup {
