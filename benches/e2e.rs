@@ -33,34 +33,24 @@
 //! `bench/RESULTS.md` with the machine, the versions, the command and the date.
 //! `E2E_LOG` sets the log filter (default `warn`).
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::future_producer::OwnedDeliveryResult;
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
-use rdkafka::ClientConfig;
+use rdkafka::producer::FutureRecord;
 use serde_json::Value;
-use std::collections::VecDeque;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use watchbridge::bridge::{run_bridge, StopSignal};
 use watchbridge::clock::Millis;
-use watchbridge::config::{Mode, RunArgs, RunConfig};
 use watchbridge::kafka::records;
 use watchbridge::metrics::Metrics;
 use watchbridge::poll::{Output, PollError, PollResult, Poller};
-use watchbridge::pollers::builtin::{PollerArgs, PollerKind};
-use watchbridge::pollers::http::HttpArgs;
 use watchbridge::pollers::{RenderError, Resolve};
 
-#[allow(dead_code)] // restart and the log are for the tests
-#[path = "../tests/support/tansu_process.rs"]
-mod tansu_process;
-use tansu_process::{tansu_bin, tansu_version, Storage, TansuProcess};
+#[path = "support/mod.rs"]
+mod support;
+use support::kafka::{bridge_args, create_topic, producer, InFlight};
+use support::report::{command_output, machine, median, min_max, now_ms, rate};
+use support::tansu_process::{tansu_bin, tansu_version, Storage, TansuProcess};
 
 /// The cases, in the order each run runs them, with how the CPU table names them.
 const CASES: [(&str, &str); 4] = [
@@ -295,120 +285,8 @@ struct Measured {
     state_records: Option<u64>,
 }
 
-/// Creates `name` with [`PARTITIONS`] partitions and waits until metadata shows them all
-/// (Tansu never creates topics on its own).
-async fn create_topic(bootstrap: &str, name: &str) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("create a Kafka admin client");
-    let topic = NewTopic::new(name, PARTITIONS, TopicReplication::Fixed(1));
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    for result in admin
-        .create_topics([&topic], &options)
-        .await
-        .unwrap_or_else(|e| panic!("CreateTopics {name}: {e}"))
-    {
-        match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((topic, code)) => panic!("CreateTopics {topic}: {code}"),
-        }
-    }
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("create a Kafka client");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let seen = consumer
-            .fetch_metadata(Some(name), Duration::from_secs(5))
-            .ok()
-            .and_then(|m| {
-                m.topics()
-                    .iter()
-                    .find(|t| t.name() == name && t.error().is_none())
-                    .map(|t| t.partitions().len() as i32)
-            });
-        if seen == Some(PARTITIONS) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "topic {name}: metadata shows {seen:?} partitions after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // The cases.
-
-/// The bridge's producer settings (`producer_config` in src/bridge.rs).
-fn producer(bootstrap: &str) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "5")
-        .set("compression.type", "lz4")
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .create()
-        .expect("create the producer")
-}
-
-/// Records handed to a producer whose deliveries are still to be checked, oldest first.
-struct InFlight {
-    what: &'static str,
-    deliveries: VecDeque<DeliveryFuture>,
-}
-
-impl InFlight {
-    fn new(what: &'static str) -> Self {
-        InFlight {
-            what,
-            deliveries: VecDeque::new(),
-        }
-    }
-
-    /// Hand one record to the producer. While its queue is full, wait for the oldest
-    /// delivery (as the bridge waits for deliveries to make room), never spin.
-    async fn send<'a>(
-        &mut self,
-        producer: &FutureProducer,
-        mut record: FutureRecord<'a, str, [u8]>,
-    ) {
-        loop {
-            match producer.send_result(record) {
-                Ok(delivery) => {
-                    self.deliveries.push_back(delivery);
-                    return;
-                }
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    record = r;
-                    match self.deliveries.pop_front() {
-                        Some(oldest) => self.check(oldest.await),
-                        None => tokio::time::sleep(Duration::from_millis(1)).await,
-                    }
-                }
-                Err((e, r)) => panic!("{}: produce to {}: {e}", self.what, r.topic),
-            }
-        }
-    }
-
-    fn check(&self, delivery: Result<OwnedDeliveryResult, futures::channel::oneshot::Canceled>) {
-        match delivery {
-            Ok(Ok(_)) => {}
-            Ok(Err((e, _))) => panic!("{}: a record was not delivered: {e}", self.what),
-            Err(_) => panic!("{}: the producer went away", self.what),
-        }
-    }
-
-    /// Wait until every record is acknowledged.
-    async fn delivered(mut self) {
-        while let Some(delivery) = self.deliveries.pop_front() {
-            self.check(delivery.await);
-        }
-    }
-}
 
 /// The baseline: the workload's outputs, written by one producer; records per second. With
 /// `headers`, each record carries the four headers the bridge puts on an output (same names,
@@ -421,7 +299,7 @@ async fn baseline(
     topic: &str,
     headers: bool,
 ) -> Measured {
-    create_topic(bootstrap, topic).await;
+    create_topic(bootstrap, topic, PARTITIONS).await;
     let producer = producer(bootstrap);
     // The idempotent producer's setup (InitProducerId) and the topic's metadata, not timed.
     let warm = producer
@@ -438,7 +316,7 @@ async fn baseline(
     let n: usize = work.results.iter().map(|r| r.outputs.len()).sum();
     let mut in_flight = InFlight::new("baseline");
     let start = cpu.sample();
-    let first_seen = start_ms().to_string();
+    let first_seen = now_ms().to_string();
     for (result, key) in work.results.iter().zip(&work.keys) {
         for output in &result.outputs {
             let mut record = FutureRecord::to(topic)
@@ -472,44 +350,6 @@ async fn baseline(
     }
 }
 
-/// The bridge's run settings for one run, as `watchbridge run` checks them.
-fn bridge_config(bootstrap: &str, id: &str, watermarks: &str) -> RunConfig {
-    let run = RunArgs {
-        brokers: Some(bootstrap.into()),
-        group_id: format!("bench-e2e-{id}"),
-        input_topic: format!("bench-e2e-{id}.in"),
-        output_topic: format!("bench-e2e-{id}.out"),
-        dlq_topic: None,
-        watch_key: None,
-        poll_interval: Duration::from_secs(10),
-        termination: "never".into(),
-        max_in_flight: 256,
-        host_rate: None,
-        create_topics: true,
-        partitions: PARTITIONS,
-        replication_factor: 1,
-        shutdown_timeout: Duration::from_secs(10),
-        watermark_strategy: watermarks.into(),
-        watermark_interval: Duration::from_millis(200),
-        idle_timeout: Duration::from_secs(30),
-        watermark_topic: None,
-        state_topic: None,
-        finished_retention: Duration::from_secs(24 * 3600),
-        checkpoint_interval: Duration::from_millis(500),
-        mode: Mode::Streaming,
-        metrics_addr: "off".into(),
-        poller: PollerArgs {
-            poller: PollerKind::Http,
-            poll_timeout: Duration::from_secs(10),
-            http: HttpArgs::defaults(),
-            glob: Default::default(),
-            sharded: Default::default(),
-        },
-    };
-    run.check(std::iter::empty())
-        .unwrap_or_else(|e| panic!("bench bridge config: {e}"))
-}
-
 /// The bridge with `watermarks` as its strategy: the N/K inputs produced first (not timed),
 /// then outputs per second from the first acknowledged output to the last, and the state
 /// records it wrote in all.
@@ -520,8 +360,12 @@ async fn bridge(
     id: &str,
     watermarks: &str,
 ) -> Measured {
-    let config = bridge_config(bootstrap, id, watermarks);
-    create_topic(bootstrap, &config.input_topic).await;
+    let mut args = bridge_args(bootstrap, &format!("bench-e2e-{id}"), PARTITIONS);
+    args.watermark_strategy = watermarks.into();
+    let config = args
+        .check(std::iter::empty())
+        .unwrap_or_else(|e| panic!("bench bridge config: {e}"));
+    create_topic(bootstrap, &config.input_topic, PARTITIONS).await;
     let producer = producer(bootstrap);
     let values: Vec<String> = (0..work.keys.len())
         .map(|n| format!(r#"{{"id": {n}}}"#))
@@ -605,63 +449,8 @@ async fn bridge(
     }
 }
 
-/// Now, in ms since the epoch.
-fn start_ms() -> Millis {
-    (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as Millis
-}
-
 // ---------------------------------------------------------------------------------------
 // The report.
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    }
-}
-
-fn min_max(values: &[f64]) -> (f64, f64) {
-    (
-        values.iter().cloned().fold(f64::MAX, f64::min),
-        values.iter().cloned().fold(f64::MIN, f64::max),
-    )
-}
-
-fn command_output(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| format!("{program} (unknown)"))
-}
-
-fn machine() -> String {
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, m)| m.trim().to_string())
-        .unwrap_or_else(|| "unknown CPU".into());
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let ram = meminfo
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map(|kb| format!("{:.1} GiB RAM", kb / 1024.0 / 1024.0))
-        .unwrap_or_else(|| "unknown RAM".into());
-    format!("{cores} cores (nproc), {model}, {ram}")
-}
 
 fn command_line() -> String {
     let mut env: Vec<String> = ["BENCH_SMOKE", "E2E_OUTPUTS", "E2E_PER_WATCH", "E2E_RUNS"]
@@ -670,19 +459,6 @@ fn command_line() -> String {
         .collect();
     env.push("cargo bench --bench e2e".into());
     env.join(" ")
-}
-
-fn rate(r: f64) -> String {
-    // Thousands separated by commas, no decimals.
-    let digits = format!("{:.0}", r);
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn main() {
@@ -701,11 +477,17 @@ fn main() {
     // far, on any topic; one broker for the whole bench would slow each case by the ones
     // before it (and starve consumer-group heartbeats).
     let mut results: Vec<Vec<Measured>> = CASES.iter().map(|_| Vec::new()).collect();
+    // `E2E_ONLY=<case>` (`baseline`, `baseline-headers`, `wm`, `nowm`) runs that case alone
+    // and prints its rates, no report: for profiling one case (`perf record -p`).
+    let only = std::env::var("E2E_ONLY").ok();
     for run in 0..s.runs {
         // Event times from this run's start: never late against the bounded(5s) watermark.
-        let work = Arc::new(Workload::new(&s, start_ms()));
+        let work = Arc::new(Workload::new(&s, now_ms()));
         let tag = std::process::id();
         for (i, (case, _)) in CASES.iter().enumerate() {
+            if only.as_deref().is_some_and(|o| o != *case) {
+                continue;
+            }
             let broker = TansuProcess::start(&bin, s.storage, "watchbridge-bench-tansu-")
                 .unwrap_or_else(|e| panic!("{e}"));
             let (bootstrap, cpu) = (broker.bootstrap.clone(), Cpu::of(&broker));
@@ -732,6 +514,9 @@ fn main() {
         }
     }
     drop(runtime);
+    if only.is_some() {
+        return;
+    }
     let tansu_version = tansu_version(&bin);
 
     let rates = |i: usize| -> Vec<f64> { results[i].iter().map(|m| m.rate).collect() };

@@ -10,8 +10,7 @@
 //! several windows.
 
 use bytes::Bytes;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI64, AtomicIsize, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -27,42 +26,12 @@ use watchbridge::table::WatchTable;
 use watchbridge::termination::Termination;
 use watchbridge::watch::{Progress, WatchRules};
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        System.alloc(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        System.dealloc(ptr, layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        System.realloc(ptr, layout, new_size)
-    }
-}
+#[path = "support/mod.rs"]
+mod support;
+use support::alloc::{live, rss, run_fresh};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
-}
-
-/// Resident set size in bytes, from /proc (0 where unavailable).
-fn rss() -> isize {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<isize>().ok())
-        .map_or(0, |pages| pages * 4096)
-}
+static GLOBAL: support::alloc::Counting = support::alloc::Counting;
 
 /// CPU seconds this process has used (all threads), from /proc (0 where unavailable).
 fn cpu_seconds() -> f64 {
@@ -597,28 +566,6 @@ fn run_case(case: &str) -> Vec<f64> {
 fn measure(case: &str) -> (f64, f64) {
     let nums = run_fresh(case, 2);
     (nums[0], nums[1])
-}
-
-/// Run `case` in a fresh process and read its `n` numbers.
-fn run_fresh(case: &str, n: usize) -> Vec<f64> {
-    let exe = std::env::current_exe().expect("own path");
-    let out = std::process::Command::new(exe)
-        .env("BENCH_CASE", case)
-        .output()
-        .expect("run a case");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let nums: Vec<f64> = text
-        .split_whitespace()
-        .filter_map(|w| w.parse::<f64>().ok())
-        .collect();
-    if !out.status.success() || nums.len() < n {
-        panic!(
-            "case {case} failed: {}{}",
-            text,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    nums
 }
 
 fn main() {

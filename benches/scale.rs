@@ -1,0 +1,308 @@
+//! The whole bridge at scale: memory per live watch and per seen output on one instance,
+//! with everything a watch costs beyond the engine (its partition task's durable state, the
+//! input offsets it holds, the consumer's buffers). Run with `make bench` (or
+//! `cargo bench --bench scale`); `BENCH_SMOKE=1` only proves it runs.
+//!
+//! [`run_bridge`] runs in this process on Tansu (SQLite storage) with a poller that serves
+//! prepared results and a poll interval of an hour, so after its first poll a watch is idle.
+//! Each case runs in a fresh process ([`run_fresh`]), and measures twice: once the bridge is
+//! ready with its partitions assigned and nothing to watch (`before`), and once every input
+//! has started its watch, been polled once, had its outputs acknowledged and its state
+//! written (`after`, a few checkpoints later). Per watch = (after − before) / watches:
+//!
+//! - **idle**: `SCALE_WATCHES` (default 1,000,000) watches whose poll found nothing, not
+//!   final: the "≤ 300 B per idle watch" target;
+//! - **seen**: `SCALE_SEEN_WATCHES` (default 2,000) watches whose first poll found
+//!   `SCALE_SEEN_PER_WATCH` (default 100) outputs, not final: per seen output = (per
+//!   watch here − per idle watch) / outputs per watch, the "≤ 20 B per seen output" target;
+//!   measured again `SCALE_SETTLE` later (default 35 s, past the 30 s after which a watch
+//!   with nothing new lets go of its unsealed chunk's hashes).
+//!
+//! Memory is the Rust heap (bytes handed out and not returned: exact) and the resident set
+//! (what the OS sees: allocator overhead and librdkafka's own buffers too). Inputs are
+//! `{"id": n}` with a 13-byte key: the bridge keeps each live watch's input (it rewrites the
+//! watch's state record from it), so larger inputs cost their size more.
+
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use watchbridge::bridge::{run_bridge, StopSignal};
+use watchbridge::metrics::Metrics;
+use watchbridge::poll::{Output, PollError, PollResult, Poller};
+use watchbridge::pollers::{RenderError, Resolve};
+
+#[path = "support/mod.rs"]
+mod support;
+use rdkafka::producer::FutureRecord;
+use support::alloc::{live, rss, run_fresh};
+use support::kafka::{bridge_args, create_topic, producer, InFlight};
+use support::report::{machine, now_ms};
+use support::tansu_process::{tansu_bin, Storage, TansuProcess};
+
+#[global_allocator]
+static GLOBAL: support::alloc::Counting = support::alloc::Counting;
+
+const PARTITIONS: i32 = 4;
+
+/// Serves watch `n` (input `{"id": n}`) `per_watch` outputs on every poll, never final (so
+/// after the first poll they are all seen, and the watch stays live).
+struct Prepared {
+    per_watch: usize,
+    base: i64,
+}
+
+impl Poller for Prepared {
+    type Input = usize;
+
+    fn poll(
+        &self,
+        input: Arc<usize>,
+    ) -> impl std::future::Future<Output = Result<PollResult, PollError>> + Send + 'static {
+        let n = *input;
+        let outputs = (0..self.per_watch)
+            .map(|j| {
+                Output::new(
+                    format!("item-{n}-{j}"),
+                    format!(r#"{{"watch":{n},"item":{j}}}"#),
+                    self.base + j as i64,
+                )
+            })
+            .collect();
+        std::future::ready(Ok(PollResult::incomplete(outputs)))
+    }
+}
+
+impl Resolve for Prepared {
+    fn resolve(&self, value: &Value, _key: &[u8]) -> Result<usize, RenderError> {
+        value
+            .get("id")
+            .and_then(Value::as_u64)
+            .map(|n| n as usize)
+            .ok_or_else(|| RenderError::Missing("/id".into()))
+    }
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}={v} is not a count"))
+        })
+        .unwrap_or(default)
+}
+
+/// What one case measured: heap and resident bytes per watch, after the outputs and (for
+/// `settle` > 0) again once the watches had nothing new for that long; and how long the
+/// inputs took to become live watches.
+struct Case {
+    heap: f64,
+    resident: f64,
+    heap_settled: f64,
+    resident_settled: f64,
+    start_seconds: f64,
+}
+
+/// Waits until `done()`, or panics after `limit` saying what stands where.
+async fn wait_until(what: &str, limit: Duration, metrics: &Metrics, done: impl Fn() -> bool) {
+    let began = Instant::now();
+    let mut told = Instant::now();
+    while !done() {
+        if told.elapsed() >= Duration::from_secs(10) {
+            told = Instant::now();
+            eprintln!(
+                "scale: waiting for {what}: inputs consumed {}, watches active {}, polls {}, \
+                 outputs produced {}, state records {}",
+                metrics.inputs_consumed.get(),
+                metrics.watches_active.get(),
+                metrics.polls_ok.get(),
+                metrics.outputs_produced.get(),
+                metrics.state_records_written.get(),
+            );
+        }
+        assert!(
+            began.elapsed() < limit,
+            "{what}: not done after {limit:?}; inputs consumed {}, watches active {}, polls {}, \
+             outputs produced {}, state records {}",
+            metrics.inputs_consumed.get(),
+            metrics.watches_active.get(),
+            metrics.polls_ok.get(),
+            metrics.outputs_produced.get(),
+            metrics.state_records_written.get(),
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the state topic has had no new record for `quiet` (checkpoints done).
+async fn wait_for_state_settled(metrics: &Metrics, quiet: Duration) {
+    let mut last = metrics.state_records_written.get();
+    let mut since = Instant::now();
+    while since.elapsed() < quiet {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = metrics.state_records_written.get();
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+}
+
+/// One case, in this (fresh) process: `watches` watches with `per_watch` outputs each.
+fn run_case(watches: usize, per_watch: usize, settle: Duration) -> Case {
+    // SQLite storage: Tansu's memory storage cannot fetch from an offset inside a record
+    // batch, which is where a paused partition resumes (../shared/notes/tansu-0.6.md).
+    let broker = TansuProcess::start(&tansu_bin(), Storage::Sqlite, "watchbridge-bench-tansu-")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let bootstrap = broker.bootstrap.clone();
+    let runtime = tokio::runtime::Runtime::new().expect("start the async runtime");
+    let name = format!("bench-scale-{}", std::process::id());
+    let mut args = bridge_args(&bootstrap, &name, PARTITIONS);
+    args.poll_interval = Duration::from_secs(3600);
+    let config = args
+        .check(std::iter::empty())
+        .unwrap_or_else(|e| panic!("bench bridge config: {e}"));
+    let case = runtime.block_on(async {
+        create_topic(&bootstrap, &config.input_topic, PARTITIONS).await;
+        let metrics = Arc::new(Metrics::new());
+        let stop = Arc::new(StopSignal::default());
+        let poller = Arc::new(Prepared {
+            per_watch,
+            base: now_ms(),
+        });
+        let run = run_bridge(
+            &bootstrap,
+            None,
+            &config,
+            poller,
+            metrics.clone(),
+            stop.clone(),
+        );
+        let measure = async {
+            let limit = Duration::from_secs(60);
+            wait_until("ready", limit, &metrics, || metrics.ready.get() == 1).await;
+            wait_for_state_settled(&metrics, Duration::from_secs(2)).await;
+            let (heap0, rss0) = (live(), rss());
+
+            eprintln!("scale: bridge ready; producing {watches} inputs");
+            let began = Instant::now();
+            {
+                let producer = producer(&bootstrap);
+                let mut in_flight = InFlight::new("inputs");
+                for n in 0..watches {
+                    let key = format!("watch-{n:07}");
+                    let value = format!(r#"{{"id": {n}}}"#);
+                    let record = FutureRecord::to(&config.input_topic)
+                        .key(key.as_str())
+                        .payload(value.as_bytes());
+                    in_flight.send(&producer, record).await;
+                }
+                in_flight.delivered().await;
+            }
+            eprintln!("scale: inputs produced in {:.1?}", began.elapsed());
+            // Generous: about 10k inputs/s would be slow, never a hang.
+            let limit = Duration::from_secs(120) + Duration::from_millis(watches as u64 / 10);
+            let (w, n) = (watches as i64, (watches * per_watch) as u64);
+            wait_until("watches polled", limit, &metrics, || {
+                metrics.watches_active.get() == w
+                    && metrics.polls_ok.get() >= watches as u64
+                    && metrics.outputs_produced.get() >= n
+            })
+            .await;
+            let start_seconds = began.elapsed().as_secs_f64();
+            wait_for_state_settled(&metrics, Duration::from_secs(3)).await;
+            let (heap1, rss1) = (live(), rss());
+            tokio::time::sleep(settle).await;
+            wait_for_state_settled(&metrics, Duration::from_secs(2)).await;
+            let (heap2, rss2) = (live(), rss());
+            stop.stop();
+            let per = |a: isize, b: isize| (b - a) as f64 / watches as f64;
+            Case {
+                heap: per(heap0, heap1),
+                resident: per(rss0, rss1),
+                heap_settled: per(heap0, heap2),
+                resident_settled: per(rss0, rss2),
+                start_seconds,
+            }
+        };
+        let (result, case) = tokio::join!(run, measure);
+        if let Err(e) = result {
+            panic!("the bridge failed: {e}");
+        }
+        case
+    });
+    drop(runtime);
+    drop(broker);
+    case
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing here takes arguments.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            std::env::var("SCALE_LOG").unwrap_or_else(|_| "warn".into()),
+        ))
+        .with_writer(std::io::stderr)
+        .init();
+    if let Ok(case) = std::env::var("BENCH_CASE") {
+        let n: Vec<u64> = case.split(':').map(|x| x.parse().unwrap()).collect();
+        let c = run_case(n[0] as usize, n[1] as usize, Duration::from_secs(n[2]));
+        println!(
+            "{} {} {} {} {}",
+            c.heap, c.resident, c.heap_settled, c.resident_settled, c.start_seconds
+        );
+        return;
+    }
+    let smoke = std::env::var_os("BENCH_SMOKE").is_some();
+    let idle = env_or("SCALE_WATCHES", if smoke { 2_000 } else { 1_000_000 });
+    let seen_watches = env_or("SCALE_SEEN_WATCHES", if smoke { 200 } else { 2_000 });
+    let per_watch = env_or("SCALE_SEEN_PER_WATCH", 100);
+    let settle = env_or("SCALE_SETTLE", if smoke { 0 } else { 35 });
+
+    let i = run_fresh(&format!("{idle}:0:0"), 5);
+    let s = run_fresh(&format!("{seen_watches}:{per_watch}:{settle}"), 5);
+    let per_output = |watch: f64, idle: f64| (watch - idle) / per_watch as f64;
+    let met = |v: f64, target: f64| if v <= target { "met" } else { "NOT met" };
+    println!("## The whole bridge at scale: memory per watch and per seen output\n");
+    println!(
+        "`cargo bench --bench scale`: `run_bridge` in one process on Tansu (SQLite storage), \
+         {PARTITIONS} input partitions, a poller serving prepared results, poll interval 1 h; \
+         per watch = growth from the ready bridge with nothing to watch to every watch polled, \
+         its outputs acknowledged and its state written, divided by the watches. Heap = Rust \
+         allocations (exact); resident = the process's resident set (allocator overhead and \
+         librdkafka's buffers included). Inputs `{{\"id\": n}}` with 13-byte keys. {}.\n",
+        machine()
+    );
+    println!("| figure | heap | resident | target |");
+    println!("|---|---|---|---|");
+    println!(
+        "| bytes per idle watch ({idle} live watches; they became live in {:.1} s, {:.0} inputs/s) | {:.0} | {:.0} | <= 300: {} |",
+        i[4],
+        idle as f64 / i[4],
+        i[0],
+        i[1],
+        met(i[0], 300.0)
+    );
+    println!(
+        "| bytes per seen output ({seen_watches} watches x {per_watch} outputs, at once) | {:.1} | {:.1} | <= 20: {} |",
+        per_output(s[0], i[0]),
+        per_output(s[1], i[1]),
+        met(per_output(s[0], i[0]), 20.0)
+    );
+    println!(
+        "| bytes per seen output ({seen_watches} watches x {per_watch} outputs, {settle} s later) | {:.1} | {:.1} | <= 20: {} |",
+        per_output(s[2], i[0]),
+        per_output(s[3], i[1]),
+        met(per_output(s[2], i[0]), 20.0)
+    );
+    println!(
+        "<!-- summary: bytes per idle watch, whole bridge ({idle} watches) | {:.0} B heap, {:.0} B resident | <= 300 B | {} -->",
+        i[0],
+        i[1],
+        met(i[0], 300.0)
+    );
+    println!(
+        "<!-- summary: bytes per seen output, whole bridge ({settle} s after the outputs) | {:.1} B heap | <= 20 B | {} -->",
+        per_output(s[2], i[0]),
+        met(per_output(s[2], i[0]), 20.0)
+    );
+}

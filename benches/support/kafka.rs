@@ -1,0 +1,168 @@
+//! Kafka pieces the end-to-end benchmarks share: topics, a producer with the bridge's
+//! settings that waits for room instead of spinning, and the bridge's run settings.
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::future_producer::OwnedDeliveryResult;
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use watchbridge::config::{Mode, RunArgs};
+use watchbridge::pollers::builtin::{PollerArgs, PollerKind};
+use watchbridge::pollers::http::HttpArgs;
+
+/// Creates `name` with `partitions` partitions and waits until metadata shows them all
+/// (Tansu never creates topics on its own).
+pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("create a Kafka admin client");
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for result in admin
+        .create_topics([&topic], &options)
+        .await
+        .unwrap_or_else(|e| panic!("CreateTopics {name}: {e}"))
+    {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => panic!("CreateTopics {topic}: {code}"),
+        }
+    }
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("create a Kafka client");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = consumer
+            .fetch_metadata(Some(name), Duration::from_secs(5))
+            .ok()
+            .and_then(|m| {
+                m.topics()
+                    .iter()
+                    .find(|t| t.name() == name && t.error().is_none())
+                    .map(|t| t.partitions().len() as i32)
+            });
+        if seen == Some(partitions) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "topic {name}: metadata shows {seen:?} partitions after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The bridge's producer settings (`producer_config` in src/bridge.rs).
+pub fn producer(bootstrap: &str) -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .set("compression.type", "lz4")
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .create()
+        .expect("create the producer")
+}
+
+/// Records handed to a producer whose deliveries are still to be checked, oldest first.
+pub struct InFlight {
+    what: &'static str,
+    deliveries: VecDeque<DeliveryFuture>,
+}
+
+impl InFlight {
+    pub fn new(what: &'static str) -> Self {
+        InFlight {
+            what,
+            deliveries: VecDeque::new(),
+        }
+    }
+
+    /// Hand one record to the producer. While its queue is full, wait for the oldest
+    /// delivery (as the bridge waits for deliveries to make room), never spin.
+    pub async fn send<'a>(
+        &mut self,
+        producer: &FutureProducer,
+        mut record: FutureRecord<'a, str, [u8]>,
+    ) {
+        loop {
+            match producer.send_result(record) {
+                Ok(delivery) => {
+                    self.deliveries.push_back(delivery);
+                    return;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    match self.deliveries.pop_front() {
+                        Some(oldest) => self.check(oldest.await),
+                        None => tokio::time::sleep(Duration::from_millis(1)).await,
+                    }
+                }
+                Err((e, r)) => panic!("{}: produce to {}: {e}", self.what, r.topic),
+            }
+        }
+    }
+
+    pub fn check(
+        &self,
+        delivery: Result<OwnedDeliveryResult, futures::channel::oneshot::Canceled>,
+    ) {
+        match delivery {
+            Ok(Ok(_)) => {}
+            Ok(Err((e, _))) => panic!("{}: a record was not delivered: {e}", self.what),
+            Err(_) => panic!("{}: the producer went away", self.what),
+        }
+    }
+
+    /// Wait until every record is acknowledged.
+    pub async fn delivered(mut self) {
+        while let Some(delivery) = self.deliveries.pop_front() {
+            self.check(delivery.await);
+        }
+    }
+}
+
+/// The bridge's run settings for a bench run named `name` (its group and topics), with
+/// `partitions` input partitions; change fields, then `check()` them as `watchbridge run`
+/// does.
+pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
+    RunArgs {
+        brokers: Some(bootstrap.into()),
+        group_id: name.to_string(),
+        input_topic: format!("{name}.in"),
+        output_topic: format!("{name}.out"),
+        dlq_topic: None,
+        watch_key: None,
+        poll_interval: Duration::from_secs(10),
+        termination: "never".into(),
+        max_in_flight: 256,
+        host_rate: None,
+        create_topics: true,
+        partitions,
+        replication_factor: 1,
+        shutdown_timeout: Duration::from_secs(10),
+        watermark_strategy: "bounded(5s)".into(),
+        watermark_interval: Duration::from_millis(200),
+        idle_timeout: Duration::from_secs(30),
+        watermark_topic: None,
+        state_topic: None,
+        finished_retention: Duration::from_secs(24 * 3600),
+        checkpoint_interval: Duration::from_millis(500),
+        mode: Mode::Streaming,
+        metrics_addr: "off".into(),
+        poller: PollerArgs {
+            poller: PollerKind::Http,
+            poll_timeout: Duration::from_secs(10),
+            http: HttpArgs::defaults(),
+            glob: Default::default(),
+            sharded: Default::default(),
+        },
+    }
+}

@@ -1,0 +1,11 @@
+//! Pieces the benchmarks share. Each bench includes this dir with
+//! `#[path = "support/mod.rs"] mod support;` and uses what it needs.
+#![allow(dead_code)]
+
+pub mod alloc;
+pub mod kafka;
+pub mod report;
+
+/// The test broker's process (start, stop, restart), the same module the tests use.
+#[path = "../../tests/support/tansu_process.rs"]
+pub mod tansu_process;

@@ -1,0 +1,74 @@
+//! What every benchmark reports: medians and spreads, rates, the machine and the versions,
+//! and its section of `bench/RESULTS.md` (`bench/results/<bench>.md`, assembled by
+//! `scripts/bench-report.sh`).
+
+use std::process::Command;
+use watchbridge::clock::Millis;
+
+/// Now, in ms since the epoch.
+pub fn now_ms() -> Millis {
+    (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as Millis
+}
+
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
+pub fn min_max(values: &[f64]) -> (f64, f64) {
+    (
+        values.iter().cloned().fold(f64::MAX, f64::min),
+        values.iter().cloned().fold(f64::MIN, f64::max),
+    )
+}
+
+pub fn command_output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| format!("{program} (unknown)"))
+}
+
+pub fn machine() -> String {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, m)| m.trim().to_string())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let ram = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| format!("{:.1} GiB RAM", kb / 1024.0 / 1024.0))
+        .unwrap_or_else(|| "unknown RAM".into());
+    format!("{cores} cores (nproc), {model}, {ram}")
+}
+
+pub fn rate(r: f64) -> String {
+    // Thousands separated by commas, no decimals.
+    let digits = format!("{:.0}", r);
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
