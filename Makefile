@@ -59,6 +59,7 @@ bench-smoke: setup broker-install
 	BENCH_SMOKE=1 $(CARGO) bench --bench engine
 	BENCH_SMOKE=1 $(CARGO) bench --bench restore
 	BENCH_SMOKE=1 $(CARGO) bench --bench e2e
+	BENCH_SMOKE=1 $(CARGO) bench --bench vs_python
 
 test: lint broker-install bench-smoke
 	$(CARGO) test
@@ -87,3 +88,4 @@ bench: setup broker-install
 	$(CARGO) bench --bench engine
 	$(CARGO) bench --bench restore
 	$(CARGO) bench --bench e2e
+	$(CARGO) bench --bench vs_python

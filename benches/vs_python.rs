@@ -1,0 +1,951 @@
+//! Versus what a user would write instead (issue 8, case 5): the real `watchbridge` binary
+//! against the same job written the obvious way in Python with confluent-kafka
+//! (`bench/python/naive_bridge.py`: one loop that consumes inputs and polls every active
+//! watch's URL in turn, a `set` of seen ids per watch, an idempotent producer with
+//! watchbridge's settings), on the same data, as ratios. Run with `make bench` (or `cargo
+//! bench --bench vs_python`); `BENCH_SMOKE=1` only proves it runs (20 watches x 10 items,
+//! one run).
+//!
+//! The data: W watches, each an input `{"id": n}` (key `n`) on a topic of 4 partitions,
+//! produced before the job starts (not timed). An HTTP server in this process answers
+//! `GET /feeds/{n}` with `{"items": [{"id", "time" (epoch ms), "payload" (~100 bytes)}
+//! x K], "complete": true}` after a fixed delay per response: 0 ms (a local resource) and
+//! 20 ms (a remote API). So every watch takes one poll and yields K outputs, N = W x K in
+//! all.
+//!
+//! Each job (`watchbridge run` as a subprocess with the HTTP poller, `naive_bridge.py` from
+//! the venv of `scripts/python-venv.sh`) runs on a fresh Tansu of its own (memory storage;
+//! `VS_PYTHON_STORAGE=sqlite` for the SQLite one), with its own group and topics, and is
+//! measured by the same observer: a consumer in this process that reads the output topic
+//! (assigned, from the beginning, started before the job) until every one of the N
+//! (watch, item) pairs was read, checking each was read once and carries its item's time as
+//! its timestamp. Figures: outputs/s = N / (job spawned → the last missing output read),
+//! start-up included; and first → last output read, (N − 1) / that time. Afterwards the job
+//! is stopped (watchbridge: SIGTERM; Python exits by itself after `--expect N` deliveries),
+//! and the observer reads on to the end of the topic to count late duplicates.
+//!
+//! Runs: `VS_PYTHON_RUNS` (default 3), interleaved (each run: both workloads, watchbridge
+//! then Python); median and min–max, and the ratio watchbridge / Python per run. Sizes:
+//! `VS_PYTHON_WATCHES` (W, default 2,000), `VS_PYTHON_ITEMS` (K, default 100),
+//! `VS_PYTHON_DELAYS_MS` (default `0,20`). `VS_PYTHON` is a Python interpreter to use instead
+//! of the venv's (it needs confluent-kafka and requests). `VS_PYTHON_LOG` is watchbridge's
+//! log filter (default `warn`). The table goes to stdout and, except in a smoke run, to
+//! `bench/results/vs_python.md`.
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use watchbridge::kafka::records;
+
+#[allow(dead_code)] // restart and the log are for the tests
+#[path = "../tests/support/tansu_process.rs"]
+mod tansu_process;
+use tansu_process::{tansu_bin, tansu_version, Storage, TansuProcess};
+
+/// Partitions of the input and output topics.
+const PARTITIONS: i32 = 4;
+/// Size of each item's payload, in bytes.
+const PAYLOAD_BYTES: usize = 100;
+/// The jobs, in the order each run runs them.
+const JOBS: [Job; 2] = [Job::Watchbridge, Job::Python];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Job {
+    Watchbridge,
+    Python,
+}
+
+impl Job {
+    fn name(self) -> &'static str {
+        match self {
+            Job::Watchbridge => "watchbridge",
+            Job::Python => "python",
+        }
+    }
+}
+
+struct Sizes {
+    storage: Storage,
+    watches: usize,
+    items: usize,
+    delays_ms: Vec<u64>,
+    runs: usize,
+    smoke: bool,
+}
+
+impl Sizes {
+    fn outputs(&self) -> usize {
+        self.watches * self.items
+    }
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}={v} is not a count"))
+        })
+        .unwrap_or(default)
+}
+
+fn sizes() -> Sizes {
+    // `BENCH_SMOKE=1` proves the bench still runs, in seconds (used by `make test`).
+    let smoke = std::env::var_os("BENCH_SMOKE").is_some();
+    let (watches, items, runs) = if smoke { (20, 10, 1) } else { (2_000, 100, 3) };
+    let storage = match std::env::var("VS_PYTHON_STORAGE").as_deref() {
+        Err(_) | Ok("memory") => Storage::Memory,
+        Ok("sqlite") => Storage::Sqlite,
+        Ok(other) => {
+            panic!("VS_PYTHON_STORAGE={other}: expected `memory` (the default) or `sqlite`")
+        }
+    };
+    let delays_ms = std::env::var("VS_PYTHON_DELAYS_MS")
+        .unwrap_or_else(|_| "0,20".into())
+        .split(',')
+        .map(|d| {
+            d.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("VS_PYTHON_DELAYS_MS: {d:?} is not a number of ms"))
+        })
+        .collect();
+    let s = Sizes {
+        storage,
+        watches: env_or("VS_PYTHON_WATCHES", watches),
+        items: env_or("VS_PYTHON_ITEMS", items),
+        delays_ms,
+        runs: env_or("VS_PYTHON_RUNS", runs),
+        smoke,
+    };
+    assert!(
+        s.watches >= 1 && s.items >= 1 && s.runs >= 1 && !s.delays_ms.is_empty(),
+        "VS_PYTHON_WATCHES, VS_PYTHON_ITEMS and VS_PYTHON_RUNS must be at least 1, \
+         VS_PYTHON_DELAYS_MS must name a delay"
+    );
+    s
+}
+
+// ---------------------------------------------------------------------------------------
+// The resource: one feed per watch, over real HTTP on loopback.
+
+/// An HTTP server answering `GET /feeds/{n}` with feed `n`'s prepared body after `delay`.
+/// Stops when dropped (open connections end when their clients close them).
+struct FeedServer {
+    url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Every feed's body: K items with times `base + j` ms (never late against watchbridge's
+/// default `bounded(5s)` watermark, which follows the inputs' timestamps), complete.
+fn feed_bodies(s: &Sizes, base: i64) -> Vec<Bytes> {
+    let pad = "x".repeat(PAYLOAD_BYTES);
+    (0..s.watches)
+        .map(|n| {
+            let items: Vec<String> = (0..s.items)
+                .map(|j| {
+                    format!(
+                        r#"{{"id":"item-{j}","time":{},"payload":"feed {n} item {j} {}"}}"#,
+                        base + j as i64,
+                        &pad[..PAYLOAD_BYTES.saturating_sub(20)]
+                    )
+                })
+                .collect();
+            Bytes::from(format!(
+                r#"{{"items":[{}],"complete":true}}"#,
+                items.join(",")
+            ))
+        })
+        .collect()
+}
+
+impl FeedServer {
+    async fn start(bodies: Vec<Bytes>, delay: Duration) -> FeedServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the feed server");
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let bodies = Arc::new(bodies);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let _ = stream.set_nodelay(true);
+                let bodies = bodies.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: Request<Incoming>| {
+                        let bodies = bodies.clone();
+                        async move {
+                            let body = req
+                                .uri()
+                                .path()
+                                .strip_prefix("/feeds/")
+                                .and_then(|n| n.parse::<usize>().ok())
+                                .and_then(|n| bodies.get(n).cloned());
+                            if !delay.is_zero() {
+                                tokio::time::sleep(delay).await;
+                            }
+                            let response = match body {
+                                Some(body) => Response::builder()
+                                    .header("content-type", "application/json")
+                                    .body(Full::new(body)),
+                                None => Response::builder()
+                                    .status(StatusCode::NOT_FOUND)
+                                    .body(Full::new(Bytes::from_static(b"no such feed"))),
+                            };
+                            Ok::<_, std::convert::Infallible>(response.unwrap())
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        FeedServer { url, task }
+    }
+}
+
+impl Drop for FeedServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Kafka: topics, inputs, the observer.
+
+/// Creates `name` with [`PARTITIONS`] partitions and waits until metadata shows them all
+/// (Tansu never creates topics on its own).
+async fn create_topic(bootstrap: &str, name: &str) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("create a Kafka admin client");
+    let topic = NewTopic::new(name, PARTITIONS, TopicReplication::Fixed(1));
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for result in admin
+        .create_topics([&topic], &options)
+        .await
+        .unwrap_or_else(|e| panic!("CreateTopics {name}: {e}"))
+    {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => panic!("CreateTopics {topic}: {code}"),
+        }
+    }
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("create a Kafka client");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = consumer
+            .fetch_metadata(Some(name), Duration::from_secs(5))
+            .ok()
+            .and_then(|m| {
+                m.topics()
+                    .iter()
+                    .find(|t| t.name() == name && t.error().is_none())
+                    .map(|t| t.partitions().len() as i32)
+            });
+        if seen == Some(PARTITIONS) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "topic {name}: metadata shows {seen:?} partitions after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The W inputs `{"id": n}`, key `n`, every one acknowledged.
+async fn produce_inputs(bootstrap: &str, topic: &str, watches: usize) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .create()
+        .expect("create the input producer");
+    let inputs: Vec<(String, String)> = (0..watches)
+        .map(|n| (n.to_string(), format!(r#"{{"id": {n}}}"#)))
+        .collect();
+    let sends: Vec<_> = inputs
+        .iter()
+        .map(|(key, value)| {
+            let record = FutureRecord::to(topic).key(key).payload(value);
+            producer.send(record, Duration::from_secs(30))
+        })
+        .collect();
+    for result in futures::future::join_all(sends).await {
+        if let Err((e, _)) = result {
+            panic!("produce an input to {topic}: {e}");
+        }
+    }
+}
+
+/// What the observer read of the output topic.
+#[derive(Default)]
+struct Observed {
+    /// `read[n * K + j]`: how often item `j` of watch `n` was read.
+    read: Vec<u32>,
+    distinct: usize,
+    duplicates: usize,
+    /// Outputs whose timestamp is not their item's time.
+    wrong_time: usize,
+    /// Records that are neither an expected output nor a watchbridge control record.
+    unexpected: usize,
+    first: Option<Instant>,
+    /// When the last missing output was read.
+    complete: Option<Instant>,
+    /// Next offset to read, per partition.
+    next_offset: Vec<i64>,
+}
+
+impl Observed {
+    /// Counts one record of the output topic.
+    fn record(&mut self, s: &Sizes, msg: &rdkafka::message::BorrowedMessage<'_>) {
+        let p = msg.partition() as usize;
+        self.next_offset[p] = self.next_offset[p].max(msg.offset() + 1);
+        let control = msg
+            .headers()
+            .is_some_and(|h| h.iter().any(|h| h.key == records::CONTROL));
+        if control {
+            return; // watchbridge's in-band watermarks
+        }
+        let now = Instant::now();
+        self.first.get_or_insert(now);
+        let watch = msg
+            .key()
+            .and_then(|k| std::str::from_utf8(k).ok())
+            .and_then(|k| k.parse::<usize>().ok());
+        let item: Option<(usize, i64)> = msg.payload().and_then(|v| {
+            let j = field(v, "id")?.strip_prefix("item-")?.parse().ok()?;
+            Some((j, field(v, "time")?.parse().ok()?))
+        });
+        let (Some(n), Some((j, time))) = (watch, item) else {
+            self.unexpected += 1;
+            return;
+        };
+        if n >= s.watches || j >= s.items {
+            self.unexpected += 1;
+            return;
+        }
+        if msg.timestamp().to_millis() != Some(time) {
+            self.wrong_time += 1;
+        }
+        let count = &mut self.read[n * s.items + j];
+        *count += 1;
+        if *count == 1 {
+            self.distinct += 1;
+            if self.distinct == s.outputs() {
+                self.complete = Some(now);
+            }
+        } else {
+            self.duplicates += 1;
+        }
+    }
+}
+
+/// The text of field `name` of a flat JSON object (a string's without its quotes), found by
+/// scanning rather than parsing: at a few hundred thousand outputs per second a full parse
+/// would make the observer the bottleneck. Enough for the items served here, whose strings
+/// hold no quotes; either job may reorder the fields or add spaces (Python's `json.dumps`).
+fn field<'a>(value: &'a [u8], name: &str) -> Option<&'a str> {
+    let text = std::str::from_utf8(value).ok()?;
+    let quoted = format!("\"{name}\"");
+    let after = &text[text.find(&quoted)? + quoted.len()..];
+    let after = after.trim_start().strip_prefix(':')?.trim_start();
+    match after.strip_prefix('"') {
+        Some(string) => Some(&string[..string.find('"')?]),
+        None => {
+            let end = after.find([',', '}', ' '])?;
+            Some(&after[..end])
+        }
+    }
+}
+
+/// A consumer assigned every partition of the output topic from the beginning, no group.
+fn observer(bootstrap: &str, topic: &str) -> BaseConsumer {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("{topic}-observer"))
+        .set("enable.auto.commit", "false")
+        // Read outputs as they come rather than in large, late batches.
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .expect("create the observer");
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        assignment
+            .add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&assignment).expect("assign the observer");
+    // Connect and start fetching before the job starts.
+    let warm = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < warm {
+        if let Some(Err(e)) = consumer.poll(Duration::from_millis(50)) {
+            panic!("observer of {topic}: {e}");
+        }
+    }
+    consumer
+}
+
+// ---------------------------------------------------------------------------------------
+// The jobs.
+
+/// The Python interpreter of the venv (`scripts/python-venv.sh`), or `$VS_PYTHON`.
+fn python() -> PathBuf {
+    if let Some(python) = std::env::var_os("VS_PYTHON") {
+        return python.into();
+    }
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = Command::new("scripts/python-venv.sh")
+        .current_dir(root)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("run {root}/scripts/python-venv.sh: {e}"));
+    assert!(
+        out.status.success(),
+        "{root}/scripts/python-venv.sh failed ({}): see its message above; \
+         or set VS_PYTHON to a python with confluent-kafka and requests",
+        out.status
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// Starts `job` for one case; its output goes to `log`.
+fn spawn(
+    job: Job,
+    python: &Path,
+    bootstrap: &str,
+    id: &str,
+    feeds: &str,
+    outputs: usize,
+    log: &Path,
+) -> Child {
+    let log = std::fs::File::create(log).expect("create the job's log");
+    let mut command = match job {
+        Job::Watchbridge => {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
+            c.arg("run")
+                .env("WATCHBRIDGE_BROKERS", bootstrap)
+                .env("WATCHBRIDGE_GROUP_ID", format!("{id}-group"))
+                .env("WATCHBRIDGE_INPUT_TOPIC", format!("{id}.in"))
+                .env("WATCHBRIDGE_OUTPUT_TOPIC", format!("{id}.out"))
+                .env("WATCHBRIDGE_POLLER", "http")
+                .env("WATCHBRIDGE_HTTP_URL", format!("{feeds}/feeds/{{/id}}"))
+                .env("WATCHBRIDGE_HTTP_ITEMS", "/items")
+                .env("WATCHBRIDGE_HTTP_ITEM_KEY", "/id")
+                .env("WATCHBRIDGE_HTTP_ITEM_TIME", "/time")
+                .env("WATCHBRIDGE_HTTP_COMPLETE", "/complete")
+                .env("WATCHBRIDGE_POLL_INTERVAL", "1s")
+                .env("WATCHBRIDGE_METRICS_ADDR", "off")
+                .env(
+                    "WATCHBRIDGE_LOG",
+                    std::env::var("VS_PYTHON_LOG").unwrap_or_else(|_| "warn".into()),
+                );
+            c
+        }
+        Job::Python => {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/python/naive_bridge.py");
+            let mut c = Command::new(python);
+            c.arg(script)
+                .args(["--bootstrap", bootstrap])
+                .args(["--group", &format!("{id}-group")])
+                .args(["--input-topic", &format!("{id}.in")])
+                .args(["--output-topic", &format!("{id}.out")])
+                .args(["--url", &format!("{feeds}/feeds/{{id}}")])
+                .args(["--poll-interval", "1"])
+                .args(["--expect", &outputs.to_string()]);
+            c
+        }
+    };
+    command
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", job.name()))
+}
+
+fn log_tail(log: &Path) -> String {
+    let mut text = String::new();
+    let _ = std::fs::File::open(log).and_then(|mut f| f.read_to_string(&mut text));
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// Waits up to `limit` for `child` to exit, then SIGKILLs it.
+fn wait_or_kill(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("poll the job") {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// One job's figures from one run.
+struct Measured {
+    /// N / (spawned → all N read).
+    rate: f64,
+    /// (N − 1) / (first output read → all N read).
+    steady: f64,
+    /// Spawned → first output read.
+    first_after: Duration,
+    duplicates: usize,
+    wrong_time: usize,
+    /// CPU seconds of the job process / (spawned → all N read).
+    job_cores: f64,
+    broker_cores: f64,
+    others: f64,
+}
+
+/// One job on one workload: fresh broker, topics, inputs and feed server; then the job,
+/// measured by the observer.
+fn run_case(
+    runtime: &tokio::runtime::Runtime,
+    s: &Sizes,
+    tansu: &Path,
+    python: &Path,
+    job: Job,
+    delay_ms: u64,
+    id: &str,
+) -> Measured {
+    let broker = TansuProcess::start(tansu, s.storage, "watchbridge-bench-tansu-")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let bootstrap = broker.bootstrap.clone();
+    let (input, output) = (format!("{id}.in"), format!("{id}.out"));
+    let base = (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
+    let server = runtime.block_on(async {
+        create_topic(&bootstrap, &input).await;
+        create_topic(&bootstrap, &output).await;
+        produce_inputs(&bootstrap, &input, s.watches).await;
+        FeedServer::start(feed_bodies(s, base), Duration::from_millis(delay_ms)).await
+    });
+    let consumer = observer(&bootstrap, &output);
+    let log = std::env::temp_dir().join(format!("watchbridge-bench-{id}.log"));
+
+    let n = s.outputs();
+    let mut seen = Observed {
+        read: vec![0; n],
+        next_offset: vec![0; PARTITIONS as usize],
+        ..Default::default()
+    };
+    let broker_pid = broker.pid();
+    let (broker_cpu0, machine0) = (cpu_seconds(&broker_pid), machine_cpu_seconds());
+    let spawned = Instant::now();
+    let mut child = spawn(job, python, &bootstrap, id, &server.url, n, &log);
+    let pid = child.id().to_string();
+    // Generous: a job that stalls fails the bench instead of hanging it. The Python job
+    // polls one feed after the other, so W x delay at least.
+    let limit = Duration::from_secs(60) + Duration::from_millis(s.watches as u64 * delay_ms * 3);
+    let mut job_cpu = 0.0;
+    let mut sampled = Instant::now();
+    let mut exited = None;
+    while seen.complete.is_none() {
+        match consumer.poll(Duration::from_millis(20)) {
+            Some(Ok(msg)) => seen.record(s, &msg),
+            Some(Err(e)) => panic!("{}: observer: {e}", job.name()),
+            None => {}
+        }
+        // The job's CPU time, sampled (it may exit by itself right after its last output).
+        if sampled.elapsed() > Duration::from_millis(100) {
+            sampled = Instant::now();
+            if exited.is_none() {
+                job_cpu = cpu_seconds(&pid).max(job_cpu);
+                exited = child.try_wait().expect("poll the job");
+            }
+            let failed = exited.is_some_and(|status| !status.success());
+            if failed || spawned.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "{} (delay {delay_ms} ms): {} of {n} outputs read after {:.1?} ({}); \
+                     duplicates {}, unexpected {}; the end of its log ({}):\n{}",
+                    job.name(),
+                    seen.distinct,
+                    spawned.elapsed(),
+                    match exited {
+                        Some(status) => format!("exited: {status}"),
+                        None => "still running".into(),
+                    },
+                    seen.duplicates,
+                    seen.unexpected,
+                    log.display(),
+                    log_tail(&log)
+                );
+            }
+        }
+    }
+    let complete = seen.complete.unwrap();
+    if exited.is_none() {
+        job_cpu = cpu_seconds(&pid).max(job_cpu);
+    }
+    let (broker_cpu1, machine1) = (cpu_seconds(&broker_pid), machine_cpu_seconds());
+    let wall = complete.duration_since(spawned).as_secs_f64();
+
+    // Stop the job: watchbridge on SIGTERM (its orderly stop); Python exits by itself once
+    // N outputs are delivered.
+    if job == Job::Watchbridge && exited.is_none() {
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    }
+    let status = wait_or_kill(&mut child, Duration::from_secs(40));
+    match status {
+        Some(status) if status.success() => {}
+        other => eprintln!(
+            "warning: {} (delay {delay_ms} ms) did not stop cleanly ({}); the end of its log:\n{}",
+            job.name(),
+            other.map_or("killed after 40 s".into(), |s| s.to_string()),
+            log_tail(&log)
+        ),
+    }
+    // Read on to the end of the topic: duplicates written late count too.
+    let ends: Vec<i64> = (0..PARTITIONS)
+        .map(|p| {
+            consumer
+                .fetch_watermarks(&output, p, Duration::from_secs(10))
+                .expect("end offsets of the output topic")
+                .1
+        })
+        .collect();
+    let drain = Instant::now() + Duration::from_secs(30);
+    while seen.next_offset.iter().zip(&ends).any(|(at, end)| at < end) && Instant::now() < drain {
+        if let Some(Ok(msg)) = consumer.poll(Duration::from_millis(50)) {
+            seen.record(s, &msg);
+        }
+    }
+    drop(consumer);
+    drop(server);
+    drop(broker);
+    let _ = std::fs::remove_file(&log);
+
+    let first = seen.first.unwrap();
+    let steady_secs = complete.duration_since(first).as_secs_f64();
+    let machine = (machine1 - machine0) / wall;
+    let broker_cores = (broker_cpu1 - broker_cpu0) / wall;
+    let job_cores = job_cpu / wall;
+    Measured {
+        rate: n as f64 / wall,
+        steady: if steady_secs > 0.0 {
+            (n - 1) as f64 / steady_secs
+        } else {
+            f64::INFINITY
+        },
+        first_after: first.duration_since(spawned),
+        duplicates: seen.duplicates,
+        wrong_time: seen.wrong_time,
+        job_cores,
+        broker_cores,
+        // Besides the job and the broker: this process (the observer and the feed server)
+        // and everything else on the machine.
+        others: (machine - job_cores - broker_cores).max(0.0),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU accounting (as in benches/e2e.rs).
+
+/// Busy time of every core (the first line of `/proc/stat` less idle and iowait), seconds.
+fn machine_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is in user already).
+    let busy: f64 = ticks.iter().take(8).sum::<f64>()
+        - ticks.get(3).copied().unwrap_or(0.0)
+        - ticks.get(4).copied().unwrap_or(0.0);
+    busy / 100.0
+}
+
+/// utime + stime of `/proc/PID/stat`, in seconds (clock ticks of 1/100 s, Linux's
+/// `USER_HZ`); 0 where it cannot be read.
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+// ---------------------------------------------------------------------------------------
+// The report.
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
+fn min_max(values: &[f64]) -> (f64, f64) {
+    (
+        values.iter().cloned().fold(f64::MAX, f64::min),
+        values.iter().cloned().fold(f64::MIN, f64::max),
+    )
+}
+
+fn command_output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| format!("{program} (unknown)"))
+}
+
+fn machine() -> String {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, m)| m.trim().to_string())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let ram = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| format!("{:.1} GiB RAM", kb / 1024.0 / 1024.0))
+        .unwrap_or_else(|| "unknown RAM".into());
+    format!("{cores} cores (nproc), {model}, {ram}")
+}
+
+fn command_line() -> String {
+    let mut env: Vec<String> = [
+        "BENCH_SMOKE",
+        "VS_PYTHON_WATCHES",
+        "VS_PYTHON_ITEMS",
+        "VS_PYTHON_DELAYS_MS",
+        "VS_PYTHON_RUNS",
+        "VS_PYTHON_STORAGE",
+        "VS_PYTHON",
+    ]
+    .iter()
+    .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
+    .collect();
+    env.push("cargo bench --bench vs_python".into());
+    env.join(" ")
+}
+
+fn rate(r: f64) -> String {
+    // Thousands separated by commas, no decimals.
+    let digits = format!("{:.0}", r);
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing here takes arguments.
+    let s = sizes();
+    let began = Instant::now();
+    let tansu = tansu_bin();
+    let python = python();
+    let python_versions = command_output(
+        python.to_str().expect("a UTF-8 path"),
+        &[
+            "-c",
+            "import sys, importlib.metadata as m, confluent_kafka as ck; \
+             print(f'Python {sys.version.split()[0]}, confluent-kafka {m.version(\"confluent-kafka\")} \
+             (librdkafka {ck.libversion()[0]}), requests {m.version(\"requests\")}')",
+        ],
+    );
+    let runtime = tokio::runtime::Runtime::new().expect("start the async runtime");
+
+    // results[workload][job]: one Measured per run.
+    let mut results: Vec<Vec<Vec<Measured>>> = s
+        .delays_ms
+        .iter()
+        .map(|_| JOBS.iter().map(|_| Vec::new()).collect())
+        .collect();
+    let tag = std::process::id();
+    for run in 0..s.runs {
+        for (w, &delay) in s.delays_ms.iter().enumerate() {
+            for (j, &job) in JOBS.iter().enumerate() {
+                let id = format!("bench-vs-python-{tag}-{run}-{delay}ms-{}", job.name());
+                let m = run_case(&runtime, &s, &tansu, &python, job, delay, &id);
+                eprintln!(
+                    "run {}: delay {delay} ms: {}: {} outputs/s (first output after {:.2?}, then {} outputs/s); \
+                     duplicates {}, wrong timestamps {}; cores busy: job {:.2}, tansu {:.2}, others {:.2}",
+                    run + 1,
+                    job.name(),
+                    rate(m.rate),
+                    m.first_after,
+                    rate(m.steady),
+                    m.duplicates,
+                    m.wrong_time,
+                    m.job_cores,
+                    m.broker_cores,
+                    m.others
+                );
+                results[w][j].push(m);
+            }
+        }
+    }
+    drop(runtime);
+    let elapsed = began.elapsed();
+
+    let mut t = String::new();
+    t.push_str("## watchbridge versus a naive Python bridge (issue 8, case 5)\n\n");
+    t.push_str(&format!(
+        "{} watches x {} items = {} outputs (~{PAYLOAD_BYTES}-byte payloads), one poll per watch \
+         (every feed complete at once), {PARTITIONS} partitions, a fresh Tansu per job and run; \
+         {} run(s), interleaved; median and min–max over the runs. **watchbridge**: the release \
+         binary, `watchbridge run` with the HTTP poller, defaults otherwise (up to 256 polls in \
+         flight, durable state, watermarks `bounded(5s)`). **python**: \
+         `bench/python/naive_bridge.py`, one loop polling the watches one after the other \
+         (requests Session), a `set` per watch, confluent-kafka Producer with the same settings \
+         (idempotent, acks=all, lz4, linger.ms=5). Rate: outputs / (job started → every output \
+         read by a consumer of the output topic), start-up included; steady: (outputs − 1) / \
+         (first output read → last). Ratio: watchbridge / python, per run.\n\n",
+        s.watches,
+        s.items,
+        s.outputs(),
+        s.runs
+    ));
+    t.push_str(
+        "| resource latency | job | outputs/s (median) | min–max | steady outputs/s (median) | min–max | first output after | duplicates | job cores |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut ratio_rows = String::new();
+    for (w, &delay) in s.delays_ms.iter().enumerate() {
+        for (j, job) in JOBS.iter().enumerate() {
+            let m = &results[w][j];
+            let rates: Vec<f64> = m.iter().map(|m| m.rate).collect();
+            let steady: Vec<f64> = m.iter().map(|m| m.steady).collect();
+            let firsts: Vec<f64> = m.iter().map(|m| m.first_after.as_secs_f64()).collect();
+            let cores: Vec<f64> = m.iter().map(|m| m.job_cores).collect();
+            let dups: usize = m.iter().map(|m| m.duplicates + m.wrong_time).sum();
+            let ((rlo, rhi), (slo, shi)) = (min_max(&rates), min_max(&steady));
+            t.push_str(&format!(
+                "| {delay} ms | {} | {} | {}–{} | {} | {}–{} | {:.2} s | {dups} | {:.2} |\n",
+                job.name(),
+                rate(median(&rates)),
+                rate(rlo),
+                rate(rhi),
+                rate(median(&steady)),
+                rate(slo),
+                rate(shi),
+                median(&firsts),
+                median(&cores),
+            ));
+        }
+        let ratio = |f: fn(&Measured) -> f64| -> Vec<f64> {
+            results[w][0]
+                .iter()
+                .zip(&results[w][1])
+                .map(|(a, b)| f(a) / f(b))
+                .collect()
+        };
+        let (overall, steady) = (ratio(|m| m.rate), ratio(|m| m.steady));
+        let ((olo, ohi), (slo, shi)) = (min_max(&overall), min_max(&steady));
+        ratio_rows.push_str(&format!(
+            "| {delay} ms | **{:.1}x** | {olo:.1}–{ohi:.1} | {:.1}x | {slo:.1}–{shi:.1} |\n",
+            median(&overall),
+            median(&steady)
+        ));
+    }
+    t.push_str(
+        "\n| resource latency | watchbridge / python (median of the per-run ratios) | min–max | steady | min–max |\n\
+         |---|---|---|---|---|\n",
+    );
+    t.push_str(&ratio_rows);
+    t.push_str(
+        "\nDuplicates: outputs read more than once, plus outputs whose timestamp was not their \
+         item's time, over all runs (every run also checks that every output arrived). Job \
+         cores: CPU seconds of the job process / (job started → every output read); the Python \
+         job runs on one thread plus librdkafka's.\n",
+    );
+    let others: Vec<f64> = results
+        .iter()
+        .flatten()
+        .flatten()
+        .map(|m| m.others)
+        .collect();
+    let (_, librdkafka) = rdkafka::util::get_rdkafka_version();
+    let now = time::OffsetDateTime::now_utc();
+    let date = format!(
+        "{:04}-{:02}-{:02} {:02}:{:02} UTC",
+        now.year(),
+        u8::from(now.month()),
+        now.day(),
+        now.hour(),
+        now.minute()
+    );
+    t.push_str(&format!(
+        "\n- machine: {}; cores busy besides the job and the broker (this bench's observer and \
+         feed server, and anything else): up to {:.2}\n- versions: {}, watchbridge {} \
+         (commit {}, librdkafka {librdkafka}), {python_versions}, {} ({})\n- command: `{}` \
+         ({:.0} s)\n- date: {date}\n",
+        machine(),
+        min_max(&others).1,
+        command_output("rustc", &["-V"]),
+        env!("CARGO_PKG_VERSION"),
+        command_output("git", &["rev-parse", "--short", "HEAD"]),
+        tansu_version(&tansu),
+        s.storage.describe(),
+        command_line(),
+        elapsed.as_secs_f64(),
+    ));
+    println!("{t}");
+    if s.smoke {
+        eprintln!("smoke run: bench/results/vs_python.md left as it is");
+    } else {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results");
+        std::fs::create_dir_all(&dir).expect("create bench/results/");
+        std::fs::write(dir.join("vs_python.md"), &t).expect("write bench/results/vs_python.md");
+        eprintln!("written to bench/results/vs_python.md");
+    }
+}
