@@ -48,7 +48,8 @@ use watchbridge::pollers::{RenderError, Resolve};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::kafka::{bridge_args, create_topic, producer, InFlight};
+use support::cpu::{cpu_seconds, machine_cpu_seconds};
+use support::kafka::{bridge_args, create_topic, produce_inputs, producer, InFlight};
 use support::report::{command_output, machine, median, min_max, now_ms, rate};
 use support::tansu_process::{tansu_bin, tansu_version, Storage, TansuProcess};
 
@@ -240,41 +241,6 @@ struct Cores {
     others: f64,
 }
 
-/// Busy time of every core (the first line of `/proc/stat` less idle and iowait), seconds.
-fn machine_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: Vec<f64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal (guest time is in user already).
-    let busy: f64 = ticks.iter().take(8).sum::<f64>()
-        - ticks.get(3).copied().unwrap_or(0.0)
-        - ticks.get(4).copied().unwrap_or(0.0);
-    busy / 100.0
-}
-
-/// utime + stime of `/proc/PID/stat`, in seconds (clock ticks of 1/100 s, Linux's
-/// `USER_HZ`); 0 where it cannot be read.
-fn cpu_seconds(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may hold spaces: the
-    // state is field 3, utime 14 and stime 15.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 /// One case's figures from one run.
 struct Measured {
     /// Records (outputs) per second.
@@ -366,19 +332,12 @@ async fn bridge(
         .check(std::iter::empty())
         .unwrap_or_else(|e| panic!("bench bridge config: {e}"));
     create_topic(bootstrap, &config.input_topic, PARTITIONS).await;
-    let producer = producer(bootstrap);
-    let values: Vec<String> = (0..work.keys.len())
-        .map(|n| format!(r#"{{"id": {n}}}"#))
-        .collect();
-    let mut in_flight = InFlight::new("bridge inputs");
-    for (key, value) in work.keys.iter().zip(&values) {
-        let record = FutureRecord::to(&config.input_topic)
-            .key(key.as_str())
-            .payload(value.as_bytes());
-        in_flight.send(&producer, record).await;
-    }
-    in_flight.delivered().await;
-    drop(producer);
+    let inputs = work
+        .keys
+        .iter()
+        .enumerate()
+        .map(|(n, key)| (key.clone(), format!(r#"{{"id": {n}}}"#)));
+    produce_inputs(bootstrap, &config.input_topic, inputs).await;
 
     let n = work.results.iter().map(|r| r.outputs.len()).sum::<usize>() as u64;
     let poller = Arc::new(Prepared {

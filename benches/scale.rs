@@ -3,7 +3,7 @@
 //! input offsets it holds, the consumer's buffers). Run with `make bench` (or
 //! `cargo bench --bench scale`); `BENCH_SMOKE=1` only proves it runs.
 //!
-//! [`run_bridge`] runs in this process on Tansu (SQLite storage) with a poller that serves
+//! [`run_bridge`] runs in this process on Tansu (memory storage) with a poller that serves
 //! prepared results and a poll interval of an hour, so after its first poll a watch is idle.
 //! Each case runs in a fresh process ([`run_fresh`]), and measures twice: once the bridge is
 //! ready with its partitions assigned and nothing to watch (`before`), and once every input
@@ -33,9 +33,8 @@ use watchbridge::pollers::{RenderError, Resolve};
 
 #[path = "support/mod.rs"]
 mod support;
-use rdkafka::producer::FutureRecord;
 use support::alloc::{live, rss, run_fresh};
-use support::kafka::{bridge_args, create_topic, producer, InFlight};
+use support::kafka::{bridge_args, create_topic, produce_inputs};
 use support::report::{machine, now_ms};
 use support::tansu_process::{tansu_bin, Storage, TansuProcess};
 
@@ -149,9 +148,7 @@ async fn wait_for_state_settled(metrics: &Metrics, quiet: Duration) {
 
 /// One case, in this (fresh) process: `watches` watches with `per_watch` outputs each.
 fn run_case(watches: usize, per_watch: usize, settle: Duration) -> Case {
-    // SQLite storage: Tansu's memory storage cannot fetch from an offset inside a record
-    // batch, which is where a paused partition resumes (../shared/notes/tansu-0.6.md).
-    let broker = TansuProcess::start(&tansu_bin(), Storage::Sqlite, "watchbridge-bench-tansu-")
+    let broker = TansuProcess::start(&tansu_bin(), Storage::Memory, "watchbridge-bench-tansu-")
         .unwrap_or_else(|e| panic!("{e}"));
     let bootstrap = broker.bootstrap.clone();
     let runtime = tokio::runtime::Runtime::new().expect("start the async runtime");
@@ -185,19 +182,9 @@ fn run_case(watches: usize, per_watch: usize, settle: Duration) -> Case {
 
             eprintln!("scale: bridge ready; producing {watches} inputs");
             let began = Instant::now();
-            {
-                let producer = producer(&bootstrap);
-                let mut in_flight = InFlight::new("inputs");
-                for n in 0..watches {
-                    let key = format!("watch-{n:07}");
-                    let value = format!(r#"{{"id": {n}}}"#);
-                    let record = FutureRecord::to(&config.input_topic)
-                        .key(key.as_str())
-                        .payload(value.as_bytes());
-                    in_flight.send(&producer, record).await;
-                }
-                in_flight.delivered().await;
-            }
+            let inputs =
+                (0..watches).map(|n| (format!("watch-{n:07}"), format!(r#"{{"id": {n}}}"#)));
+            produce_inputs(&bootstrap, &config.input_topic, inputs).await;
             eprintln!("scale: inputs produced in {:.1?}", began.elapsed());
             // Generous: about 10k inputs/s would be slow, never a hang.
             let limit = Duration::from_secs(120) + Duration::from_millis(watches as u64 / 10);
@@ -264,7 +251,7 @@ fn main() {
     let met = |v: f64, target: f64| if v <= target { "met" } else { "NOT met" };
     println!("## The whole bridge at scale: memory per watch and per seen output\n");
     println!(
-        "`cargo bench --bench scale`: `run_bridge` in one process on Tansu (SQLite storage), \
+        "`cargo bench --bench scale`: `run_bridge` in one process on Tansu (memory storage), \
          {PARTITIONS} input partitions, a poller serving prepared results, poll interval 1 h; \
          per watch = growth from the ready bridge with nothing to watch to every watch polled, \
          its outputs acknowledged and its state written, divided by the watches. Heap = Rust \

@@ -32,12 +32,8 @@
 //! log filter (default `warn`). The table goes to stdout and, except in a smoke run, to
 //! `bench/results/vs_python.md`.
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Headers, Message};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -53,9 +49,12 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use watchbridge::kafka::records;
 
-#[allow(dead_code)] // restart and the log are for the tests
-#[path = "../tests/support/tansu_process.rs"]
-mod tansu_process;
+#[path = "support/mod.rs"]
+mod support;
+use support::cpu::{cpu_seconds, machine_cpu_seconds};
+use support::kafka::{create_topic, produce_inputs};
+use support::report::{command_output, machine, median, min_max, rate};
+use support::tansu_process;
 use tansu_process::{tansu_bin, tansu_version, Storage, TansuProcess};
 
 /// Partitions of the input and output topics.
@@ -233,77 +232,6 @@ impl Drop for FeedServer {
 
 // ---------------------------------------------------------------------------------------
 // Kafka: topics, inputs, the observer.
-
-/// Creates `name` with [`PARTITIONS`] partitions and waits until metadata shows them all
-/// (Tansu never creates topics on its own).
-async fn create_topic(bootstrap: &str, name: &str) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("create a Kafka admin client");
-    let topic = NewTopic::new(name, PARTITIONS, TopicReplication::Fixed(1));
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    for result in admin
-        .create_topics([&topic], &options)
-        .await
-        .unwrap_or_else(|e| panic!("CreateTopics {name}: {e}"))
-    {
-        match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((topic, code)) => panic!("CreateTopics {topic}: {code}"),
-        }
-    }
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("create a Kafka client");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let seen = consumer
-            .fetch_metadata(Some(name), Duration::from_secs(5))
-            .ok()
-            .and_then(|m| {
-                m.topics()
-                    .iter()
-                    .find(|t| t.name() == name && t.error().is_none())
-                    .map(|t| t.partitions().len() as i32)
-            });
-        if seen == Some(PARTITIONS) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "topic {name}: metadata shows {seen:?} partitions after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The W inputs `{"id": n}`, key `n`, every one acknowledged.
-async fn produce_inputs(bootstrap: &str, topic: &str, watches: usize) {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "5")
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .create()
-        .expect("create the input producer");
-    let inputs: Vec<(String, String)> = (0..watches)
-        .map(|n| (n.to_string(), format!(r#"{{"id": {n}}}"#)))
-        .collect();
-    let sends: Vec<_> = inputs
-        .iter()
-        .map(|(key, value)| {
-            let record = FutureRecord::to(topic).key(key).payload(value);
-            producer.send(record, Duration::from_secs(30))
-        })
-        .collect();
-    for result in futures::future::join_all(sends).await {
-        if let Err((e, _)) = result {
-            panic!("produce an input to {topic}: {e}");
-        }
-    }
-}
 
 /// What the observer read of the output topic.
 #[derive(Default)]
@@ -545,9 +473,14 @@ fn run_case(
     let (input, output) = (format!("{id}.in"), format!("{id}.out"));
     let base = (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
     let server = runtime.block_on(async {
-        create_topic(&bootstrap, &input).await;
-        create_topic(&bootstrap, &output).await;
-        produce_inputs(&bootstrap, &input, s.watches).await;
+        create_topic(&bootstrap, &input, PARTITIONS).await;
+        create_topic(&bootstrap, &output, PARTITIONS).await;
+        produce_inputs(
+            &bootstrap,
+            &input,
+            (0..s.watches).map(|n| (n.to_string(), format!(r#"{{"id": {n}}}"#))),
+        )
+        .await;
         FeedServer::start(feed_bodies(s, base), Duration::from_millis(delay_ms)).await
     });
     let consumer = observer(&bootstrap, &output);
@@ -671,94 +604,9 @@ fn run_case(
 }
 
 // ---------------------------------------------------------------------------------------
-// CPU accounting (as in benches/e2e.rs).
-
-/// Busy time of every core (the first line of `/proc/stat` less idle and iowait), seconds.
-fn machine_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: Vec<f64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal (guest time is in user already).
-    let busy: f64 = ticks.iter().take(8).sum::<f64>()
-        - ticks.get(3).copied().unwrap_or(0.0)
-        - ticks.get(4).copied().unwrap_or(0.0);
-    busy / 100.0
-}
-
-/// utime + stime of `/proc/PID/stat`, in seconds (clock ticks of 1/100 s, Linux's
-/// `USER_HZ`); 0 where it cannot be read.
-fn cpu_seconds(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
 
 // ---------------------------------------------------------------------------------------
 // The report.
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    }
-}
-
-fn min_max(values: &[f64]) -> (f64, f64) {
-    (
-        values.iter().cloned().fold(f64::MAX, f64::min),
-        values.iter().cloned().fold(f64::MIN, f64::max),
-    )
-}
-
-fn command_output(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| format!("{program} (unknown)"))
-}
-
-fn machine() -> String {
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, m)| m.trim().to_string())
-        .unwrap_or_else(|| "unknown CPU".into());
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let ram = meminfo
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map(|kb| format!("{:.1} GiB RAM", kb / 1024.0 / 1024.0))
-        .unwrap_or_else(|| "unknown RAM".into());
-    format!("{cores} cores (nproc), {model}, {ram}")
-}
 
 fn command_line() -> String {
     let mut env: Vec<String> = [
@@ -775,19 +623,6 @@ fn command_line() -> String {
     .collect();
     env.push("cargo bench --bench vs_python".into());
     env.join(" ")
-}
-
-fn rate(r: f64) -> String {
-    // Thousands separated by commas, no decimals.
-    let digits = format!("{:.0}", r);
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn main() {

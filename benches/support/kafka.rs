@@ -166,3 +166,31 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         },
     }
 }
+
+/// Writes the inputs `(key, value)` to `topic` and waits until all are acknowledged, each
+/// record a batch of its own (`batch.num.messages=1`). Why: the bridge pauses a partition
+/// whose task is behind and librdkafka resumes it from the next offset to hand out, and
+/// Tansu's memory storage returns nothing for a fetch that starts inside a batch (the
+/// bridge would stall there; ../shared/notes/tansu-0.6.md). Not timed by any bench.
+pub async fn produce_inputs(
+    bootstrap: &str,
+    topic: &str,
+    inputs: impl Iterator<Item = (String, String)>,
+) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("batch.num.messages", "1")
+        .set("linger.ms", "0")
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .create()
+        .expect("create the input producer");
+    let mut in_flight = InFlight::new("inputs");
+    for (key, value) in inputs {
+        let record = FutureRecord::to(topic)
+            .key(key.as_str())
+            .payload(value.as_bytes());
+        in_flight.send(&producer, record).await;
+    }
+    in_flight.delivered().await;
+}

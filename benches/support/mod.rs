@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod alloc;
+pub mod cpu;
 pub mod kafka;
 pub mod report;
 
