@@ -29,8 +29,8 @@
 //! `VS_PYTHON_WATCHES` (W, default 2,000), `VS_PYTHON_ITEMS` (K, default 100),
 //! `VS_PYTHON_DELAYS_MS` (default `0,20`). `VS_PYTHON` is a Python interpreter to use instead
 //! of the venv's (it needs confluent-kafka and requests). `VS_PYTHON_LOG` is watchbridge's
-//! log filter (default `warn`). The table goes to stdout and, except in a smoke run, to
-//! `bench/results/vs_python.md`.
+//! log filter (default `warn`). The table goes to stdout: `make bench` writes it to
+//! `bench/results/vs_python.md`, a section of `bench/RESULTS.md`.
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -53,7 +53,7 @@ use watchbridge::kafka::records;
 mod support;
 use support::cpu::{cpu_seconds, machine_cpu_seconds};
 use support::kafka::{create_topic, produce_inputs};
-use support::report::{command_output, machine, median, min_max, rate};
+use support::report::{command_output, machine, median, min_max, rate, summary_line};
 use support::tansu_process;
 use tansu_process::{tansu_bin, tansu_version, Storage, TansuProcess};
 
@@ -88,7 +88,6 @@ struct Sizes {
     items: usize,
     delays_ms: Vec<u64>,
     runs: usize,
-    smoke: bool,
 }
 
 impl Sizes {
@@ -133,7 +132,6 @@ fn sizes() -> Sizes {
         items: env_or("VS_PYTHON_ITEMS", items),
         delays_ms,
         runs: env_or("VS_PYTHON_RUNS", runs),
-        smoke,
     };
     assert!(
         s.watches >= 1 && s.items >= 1 && s.runs >= 1 && !s.delays_ms.is_empty(),
@@ -698,6 +696,7 @@ fn main() {
          |---|---|---|---|---|---|---|---|---|\n",
     );
     let mut ratio_rows = String::new();
+    let mut summary = String::new();
     for (w, &delay) in s.delays_ms.iter().enumerate() {
         for (j, job) in JOBS.iter().enumerate() {
             let m = &results[w][j];
@@ -733,6 +732,12 @@ fn main() {
             "| {delay} ms | **{:.1}x** | {olo:.1}–{ohi:.1} | {:.1}x | {slo:.1}–{shi:.1} |\n",
             median(&overall),
             median(&steady)
+        ));
+        summary.push_str(&summary_line(
+            &format!("watchbridge / the same job in Python with confluent-kafka, resource latency {delay} ms"),
+            &format!("{:.1}x (runs {olo:.1}–{ohi:.1}; steady {:.1}x)", median(&overall), median(&steady)),
+            "(no target)",
+            true,
         ));
     }
     t.push_str(
@@ -815,13 +820,7 @@ fn main() {
         eprint!("{note}");
         t.push_str(&note);
     }
+    t.push_str(&summary);
+    // stdout: this bench's section of bench/RESULTS.md (`make bench` collects it).
     println!("{t}");
-    if s.smoke {
-        eprintln!("smoke run: bench/results/vs_python.md left as it is");
-    } else {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results");
-        std::fs::create_dir_all(&dir).expect("create bench/results/");
-        std::fs::write(dir.join("vs_python.md"), &t).expect("write bench/results/vs_python.md");
-        eprintln!("written to bench/results/vs_python.md");
-    }
 }

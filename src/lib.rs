@@ -23,3 +23,9 @@ pub mod table;
 pub mod termination;
 pub mod watch;
 pub mod watermark;
+
+/// The allocator of the `watchbridge` binary, and of the benchmarks that measure it:
+/// mimalloc. The bridge allocates records, headers and delivery futures on its tasks'
+/// threads and frees many on librdkafka's; with glibc's malloc about 30% of the end-to-end
+/// benchmark's CPU went to malloc and free (`perf`, bench/RESULTS.md).
+pub use mimalloc::MiMalloc as Allocator;

@@ -85,6 +85,9 @@ enum Command {
     },
 }
 
+#[global_allocator]
+static GLOBAL: watchbridge::Allocator = watchbridge::Allocator;
+
 fn main() -> ExitCode {
     let cli = Cli::parse_from(with_default_subcommand(std::env::args_os()));
     let endings = Endings::default();

@@ -72,3 +72,15 @@ pub fn rate(r: f64) -> String {
     }
     out
 }
+
+/// A line of the summary table at the top of bench/RESULTS.md: a markdown comment in the
+/// bench's section (invisible where the section is rendered), which `scripts/bench.sh`
+/// collects from every section. `met`: the target is met (or the figure has none).
+pub fn summary_line(figure: &str, measured: &str, target: &str, met: bool) -> String {
+    let verdict = match (target.starts_with('('), met) {
+        (true, _) => "",
+        (false, true) => "met",
+        (false, false) => "**not met**",
+    };
+    format!("<!-- summary: {figure} | {measured} | {target} | {verdict} -->\n")
+}

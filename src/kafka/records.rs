@@ -13,6 +13,7 @@ use crate::poll::Output;
 use bytes::Bytes;
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 pub const INPUT_KEY: &str = "watchbridge-input-key";
@@ -27,6 +28,10 @@ pub const SOURCE_OFFSET: &str = "watchbridge-source-offset";
 pub const LATE: &str = "watchbridge-late";
 pub const CONTROL: &str = "watchbridge-control";
 
+/// A header's name: watchbridge's own are static (no allocation per output), an input's
+/// (copied into its dead letter) owned.
+pub type HeaderName = Cow<'static, str>;
+
 /// A record to produce, owned, so it can be sent again after a failed delivery.
 #[derive(Debug, Clone)]
 pub struct OutRecord {
@@ -36,7 +41,7 @@ pub struct OutRecord {
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
     pub timestamp: Option<Millis>,
-    pub headers: Vec<(String, Option<Bytes>)>,
+    pub headers: Vec<(HeaderName, Option<Bytes>)>,
 }
 
 /// Where a record that becomes a dead letter came from.
@@ -156,7 +161,7 @@ impl OutRecord {
         let mut headers = OwnedHeaders::new_with_capacity(self.headers.len());
         for (key, value) in &self.headers {
             headers = headers.insert(Header {
-                key: key.as_str(),
+                key: key.as_ref(),
                 value: value.as_deref(),
             });
         }
@@ -183,7 +188,7 @@ pub struct OutRecordParts {
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
     pub timestamp: Option<Millis>,
-    pub headers: Vec<(String, Option<Bytes>)>,
+    pub headers: Vec<(HeaderName, Option<Bytes>)>,
 }
 
 impl OutRecordParts {
@@ -193,7 +198,12 @@ impl OutRecordParts {
             .headers()
             .map(|h| {
                 h.iter()
-                    .map(|h| (h.key.to_string(), h.value.map(Bytes::copy_from_slice)))
+                    .map(|h| {
+                        (
+                            h.key.to_string().into(),
+                            h.value.map(Bytes::copy_from_slice),
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -225,7 +235,7 @@ mod tests {
         let h: Vec<_> = r
             .headers
             .iter()
-            .map(|(k, v)| (k.as_str(), v.clone().unwrap()))
+            .map(|(k, v)| (k.as_ref(), v.clone().unwrap()))
             .collect();
         assert_eq!(h[0], (INPUT_KEY, Bytes::from_static(b"user-1")));
         assert_eq!(h[1], (OUTPUT_KEY, Bytes::from_static(b"ev-9")));
