@@ -57,6 +57,7 @@ lint: setup
 # one runs against the test broker (Tansu), hence broker-install first.
 bench-smoke: setup broker-install
 	BENCH_SMOKE=1 $(CARGO) bench --bench engine
+	BENCH_SMOKE=1 $(CARGO) bench --bench scale
 	BENCH_SMOKE=1 $(CARGO) bench --bench restore
 	BENCH_SMOKE=1 $(CARGO) bench --bench e2e
 	BENCH_SMOKE=1 $(CARGO) bench --bench vs_python
@@ -80,12 +81,13 @@ chaos: broker-install
 chaos-short: broker-install
 	CHAOS_KILLS=3 CHAOS_USERS=8 $(CARGO) test --test chaos -- --ignored --nocapture
 
-# The real figures: the engine with 1,000,000 watches, restoring 100,000 watches with 100
-# seen outputs each (through the recovery path on the embedded broker: read, plan, engine),
-# and the bridge's end-to-end throughput against a plain producer on Tansu (200,000
-# outputs, 3 interleaved runs per case; its table goes to bench/RESULTS.md). A few minutes.
+# The real figures, written to bench/RESULTS.md (one summary table of every target, then a
+# section per bench, kept in bench/results/) and the summary printed: the engine with
+# 1,000,000 watches (memory, no-op polls/s, poll start lateness), the whole bridge's memory
+# per watch and per seen output, restoring 100,000 watches x 100 seen outputs, end-to-end
+# throughput against a plain producer on Tansu, and the same job written in Python with
+# confluent-kafka (its venv is made once by scripts/python-venv.sh). About 20 minutes.
+# `make bench BENCHES="e2e vs_python"` runs some of them.
+BENCHES ?=
 bench: setup broker-install
-	$(CARGO) bench --bench engine
-	$(CARGO) bench --bench restore
-	$(CARGO) bench --bench e2e
-	$(CARGO) bench --bench vs_python
+	scripts/bench.sh $(BENCHES)

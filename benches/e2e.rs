@@ -324,6 +324,7 @@ async fn bridge(
     work: &Arc<Workload>,
     id: &str,
     watermarks: &str,
+    storage: Storage,
 ) -> Measured {
     let mut args = bridge_args(bootstrap, &format!("bench-e2e-{id}"), PARTITIONS);
     args.watermark_strategy = watermarks.into();
@@ -336,7 +337,7 @@ async fn bridge(
         .iter()
         .enumerate()
         .map(|(n, key)| (key.clone(), format!(r#"{{"id": {n}}}"#)));
-    produce_inputs(bootstrap, &config.input_topic, inputs).await;
+    produce_inputs(bootstrap, &config.input_topic, storage, inputs).await;
 
     let n = work.results.iter().map(|r| r.outputs.len()).sum::<usize>() as u64;
     let poller = Arc::new(Prepared {
@@ -455,8 +456,8 @@ fn main() {
                 match *case {
                     "baseline" => baseline(&bootstrap, &cpu, &work, &topic, false).await,
                     "baseline-headers" => baseline(&bootstrap, &cpu, &work, &topic, true).await,
-                    "wm" => bridge(&bootstrap, &cpu, &work, &id, "bounded(5s)").await,
-                    _ => bridge(&bootstrap, &cpu, &work, &id, "none").await,
+                    "wm" => bridge(&bootstrap, &cpu, &work, &id, "bounded(5s)", s.storage).await,
+                    _ => bridge(&bootstrap, &cpu, &work, &id, "none", s.storage).await,
                 }
             });
             eprintln!(

@@ -45,6 +45,13 @@
 //! The mock cluster keeps the topics in memory in this process, so the peak resident set
 //! reported (`VmHWM`) includes the broker's copy of the state partition.
 
+#[path = "support/mod.rs"]
+mod support;
+use support::report::summary_line;
+
+/// What the `watchbridge` binary allocates with.
+#[global_allocator]
+static GLOBAL: watchbridge::Allocator = watchbridge::Allocator;
 use bytes::Bytes;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -458,6 +465,7 @@ fn main() {
             at_once.as_secs_f64()
         ),
     };
+    println!("## Recovery: restoring watches from the state topic\n");
     println!(
         "restore (embedded broker{}): {n} watches x {seen} seen: {} records, {:.1} MB; read {:.2} s ({read_detail}), plan {:.2} s, engine {:.2} s, total {:.2} s ({:.1} us/watch); fresh start {:.2} s; ratio {:.1}x{peak}",
         match partitions {
@@ -473,5 +481,21 @@ fn main() {
         total.as_secs_f64() * 1e6 / n as f64,
         fresh.as_secs_f64(),
         total.as_secs_f64() / fresh.as_secs_f64(),
+    );
+    print!(
+        "{}",
+        summary_line(
+            &format!("recovery: restore {n} watches x {seen} seen outputs from the state topic"),
+            &format!(
+                "{:.2} s (read {:.2} s, plan {:.2} s, engine {:.2} s; {:.1}x a fresh start)",
+                total.as_secs_f64(),
+                read.as_secs_f64(),
+                planned.as_secs_f64(),
+                restored.as_secs_f64(),
+                total.as_secs_f64() / fresh.as_secs_f64()
+            ),
+            "(measured)",
+            true
+        )
     );
 }

@@ -476,6 +476,7 @@ fn run_case(
         produce_inputs(
             &bootstrap,
             &input,
+            s.storage,
             (0..s.watches).map(|n| (n.to_string(), format!(r#"{{"id": {n}}}"#))),
         )
         .await;

@@ -1,12 +1,14 @@
-//! Exact heap accounting for memory figures: a global allocator that counts the bytes it
-//! has handed out and not had back, and the process's resident set from /proc (what the OS
+//! Exact heap accounting for memory figures: a global allocator (the binary's,
+//! [`watchbridge::Allocator`], underneath) that counts the bytes it has handed out and not
+//! had back, and the process's resident set from /proc (what the OS
 //! sees, allocator overhead and C libraries' own allocations — librdkafka's — included).
 //!
 //! A bench installs it with
 //! `#[global_allocator] static GLOBAL: support::alloc::Counting = support::alloc::Counting;`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicIsize, Ordering};
+use watchbridge::Allocator;
 
 pub struct Counting;
 
@@ -15,18 +17,18 @@ static LIVE: AtomicIsize = AtomicIsize::new(0);
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        System.alloc(layout)
+        Allocator.alloc(layout)
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        System.dealloc(ptr, layout)
+        Allocator.dealloc(ptr, layout)
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         LIVE.fetch_add(
             new_size as isize - layout.size() as isize,
             Ordering::Relaxed,
         );
-        System.realloc(ptr, layout, new_size)
+        Allocator.realloc(ptr, layout, new_size)
     }
 }
 

@@ -14,6 +14,8 @@ use watchbridge::config::{Mode, RunArgs};
 use watchbridge::pollers::builtin::{PollerArgs, PollerKind};
 use watchbridge::pollers::http::HttpArgs;
 
+use super::tansu_process::Storage;
+
 /// Creates `name` with `partitions` partitions and waits until metadata shows them all
 /// (Tansu never creates topics on its own).
 pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
@@ -167,24 +169,30 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
     }
 }
 
-/// Writes the inputs `(key, value)` to `topic` and waits until all are acknowledged, each
-/// record a batch of its own (`batch.num.messages=1`). Why: the bridge pauses a partition
-/// whose task is behind and librdkafka resumes it from the next offset to hand out, and
-/// Tansu's memory storage returns nothing for a fetch that starts inside a batch (the
-/// bridge would stall there; ../shared/notes/tansu-0.6.md). Not timed by any bench.
+/// Writes the inputs `(key, value)` to `topic` and waits until all are acknowledged. Not
+/// timed by any bench. On Tansu's memory storage each record is a batch of its own
+/// (`batch.num.messages=1`): the bridge pauses a partition whose task is behind, librdkafka
+/// resumes it from the next offset to hand out, and that storage returns nothing for a
+/// fetch that starts inside a batch (the bridge would stall there;
+/// ../shared/notes/tansu-0.6.md). On SQLite storage, which reads single-record batches
+/// slowly, records are batched as usual.
 pub async fn produce_inputs(
     bootstrap: &str,
     topic: &str,
+    storage: Storage,
     inputs: impl Iterator<Item = (String, String)>,
 ) {
-    let producer: FutureProducer = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", bootstrap)
-        .set("batch.num.messages", "1")
-        .set("linger.ms", "0")
         .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .create()
-        .expect("create the input producer");
+        .set("acks", "all");
+    if storage == Storage::Memory {
+        config.set("batch.num.messages", "1").set("linger.ms", "0");
+    } else {
+        config.set("linger.ms", "5");
+    }
+    let producer: FutureProducer = config.create().expect("create the input producer");
     let mut in_flight = InFlight::new("inputs");
     for (key, value) in inputs {
         let record = FutureRecord::to(topic)

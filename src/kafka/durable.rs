@@ -281,6 +281,11 @@ impl DurableState {
             let progress_due = w.progressed
                 && (last || now.saturating_sub(w.written_at) >= PROGRESS_WRITE_INTERVAL_MS);
             if !(w.dirty || done || progress_due) {
+                // Nothing new for a while: stop holding its unsealed chunk's hashes (they
+                // are in its seen set too); its next new output starts a new chunk.
+                if now.saturating_sub(w.written_at) >= PROGRESS_WRITE_INTERVAL_MS {
+                    w.journal.release_tail();
+                }
                 continue;
             }
             let origin = w.origin.take();
@@ -585,5 +590,31 @@ mod tests {
         let w = decoded(&s.checkpoint_records(T0 + 2, false));
         assert!(matches!(&w[0].0, Entry::Watch(r) if r.finished.is_some()));
         assert_eq!(w.len(), 1, "no chunk was written, none to delete: {w:?}");
+    }
+
+    #[test]
+    fn a_watch_with_nothing_new_for_the_progress_interval_lets_its_tail_go() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        start(&mut s, &key, 0, &[]);
+        s.output_sent(&key);
+        s.output_acknowledged(&key, hash_key(b"a"), 0, 5);
+        let first = decoded(&s.checkpoint_records(T0, false));
+        assert!(matches!(&first[0], (Entry::Seen { chunk: c, .. }, None) if c.index() == 0));
+        assert!(s.live[&key].journal.heap_bytes() > 0, "the tail is held");
+        assert!(s.checkpoint_records(T0 + 1, false).is_empty());
+        assert!(s.live[&key].journal.heap_bytes() > 0, "still recent");
+        assert!(s
+            .checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS, false)
+            .is_empty());
+        assert_eq!(s.live[&key].journal.heap_bytes(), 0, "released");
+        // A later output goes to a new chunk; the record lists both.
+        s.output_sent(&key);
+        s.output_acknowledged(&key, hash_key(b"b"), 0, 6);
+        let later = decoded(&s.checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS + 1, false));
+        assert!(
+            matches!(&later[0], (Entry::Seen { chunk: c, .. }, None) if c.index() == 1 && c.hashes().len() == 1)
+        );
+        assert!(matches!(&later[1], (Entry::Watch(r), None) if r.seen_chunks == 2));
     }
 }

@@ -14,9 +14,15 @@
 //! chunks. So a checkpoint with `k` new hashes writes at most `k + capacity - 1` hashes, in at
 //! most one chunk that is not full (the last one written), and nothing at all when `k = 0`.
 //!
+//! A watch that has found nothing new for a while lets its durable tail go
+//! ([`SeenJournal::release_tail`]): the tail counts as sealed from then on, short as it is,
+//! and the next new hash starts a new chunk. So only watches that keep finding outputs hold
+//! a tail in memory.
+//!
 //! Costs, with `capacity` = [`DEFAULT_CHUNK_HASHES`] (1,024 hashes, 16 KiB a record):
 //! - memory: the tail's hashes are held twice (here and in the seen set), at most 16 KiB per
-//!   watch — for a watch with fewer than 1,024 outputs that doubles its seen-set memory;
+//!   watch — for a watch with fewer than 1,024 outputs that doubles its seen-set memory —
+//!   until it is released;
 //! - writes: a watch that finds one new output per checkpoint rewrites its tail each time,
 //!   about 8 KiB per output on average. A larger capacity means fewer records per watch
 //!   but more of both (32,768 would make those 512 KiB and 256 KiB); 1,024 keeps a watch
@@ -185,6 +191,20 @@ impl SeenJournal {
         journal.sealed = found as u32 - u32::from(journal.durable > 0);
         let seen = SeenSet::from_hashes(chunks.into_iter().flat_map(SeenChunk::into_hashes));
         Ok((seen, journal))
+    }
+
+    /// Stop holding the tail, which must be durable (nothing pending): it counts as sealed,
+    /// and the next hash added starts a new chunk. For a watch with nothing new for a
+    /// while, whose tail would otherwise stay in memory twice (here and in its seen set) for
+    /// as long as it lives. Returns whether there was a tail to release.
+    pub fn release_tail(&mut self) -> bool {
+        if self.durable == 0 || self.pending() > 0 {
+            return false;
+        }
+        self.sealed += 1;
+        self.tail = Vec::new();
+        self.durable = 0;
+        true
     }
 
     /// Heap bytes held (the tail's capacity).
@@ -407,5 +427,38 @@ mod tests {
                 prop_assert_eq!(restored.checkpoint(), j.checkpoint());
             }
         }
+    }
+
+    #[test]
+    fn a_released_tail_counts_as_sealed_and_the_next_hash_starts_a_new_chunk() {
+        let h = |n: u8| OutputHash::from_le_bytes([n; 16]);
+        let mut j = SeenJournal::with_capacity(4);
+        j.add(h(1));
+        j.add(h(2));
+        assert!(!j.release_tail(), "nothing durable yet");
+        let first = j.checkpoint();
+        assert_eq!(first.len(), 1);
+        assert_eq!(j.chunks(), 1);
+        assert!(j.release_tail());
+        assert_eq!(j.heap_bytes(), 0, "the tail's hashes are gone");
+        assert_eq!(
+            j.chunks(),
+            1,
+            "the watch record still lists the same chunks"
+        );
+        assert!(!j.release_tail(), "nothing left to release");
+        j.add(h(3));
+        let second = j.checkpoint();
+        assert_eq!(second.len(), 1);
+        assert_eq!(
+            second[0].index(),
+            1,
+            "a new chunk, not a rewrite of chunk 0"
+        );
+        assert_eq!(second[0].hashes(), &[h(3)]);
+        // Restoring takes the short chunk 0 as sealed and chunk 1 as the tail.
+        let (seen, restored) = SeenJournal::restore(first.into_iter().chain(second), 2, 4).unwrap();
+        assert_eq!(seen.len(), 3);
+        assert_eq!(restored.chunks(), 2);
     }
 }
