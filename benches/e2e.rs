@@ -254,7 +254,7 @@ struct Measured {
 // The cases.
 
 /// The baseline: the workload's outputs, written by one producer; records per second. With
-/// `headers`, each record carries the four headers the bridge puts on an output (same names,
+/// `headers`, each record carries the three headers the bridge puts on an output (same names,
 /// values of the same sizes): Tansu's SQLite storage writes each header as a row of its own,
 /// so they cost the broker about as much as the record.
 async fn baseline(
@@ -296,8 +296,7 @@ async fn baseline(
                     }
                 }
                 record = record.headers(
-                    OwnedHeaders::new_with_capacity(4)
-                        .insert(h(records::INPUT_KEY, key.as_bytes()))
+                    OwnedHeaders::new_with_capacity(3)
                         .insert(h(records::OUTPUT_KEY, output.key.as_ref()))
                         .insert(h(records::INPUT_PARTITION, b"0"))
                         .insert(h(records::FIRST_SEEN, first_seen.as_bytes())),
@@ -532,7 +531,7 @@ fn main() {
         range(&base)
     ));
     t.push_str(&format!(
-        "| baseline with the bridge's 4 output headers (diagnostic) | {} records/s | {} | {:.2} (runs {hlo:.2}–{hhi:.2}) | |\n",
+        "| baseline with the bridge's 3 output headers (diagnostic) | {} records/s | {} | {:.2} (runs {hlo:.2}–{hhi:.2}) | |\n",
         rate(mh),
         range(&base_headers),
         mh / mb
@@ -607,10 +606,10 @@ fn main() {
          is, the bench process using both cores, so the ratio compares CPU per record of the \
          plain producer and of the whole bridge. (`E2E_STORAGE=sqlite` measures on SQLite \
          storage instead, where Tansu writes every header as a row of its own and is the limit \
-         at about 13,000 records/s with the bridge's headers.)\n\n\
+         at about a quarter of its header-less rate with the bridge's headers.)\n\n\
          What the bridge does per output that the plain producer does not: the poll's result \
-         hashed and checked against the watch's seen set, four headers \
-         (`watchbridge-input-key`, `-output-key`, `-input-partition`, `-first-seen`: the \
+         hashed and checked against the watch's seen set, three headers \
+         (`watchbridge-output-key`, `-input-partition`, `-first-seen`: the \
          diagnostic baseline with the same headers shows what they cost librdkafka alone), \
          its delivery tracked for the checkpoint and the commit, its hash journaled; and per \
          run its state records ({slo}–{shi}, checkpoints every 500 ms per partition), \
@@ -630,7 +629,7 @@ fn main() {
         mw / mb >= 0.9,
     ));
     t.push_str(&summary_line(
-        "end-to-end throughput, watchbridge / producer writing the same 4 headers",
+        "end-to-end throughput, watchbridge / producer writing the same 3 headers",
         &format!("{:.2} (runs {alo:.2}–{ahi:.2})", mw / mh),
         "(diagnostic)",
         true,

@@ -313,7 +313,9 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
             continue;
         }
         let key = (
-            text(m, "watchbridge-input-key").unwrap_or_default(),
+            m.key()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .unwrap_or_default(),
             text(m, "watchbridge-output-key").unwrap_or_default(),
         );
         match expected.get(&key) {

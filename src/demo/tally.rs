@@ -4,7 +4,7 @@
 //! and labelled right.
 
 use crate::clock::Millis;
-use crate::kafka::records::{ERROR, ERROR_KIND, FIRST_SEEN, INPUT_KEY, OUTPUT_KEY};
+use crate::kafka::records::{ERROR, ERROR_KIND, FIRST_SEEN, OUTPUT_KEY};
 use crate::pollers::event_time::parse_rfc3339;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
@@ -127,7 +127,7 @@ impl Tally {
                 item["at"]
             ));
         }
-        let labelled = header(m, INPUT_KEY).as_deref() == Some(user.as_str())
+        let labelled = m.key() == Some(user.as_bytes())
             && item["id"].as_str() == Some(output_key.as_str())
             && output_key.starts_with(&format!("{user}-"))
             && header(m, FIRST_SEEN).is_some();

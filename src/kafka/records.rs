@@ -1,7 +1,7 @@
 //! The records watchbridge writes: one per new output, and dead letters.
 //!
 //! An output record: key = watch key, timestamp = the output's event time, value = the
-//! output, headers `watchbridge-input-key` (the watch key), `watchbridge-output-key`,
+//! output, headers `watchbridge-output-key`,
 //! `watchbridge-input-partition` (the input partition whose watch found it: a recovery
 //! reads the output topic back and takes the outputs of its own partition) and
 //! `watchbridge-first-seen` (processing time in ms, decimal). A dead letter keeps the
@@ -16,7 +16,6 @@ use rdkafka::producer::FutureRecord;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-pub const INPUT_KEY: &str = "watchbridge-input-key";
 pub const OUTPUT_KEY: &str = "watchbridge-output-key";
 pub const INPUT_PARTITION: &str = "watchbridge-input-partition";
 pub const FIRST_SEEN: &str = "watchbridge-first-seen";
@@ -68,7 +67,6 @@ impl OutRecord {
             // Kafka has no timestamps before the epoch; such an output goes without one.
             timestamp: (output.event_time >= 0).then_some(output.event_time),
             headers: vec![
-                (INPUT_KEY.into(), Some(watch_key.clone())),
                 (OUTPUT_KEY.into(), Some(output.key.clone())),
                 (
                     INPUT_PARTITION.into(),
@@ -237,10 +235,14 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.as_ref(), v.clone().unwrap()))
             .collect();
-        assert_eq!(h[0], (INPUT_KEY, Bytes::from_static(b"user-1")));
-        assert_eq!(h[1], (OUTPUT_KEY, Bytes::from_static(b"ev-9")));
-        assert_eq!(h[2], (INPUT_PARTITION, Bytes::from_static(b"3")));
-        assert_eq!(h[3], (FIRST_SEEN, Bytes::from_static(b"1700000000500")));
+        assert_eq!(
+            h.len(),
+            3,
+            "the watch key is the record's key, not a header too"
+        );
+        assert_eq!(h[0], (OUTPUT_KEY, Bytes::from_static(b"ev-9")));
+        assert_eq!(h[1], (INPUT_PARTITION, Bytes::from_static(b"3")));
+        assert_eq!(h[2], (FIRST_SEEN, Bytes::from_static(b"1700000000500")));
         let early = OutRecord::output(&topic, &Bytes::new(), &Output::new("k", "v", -5), 0, 0);
         assert_eq!(early.timestamp, None);
     }
