@@ -127,7 +127,7 @@ impl Tally {
                 item["at"]
             ));
         }
-        let labelled = m.key() == Some(user.as_bytes())
+        let labelled = m.key().is_some_and(|k| !k.is_empty())
             && item["id"].as_str() == Some(output_key.as_str())
             && output_key.starts_with(&format!("{user}-"))
             && header(m, FIRST_SEEN).is_some();
