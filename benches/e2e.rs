@@ -8,7 +8,7 @@
 //! compares the clients' CPU per record. The bridge runs with the allocator of the
 //! `watchbridge` binary ([`watchbridge::Allocator`]).
 //!
-//! Four cases (a baseline with the bridge's headers too), each `E2E_RUNS` times (default 3), interleaved (baseline, bridge, bridge
+//! Four cases (a baseline with the bridge's headers too), each `E2E_RUNS` times (default 5), interleaved (baseline, bridge, bridge
 //! without watermarks, then again), on fresh topics (and a fresh consumer group) each run:
 //!
 //! - **baseline**: one rdkafka `FutureProducer` with the bridge's producer settings
@@ -93,7 +93,7 @@ fn env_or(name: &str, default: usize) -> usize {
 fn sizes() -> Sizes {
     // `BENCH_SMOKE=1` proves the bench still runs, in seconds (used by `make test`).
     let smoke = std::env::var_os("BENCH_SMOKE").is_some();
-    let (outputs, runs) = if smoke { (2_000, 1) } else { (2_000_000, 3) };
+    let (outputs, runs) = if smoke { (2_000, 1) } else { (2_000_000, 5) };
     let storage = match std::env::var("E2E_STORAGE").as_deref() {
         Err(_) | Ok("memory") => Storage::Memory,
         Ok("sqlite") => Storage::Sqlite,
