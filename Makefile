@@ -29,6 +29,13 @@ setup:
 			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
 		fi; \
 	fi
+	@# The Python benchmark (bench/python/, smoke-run by make test) makes a venv, so python3
+	@# needs its venv module: Debian's python3-venv, unless a python3 of its own has it.
+	@if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1 && command -v apt-get >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
+		echo "installing Debian packages: python3 python3-venv"; \
+		$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv; \
+	fi
 
 # The Kafka-protocol broker the Kafka tests run against (Tansu), built once into a cache
 # outside the clone (about 10 minutes the first time; later runs reuse it).

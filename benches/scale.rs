@@ -37,7 +37,7 @@ use watchbridge::pollers::{RenderError, Resolve};
 mod support;
 use support::alloc::{live, rss, run_fresh};
 use support::kafka::{bridge_args, create_topic, produce_inputs};
-use support::report::{machine, now_ms};
+use support::report::{machine, now_ms, summary_line};
 use support::tansu_process::{tansu_bin, Storage, TansuProcess};
 
 #[global_allocator]
@@ -286,15 +286,23 @@ fn main() {
         per_output(s[3], i[1]),
         met(per_output(s[2], i[0]), 20.0)
     );
-    println!(
-        "<!-- summary: bytes per idle watch, whole bridge ({idle} watches) | {:.0} B heap, {:.0} B resident | <= 300 B | {} -->",
-        i[0],
-        i[1],
-        met(i[0], 300.0)
+    let (idle_heap, seen_heap) = (i[0], per_output(s[2], i[0]));
+    print!(
+        "{}",
+        summary_line(
+            &format!("whole bridge: bytes per idle watch ({idle} watches)"),
+            &format!("{idle_heap:.0} B heap, {:.0} B resident", i[1]),
+            "≤ 300 B",
+            idle_heap <= 300.0
+        )
     );
-    println!(
-        "<!-- summary: bytes per seen output, whole bridge ({settle} s after the outputs) | {:.1} B heap | <= 20 B | {} -->",
-        per_output(s[2], i[0]),
-        met(per_output(s[2], i[0]), 20.0)
+    print!(
+        "{}",
+        summary_line(
+            &format!("whole bridge: bytes per seen output ({settle} s after the outputs)"),
+            &format!("{seen_heap:.1} B heap"),
+            "≤ 20 B",
+            seen_heap <= 20.0
+        )
     );
 }

@@ -18,8 +18,12 @@ started=$(date +%s)
 for bench in "${BENCHES[@]}"; do
     echo "== cargo bench --bench $bench" >&2
     # Into a temp file first: a bench that fails leaves its last good section in place.
+    began=$(date +%s)
     cargo bench --bench "$bench" >"bench/results/$bench.md.new"
     mv "bench/results/$bench.md.new" "bench/results/$bench.md"
+    # When and on what each section was measured (sections may come from different runs).
+    echo "$bench: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty 2>/dev/null || echo '?'), load average before $(cut -d' ' -f1 /proc/loadavg), $(($(date +%s) - began)) s" \
+        >"bench/results/$bench.stamp"
 done
 elapsed=$(($(date +%s) - started))
 
@@ -31,10 +35,13 @@ tansu=$(scripts/tansu.sh path)
 {
     echo "# watchbridge benchmarks"
     echo
-    echo "- command: \`make bench\` (\`scripts/bench.sh ${*:-}\`; this run: ${BENCHES[*]}, ${elapsed} s)"
-    echo "- machine: $cores cores, $model, $ram; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "- versions: $(rustc -V), watchbridge $(git describe --always --dirty 2>/dev/null || echo '?'), $("$tansu" --version 2>/dev/null || echo tansu)"
-    echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "- command: \`make bench\` (\`scripts/bench.sh\`; the last invocation ran ${BENCHES[*]} in ${elapsed} s)"
+    echo "- machine: $cores cores, $model, $ram"
+    echo "- versions: $(rustc -V), $("$tansu" --version 2>/dev/null || echo tansu)"
+    echo "- sections measured (bench: date, commit, machine load before, time taken):"
+    for bench in "${ALL[@]}"; do
+        [ -f "bench/results/$bench.stamp" ] && echo "  - $(cat "bench/results/$bench.stamp")"
+    done
     echo
     echo "Each figure is a ratio or a rate measured within one run of its bench, median and"
     echo "spread over repeated runs where the bench repeats; the sections below say how. These"
