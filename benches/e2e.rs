@@ -51,7 +51,9 @@ mod support;
 static GLOBAL: watchbridge::Allocator = watchbridge::Allocator;
 use support::cpu::{cpu_seconds, machine_cpu_seconds};
 use support::kafka::{bridge_args, create_topic, produce_inputs, producer, InFlight};
-use support::report::{command_output, machine, median, min_max, now_ms, rate, summary_line};
+use support::report::{
+    command_output, env_or, machine, median, min_max, now_ms, rate, summary_line,
+};
 use support::tansu_process::{tansu_bin, tansu_version, Storage, TansuProcess};
 
 /// The cases, in the order each run runs them, with how the CPU table names them.
@@ -78,16 +80,6 @@ impl Sizes {
     fn watches(&self) -> usize {
         self.outputs / self.per_watch
     }
-}
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name}={v} is not a count"))
-        })
-        .unwrap_or(default)
 }
 
 fn sizes() -> Sizes {

@@ -47,7 +47,7 @@
 
 #[path = "support/mod.rs"]
 mod support;
-use support::report::summary_line;
+use support::report::{env_or, summary_line};
 
 /// What the `watchbridge` binary allocates with.
 #[global_allocator]
@@ -101,16 +101,6 @@ impl Resolve for NoOp {
     fn resolve(&self, _value: &Value, _key: &[u8]) -> Result<(), RenderError> {
         Ok(())
     }
-}
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name}={v} is not a count"))
-        })
-        .unwrap_or(default)
 }
 
 /// The hash of watch `i`'s `j`th output.

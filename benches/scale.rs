@@ -37,7 +37,7 @@ use watchbridge::pollers::{RenderError, Resolve};
 mod support;
 use support::alloc::{live, rss, run_fresh};
 use support::kafka::{bridge_args, create_topic, produce_inputs};
-use support::report::{machine, now_ms, summary_line};
+use support::report::{env_or, machine, now_ms, summary_line};
 use support::tansu_process::{tansu_bin, Storage, TansuProcess};
 
 #[global_allocator]
@@ -83,16 +83,6 @@ impl Resolve for Prepared {
     }
 }
 
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name}={v} is not a count"))
-        })
-        .unwrap_or(default)
-}
-
 /// What one case measured: heap and resident bytes per watch, after the outputs and (for
 /// `settle` > 0) again once the watches had nothing new for that long; and how long the
 /// inputs took to become live watches.
@@ -104,6 +94,18 @@ struct Case {
     start_seconds: f64,
 }
 
+/// Where the bridge stands, for progress lines and a timeout's panic.
+fn progress(metrics: &Metrics) -> String {
+    format!(
+        "inputs consumed {}, watches active {}, polls {}, outputs produced {}, state records {}",
+        metrics.inputs_consumed.get(),
+        metrics.watches_active.get(),
+        metrics.polls_ok.get(),
+        metrics.outputs_produced.get(),
+        metrics.state_records_written.get(),
+    )
+}
+
 /// Waits until `done()`, or panics after `limit` saying what stands where.
 async fn wait_until(what: &str, limit: Duration, metrics: &Metrics, done: impl Fn() -> bool) {
     let began = Instant::now();
@@ -111,25 +113,12 @@ async fn wait_until(what: &str, limit: Duration, metrics: &Metrics, done: impl F
     while !done() {
         if told.elapsed() >= Duration::from_secs(10) {
             told = Instant::now();
-            eprintln!(
-                "scale: waiting for {what}: inputs consumed {}, watches active {}, polls {}, \
-                 outputs produced {}, state records {}",
-                metrics.inputs_consumed.get(),
-                metrics.watches_active.get(),
-                metrics.polls_ok.get(),
-                metrics.outputs_produced.get(),
-                metrics.state_records_written.get(),
-            );
+            eprintln!("scale: waiting for {what}: {}", progress(metrics));
         }
         assert!(
             began.elapsed() < limit,
-            "{what}: not done after {limit:?}; inputs consumed {}, watches active {}, polls {}, \
-             outputs produced {}, state records {}",
-            metrics.inputs_consumed.get(),
-            metrics.watches_active.get(),
-            metrics.polls_ok.get(),
-            metrics.outputs_produced.get(),
-            metrics.state_records_written.get(),
+            "{what}: not done after {limit:?}; {}",
+            progress(metrics)
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

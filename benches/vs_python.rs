@@ -53,7 +53,7 @@ use watchbridge::kafka::records;
 mod support;
 use support::cpu::{cpu_seconds, machine_cpu_seconds};
 use support::kafka::{create_topic, produce_inputs};
-use support::report::{command_output, machine, median, min_max, rate, summary_line};
+use support::report::{command_output, env_or, machine, median, min_max, rate, summary_line};
 use support::tansu_process;
 use tansu_process::{tansu_bin, tansu_version, Storage, TansuProcess};
 
@@ -94,16 +94,6 @@ impl Sizes {
     fn outputs(&self) -> usize {
         self.watches * self.items
     }
-}
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name}={v} is not a count"))
-        })
-        .unwrap_or(default)
 }
 
 fn sizes() -> Sizes {

@@ -5,6 +5,18 @@
 use std::process::Command;
 use watchbridge::clock::Millis;
 
+/// A size from the environment (`name`), else `default`; a value that is not a count stops
+/// the bench naming the variable.
+pub fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}={v} is not a count"))
+        })
+        .unwrap_or(default)
+}
+
 /// Now, in ms since the epoch.
 pub fn now_ms() -> Millis {
     (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as Millis
