@@ -50,9 +50,9 @@ mod support;
 #[global_allocator]
 static GLOBAL: watchbridge::Allocator = watchbridge::Allocator;
 use support::cpu::{cpu_seconds, machine_cpu_seconds};
-use support::kafka::{bridge_args, create_topic, produce_inputs, producer, InFlight};
+use support::kafka::{bridge_args, create_topic, input_id, produce_inputs, producer, InFlight};
 use support::report::{
-    command_output, env_or, machine, median, min_max, now_ms, rate, summary_line,
+    command_output, env_or, machine, median, min_max, now_ms, rate, summary_line, utc_now,
 };
 use support::tansu_process::{tansu_bin, tansu_version, Storage, TansuProcess};
 
@@ -168,11 +168,7 @@ impl Poller for Prepared {
 
 impl Resolve for Prepared {
     fn resolve(&self, value: &Value, _key: &[u8]) -> Result<usize, RenderError> {
-        value
-            .get("id")
-            .and_then(Value::as_u64)
-            .map(|n| n as usize)
-            .ok_or_else(|| RenderError::Missing("/id".into()))
+        input_id(value)
     }
 }
 
@@ -568,15 +564,7 @@ fn main() {
         ));
     }
     let (_, librdkafka) = rdkafka::util::get_rdkafka_version();
-    let now = time::OffsetDateTime::now_utc();
-    let date = format!(
-        "{:04}-{:02}-{:02} {:02}:{:02} UTC",
-        now.year(),
-        u8::from(now.month()),
-        now.day(),
-        now.hour(),
-        now.minute()
-    );
+    let date = utc_now();
     t.push_str(&format!(
         "\n- machine: {}\n- versions: {}, watchbridge {}, librdkafka {librdkafka}, {tansu_version} ({})\n- command: `{}`\n- date: {date}\n",
         machine(),

@@ -36,7 +36,7 @@ use watchbridge::pollers::{RenderError, Resolve};
 #[path = "support/mod.rs"]
 mod support;
 use support::alloc::{live, rss, run_fresh};
-use support::kafka::{bridge_args, create_topic, produce_inputs};
+use support::kafka::{bridge_args, create_topic, input_id, produce_inputs};
 use support::report::{env_or, machine, now_ms, summary_line};
 use support::tansu_process::{tansu_bin, Storage, TansuProcess};
 
@@ -75,11 +75,7 @@ impl Poller for Prepared {
 
 impl Resolve for Prepared {
     fn resolve(&self, value: &Value, _key: &[u8]) -> Result<usize, RenderError> {
-        value
-            .get("id")
-            .and_then(Value::as_u64)
-            .map(|n| n as usize)
-            .ok_or_else(|| RenderError::Missing("/id".into()))
+        input_id(value)
     }
 }
 

@@ -53,7 +53,9 @@ use watchbridge::kafka::records;
 mod support;
 use support::cpu::{cpu_seconds, machine_cpu_seconds};
 use support::kafka::{create_topic, produce_inputs};
-use support::report::{command_output, env_or, machine, median, min_max, rate, summary_line};
+use support::report::{
+    command_output, env_or, machine, median, min_max, rate, summary_line, utc_now,
+};
 use support::tansu_process;
 use tansu_process::{tansu_bin, tansu_version, Storage, TansuProcess};
 
@@ -774,15 +776,7 @@ fn main() {
         .map(|m| m.others)
         .collect();
     let (_, librdkafka) = rdkafka::util::get_rdkafka_version();
-    let now = time::OffsetDateTime::now_utc();
-    let date = format!(
-        "{:04}-{:02}-{:02} {:02}:{:02} UTC",
-        now.year(),
-        u8::from(now.month()),
-        now.day(),
-        now.hour(),
-        now.minute()
-    );
+    let date = utc_now();
     t.push_str(&format!(
         "\n- machine: {}; cores busy besides the job and the broker (this bench's observer and \
          feed server, and anything else): up to {:.2}\n- versions: {}, watchbridge {} \

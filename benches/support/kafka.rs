@@ -202,3 +202,13 @@ pub async fn produce_inputs(
     }
     in_flight.delivered().await;
 }
+
+/// The watch number of a bench input `{"id": n}`: what the benches' prepared pollers
+/// resolve an input to.
+pub fn input_id(value: &serde_json::Value) -> Result<usize, watchbridge::pollers::RenderError> {
+    value
+        .get("id")
+        .and_then(serde_json::Value::as_u64)
+        .map(|n| n as usize)
+        .ok_or_else(|| watchbridge::pollers::RenderError::Missing("/id".into()))
+}

@@ -17,6 +17,19 @@ pub fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// Now, as `YYYY-MM-DD HH:MM UTC`, for a report's date line.
+pub fn utc_now() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02} UTC",
+        now.year(),
+        u8::from(now.month()),
+        now.day(),
+        now.hour(),
+        now.minute()
+    )
+}
+
 /// Now, in ms since the epoch.
 pub fn now_ms() -> Millis {
     (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as Millis
