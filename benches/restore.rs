@@ -360,6 +360,7 @@ fn main() {
         state_topic: STATE.into(),
         output_topic: OUTPUT.into(),
         output_partitions: 1,
+        read_outputs: true,
     };
 
     // Each partition as its task recovers it: read, then plan. The bridge runs the

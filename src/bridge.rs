@@ -14,8 +14,11 @@ use crate::config::{Mode, RunConfig};
 use crate::kafka::client::{base_config, ensure_topics, log_properties, KafkaSetupError};
 use crate::kafka::consumer::{consume, BridgeContext, Partitions};
 use crate::kafka::embedded::EmbeddedBroker;
+use crate::kafka::guarantee::{self, Guarantee, GuaranteeSetting};
 use crate::kafka::merged::{publish_merged, MergedPublisher};
-use crate::kafka::partition::{Bounds, Shared, StateSettings, WatermarkSettings};
+use crate::kafka::partition::{
+    Bounds, Shared, StateSettings, TransactionSettings, WatermarkSettings,
+};
 use crate::kafka::recovery::RecoverySource;
 use crate::kafka::stats::{self, BridgeProducer, ProducerStats};
 use crate::limits::Limits;
@@ -124,6 +127,11 @@ pub async fn run_bridge<P: Resolve>(
         group = %config.group_id,
         "bridge starting"
     );
+    let guarantee = choose_guarantee(brokers, embedded.is_some(), config).await;
+    let transactions = match guarantee {
+        Guarantee::ExactlyOnce => Some(transaction_settings(brokers, config)?),
+        _ => None,
+    };
     let producer: BridgeProducer = producer_config(brokers, config)
         .create_with_context(ProducerStats {
             metrics: metrics.clone(),
@@ -164,14 +172,16 @@ pub async fn run_bridge<P: Resolve>(
                 state_topic: config.state_topic.as_str().into(),
                 output_topic: config.output_topic.as_str().into(),
                 output_partitions: layout.output_partitions,
+                read_outputs: guarantee != Guarantee::AtLeastOnce,
             },
             finished_retention: config.finished_retention,
             checkpoint_interval: config.checkpoint_interval,
         },
         readiness: readiness.clone(),
+        transactions,
     });
     let partitions = Arc::new(Partitions::new(shared, tokio::runtime::Handle::current()));
-    let consumer: BaseConsumer<BridgeContext<P>> = consumer_config(brokers, config)
+    let consumer: BaseConsumer<BridgeContext<P>> = consumer_config(brokers, config, guarantee)
         .create_with_context(BridgeContext {
             partitions: partitions.clone(),
         })
@@ -329,7 +339,54 @@ fn producer_config(brokers: &str, config: &RunConfig) -> ClientConfig {
     c
 }
 
-fn consumer_config(brokers: &str, config: &RunConfig) -> ClientConfig {
+/// `WATCHBRIDGE_GUARANTEE`, with `auto` resolved against the broker (the embedded broker,
+/// librdkafka's mock cluster, accepts transactions but cannot keep their promise: `auto`
+/// picks `recovery` there).
+async fn choose_guarantee(brokers: &str, embedded: bool, config: &RunConfig) -> Guarantee {
+    let chosen = match config.guarantee {
+        GuaranteeSetting::Auto if embedded => Guarantee::Recovery,
+        setting => {
+            let plaintext = config
+                .kafka
+                .iter()
+                .find(|(k, _)| k == "security.protocol")
+                .is_none_or(|(_, v)| v.eq_ignore_ascii_case("plaintext"));
+            let brokers = brokers.to_string();
+            tokio::task::spawn_blocking(move || guarantee::choose(setting, &brokers, plaintext))
+                .await
+                .unwrap_or(Guarantee::Recovery)
+        }
+    };
+    tracing::info!(
+        guarantee = %chosen,
+        setting = ?config.guarantee,
+        "WATCHBRIDGE_GUARANTEE"
+    );
+    chosen
+}
+
+/// The exactly-once mode's producer settings, transactional id prefix and group metadata.
+fn transaction_settings(
+    brokers: &str,
+    config: &RunConfig,
+) -> Result<TransactionSettings, BridgeError> {
+    // Group metadata without a generation: fencing rests on the transactional id of the
+    // input partition (see `kafka/partition/transaction.rs`).
+    let group: BaseConsumer = base_config(brokers, config)
+        .set("group.id", &config.group_id)
+        .create()
+        .map_err(|e| BridgeError::Start(format!("cannot create a client: {e}")))?;
+    let group = group.group_metadata().ok_or_else(|| {
+        BridgeError::Start("librdkafka returned no consumer group metadata".into())
+    })?;
+    Ok(TransactionSettings {
+        producer_config: producer_config(brokers, config),
+        id_prefix: format!("watchbridge-{}-{}", config.group_id, config.input_topic),
+        group: Arc::new(group),
+    })
+}
+
+fn consumer_config(brokers: &str, config: &RunConfig, guarantee: Guarantee) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("auto.offset.reset", "earliest");
     c.set("partition.assignment.strategy", "cooperative-sticky");
@@ -337,8 +394,16 @@ fn consumer_config(brokers: &str, config: &RunConfig) -> ClientConfig {
     override_with(&mut c, base_config(brokers, config));
     stats::enable(&mut c, &config.kafka);
     c.set("group.id", &config.group_id);
-    // Offsets are stored by us, only once what an input caused is acknowledged.
-    c.set("enable.auto.commit", "true");
+    // Offsets are stored by us, only once what an input caused is acknowledged; in the
+    // exactly-once mode they are committed in the partitions' transactions instead.
+    c.set(
+        "enable.auto.commit",
+        if guarantee == Guarantee::ExactlyOnce {
+            "false"
+        } else {
+            "true"
+        },
+    );
     c.set("enable.auto.offset.store", "false");
     c
 }

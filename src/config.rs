@@ -3,6 +3,7 @@
 //! (a missing or unparsable value) name the variable too; the checks clap cannot do are in
 //! [`RunArgs::check`], whose errors do the same.
 
+use crate::kafka::guarantee::GuaranteeSetting;
 use crate::limits::HostRate;
 use crate::pollers::builtin::PollerArgs;
 use crate::pollers::ConfigError;
@@ -146,6 +147,19 @@ pub struct RunArgs {
     /// state writes.
     #[arg(long, env = "WATCHBRIDGE_CHECKPOINT_INTERVAL", value_name = "WATCHBRIDGE_CHECKPOINT_INTERVAL", default_value = "500ms", value_parser = humantime::parse_duration)]
     pub checkpoint_interval: Duration,
+    /// What a crash, a rebalance or a stalled instance may do to the outputs: `exactly_once`
+    /// (transactions: outputs, state and input offsets commit together, a stalled instance
+    /// is fenced; consumers read `read_committed`), `recovery` (exactly once by recovery
+    /// from the state and output topics, on any broker), `at_least_once` (a crash may emit
+    /// again what followed the last checkpoint), or `auto`: `exactly_once` where the broker
+    /// supports transactions, else `recovery`.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_GUARANTEE",
+        value_name = "WATCHBRIDGE_GUARANTEE",
+        default_value = "auto"
+    )]
+    pub guarantee: String,
     /// `streaming` (run until stopped) or `bounded` (read the input up to its end at start,
     /// run every watch to its end, publish a final watermark, exit).
     #[arg(long, env = "WATCHBRIDGE_MODE", value_name = "WATCHBRIDGE_MODE", value_enum, default_value_t = Mode::Streaming)]
@@ -199,6 +213,7 @@ pub struct RunConfig {
     pub state_topic: String,
     pub finished_retention: Duration,
     pub checkpoint_interval: Duration,
+    pub guarantee: GuaranteeSetting,
     pub mode: Mode,
     /// Where the operations server listens (`None`: `off`).
     pub metrics_addr: Option<SocketAddr>,
@@ -340,6 +355,8 @@ impl RunArgs {
         let brokers = self.brokers.clone().filter(|b| !b.trim().is_empty());
         let kafka = kafka_properties(env);
         check_kafka_properties(&kafka)?;
+        let guarantee = GuaranteeSetting::parse(&self.guarantee)
+            .map_err(|e| ConfigError::new("WATCHBRIDGE_GUARANTEE", e))?;
         Ok(RunConfig {
             brokers,
             group_id: self.group_id.clone(),
@@ -369,6 +386,7 @@ impl RunArgs {
             state_topic,
             finished_retention: self.finished_retention,
             checkpoint_interval: self.checkpoint_interval,
+            guarantee,
             mode: self.mode,
             metrics_addr,
         })

@@ -413,6 +413,56 @@ impl StateRecordWritten {
     }
 }
 
+/// A transaction of the exactly-once mode committed: what it carried is visible now.
+pub struct TransactionCommitted {
+    pub took: Duration,
+}
+
+impl TransactionCommitted {
+    pub fn emit(&self, m: &Metrics) {
+        m.transactions.with_label_values(&["committed"]).inc();
+        m.transaction_commit_duration
+            .observe(self.took.as_secs_f64());
+    }
+}
+
+/// A transaction of the exactly-once mode was aborted: nothing it carried becomes visible,
+/// and the partition starts again from its last committed transaction.
+pub struct TransactionAborted<'a> {
+    pub partition: i32,
+    pub error: &'a str,
+}
+
+impl TransactionAborted<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::warn!(
+            partition = self.partition,
+            error = self.error,
+            "transaction aborted; the partition restarts from its last committed transaction"
+        );
+        m.transactions.with_label_values(&["aborted"]).inc();
+    }
+}
+
+/// Another producer with this partition's `transactional.id` started: another instance
+/// owns the partition now, and this one writes nothing more for it.
+pub struct TransactionFenced<'a> {
+    pub partition: i32,
+    pub error: &'a str,
+}
+
+impl TransactionFenced<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::error!(
+            partition = self.partition,
+            error = self.error,
+            "fenced: another instance took this partition over; its writes here were rejected, \
+             and this instance leaves the partition until the group assigns it again"
+        );
+        m.transactions.with_label_values(&["fenced"]).inc();
+    }
+}
+
 /// `/readyz` changed its answer (see `readiness.rs` for the rule).
 pub struct ReadinessChanged {
     /// `None`: ready.

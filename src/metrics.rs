@@ -37,6 +37,8 @@ pub struct Metrics {
     pub outputs_recovered: IntCounter,
     pub inputs_finished: IntCounter,
     pub state_records_written: IntCounter,
+    pub transactions: IntCounterVec,
+    pub transaction_commit_duration: Histogram,
     pub producer_queue_messages: IntGauge,
     pub consumer_lag: IntGaugeVec,
     pub ready: IntGauge,
@@ -190,6 +192,20 @@ impl Metrics {
             "watchbridge_state_records_written_total",
             "Records acknowledged by the state topic (watch records, seen chunks, output offsets, tombstones)"
         ));
+        let transactions = reg!(IntCounterVec::new(
+            Opts::new(
+                "watchbridge_transactions_total",
+                "Transactions of WATCHBRIDGE_GUARANTEE=exactly_once, by result: committed, aborted (the partition restarts from its last commit), fenced (another instance owns the partition now)"
+            ),
+            &["result"]
+        ));
+        let transaction_commit_duration = reg!(Histogram::with_opts(
+            HistogramOpts::new(
+                "watchbridge_transaction_commit_seconds",
+                "Time from the start of a checkpoint to its transaction committed (outputs become visible to read_committed consumers then)"
+            )
+            .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
+        ));
         let producer_queue_messages = reg!(IntGauge::new(
             "watchbridge_producer_queue_messages",
             "Records waiting in the producer's queue (librdkafka statistics)"
@@ -233,6 +249,8 @@ impl Metrics {
             outputs_recovered,
             inputs_finished,
             state_records_written,
+            transactions,
+            transaction_commit_duration,
             producer_queue_messages,
             consumer_lag,
             ready,

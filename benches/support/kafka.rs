@@ -157,6 +157,8 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         state_topic: None,
         finished_retention: Duration::from_secs(24 * 3600),
         checkpoint_interval: Duration::from_millis(500),
+        // What the broker supports (Tansu: `recovery`); a bench can set it.
+        guarantee: "auto".into(),
         mode: Mode::Streaming,
         metrics_addr: "off".into(),
         poller: PollerArgs {

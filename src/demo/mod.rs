@@ -155,6 +155,8 @@ fn bridge_config(args: &DemoArgs) -> Result<RunConfig, ConfigError> {
         state_topic: None,
         finished_retention: Duration::from_secs(24 * 3600),
         checkpoint_interval: Duration::from_millis(500),
+        // The embedded broker cannot keep a transaction's promise.
+        guarantee: "recovery".into(),
         mode: Mode::Streaming,
         // The demo prints its metrics itself (`--metrics`); no port to collide with a bridge.
         metrics_addr: "off".into(),

@@ -8,7 +8,7 @@
 //! another instance, its task stops its watches, delivers what they emitted, and its
 //! offsets are committed. Blocking there is what librdkafka's rebalance callback is for.
 
-use super::partition::{Bounds, PartitionTask, Shared, Stopped};
+use super::partition::{Bounds, Ending, PartitionTask, Shared, Stopped};
 use super::stats::consumer_lag;
 use crate::internal_events::{KafkaStatistics, PartitionAssigned, PartitionRevoked};
 use crate::pollers::Resolve;
@@ -31,6 +31,8 @@ struct Assigned {
     /// Inputs the task had no room for; the partition is paused while any wait here.
     held: VecDeque<OwnedMessage>,
     stopped: std_mpsc::Receiver<Stopped>,
+    /// A bounded run's range (a restarted task reads the rest of it).
+    bounds: Option<Bounds>,
 }
 
 /// The partitions of one bridge, shared by the consumer thread and its rebalance callbacks
@@ -82,6 +84,7 @@ impl<P: Resolve> Partitions<P> {
                 inputs,
                 held: VecDeque::new(),
                 stopped,
+                bounds,
             },
         );
     }
@@ -123,25 +126,84 @@ impl<P: Resolve> Partitions<P> {
         }
     }
 
-    /// Bounded runs: forget the partitions whose tasks finished on their own (every input
-    /// read, every watch ended). Returns whether none is left.
-    fn reap_finished(&self) -> bool {
-        let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
-        assigned.retain(|&partition, a| match a.stopped.try_recv() {
-            Ok(report) => {
-                PartitionRevoked {
-                    topic: &self.shared.input_topic,
-                    partition,
-                    committed: report.position,
-                    watches_stopped: report.watches_stopped,
+    /// Handle the tasks that ended on their own: in a bounded run, done (every input read,
+    /// every watch ended): forget them; in the exactly-once mode, an aborted transaction:
+    /// read the partition again from its last committed position with a new task; fenced:
+    /// leave the partition (another instance owns it now; the group takes it from this one
+    /// at its next rebalance). Returns whether no partition is left.
+    fn reap(&self, consumer: &BaseConsumer<BridgeContext<P>>) -> bool {
+        let mut restart = Vec::new();
+        let none_left = {
+            let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
+            assigned.retain(|&partition, a| match a.stopped.try_recv() {
+                Ok(report) => {
+                    match report.ending {
+                        Ending::Done | Ending::Fenced => PartitionRevoked {
+                            topic: &self.shared.input_topic,
+                            partition,
+                            committed: report.position,
+                            watches_stopped: report.watches_stopped,
+                        }
+                        .emit(&self.shared.metrics),
+                        Ending::Restart => restart.push((partition, report.position, a.bounds)),
+                    }
+                    false
                 }
-                .emit(&self.shared.metrics);
-                false
+                Err(std_mpsc::TryRecvError::Empty) => true,
+                Err(std_mpsc::TryRecvError::Disconnected) => false,
+            });
+            assigned.is_empty()
+        };
+        for (partition, position, bounds) in restart {
+            if consumer.assignment_lost() {
+                // The group gave our partitions away (this instance stalled past the
+                // session timeout): starting this one again would fence its new owner.
+                tracing::warn!(
+                    partition,
+                    "not restarting the partition: the assignment was lost"
+                );
+                continue;
             }
-            Err(std_mpsc::TryRecvError::Empty) => true,
-            Err(std_mpsc::TryRecvError::Disconnected) => false,
-        });
-        assigned.is_empty()
+            let Some(start) = position.or_else(|| self.committed(consumer, partition)) else {
+                tracing::error!(partition, "cannot read the partition's committed offset; it is left until the group assigns it again");
+                continue;
+            };
+            let topic = &self.shared.input_topic;
+            if let Err(e) = consumer.seek(
+                topic,
+                partition,
+                Offset::Offset(start),
+                Duration::from_secs(10),
+            ) {
+                tracing::error!(partition, error = %e, "cannot read the partition again from its last commit; it is left until the group assigns it again");
+                continue;
+            }
+            let _ = consumer.resume(&self.one(partition));
+            tracing::info!(
+                partition,
+                offset = start,
+                "restarting the partition from its last committed transaction"
+            );
+            self.assign(partition, bounds.map(|b| Bounds { start, end: b.end }));
+        }
+        none_left && self.assigned.lock().map_or(true, |a| a.is_empty())
+    }
+
+    /// The group's committed offset of `partition` (the start when nothing is committed).
+    fn committed(&self, consumer: &BaseConsumer<BridgeContext<P>>, partition: i32) -> Option<i64> {
+        let committed = consumer
+            .committed_offsets(self.one(partition), Duration::from_secs(10))
+            .ok()?;
+        match committed
+            .find_partition(&self.shared.input_topic, partition)?
+            .offset()
+        {
+            Offset::Offset(o) => Some(o),
+            _ => consumer
+                .fetch_watermarks(&self.shared.input_topic, partition, Duration::from_secs(10))
+                .ok()
+                .map(|(low, _)| low),
+        }
     }
 
     fn all(&self) -> Vec<i32> {
@@ -296,7 +358,7 @@ pub fn consume<P: Resolve>(
     bounded: bool,
 ) {
     while !stop.load(Ordering::Relaxed) {
-        if bounded && partitions.reap_finished() {
+        if partitions.reap(&consumer) && bounded {
             break;
         }
         let holding = partitions.retry_held(&consumer);

@@ -8,6 +8,7 @@ pub mod client;
 pub mod consumer;
 pub mod durable;
 pub mod embedded;
+pub mod guarantee;
 pub mod input;
 pub mod merged;
 pub mod offsets;

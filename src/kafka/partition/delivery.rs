@@ -38,37 +38,41 @@ pub(super) enum Delivery {
 impl<P: Resolve> PartitionTask<P> {
     /// Handle deliveries until none is pending or `deadline`.
     pub(super) async fn drain_deliveries(&mut self, deadline: tokio::time::Instant) {
+        if !self.deliver_all(deadline).await {
+            // Pending: outputs, state and watermark records, dead letters (and the inputs
+            // whose commit waits for some of them).
+            tracing::warn!(
+                partition = self.partition,
+                pending_deliveries = self.deliveries.len(),
+                inputs_waiting = self.tracker.in_flight(),
+                "stopping before every record was acknowledged; inputs waiting for them stay \
+                 uncommitted, and the partition's next owner recovers the rest from the \
+                 state and output topics"
+            );
+        }
+    }
+
+    /// Handle deliveries until none is pending (true) or `deadline` (false).
+    pub(super) async fn deliver_all(&mut self, deadline: tokio::time::Instant) -> bool {
         while !self.deliveries.is_empty() {
             match tokio::time::timeout_at(deadline, self.deliveries.next()).await {
                 Ok(Some(delivery)) => self.on_delivery(delivery).await,
                 Ok(None) => break,
-                Err(_) => {
-                    // Pending: outputs, state and watermark records, dead letters (and the
-                    // inputs whose commit waits for some of them).
-                    tracing::warn!(
-                        partition = self.partition,
-                        pending_deliveries = self.deliveries.len(),
-                        inputs_waiting = self.tracker.in_flight(),
-                        "stopping before every record was acknowledged; inputs waiting for them stay \
-                         uncommitted, and the partition's next owner recovers the rest from the \
-                         state and output topics"
-                    );
-                    break;
-                }
+                Err(_) => return false,
             }
             self.publish_position();
         }
+        true
     }
 
     /// Hand a record to the producer. While its queue is full, wait for deliveries to make
     /// room (and read no input meanwhile: that is the backpressure).
     pub(super) async fn send(&mut self, pending: Pending) {
+        if let Some(txn) = self.txn.as_mut() {
+            txn.begin();
+        }
         loop {
-            match self
-                .shared
-                .producer
-                .send_result(pending.record.to_future_record())
-            {
+            match self.producer.send_result(pending.record.to_future_record()) {
                 Ok(delivery) => {
                     self.deliveries.push(
                         async move {
@@ -116,6 +120,23 @@ impl<P: Resolve> PartitionTask<P> {
                     self.tracker.acknowledged(origin);
                 }
             }
+            Delivery::Done(pending, Err(error)) if self.txn.is_some() => {
+                // In a transaction a failed record cannot be sent again: the transaction
+                // is aborted at its commit, and the partition starts again from the last.
+                if matches!(pending.kind, Kind::State) {
+                    self.checkpoint_in_flight -= 1;
+                }
+                ProduceFailed {
+                    topic: &pending.record.topic,
+                    error: &error.to_string(),
+                    attempt: pending.attempt,
+                    giving_up: true,
+                }
+                .emit(&self.shared.metrics, &failure_label(&error));
+                if let Some(txn) = self.txn.as_mut() {
+                    txn.broken.get_or_insert(error);
+                }
+            }
             Delivery::Done(pending, Err(error)) => self.delivery_failed(pending, error),
             Delivery::RetryDue(pending) => self.send(pending).await,
         }
@@ -128,21 +149,13 @@ impl<P: Resolve> PartitionTask<P> {
         // restored. (Its checkpoint stays in flight, so no later one overtakes it.)
         let giving_up =
             pending.attempt >= DELIVERY_ATTEMPTS && !matches!(pending.kind, Kind::State);
-        let label = match &error {
-            KafkaError::MessageProduction(code) => format!("{code:?}"),
-            other => format!("{other:?}")
-                .split('(')
-                .next()
-                .unwrap_or("other")
-                .to_string(),
-        };
         ProduceFailed {
             topic: &pending.record.topic,
             error: &error.to_string(),
             attempt: pending.attempt,
             giving_up,
         }
-        .emit(&self.shared.metrics, &label);
+        .emit(&self.shared.metrics, &failure_label(&error));
         if !giving_up {
             let wait = Duration::from_millis(200 << pending.attempt.min(6));
             self.deliveries.push(
@@ -195,5 +208,17 @@ impl<P: Resolve> PartitionTask<P> {
         };
         self.deliveries
             .push(async move { Delivery::RetryDue(dead_letter) }.boxed());
+    }
+}
+
+/// The error's kind, as the `error` label of `watchbridge_produce_failures_total`.
+fn failure_label(error: &KafkaError) -> String {
+    match error {
+        KafkaError::MessageProduction(code) => format!("{code:?}"),
+        other => format!("{other:?}")
+            .split('(')
+            .next()
+            .unwrap_or("other")
+            .to_string(),
     }
 }

@@ -20,11 +20,15 @@
 //!
 //! Here: the task, its inputs and its engine's events. Beside it: `state.rs` (recovery and
 //! checkpoints), `delivery.rs` (the producer, delivery reports, retries, dead letters),
-//! `watermarks.rs` (publishing the partition's watermark).
+//! `watermarks.rs` (publishing the partition's watermark), `transaction.rs` (the
+//! exactly-once mode: the partition's transactional producer; a checkpoint is a commit).
 
 mod delivery;
 mod state;
+mod transaction;
 mod watermarks;
+
+pub use transaction::{Ending, TransactionSettings};
 
 use super::durable::{DurableState, StateWrite};
 use super::input::{decode, Rejected};
@@ -82,6 +86,9 @@ pub struct Shared<P: Resolve> {
     pub state: StateSettings,
     /// Told when the recovery of a partition ends (what `/readyz` waits for).
     pub readiness: Arc<Readiness>,
+    /// `Some` in the exactly-once mode: each task writes through a transactional producer
+    /// of its own, and commits its input offsets in its transactions.
+    pub transactions: Option<TransactionSettings>,
 }
 
 /// What the partition tasks need to keep their watches durable.
@@ -118,12 +125,13 @@ pub struct Bounds {
     pub end: i64,
 }
 
-/// A task's last word: what it committed and how many watches it stopped.
+/// A task's last word: what it committed, how many watches it stopped, and why it ended.
 #[derive(Debug, Clone, Copy)]
 pub struct Stopped {
     pub partition: i32,
     pub position: Option<i64>,
     pub watches_stopped: usize,
+    pub ending: Ending,
 }
 
 /// A command sent to the engine, waiting for its answer (the engine answers in order).
@@ -163,6 +171,10 @@ pub struct PartitionTask<P: Resolve> {
     /// watches whose input did not come again are forgotten.
     recovery_input_end: Option<i64>,
     deliveries: FuturesUnordered<BoxFuture<'static, Delivery>>,
+    /// What the task writes through: the bridge's shared producer, or in the exactly-once
+    /// mode its own transactional one (`txn`).
+    producer: BridgeProducer,
+    txn: Option<transaction::Transaction>,
 }
 
 impl<P: Resolve> PartitionTask<P> {
@@ -210,6 +222,7 @@ impl<P: Resolve> PartitionTask<P> {
             Vec::new(),
             Vec::new(),
         );
+        let producer = shared.producer.clone();
         let task = Self {
             partition,
             shared,
@@ -225,13 +238,15 @@ impl<P: Resolve> PartitionTask<P> {
             checkpoint_in_flight: 0,
             recovery_input_end: None,
             deliveries: FuturesUnordered::new(),
+            producer,
+            txn: None,
         };
         task.run()
     }
 
     async fn run(mut self) -> Stopped {
         let recovered = self.recover().await;
-        if !recovered {
+        if recovered.is_err() {
             PartitionRecoveryAbandoned {
                 partition: self.partition,
             }
@@ -239,12 +254,14 @@ impl<P: Resolve> PartitionTask<P> {
         }
         // One partition fewer recovering: maybe ready now.
         let _ = self.shared.readiness.refresh(&self.shared.metrics);
-        if !recovered {
-            // Revoked (or stopping) before the partition could be recovered: nothing started.
+        if let Err(ending) = recovered {
+            // Revoked (or stopping) before the partition could be recovered, or its
+            // transactional producer could not start: nothing started.
             return Stopped {
                 partition: self.partition,
                 position: None,
                 watches_stopped: 0,
+                ending,
             };
         }
         let mut accepting = true;
@@ -258,6 +275,7 @@ impl<P: Resolve> PartitionTask<P> {
         let mut checkpoints = tokio::time::interval(self.shared.state.checkpoint_interval);
         checkpoints.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let periodic = self.bounds.is_none();
+        let mut ending = Ending::Done;
         loop {
             tokio::select! {
                 Some(delivery) = self.deliveries.next(), if !self.deliveries.is_empty() => {
@@ -288,9 +306,22 @@ impl<P: Resolve> PartitionTask<P> {
                     }
                 },
                 _ = ticks.tick(), if periodic => self.tick_watermark().await,
-                _ = checkpoints.tick() => self.checkpoint(false).await,
+                _ = checkpoints.tick() => {
+                    if let Err(failure) = self.checkpoint(false).await {
+                        ending = self.fail(failure).await;
+                        break;
+                    }
+                }
             }
             self.publish_position();
+        }
+        if ending != Ending::Done {
+            return Stopped {
+                partition: self.partition,
+                position: self.txn.as_ref().and_then(|t| t.committed),
+                watches_stopped: 0,
+                ending,
+            };
         }
         let watches_stopped = self.durable.live();
         if self.bounds.is_some() {
@@ -301,17 +332,45 @@ impl<P: Resolve> PartitionTask<P> {
         // bound.
         let deadline = tokio::time::Instant::now() + self.shared.stop_timeout;
         self.drain_deliveries(deadline).await;
-        self.checkpoint(true).await;
+        if let Err(failure) = self.checkpoint(true).await {
+            ending = self.fail(failure).await;
+        }
         self.drain_deliveries(deadline).await;
         self.publish_position();
+        let position = match &self.txn {
+            Some(txn) => txn.committed,
+            None => self.tracker.committed(),
+        };
         Stopped {
             partition: self.partition,
-            position: self.tracker.committed(),
+            position,
             watches_stopped,
+            ending,
         }
     }
 
+    /// A transaction could not commit: give it up, stop every watch (their seen sets hold
+    /// outputs that were never committed), and say how the partition goes on.
+    async fn fail(&mut self, failure: transaction::Failure) -> Ending {
+        if let Some(commands) = self.commands.take() {
+            // Not awaited here: the engine may be waiting for room on the event channel,
+            // which this task no longer reads (and closes when it returns).
+            tokio::spawn(async move {
+                let _ = commands.send(Command::Shutdown).await;
+            });
+        }
+        if let Some(txn) = self.txn.as_mut() {
+            txn.abort(&failure, &self.shared.metrics).await;
+        }
+        failure.ending()
+    }
+
+    /// Hand the commit position to the consumer thread (not in the exactly-once mode, where
+    /// it is committed in the transactions).
     fn publish_position(&mut self) {
+        if self.txn.is_some() {
+            return;
+        }
         if let Some(position) = self.tracker.to_commit() {
             if let Ok(mut positions) = self.shared.positions.lock() {
                 positions.insert(self.partition, position);

@@ -5,9 +5,29 @@ use super::*;
 
 impl<P: Resolve> PartitionTask<P> {
     /// Read the partition's state back and restore its watches (retrying while the broker
-    /// cannot be read). Returns false if the partition was revoked meanwhile.
-    pub(super) async fn recover(&mut self) -> bool {
+    /// cannot be read). In the exactly-once mode the partition's transactional producer
+    /// starts first: that fences the previous owner and aborts what it left open, so the
+    /// state read back is final. Fails with `Done` if the partition was revoked meanwhile.
+    pub(super) async fn recover(&mut self) -> Result<(), transaction::Ending> {
         let started = std::time::Instant::now();
+        if let Some(settings) = &self.shared.transactions {
+            let txn = transaction::Transaction::start(
+                settings,
+                &self.shared.metrics,
+                self.shared.input_topic.clone(),
+                self.partition,
+                || self.inputs.is_closed(),
+            )
+            .await;
+            match txn {
+                Ok(txn) => {
+                    self.producer = txn.producer.clone();
+                    self.txn = Some(txn);
+                }
+                Err(_) if self.inputs.is_closed() => return Err(transaction::Ending::Done),
+                Err(failure) => return Err(failure.ending()),
+            }
+        }
         let found = loop {
             let source = self.shared.state.recovery.clone();
             let partition = self.partition;
@@ -23,12 +43,12 @@ impl<P: Resolve> PartitionTask<P> {
             tokio::time::sleep(Duration::from_secs(2)).await;
             // A closed input channel: revoked, or the bridge is stopping.
             if self.inputs.is_closed() {
-                return false;
+                return Err(transaction::Ending::Done);
             }
         };
         if self.inputs.is_closed() {
             // Revoked while reading: the partition is someone else's now; start nothing.
-            return false;
+            return Err(transaction::Ending::Done);
         }
         let (state_records, outputs_read, undecodable) =
             (found.state_records, found.outputs_read, found.undecodable);
@@ -84,19 +104,49 @@ impl<P: Resolve> PartitionTask<P> {
             took: started.elapsed(),
         }
         .emit(&self.shared.metrics);
-        true
+        Ok(())
     }
 
     /// Write what changed since the last checkpoint, unless the last one is still in flight
-    /// (`last`: the partition is being given up, write all progress).
-    pub(super) async fn checkpoint(&mut self, last: bool) {
-        if self.checkpoint_in_flight > 0 {
-            return;
+    /// (`last`: the partition is being given up, write all progress). In the exactly-once
+    /// mode the checkpoint commits the transaction: once every record sent since the last
+    /// one is acknowledged (so the checkpoint covers every output), its state records go
+    /// in, then the input position, then the commit.
+    pub(super) async fn checkpoint(&mut self, last: bool) -> Result<(), transaction::Failure> {
+        if self.txn.is_none() {
+            if self.checkpoint_in_flight == 0 {
+                let writes = self
+                    .durable
+                    .checkpoint_records(self.shared.clock.now_ms(), last);
+                self.send_state(writes).await;
+            }
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let deadline = tokio::time::Instant::now() + self.shared.stop_timeout;
+        let unacknowledged = || {
+            transaction::Failure::Aborted(
+                "records of the transaction were not acknowledged within \
+                 WATCHBRIDGE_SHUTDOWN_TIMEOUT"
+                    .into(),
+            )
+        };
+        if !self.deliver_all(deadline).await {
+            return Err(unacknowledged());
         }
         let writes = self
             .durable
             .checkpoint_records(self.shared.clock.now_ms(), last);
         self.send_state(writes).await;
+        if !self.deliver_all(deadline).await {
+            return Err(unacknowledged());
+        }
+        let position = self.tracker.to_commit();
+        let metrics = self.shared.metrics.clone();
+        match self.txn.as_mut() {
+            Some(txn) => txn.commit(position, &metrics, started).await,
+            None => Ok(()),
+        }
     }
 
     pub(super) async fn send_state(&mut self, writes: Vec<StateWrite>) {

@@ -1,0 +1,250 @@
+//! `WATCHBRIDGE_GUARANTEE`: what a crash, a restart, a rebalance or a stalled instance may do
+//! to the output topic, and how the bridge decides when it is left to choose.
+//!
+//! - `exactly_once`: a transactional producer per input partition (`transactional.id` =
+//!   `watchbridge-<group>-<input topic>-<partition>`). Outputs, state records, watermark
+//!   records, dead letters and the input offsets commit in one transaction per checkpoint
+//!   interval; a new owner's `init_transactions` fences the previous one (Kafka Streams'
+//!   answer to zombies). Consumers of the output topic read `read_committed`.
+//! - `recovery`: exactly once by recovery (the state topic plus a read-back of the output
+//!   topic), on any Kafka-protocol broker; an instance stalled past the session timeout can
+//!   still write twice (see docs/architecture.md, "What a crash does").
+//! - `at_least_once`: as `recovery`, without the read-back of the output topic: a crash may
+//!   emit again what was delivered after the last checkpoint; a recovery reads less.
+//! - `auto` (the default): `exactly_once` where the broker supports transactions (its
+//!   ApiVersions list `EndTxn`), else `recovery`.
+//!
+//! The broker is asked with one ApiVersions request (v0, which every broker answers) over
+//! plain TCP: where `security.protocol` is TLS or SASL that is not possible, and `auto`
+//! picks `recovery` and says so (set `exactly_once` explicitly there).
+
+use std::fmt;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// What the bridge promises about outputs across failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guarantee {
+    ExactlyOnce,
+    Recovery,
+    AtLeastOnce,
+}
+
+impl fmt::Display for Guarantee {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Guarantee::ExactlyOnce => "exactly_once",
+            Guarantee::Recovery => "recovery",
+            Guarantee::AtLeastOnce => "at_least_once",
+        })
+    }
+}
+
+/// The setting as given: a guarantee, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuaranteeSetting {
+    Auto,
+    Fixed(Guarantee),
+}
+
+impl GuaranteeSetting {
+    pub fn parse(value: &str) -> Result<Self, String> {
+        match value.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "auto" => Ok(Self::Auto),
+            "exactly_once" => Ok(Self::Fixed(Guarantee::ExactlyOnce)),
+            "recovery" => Ok(Self::Fixed(Guarantee::Recovery)),
+            "at_least_once" => Ok(Self::Fixed(Guarantee::AtLeastOnce)),
+            _ => Err(format!(
+                "`{value}` is not one of auto, exactly_once, recovery, at_least_once"
+            )),
+        }
+    }
+}
+
+/// The Kafka API key of EndTxn, which commits or aborts a transaction.
+const END_TXN: i16 = 26;
+/// The Kafka API key of ApiVersions.
+const API_VERSIONS: i16 = 18;
+
+/// Whether the broker at `bootstrap` (the first address of a `host:port,…` list that
+/// answers) supports transactions: its ApiVersions response lists EndTxn.
+pub fn broker_supports_transactions(bootstrap: &str, timeout: Duration) -> Result<bool, String> {
+    let mut last = String::from("no address given");
+    for server in bootstrap
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        match api_keys(server, timeout) {
+            Ok(keys) => return Ok(keys.contains(&END_TXN)),
+            Err(e) => last = format!("{server}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+/// The API keys one broker supports, from an ApiVersions v0 request.
+fn api_keys(server: &str, timeout: Duration) -> Result<Vec<i16>, String> {
+    let addr = server
+        .to_socket_addrs()
+        .map_err(|e| e.to_string())?
+        .next()
+        .ok_or("no address")?;
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(&api_versions_request(7))
+        .map_err(|e| e.to_string())?;
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).map_err(|e| e.to_string())?;
+    let size = i32::from_be_bytes(size);
+    if !(6..=1 << 20).contains(&size) {
+        return Err(format!("implausible ApiVersions response size {size}"));
+    }
+    let mut body = vec![0u8; size as usize];
+    stream.read_exact(&mut body).map_err(|e| e.to_string())?;
+    parse_api_versions(&body, 7)
+}
+
+/// Header v1 (api key, version 0, correlation id, client id) and an empty v0 body.
+fn api_versions_request(correlation_id: i32) -> Vec<u8> {
+    let client_id = b"watchbridge";
+    let mut body = Vec::new();
+    body.extend_from_slice(&API_VERSIONS.to_be_bytes());
+    body.extend_from_slice(&0i16.to_be_bytes());
+    body.extend_from_slice(&correlation_id.to_be_bytes());
+    body.extend_from_slice(&(client_id.len() as i16).to_be_bytes());
+    body.extend_from_slice(client_id);
+    let mut request = (body.len() as i32).to_be_bytes().to_vec();
+    request.extend_from_slice(&body);
+    request
+}
+
+/// Correlation id, error code, then `[api key, min version, max version]`.
+fn parse_api_versions(body: &[u8], correlation_id: i32) -> Result<Vec<i16>, String> {
+    let mut at = 0;
+    let mut take = |n: usize| -> Result<&[u8], String> {
+        let part = body
+            .get(at..at + n)
+            .ok_or("truncated ApiVersions response")?;
+        at += n;
+        Ok(part)
+    };
+    let correlation = i32::from_be_bytes(take(4)?.try_into().unwrap());
+    if correlation != correlation_id {
+        return Err(format!("ApiVersions answered correlation id {correlation}"));
+    }
+    let error = i16::from_be_bytes(take(2)?.try_into().unwrap());
+    if error != 0 {
+        return Err(format!("ApiVersions failed with error code {error}"));
+    }
+    let count = i32::from_be_bytes(take(4)?.try_into().unwrap());
+    if !(0..=10_000).contains(&count) {
+        return Err(format!("implausible ApiVersions count {count}"));
+    }
+    (0..count)
+        .map(|_| {
+            let entry = take(6)?;
+            Ok(i16::from_be_bytes([entry[0], entry[1]]))
+        })
+        .collect()
+}
+
+/// Resolve `auto` against the broker (blocking: one TCP round trip). `plaintext` says
+/// whether the configured `security.protocol` lets the probe speak to the broker.
+pub fn choose(setting: GuaranteeSetting, brokers: &str, plaintext: bool) -> Guarantee {
+    match setting {
+        GuaranteeSetting::Fixed(g) => g,
+        GuaranteeSetting::Auto if !plaintext => {
+            tracing::warn!(
+                "WATCHBRIDGE_GUARANTEE=auto: cannot ask a TLS or SASL listener whether it supports \
+                 transactions; using `recovery` (set WATCHBRIDGE_GUARANTEE=exactly_once to use them)"
+            );
+            Guarantee::Recovery
+        }
+        GuaranteeSetting::Auto => {
+            match broker_supports_transactions(brokers, Duration::from_secs(5)) {
+                Ok(true) => Guarantee::ExactlyOnce,
+                Ok(false) => Guarantee::Recovery,
+                Err(e) => {
+                    tracing::warn!(error = %e, "WATCHBRIDGE_GUARANTEE=auto: could not ask the broker whether it supports transactions; using `recovery`");
+                    Guarantee::Recovery
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_setting_and_names_the_choices_on_a_bad_one() {
+        assert_eq!(GuaranteeSetting::parse("auto"), Ok(GuaranteeSetting::Auto));
+        assert_eq!(
+            GuaranteeSetting::parse("Exactly-Once"),
+            Ok(GuaranteeSetting::Fixed(Guarantee::ExactlyOnce))
+        );
+        assert_eq!(
+            GuaranteeSetting::parse("recovery"),
+            Ok(GuaranteeSetting::Fixed(Guarantee::Recovery))
+        );
+        assert_eq!(
+            GuaranteeSetting::parse("at_least_once"),
+            Ok(GuaranteeSetting::Fixed(Guarantee::AtLeastOnce))
+        );
+        let error = GuaranteeSetting::parse("twice").unwrap_err();
+        assert!(
+            error.contains("`twice`") && error.contains("exactly_once"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn reads_the_api_keys_of_an_api_versions_response() {
+        let mut body = 7i32.to_be_bytes().to_vec();
+        body.extend_from_slice(&0i16.to_be_bytes());
+        body.extend_from_slice(&2i32.to_be_bytes());
+        for (key, min, max) in [(0i16, 0i16, 9i16), (END_TXN, 0, 4)] {
+            for v in [key, min, max] {
+                body.extend_from_slice(&v.to_be_bytes());
+            }
+        }
+        assert_eq!(parse_api_versions(&body, 7), Ok(vec![0, END_TXN]));
+        assert!(
+            parse_api_versions(&body, 8).is_err(),
+            "another request's answer"
+        );
+        assert!(
+            parse_api_versions(&body[..body.len() - 1], 7).is_err(),
+            "truncated"
+        );
+    }
+
+    #[test]
+    fn the_request_is_an_api_versions_v0_request_with_its_size_first() {
+        let request = api_versions_request(7);
+        let size = i32::from_be_bytes(request[..4].try_into().unwrap()) as usize;
+        assert_eq!(size, request.len() - 4);
+        assert_eq!(&request[4..6], &API_VERSIONS.to_be_bytes());
+        assert_eq!(&request[6..8], &0i16.to_be_bytes());
+    }
+
+    #[test]
+    fn a_closed_port_is_an_error_naming_the_address() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let error =
+            broker_supports_transactions(&format!("127.0.0.1:{port}"), Duration::from_millis(500))
+                .unwrap_err();
+        assert!(error.contains(&format!("127.0.0.1:{port}")), "{error}");
+    }
+}
