@@ -1,0 +1,141 @@
+//! The transactional mode (`WATCHBRIDGE_GUARANTEE=exactly_once`) against a broker with
+//! transactions (Apache Kafka: `WATCHBRIDGE_TEST_BROKER=kafka`; `make test` runs this file
+//! there only). A stalled instance (a zombie) is fenced: once the partition's new owner has
+//! started its transactional producer, nothing the old one writes becomes visible.
+
+mod support;
+
+use rdkafka::Message;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use support::bridge::Bridge;
+use support::http_server::{Reply, TestServer};
+use support::kafka::{broker, header, BrokerKind};
+use support::scenario::{data_records, produce_user, Setup, T0};
+
+/// The session timeout of both instances: a paused one loses its partitions after this.
+const SESSION_TIMEOUT_MS: u64 = 6000;
+
+fn signal(bridge: &Bridge, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &bridge.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {signal}");
+}
+
+/// Every (watch key, output key) on `topic`, read `read_committed` to the end offsets it has
+/// now, with how often each was read (not deduplicated).
+async fn committed_outputs(topic: &str) -> BTreeMap<(String, String), usize> {
+    let mut counts = BTreeMap::new();
+    for m in data_records(broker().read_to_end(topic).await) {
+        let output = String::from_utf8_lossy(header(&m, "watchbridge-output-key").unwrap())
+            .into_owned();
+        let watch = String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned();
+        *counts.entry((watch, output)).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_instance_is_fenced_and_nothing_it_writes_after_resuming_is_visible() {
+    assert_eq!(
+        broker().kind(),
+        BrokerKind::Kafka,
+        "this test needs a broker with transactions: run it with WATCHBRIDGE_TEST_BROKER=kafka"
+    );
+    // Each user's feed shows the first `visible` items, growing when the test says so.
+    let visible = Arc::new(AtomicI64::new(2));
+    let feed = visible.clone();
+    let server = TestServer::start(move |seen| {
+        let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
+        let n = feed.load(Ordering::SeqCst);
+        let events: Vec<_> = (0..n)
+            .map(|i| json!({"id": format!("u{user}-{i}"), "at": T0 + i * 1000}))
+            .collect();
+        Reply::json(json!({"events": events, "done": false}))
+    })
+    .await;
+    let s = Setup::new("fenced", 1).await;
+    let mut env = s.env(&server);
+    env.push(("WATCHBRIDGE_GUARANTEE", "exactly_once".into()));
+    env.push(("KAFKA_SESSION_TIMEOUT_MS", SESSION_TIMEOUT_MS.to_string()));
+    env.push(("KAFKA_HEARTBEAT_INTERVAL_MS", "500".into()));
+    let users = 1..=4;
+
+    let mut a = Bridge::start(&env);
+    for user in users.clone() {
+        produce_user(&s.input, user).await;
+    }
+    let first = users.clone().count() * 2;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while committed_outputs(&s.output).await.len() < first {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first instance never committed its first outputs:\n{}",
+            a.log()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // A stalls (a GC pause, a frozen VM) past its session timeout; B takes the partition.
+    signal(&a, "-STOP");
+    let mut b = Bridge::start(&env);
+    b.wait_for_log("partition state restored", Duration::from_secs(60));
+    // New items: both instances will poll them, B as the owner, A once it runs again.
+    visible.store(4, Ordering::SeqCst);
+    let expected = users.clone().count() * 4;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while committed_outputs(&s.output).await.len() < expected {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second instance never committed the new outputs:\n{}",
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    signal(&a, "-CONT");
+    // A's next write is rejected: the broker fenced its transactional id when B started.
+    a.wait_for_log("fenced", Duration::from_secs(30));
+    visible.store(6, Ordering::SeqCst);
+    let expected = users.clone().count() * 6;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while committed_outputs(&s.output).await.len() < expected {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the outputs after the resume never arrived:\nA:\n{}\nB:\n{}",
+            a.log(),
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let (code_a, _) = a.terminate();
+    let (code_b, _) = b.terminate();
+    assert_eq!((code_a, code_b), (Some(0), Some(0)), "both stop cleanly");
+
+    let counts = committed_outputs(&s.output).await;
+    let mut wrong = Vec::new();
+    for user in users {
+        for i in 0..6 {
+            let key = (format!("user-{user}"), format!("u{user}-{i}"));
+            let n = counts.get(&key).copied().unwrap_or(0);
+            if n != 1 {
+                wrong.push(format!("{key:?} read {n} times"));
+            }
+        }
+    }
+    assert_eq!(counts.len(), expected, "no output that was not expected");
+    assert!(
+        wrong.is_empty(),
+        "every output exactly once: {wrong:?}\nA:\n{}",
+        a.log()
+    );
+    assert!(
+        a.log().contains("fenced: another instance took this partition over"),
+        "the resumed instance was told it was fenced"
+    );
+}
