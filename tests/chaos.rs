@@ -117,6 +117,13 @@ fn input_key(user: i64) -> String {
     format!("user-{user}")
 }
 
+/// Send `signal` (`-STOP`, `-CONT`) to the bridge process.
+fn signal(bridge: &Bridge, signal: &str) {
+    let pid = bridge.child.id().to_string();
+    let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
 /// SIGKILL, then reap.
 fn kill(bridge: &mut Bridge) {
     let pid = bridge.child.id().to_string();
@@ -154,6 +161,11 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     let kills_wanted = knob("CHAOS_KILLS", 10).max(3);
     let users = knob("CHAOS_USERS", 20).max(1) as i64;
     let seed = knob("CHAOS_SEED", 6);
+    // The bridge's WATCHBRIDGE_GUARANTEE (default: what the broker supports).
+    let guarantee = std::env::var("CHAOS_GUARANTEE").unwrap_or_else(|_| "auto".into());
+    // The zombie episode (CHAOS_ZOMBIE=1; default on with exactly_once, which fences it; the
+    // `recovery` mode still has that window, docs/architecture.md).
+    let zombie = knob("CHAOS_ZOMBIE", u64::from(guarantee == "exactly_once")) == 1;
     let mut rng = fastrand::Rng::with_seed(seed);
 
     // Feeds long enough to keep growing through the chaos phase.
@@ -203,6 +215,7 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
             SESSION_TIMEOUT.as_millis().to_string(),
         ),
         ("KAFKA_HEARTBEAT_INTERVAL_MS", "1000".into()),
+        ("WATCHBRIDGE_GUARANTEE", guarantee.clone()),
     ];
     for user in 0..users {
         broker()
@@ -219,10 +232,48 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     let mut restarts = 0u64;
     let mut broker_restarts = 0u64;
     let mut kills = 0u64;
+    let mut zombies = 0u64;
     let two_at = kills_wanted / 3;
     let broker_at = 2 * kills_wanted / 3;
+    let zombie_at = zombie.then_some(kills_wanted / 2);
     let mut current = Bridge::start(&env);
     for i in 0..kills_wanted {
+        if Some(i) == zombie_at {
+            // A zombie: the running instance stalls (SIGSTOP: a GC pause, a frozen VM) past
+            // its session timeout while a second one takes its partitions over and goes on
+            // emitting; then it runs again (SIGCONT) and writes what it had in hand; then
+            // the new owner is SIGKILLed (and the zombie with it), and a third recovers.
+            let mut successor = Bridge::start(&env);
+            restarts += 1;
+            tokio::time::sleep(random_wait(&mut rng)).await;
+            signal(&current, "-STOP");
+            eprintln!(
+                "chaos: [{:>5.1?}] zombie: first instance SIGSTOPped; the second takes over",
+                started.elapsed()
+            );
+            tokio::time::sleep(SESSION_TIMEOUT + RESTART_MARGIN).await;
+            let took_over = log_says(
+                &successor,
+                "partition state restored",
+                Duration::from_secs(30),
+            );
+            tokio::time::sleep(random_wait(&mut rng) * 2).await;
+            signal(&current, "-CONT");
+            tokio::time::sleep(random_wait(&mut rng)).await;
+            let fenced = current.log().contains("fenced: another instance");
+            eprintln!(
+                "chaos: [{:>5.1?}] zombie: SIGCONT (second took over: {took_over}; first fenced: {fenced}); SIGKILL both",
+                started.elapsed()
+            );
+            kill(&mut successor);
+            kill(&mut current);
+            kills += 2;
+            zombies += 1;
+            tokio::time::sleep(SESSION_TIMEOUT + RESTART_MARGIN).await;
+            current = Bridge::start(&env);
+            restarts += 1;
+            continue;
+        }
         if i == broker_at {
             tokio::time::sleep(random_wait(&mut rng)).await;
             eprintln!(
@@ -362,8 +413,8 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     }
 
     println!(
-        "chaos: expected={} exactly_once={exactly_once} lost={} duplicated={} restarts={restarts} \
-         broker_restarts={broker_restarts} wrong_event_time={} watermark_regressions={}",
+        "chaos: guarantee={guarantee} expected={} exactly_once={exactly_once} lost={} duplicated={} restarts={restarts} \
+         broker_restarts={broker_restarts} zombies={zombies} wrong_event_time={} watermark_regressions={}",
         expected.len(),
         lost.len(),
         duplicated.len(),

@@ -33,8 +33,8 @@ fn signal(bridge: &Bridge, signal: &str) {
 async fn committed_outputs(topic: &str) -> BTreeMap<(String, String), usize> {
     let mut counts = BTreeMap::new();
     for m in data_records(broker().read_to_end(topic).await) {
-        let output = String::from_utf8_lossy(header(&m, "watchbridge-output-key").unwrap())
-            .into_owned();
+        let output =
+            String::from_utf8_lossy(header(&m, "watchbridge-output-key").unwrap()).into_owned();
         let watch = String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned();
         *counts.entry((watch, output)).or_insert(0) += 1;
     }
@@ -135,7 +135,8 @@ async fn a_paused_instance_is_fenced_and_nothing_it_writes_after_resuming_is_vis
         a.log()
     );
     assert!(
-        a.log().contains("fenced: another instance took this partition over"),
+        a.log()
+            .contains("fenced: another instance took this partition over"),
         "the resumed instance was told it was fenced"
     );
 }
