@@ -341,7 +341,7 @@ fn producer_config(brokers: &str, config: &RunConfig) -> ClientConfig {
 
 /// `WATCHBRIDGE_GUARANTEE`, with `auto` resolved against the broker (the embedded broker,
 /// librdkafka's mock cluster, accepts transactions but cannot keep their promise: `auto`
-/// picks `recovery` there).
+/// picks `recovery` there without asking).
 async fn choose_guarantee(brokers: &str, embedded: bool, config: &RunConfig) -> Guarantee {
     let chosen = match config.guarantee {
         GuaranteeSetting::Auto if embedded => Guarantee::Recovery,
@@ -352,9 +352,22 @@ async fn choose_guarantee(brokers: &str, embedded: bool, config: &RunConfig) -> 
                 .find(|(k, _)| k == "security.protocol")
                 .is_none_or(|(_, v)| v.eq_ignore_ascii_case("plaintext"));
             let brokers = brokers.to_string();
-            tokio::task::spawn_blocking(move || guarantee::choose(setting, &brokers, plaintext))
-                .await
-                .unwrap_or(Guarantee::Recovery)
+            let producer = producer_config(&brokers, config);
+            let consumer = base_config(&brokers, config);
+            let id = format!(
+                "watchbridge-{}-probe-{}-{}",
+                config.group_id,
+                std::process::id(),
+                Clock::system().now_ms()
+            );
+            let state_topic = config.state_topic.clone();
+            tokio::task::spawn_blocking(move || {
+                guarantee::choose(setting, &brokers, plaintext, || {
+                    guarantee::probe_transaction(&producer, &consumer, &id, &state_topic)
+                })
+            })
+            .await
+            .unwrap_or(Guarantee::Recovery)
         }
     };
     tracing::info!(

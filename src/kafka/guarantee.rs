@@ -11,13 +11,26 @@
 //!   still write twice (see docs/architecture.md, "What a crash does").
 //! - `at_least_once`: as `recovery`, without the read-back of the output topic: a crash may
 //!   emit again what was delivered after the last checkpoint; a recovery reads less.
-//! - `auto` (the default): `exactly_once` where the broker supports transactions (its
-//!   ApiVersions list `EndTxn`), else `recovery`.
+//! - `auto` (the default): `exactly_once` where the broker supports transactions, else
+//!   `recovery`.
 //!
-//! The broker is asked with one ApiVersions request (v0, which every broker answers) over
-//! plain TCP: where `security.protocol` is TLS or SASL that is not possible, and `auto`
-//! picks `recovery` and says so (set `exactly_once` explicitly there).
+//! Whether it does is asked twice. First one ApiVersions request (v0, which every broker
+//! answers) over plain TCP: no `EndTxn` in it, no transactions (where `security.protocol`
+//! is TLS or SASL this cannot be asked, and `auto` picks `recovery` and says so: set
+//! `exactly_once` explicitly there). Listing `EndTxn` is not enough: Tansu 0.6 lists it,
+//! yet its transactions never complete (`init_transactions` hangs on its memory storage,
+//! `EndTxn` is refused on SQLite, and where an abort completes it still hands the aborted
+//! record to `read_committed` readers, as librdkafka's mock cluster does). So then one real
+//! transaction: a producer with a `transactional.id` of its own writes one record to the
+//! state topic and aborts it, and a `read_committed` reader reads that partition from
+//! before the record to its end. Only if the abort completes and the reader does not see
+//! the record, within [`PROBE_TIMEOUT`] each, is the mode `exactly_once`. (Every reader of
+//! the state topic reads `read_committed`, so the aborted record is never seen again.)
 
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use std::fmt;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -154,9 +167,91 @@ fn parse_api_versions(body: &[u8], correlation_id: i32) -> Result<Vec<i16>, Stri
         .collect()
 }
 
-/// Resolve `auto` against the broker (blocking: one TCP round trip). `plaintext` says
-/// whether the configured `security.protocol` lets the probe speak to the broker.
-pub fn choose(setting: GuaranteeSetting, brokers: &str, plaintext: bool) -> Guarantee {
+/// How long the probe transaction may take (a broker's transaction coordinator may first
+/// have to load its log: about 2 s on a new Apache Kafka).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The key of the probe transaction's record (a recovery skips it: a broker without
+/// transactions keeps it visible).
+pub const PROBE_KEY: &[u8] = b"~watchbridge-transaction-probe";
+
+/// One real transaction, aborted, then read back: `Ok` if the broker completed the abort
+/// and a `read_committed` reader does not see the record. `producer_config` is the
+/// bridge's producer settings, `consumer_config` its client settings; the record goes to
+/// partition 0 of `topic` (the state topic). `transactional_id` must be this process's
+/// own: two instances starting at once must not fence each other's probe.
+pub fn probe_transaction(
+    producer_config: &ClientConfig,
+    consumer_config: &ClientConfig,
+    transactional_id: &str,
+    topic: &str,
+) -> Result<(), String> {
+    let consumer: BaseConsumer = consumer_config
+        .clone()
+        .set("group.id", "watchbridge-transaction-probe")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .set("fetch.wait.max.ms", "50")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let (_, before) = consumer
+        .fetch_watermarks(topic, 0, PROBE_TIMEOUT)
+        .map_err(|e| format!("end offset of {topic}/0: {e}"))?;
+    let producer: ThreadedProducer<DefaultProducerContext> = producer_config
+        .clone()
+        .set("transactional.id", transactional_id)
+        .set("transaction.timeout.ms", "10000")
+        .create()
+        .map_err(|e| e.to_string())?;
+    producer
+        .init_transactions(PROBE_TIMEOUT)
+        .map_err(|e| format!("init_transactions: {e}"))?;
+    producer
+        .begin_transaction()
+        .map_err(|e| format!("begin_transaction: {e}"))?;
+    producer
+        .send(
+            BaseRecord::<[u8], [u8]>::to(topic)
+                .partition(0)
+                .key(PROBE_KEY)
+                .payload(&b""[..]),
+        )
+        .map_err(|(e, _)| format!("produce: {e}"))?;
+    producer
+        .flush(PROBE_TIMEOUT)
+        .map_err(|e| format!("flush: {e}"))?;
+    producer
+        .abort_transaction(PROBE_TIMEOUT)
+        .map_err(|e| format!("abort_transaction: {e}"))?;
+    let mut from = TopicPartitionList::new();
+    from.add_partition_offset(topic, 0, Offset::Offset(before))
+        .and_then(|()| consumer.assign(&from))
+        .map_err(|e| format!("read {topic}/0: {e}"))?;
+    let deadline = std::time::Instant::now() + PROBE_TIMEOUT;
+    while std::time::Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) if m.key() == Some(PROBE_KEY) => {
+                return Err(
+                    "the broker hands an aborted record to a read_committed reader".into(),
+                )
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(()),
+            _ => {}
+        }
+    }
+    Err(format!("{topic}/0 was not read to its end within {PROBE_TIMEOUT:?}"))
+}
+
+/// Resolve `auto` against the broker (blocking). `plaintext` says whether the configured
+/// `security.protocol` lets the ApiVersions request speak to the broker; `probe` runs the
+/// probe transaction ([`probe_transaction`]).
+pub fn choose(
+    setting: GuaranteeSetting,
+    brokers: &str,
+    plaintext: bool,
+    probe: impl FnOnce() -> Result<(), String>,
+) -> Guarantee {
     match setting {
         GuaranteeSetting::Fixed(g) => g,
         GuaranteeSetting::Auto if !plaintext => {
@@ -168,7 +263,13 @@ pub fn choose(setting: GuaranteeSetting, brokers: &str, plaintext: bool) -> Guar
         }
         GuaranteeSetting::Auto => {
             match broker_supports_transactions(brokers, Duration::from_secs(5)) {
-                Ok(true) => Guarantee::ExactlyOnce,
+                Ok(true) => match probe() {
+                    Ok(()) => Guarantee::ExactlyOnce,
+                    Err(e) => {
+                        tracing::info!(error = %e, "WATCHBRIDGE_GUARANTEE=auto: the broker lists EndTxn but did not complete a probe transaction; using `recovery`");
+                        Guarantee::Recovery
+                    }
+                },
                 Ok(false) => Guarantee::Recovery,
                 Err(e) => {
                     tracing::warn!(error = %e, "WATCHBRIDGE_GUARANTEE=auto: could not ask the broker whether it supports transactions; using `recovery`");

@@ -48,6 +48,8 @@ impl MergedPublisher {
             // nothing is committed under it.
             .set("group.id", "watchbridge-watermark-reader")
             .set("enable.auto.commit", "false")
+            // Only committed watermarks (the exactly-once mode's are transactional).
+            .set("isolation.level", "read_committed")
             .set("fetch.wait.max.ms", "100")
             .create()
         {

@@ -90,6 +90,9 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         // Assigned, never subscribed: it does not join the group, and commits nothing.
         .set("group.id", &source.group_id)
         .set("enable.auto.commit", "false")
+        // Never what a transaction left open or aborted (the exactly-once mode's records,
+        // the guarantee probe's record): whatever `KAFKA_ISOLATION_LEVEL` says.
+        .set("isolation.level", "read_committed")
         // The end of a partition is reported, so a read ends there even when the last
         // offsets hold no record a consumer sees (transaction markers, compacted away).
         .set("enable.partition.eof", "true")
@@ -121,7 +124,7 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         state_range.1,
         |m| {
             found.state_records += 1;
-            if let Some(key) = m.key() {
+            if let Some(key) = m.key().filter(|k| *k != super::guarantee::PROBE_KEY) {
                 latest.insert(key.to_vec(), m.payload().map(<[u8]>::to_vec));
             }
         },
