@@ -392,8 +392,21 @@ fn transaction_settings(
     let group = group.group_metadata().ok_or_else(|| {
         BridgeError::Start("librdkafka returned no consumer group metadata".into())
     })?;
+    // A setting librdkafka refuses for a transactional producer (`KAFKA_MESSAGE_TIMEOUT_MS`
+    // above `transaction.timeout.ms`, say) fails the start here, not every partition later.
+    let producer_config = producer_config(brokers, config);
+    producer_config
+        .clone()
+        .set("transactional.id", "watchbridge-settings-check")
+        .create::<rdkafka::producer::BaseProducer>()
+        .map_err(|e| {
+            BridgeError::Start(format!(
+                "WATCHBRIDGE_GUARANTEE=exactly_once: the transactional producer's settings are \
+                 refused: {e}"
+            ))
+        })?;
     Ok(TransactionSettings {
-        producer_config: producer_config(brokers, config),
+        producer_config,
         id_prefix: format!("watchbridge-{}-{}", config.group_id, config.input_topic),
         group: Arc::new(group),
     })
