@@ -1,135 +1,95 @@
-//! One Tansu broker process (the test broker, `scripts/tansu.sh`) that cannot outlive the
-//! process that started it. Shared by the integration tests (`support/kafka.rs`, one broker
-//! per test binary) and the benchmarks (`benches/*.rs` include this file by `#[path]`, a
-//! fresh broker per case), so both start, wait for and stop Tansu the same way.
+//! One test broker process that cannot outlive the process that started it: Tansu
+//! (`tansu_process.rs`, `scripts/tansu.sh`) or Apache Kafka (`kafka_process.rs`,
+//! `scripts/kafka.sh`). Only the command line differs; starting on free ports (retried if one
+//! was taken), waiting until it answers metadata, crashing and restarting it on the same
+//! ports and data, its pid and its log are the same for both, here.
 //!
-//! Only std and rdkafka: a bench includes this file alone.
+//! Shared by the integration tests (`support/kafka.rs`, one broker per test binary) and the
+//! benchmarks (`benches/*.rs` include these files by `#[path]`, a fresh broker per case).
+//! Only std and rdkafka: a bench includes these files alone.
 
+use super::watchdog;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
-use std::io::Read;
+use std::ffi::OsString;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// How long Tansu may take to answer a metadata request after it was started.
-pub const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Where Tansu keeps its data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Storage {
-    /// `sqlite://tansu.db` in the broker's dir: survives a broker crash and restart; what
-    /// the tests use. Tansu writes every record header as an SQLite row, and is the limit
-    /// of any throughput measured on it (about 50k records/s on 2 cores).
-    Sqlite,
-    /// `memory://`: nothing survives the process; what throughput is measured on (about
-    /// 290k records/s on 2 cores, `/work/shared/notes/tansu-0.6.md`).
-    Memory,
+/// How to run one kind of broker.
+pub struct Launch<'a> {
+    /// For messages: `tansu`, `kafka`.
+    pub name: &'static str,
+    /// The temp dir's name starts with this.
+    pub prefix: &'a str,
+    /// How many loopback ports it listens on; the first is the clients' (bootstrap) one.
+    pub ports: usize,
+    /// How long it may take to answer a metadata request after it was started.
+    pub start_timeout: Duration,
+    /// Its command line, given its dir and ports. Run in the dir, output to `broker.log`.
+    pub command: &'a dyn Fn(&Path, &[u16]) -> Vec<OsString>,
 }
 
-impl Storage {
-    fn url(self) -> &'static str {
-        match self {
-            Storage::Sqlite => "sqlite://tansu.db",
-            Storage::Memory => "memory://tansu/",
-        }
-    }
-
-    pub fn describe(self) -> &'static str {
-        match self {
-            Storage::Sqlite => "SQLite storage",
-            Storage::Memory => "memory storage",
-        }
-    }
-}
-
-/// The watchdog: runs Tansu in the background and kills it once its own stdin reaches EOF.
-/// Only the starting process holds the pipe's write end (std opens pipes close-on-exec, so
-/// no other child inherits it), and the kernel closes it however that process ends — normal
-/// exit, panic, or SIGKILL — so Tansu can't outlive it. No pid polling, so no pid-reuse
-/// races. (`PR_SET_DEATHSIG` would fire when the *thread* that spawned it ends.) Tansu exits
-/// within ~50 ms of SIGTERM; SIGKILL follows after 5 s in case it ever doesn't. The shell
-/// itself exits when Tansu does, which is how [`TansuProcess::start`] notices an early
-/// death. The dir is removed once the starting process has let go (unless
-/// `TANSU_KEEP_DIR` is set); if Tansu died by itself, it stays for its log.
-///
-/// `$1` is the dir, the rest is the Tansu command line.
-const WATCHDOG: &str = r#"
-dir=$1; shift
-cd "$dir" || exit 1
-exec 3<&0
-"$@" </dev/null 3<&- >>tansu.log 2>&1 &
-tansu=$!
-echo "$tansu" >tansu.pid
-{
-    read -r _ <&3
-    touch owner-exited
-    kill "$tansu"
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$tansu" || exit; sleep 0.5; done
-    kill -9 "$tansu"
-} >/dev/null 2>&1 &
-watcher=$!
-exec 3<&-
-wait "$tansu" 2>/dev/null  # (dash would report "Terminated")
-status=$?
-kill "$watcher" 2>/dev/null
-if [ -e owner-exited ] && [ -z "$TANSU_KEEP_DIR" ]; then cd / && rm -rf "$dir"; fi
-exit "$status"
-"#;
-
-/// A running Tansu under its watchdog. Dropping it stops Tansu and removes its dir.
-pub struct TansuProcess {
+/// A running broker under its watchdog (`watchdog.rs`: it cannot outlive this process; its
+/// output goes to `broker.log` in its dir). Dropping it stops the broker and removes its dir.
+pub struct BrokerProcess {
     pub bootstrap: String,
     pub dir: PathBuf,
-    pub bin: PathBuf,
-    pub storage: Storage,
+    name: &'static str,
+    start_timeout: Duration,
+    /// The command line, ports included, so that a restart runs the same broker.
+    command: Vec<OsString>,
     watchdog: Child,
 }
 
-impl TansuProcess {
-    /// Starts Tansu on a free loopback port with its data in a new temp dir named
-    /// `prefix…`, and waits until it answers. A port picked free can be taken before Tansu
-    /// binds it (Tansu panics then): a few ports are tried.
-    pub fn start(bin: &Path, storage: Storage, prefix: &str) -> Result<TansuProcess, String> {
+impl BrokerProcess {
+    /// Starts the broker on free loopback ports with its data in a new temp dir, and waits
+    /// until it answers. A port picked free can be taken before the broker binds it: a few
+    /// ports are tried.
+    pub fn start(launch: &Launch) -> Result<BrokerProcess, String> {
+        let name = launch.name;
         let started = Instant::now();
         for attempt in 1..=3 {
             let dir = tempfile::Builder::new()
-                .prefix(prefix)
+                .prefix(launch.prefix)
                 .tempdir()
-                .expect("create a temp dir for tansu")
+                .unwrap_or_else(|e| panic!("create a temp dir for {name}: {e}"))
                 .keep();
-            let bootstrap = format!("127.0.0.1:{}", free_port());
-            let mut watchdog = spawn_watchdog(bin, &dir, &bootstrap, storage);
-            match wait_ready(&mut watchdog, &bootstrap, &dir) {
+            let ports = free_ports(launch.ports);
+            let bootstrap = format!("127.0.0.1:{}", ports[0]);
+            let command = (launch.command)(&dir, &ports);
+            let mut process = BrokerProcess {
+                watchdog: watchdog::spawn("broker", &dir, &command),
+                command,
+                bootstrap,
+                dir,
+                name,
+                start_timeout: launch.start_timeout,
+            };
+            match process.wait_ready() {
                 Ok(()) => {
                     eprintln!(
-                        "tansu: listening on {bootstrap} after {:.1?} ({}, dir {})",
+                        "{name}: listening on {} after {:.1?} (dir {})",
+                        process.bootstrap,
                         started.elapsed(),
-                        storage.describe(),
-                        dir.display()
+                        process.dir.display()
                     );
-                    return Ok(TansuProcess {
-                        bootstrap,
-                        dir,
-                        bin: bin.to_path_buf(),
-                        storage,
-                        watchdog,
-                    });
+                    return Ok(process);
                 }
                 Err(log) if attempt < 3 && log.contains("in use") => {
                     // Closing the pipe stops whatever is left of this attempt.
-                    drop(watchdog.stdin.take());
-                    let _ = watchdog.wait();
-                    let _ = std::fs::remove_dir_all(&dir);
-                    eprintln!("tansu: {bootstrap} was taken, retrying on another port");
+                    drop(process.watchdog.stdin.take());
+                    let _ = process.watchdog.wait();
+                    let _ = std::fs::remove_dir_all(&process.dir);
+                    eprintln!("{name}: a port of {ports:?} was taken, retrying on others");
                 }
                 Err(log) => {
                     return Err(format!(
-                        "tansu ({}) did not start on {bootstrap} (attempt {attempt}, dir {}); \
-                         the end of its log:\n{log}",
-                        bin.display(),
-                        dir.display()
+                        "{name} did not start on {} (attempt {attempt}, dir {}); the end of \
+                         its log:\n{log}",
+                        process.bootstrap,
+                        process.dir.display()
                     ))
                 }
             }
@@ -137,29 +97,30 @@ impl TansuProcess {
         unreachable!("the last attempt returns")
     }
 
-    /// Tansu's process id (for CPU accounting and SIGKILLs).
+    /// The broker's process id (for CPU accounting, SIGKILL, SIGSTOP and SIGCONT).
     pub fn pid(&self) -> String {
-        std::fs::read_to_string(self.dir.join("tansu.pid"))
-            .expect("read tansu.pid")
+        std::fs::read_to_string(self.dir.join("broker.pid"))
+            .unwrap_or_else(|e| panic!("read {}/broker.pid: {e}", self.dir.display()))
             .trim()
             .to_string()
     }
 
-    /// Crashes the broker (SIGKILL) and starts it again on the same port with the same dir,
-    /// so its SQLite storage (topics, records, committed offsets, groups) carries over, as it
-    /// does for a real broker restart. Clients reconnect on their own.
+    /// Crashes the broker (SIGKILL) and starts it again on the same ports with the same dir,
+    /// so its storage (topics, records, committed offsets, groups) carries over, as it does
+    /// for a real broker restart. Clients reconnect on their own.
     pub fn restart(&mut self) {
         self.kill_keeping_dir();
         let started = Instant::now();
-        // The port was just released; if it is briefly not bindable, try again for a while:
-        // the address can't change.
+        // The ports were just released; if one is briefly not bindable, try again for a
+        // while: the address can't change.
         let mut last = String::new();
         for _ in 0..10 {
-            self.watchdog = spawn_watchdog(&self.bin, &self.dir, &self.bootstrap, self.storage);
-            match wait_ready(&mut self.watchdog, &self.bootstrap, &self.dir) {
+            self.watchdog = watchdog::spawn("broker", &self.dir, &self.command);
+            match self.wait_ready() {
                 Ok(()) => {
                     eprintln!(
-                        "tansu: restarted on {} after {:.1?}",
+                        "{}: restarted on {} after {:.1?}",
+                        self.name,
                         self.bootstrap,
                         started.elapsed()
                     );
@@ -173,94 +134,81 @@ impl TansuProcess {
             }
         }
         panic!(
-            "tansu did not come back on {} (dir {}); the end of its log:\n{last}",
+            "{} did not come back on {} (dir {}); the end of its log:\n{last}",
+            self.name,
             self.bootstrap,
             self.dir.display()
         );
     }
 
-    /// SIGKILLs Tansu (if it still runs) and reaps the watchdog, without closing its stdin
-    /// first: that would tell it its owner has exited, and it would remove the dir.
+    /// SIGKILLs the broker (if it still runs) and reaps the watchdog, without closing its
+    /// stdin first: that would tell it its owner has exited, and it would remove the dir.
     /// (`Child::wait` closes stdin, hence the `take`.)
     fn kill_keeping_dir(&mut self) {
         let stdin = self.watchdog.stdin.take();
         if self
             .watchdog
             .try_wait()
-            .expect("poll the tansu watchdog")
+            .unwrap_or_else(|e| panic!("poll the {} watchdog: {e}", self.name))
             .is_none()
         {
             let _ = Command::new("kill").args(["-KILL", &self.pid()]).status();
         }
-        // The watchdog shell exits once Tansu is gone.
+        // The watchdog shell exits once the broker is gone.
         let _ = self.watchdog.wait();
         drop(stdin);
     }
 
-    /// The last lines of Tansu's log.
+    /// The last lines of the broker's log.
     pub fn log_tail(&self) -> String {
-        log_tail(&self.dir)
+        watchdog::log_tail(&self.dir, "broker")
+    }
+
+    /// Waits until the broker accepts connections and answers a metadata request with itself
+    /// as a broker. On failure returns the tail of its log.
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let addr: SocketAddr = self.bootstrap.parse().unwrap();
+        let deadline = Instant::now() + self.start_timeout;
+        let mut last_error = String::from("no connection yet");
+        while Instant::now() < deadline {
+            let exited = self
+                .watchdog
+                .try_wait()
+                .unwrap_or_else(|e| panic!("poll the {} watchdog: {e}", self.name));
+            if let Some(status) = exited {
+                return Err(format!(
+                    "{} exited ({status})\n{}",
+                    self.name,
+                    self.log_tail()
+                ));
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                let consumer: BaseConsumer = ClientConfig::new()
+                    .set("bootstrap.servers", &self.bootstrap)
+                    .create()
+                    .expect("create a Kafka client");
+                match consumer.fetch_metadata(None, Duration::from_secs(2)) {
+                    Ok(m) if !m.brokers().is_empty() => return Ok(()),
+                    Ok(_) => last_error = "metadata lists no brokers".into(),
+                    Err(e) => last_error = format!("metadata: {e}"),
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(format!(
+            "not ready within {:?} ({last_error})\n{}",
+            self.start_timeout,
+            self.log_tail()
+        ))
     }
 }
 
-impl Drop for TansuProcess {
+impl Drop for BrokerProcess {
     fn drop(&mut self) {
-        // EOF on the watchdog's stdin stops Tansu; the watchdog exits with it.
+        // EOF on the watchdog's stdin stops the broker; the watchdog exits with it.
         drop(self.watchdog.stdin.take());
         let _ = self.watchdog.wait();
     }
-}
-
-/// Tansu on `bootstrap` with its data in `dir`, under a [`WATCHDOG`] shell.
-fn spawn_watchdog(bin: &Path, dir: &Path, bootstrap: &str, storage: Storage) -> Child {
-    let url = format!("tcp://{bootstrap}");
-    Command::new("sh")
-        .arg("-c")
-        .arg(WATCHDOG)
-        .arg("tansu-watchdog")
-        .arg(dir)
-        .arg(bin)
-        .args(["broker", "--listener-url", &url])
-        .args(["--advertised-listener-url", &url])
-        .args(["--storage-engine", storage.url()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn the tansu watchdog (sh): {e}"))
-}
-
-/// The Tansu binary: `$TANSU_BIN`, else the one `scripts/tansu.sh` installs (once, into a
-/// cache outside the clone; its progress reaches the terminal).
-pub fn tansu_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("TANSU_BIN") {
-        return bin.into();
-    }
-    let root = env!("CARGO_MANIFEST_DIR");
-    let out = Command::new("scripts/tansu.sh")
-        .arg("path")
-        .current_dir(root)
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("run {root}/scripts/tansu.sh path: {e}"));
-    assert!(
-        out.status.success(),
-        "{root}/scripts/tansu.sh path failed ({}); `make broker-install` installs the broker, \
-         or set TANSU_BIN to a tansu binary of your own",
-        out.status
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
-/// `tansu --version`, for reports.
-pub fn tansu_version(bin: &Path) -> String {
-    Command::new(bin)
-        .arg("--version")
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "tansu (version unknown)".into())
 }
 
 /// A loopback port free now (bound, then released).
@@ -271,38 +219,32 @@ pub fn free_port() -> u16 {
         .expect("pick a free loopback port")
 }
 
-/// Waits until Tansu accepts connections and answers a metadata request with itself as a
-/// broker. On failure returns the tail of its log.
-fn wait_ready(watchdog: &mut Child, bootstrap: &str, dir: &Path) -> Result<(), String> {
-    let addr: SocketAddr = bootstrap.parse().unwrap();
-    let deadline = Instant::now() + START_TIMEOUT;
-    let mut last_error = String::from("no connection yet");
-    while Instant::now() < deadline {
-        if let Some(status) = watchdog.try_wait().expect("poll the tansu watchdog") {
-            return Err(format!("tansu exited ({status})\n{}", log_tail(dir)));
-        }
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            let consumer: BaseConsumer = ClientConfig::new()
-                .set("bootstrap.servers", bootstrap)
-                .create()
-                .expect("create a Kafka client");
-            match consumer.fetch_metadata(None, Duration::from_secs(2)) {
-                Ok(m) if !m.brokers().is_empty() => return Ok(()),
-                Ok(_) => last_error = "metadata lists no brokers".into(),
-                Err(e) => last_error = format!("metadata: {e}"),
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Err(format!(
-        "not ready within {START_TIMEOUT:?} ({last_error})\n{}",
-        log_tail(dir)
-    ))
+/// `n` distinct loopback ports free now (all bound at once, then released).
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("pick a free loopback port"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("a bound port").port())
+        .collect()
 }
 
-fn log_tail(dir: &Path) -> String {
-    let mut log = String::new();
-    let _ = std::fs::File::open(dir.join("tansu.log")).and_then(|mut f| f.read_to_string(&mut log));
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
+/// Runs `scripts/<script> path` in the clone (installing the broker once, its progress on
+/// the terminal) and returns what it prints: the broker's binary or jar dir.
+pub fn installed_path(script: &str, hint: &str) -> PathBuf {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = Command::new(format!("scripts/{script}"))
+        .arg("path")
+        .current_dir(root)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("run {root}/scripts/{script} path: {e}"));
+    assert!(
+        out.status.success(),
+        "{root}/scripts/{script} path failed ({}); `make broker-install` installs the test \
+         brokers, {hint}",
+        out.status
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
