@@ -51,13 +51,14 @@ use watchbridge::kafka::records;
 
 #[path = "support/mod.rs"]
 mod support;
+use support::broker_process::BrokerProcess;
 use support::cpu::{cpu_seconds, machine_cpu_seconds};
 use support::kafka::{create_topic, produce_inputs};
 use support::report::{
     command_output, env_or, machine, median, min_max, rate, summary_line, utc_now,
 };
 use support::tansu_process;
-use tansu_process::{tansu_bin, tansu_version, Storage, TansuProcess};
+use tansu_process::{tansu_bin, tansu_version, Storage};
 
 /// Partitions of the input and output topics.
 const PARTITIONS: i32 = 4;
@@ -457,7 +458,7 @@ fn run_case(
     delay_ms: u64,
     id: &str,
 ) -> Measured {
-    let broker = TansuProcess::start(tansu, s.storage, "watchbridge-bench-tansu-")
+    let broker = BrokerProcess::tansu(tansu, s.storage, "watchbridge-bench-tansu-")
         .unwrap_or_else(|e| panic!("{e}"));
     let bootstrap = broker.bootstrap.clone();
     let (input, output) = (format!("{id}.in"), format!("{id}.out"));

@@ -232,15 +232,15 @@ pub fn probe_transaction(
     while std::time::Instant::now() < deadline {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) if m.key() == Some(PROBE_KEY) => {
-                return Err(
-                    "the broker hands an aborted record to a read_committed reader".into(),
-                )
+                return Err("the broker hands an aborted record to a read_committed reader".into())
             }
             Some(Err(KafkaError::PartitionEOF(_))) => return Ok(()),
             _ => {}
         }
     }
-    Err(format!("{topic}/0 was not read to its end within {PROBE_TIMEOUT:?}"))
+    Err(format!(
+        "{topic}/0 was not read to its end within {PROBE_TIMEOUT:?}"
+    ))
 }
 
 /// Resolve `auto` against the broker (blocking). `plaintext` says whether the configured
