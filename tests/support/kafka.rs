@@ -17,7 +17,7 @@
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -358,10 +358,13 @@ impl Broker {
             .expect("create a Kafka consumer")
     }
 
-    /// Every record of `topic` up to the end offsets it has now, all partitions, in partition
-    /// then offset order (panics if they are not all read within 90 s).
+    /// Every committed record of `topic` up to the end offsets it has now, all partitions, in
+    /// partition then offset order (panics if they are not all read within 90 s). Read
+    /// `read_committed`: what a transaction aborted is not there, and a partition whose last
+    /// offsets are a transaction marker (never handed to a reader) ends at its end of
+    /// partition, not at its last record.
     pub async fn read_to_end(&self, topic: &str) -> Vec<OwnedMessage> {
-        let consumer = self.reader(topic);
+        let consumer = self.reader_until_eof(topic);
         let assignment = consumer
             .assignment()
             .unwrap_or_else(|e| panic!("assignment of {topic}: {e}"));
@@ -388,6 +391,20 @@ impl Broker {
                     }
                     read.push(m);
                 }
+                Ok(Err(KafkaError::PartitionEOF(p))) => {
+                    let position = consumer.position().ok().and_then(|tpl| {
+                        match tpl.find_partition(topic, p)?.offset() {
+                            Offset::Offset(o) => Some(o),
+                            _ => None,
+                        }
+                    });
+                    if remaining
+                        .get(&p)
+                        .is_some_and(|&high| position.is_some_and(|o| o >= high))
+                    {
+                        remaining.remove(&p);
+                    }
+                }
                 Ok(Err(e)) => panic!("read {topic}: {e}"),
                 Err(_) => panic!(
                     "read {topic}: {} records, partitions {remaining:?} not read to their end in 90 s",
@@ -399,12 +416,27 @@ impl Broker {
         read
     }
 
+    /// A `read_committed` consumer of every partition of `topic` from its beginning that
+    /// reports each end of partition.
+    fn reader_until_eof(&self, topic: &str) -> StreamConsumer {
+        self.reader_with(topic, |c| {
+            c.set("enable.partition.eof", "true")
+                .set("isolation.level", "read_committed");
+        })
+    }
+
     /// A consumer assigned every partition of `topic` at its beginning.
     fn reader(&self, topic: &str) -> StreamConsumer {
+        self.reader_with(topic, |_| {})
+    }
+
+    /// [`Broker::reader`] with `settings` applied to its config first.
+    fn reader_with(&self, topic: &str, settings: impl FnOnce(&mut ClientConfig)) -> StreamConsumer {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let group = format!("watchbridge-test-{}", NEXT.fetch_add(1, Ordering::Relaxed));
-        let consumer: StreamConsumer = self
-            .config()
+        let mut config = self.config();
+        settings(&mut config);
+        let consumer: StreamConsumer = config
             .set("group.id", &group)
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
