@@ -166,7 +166,8 @@ EOF
         local id
         id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
         # With controller.quorum.voters set, format without --standalone.
-        java -cp "$(classpath)" kafka.tools.StorageTool format -t "$id" \
+        # `--cluster-id=` form: an id may begin with `-`, which would read as an option.
+        java -cp "$(classpath)" kafka.tools.StorageTool format --cluster-id="$id" \
             -c "$dir/server.properties" >"$dir/format.log" 2>&1 || {
             echo "formatting $dir/data failed:" >&2
             cat "$dir/format.log" >&2
