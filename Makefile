@@ -105,14 +105,17 @@ test: lint broker-install bench-smoke
 
 # The test binaries that use a broker, each run on Apache Kafka (one Kafka per binary, ~10 s
 # to start): the fixture's own tests, what differs between the brokers (brokers.rs), the
-# bridge, watermarks, operations and Prometheus tests; then compaction.rs, which only
-# Kafka can run (its log cleaner), and the short fault test.
+# bridge, watermarks, operations and Prometheus tests (with WATCHBRIDGE_GUARANTEE=auto,
+# which picks exactly_once on Kafka); then compaction.rs and exactly_once.rs, which only
+# Kafka can run (its log cleaner, its transactions), and the short fault test in both
+# modes: exactly_once with a zombie episode (which it fences), and recovery.
 KAFKA_TESTS = kafka_broker brokers bridge watermarks ops prometheus
 test-kafka: setup
 	scripts/kafka.sh install
 	WATCHBRIDGE_TEST_BROKER=kafka $(CARGO) test $(KAFKA_TESTS:%=--test %)
-	WATCHBRIDGE_TEST_BROKER=kafka $(CARGO) test --test compaction -- --ignored
-	WATCHBRIDGE_TEST_BROKER=kafka $(CHAOS_SHORT)
+	WATCHBRIDGE_TEST_BROKER=kafka $(CARGO) test --test compaction --test exactly_once -- --ignored
+	WATCHBRIDGE_TEST_BROKER=kafka CHAOS_GUARANTEE=exactly_once $(CHAOS_SHORT)
+	WATCHBRIDGE_TEST_BROKER=kafka CHAOS_GUARANTEE=recovery $(CHAOS_SHORT)
 
 # The fault test (issue 6): SIGKILLs the bridge at random moments (CHAOS_KILLS, default 10)
 # while it watches CHAOS_USERS (default 20) growing HTTP feeds, runs two instances and kills

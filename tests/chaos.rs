@@ -161,9 +161,23 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     let mut zombies = 0u64;
     let two_at = kills_wanted / 3;
     let broker_at = 2 * kills_wanted / 3;
-    let zombie_at = zombie.then_some(kills_wanted / 2);
+    // Not on the two-instance kill's turn (with 3 kills: after the broker restart).
+    let zombie_at = zombie.then_some(if kills_wanted / 2 == two_at {
+        broker_at
+    } else {
+        kills_wanted / 2
+    });
     let mut current = Bridge::start(&env);
     for i in 0..kills_wanted {
+        if i == broker_at {
+            tokio::time::sleep(random_wait(&mut rng)).await;
+            eprintln!(
+                "chaos: [{:>5.1?}] broker SIGKILL + restart (bridge keeps running)",
+                started.elapsed()
+            );
+            broker().restart();
+            broker_restarts += 1;
+        }
         if Some(i) == zombie_at {
             // A zombie: the running instance stalls (SIGSTOP: a GC pause, a frozen VM) past
             // its session timeout while a second one takes its partitions over and goes on
@@ -199,15 +213,6 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
             current = Bridge::start(&env);
             restarts += 1;
             continue;
-        }
-        if i == broker_at {
-            tokio::time::sleep(random_wait(&mut rng)).await;
-            eprintln!(
-                "chaos: [{:>5.1?}] broker SIGKILL + restart (bridge keeps running)",
-                started.elapsed()
-            );
-            broker().restart();
-            broker_restarts += 1;
         }
         if i == two_at {
             let mut second = Bridge::start(&env);

@@ -1,6 +1,6 @@
 //! The transactional mode (`WATCHBRIDGE_GUARANTEE=exactly_once`) against a broker with
 //! transactions (Apache Kafka: `WATCHBRIDGE_TEST_BROKER=kafka`; `make test` runs this file
-//! there only). A stalled instance (a zombie) is fenced: once the partition's new owner has
+//! there only, as `--ignored`, since on Tansu it fails at once saying why). A stalled instance (a zombie) is fenced: once the partition's new owner has
 //! started its transactional producer, nothing the old one writes becomes visible — not
 //! its outputs, and not the stale checkpoint its revocation writes, which a third
 //! instance's recovery would otherwise take for the partition's state.
@@ -47,6 +47,7 @@ async fn committed_outputs(topic: &str) -> BTreeMap<(String, String), usize> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs Apache Kafka: make test-kafka runs it (WATCHBRIDGE_TEST_BROKER=kafka cargo test --test exactly_once -- --ignored)"]
 async fn a_paused_instance_is_fenced_and_nothing_it_writes_after_resuming_is_visible() {
     assert_eq!(
         broker().kind(),
