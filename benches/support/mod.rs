@@ -4,7 +4,10 @@
 
 pub mod alloc;
 pub mod cpu;
+pub mod feeds;
+pub mod job;
 pub mod kafka;
+pub mod outputs;
 pub mod report;
 
 /// The test broker's process (start, stop, restart), the same module the tests use.
