@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: setup build demo test lint bench-smoke bench broker broker-install chaos chaos-short
+.PHONY: setup build demo test test-kafka lint bench-smoke bench broker broker-install chaos chaos-short
 
 # Debian packages the build needs: rdkafka's `ssl` feature links OpenSSL, found by pkg-config;
 # and the tests': a Prometheus server (/usr/bin/prometheus) that tests/prometheus.rs starts on
@@ -29,6 +29,13 @@ setup:
 			$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
 		fi; \
 	fi
+	@# Apache Kafka, the second test broker (scripts/kafka.sh), runs on Java 17+ and its jars
+	@# are fetched with Maven; the machine's own are used where there are some.
+	@if ! { command -v java && command -v mvn; } >/dev/null && command -v apt-get >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
+		echo "installing Debian packages: openjdk-17-jre-headless maven"; \
+		$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jre-headless maven; \
+	fi
 	@# The Python benchmark (bench/python/, smoke-run by make test) makes a venv, so python3
 	@# needs its venv module: Debian's python3-venv, unless a python3 of its own has it.
 	@if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1 && command -v apt-get >/dev/null; then \
@@ -37,15 +44,25 @@ setup:
 		$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv; \
 	fi
 
-# The Kafka-protocol broker the Kafka tests run against (Tansu), built once into a cache
-# outside the clone (about 10 minutes the first time; later runs reuse it).
+# The Kafka-protocol brokers the Kafka tests run against (docs/brokers.md), installed once
+# into a cache outside the clone: Tansu, built from crates.io (about 10 minutes the first
+# time), and Apache Kafka, its jars fetched from Maven Central with `mvn` (about 30 s, 54 MB;
+# it runs on Java 17+; both come with the machine, `setup` installs them from Debian where
+# they don't). Later runs reuse both.
 broker-install: setup
 	scripts/tansu.sh install
+	scripts/kafka.sh install
 
-# A Tansu broker in the foreground on 127.0.0.1:9092 (TANSU_PORT), for running the bridge
-# against a real broker by hand.
+# A broker in the foreground on 127.0.0.1:9092, for running the bridge against a real broker
+# by hand: Tansu (TANSU_PORT to change the port), or Apache Kafka with BROKER=kafka
+# (KAFKA_PORT; its controller listens on the port after it).
+BROKER ?= tansu
 broker: broker-install
-	scripts/tansu.sh run
+	@case "$(BROKER)" in \
+		tansu) exec scripts/tansu.sh run ;; \
+		kafka) exec scripts/kafka.sh run ;; \
+		*) echo "BROKER=$(BROKER): not a test broker; use tansu (the default) or kafka"; exit 2 ;; \
+	esac
 
 build: setup
 	$(CARGO) build --release

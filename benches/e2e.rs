@@ -3,7 +3,7 @@
 //! `BENCH_SMOKE=1` only proves it runs (2,000 outputs, one run each).
 //!
 //! The broker is the real one the Kafka tests use, Tansu (`scripts/tansu.sh path`), a
-//! fresh one per case and run (`tests/support/tansu_process.rs`), with memory storage
+//! fresh one per case and run (`tests/support/tansu_process.rs`, `broker_process.rs`), with memory storage
 //! (`E2E_STORAGE=sqlite` for SQLite): there the broker is not the limit and the ratio
 //! compares the clients' CPU per record. The bridge runs with the allocator of the
 //! `watchbridge` binary ([`watchbridge::Allocator`]).
@@ -49,12 +49,13 @@ mod support;
 /// What the `watchbridge` binary allocates with, so the bridge here runs as it does there.
 #[global_allocator]
 static GLOBAL: watchbridge::Allocator = watchbridge::Allocator;
+use support::broker_process::BrokerProcess;
 use support::cpu::{cpu_seconds, machine_cpu_seconds};
 use support::kafka::{bridge_args, create_topic, input_id, produce_inputs, producer, InFlight};
 use support::report::{
     command_output, env_or, machine, median, min_max, now_ms, rate, summary_line, utc_now,
 };
-use support::tansu_process::{tansu_bin, tansu_version, Storage, TansuProcess};
+use support::tansu_process::{tansu_bin, tansu_version, Storage};
 
 /// The cases, in the order each run runs them, with how the CPU table names them.
 const CASES: [(&str, &str); 4] = [
@@ -189,7 +190,7 @@ struct Sample {
 }
 
 impl Cpu {
-    fn of(broker: &TansuProcess) -> Cpu {
+    fn of(broker: &BrokerProcess) -> Cpu {
         Cpu {
             broker_pid: broker.pid(),
         }
@@ -434,7 +435,7 @@ fn main() {
             if only.as_deref().is_some_and(|o| o != *case) {
                 continue;
             }
-            let broker = TansuProcess::start(&bin, s.storage, "watchbridge-bench-tansu-")
+            let broker = BrokerProcess::tansu(&bin, s.storage, "watchbridge-bench-tansu-")
                 .unwrap_or_else(|e| panic!("{e}"));
             let (bootstrap, cpu) = (broker.bootstrap.clone(), Cpu::of(&broker));
             let id = format!("{tag}-{run}-{case}");

@@ -36,9 +36,10 @@ use watchbridge::pollers::{RenderError, Resolve};
 #[path = "support/mod.rs"]
 mod support;
 use support::alloc::{live, rss, run_fresh};
+use support::broker_process::BrokerProcess;
 use support::kafka::{bridge_args, create_topic, input_id, produce_inputs};
 use support::report::{env_or, machine, now_ms, summary_line};
-use support::tansu_process::{tansu_bin, Storage, TansuProcess};
+use support::tansu_process::{tansu_bin, Storage};
 
 #[global_allocator]
 static GLOBAL: support::alloc::Counting = support::alloc::Counting;
@@ -138,7 +139,7 @@ fn run_case(watches: usize, per_watch: usize, settle: Duration) -> Case {
     // SQLite storage: the memory storage cannot resume a paused partition inside a batch
     // unless every input is a batch of its own, which it takes ~1,400/s of
     // (../shared/notes/tansu-0.6.md); the broker does not change the bridge's memory.
-    let broker = TansuProcess::start(&tansu_bin(), Storage::Sqlite, "watchbridge-bench-tansu-")
+    let broker = BrokerProcess::tansu(&tansu_bin(), Storage::Sqlite, "watchbridge-bench-tansu-")
         .unwrap_or_else(|e| panic!("{e}"));
     let bootstrap = broker.bootstrap.clone();
     let runtime = tokio::runtime::Runtime::new().expect("start the async runtime");

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 #[path = "support/mod.rs"]
 mod support;
+use support::broker_process::BrokerProcess;
 use support::cpu::{cpu_seconds, machine_cpu_seconds};
 use support::feeds::{FeedServer, Feeds, PAYLOAD_BYTES};
 use support::job::{log_tail, spawn_logged, terminate, wait_or_kill, watchbridge_command};
@@ -47,7 +48,7 @@ use support::report::{
     command_output, env_or, machine, median, min_max, now_ms, rate, summary_line, utc_now,
 };
 use support::tansu_process;
-use tansu_process::{tansu_bin, tansu_version, Storage, TansuProcess};
+use tansu_process::{tansu_bin, tansu_version, Storage};
 
 /// Partitions of the input and output topics.
 const PARTITIONS: i32 = 4;
@@ -200,7 +201,7 @@ fn run_case(
     delay_ms: u64,
     id: &str,
 ) -> Measured {
-    let broker = TansuProcess::start(tansu, s.storage, "watchbridge-bench-tansu-")
+    let broker = BrokerProcess::tansu(tansu, s.storage, "watchbridge-bench-tansu-")
         .unwrap_or_else(|e| panic!("{e}"));
     let bootstrap = broker.bootstrap.clone();
     let output = format!("{id}.out");

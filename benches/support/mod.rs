@@ -10,6 +10,10 @@ pub mod kafka;
 pub mod outputs;
 pub mod report;
 
-/// The test broker's process (start, stop, restart), the same module the tests use.
+/// The test broker's process (start, stop, restart), the same modules the tests use.
+#[path = "../../tests/support/broker_process.rs"]
+pub mod broker_process;
 #[path = "../../tests/support/tansu_process.rs"]
 pub mod tansu_process;
+#[path = "../../tests/support/watchdog.rs"]
+pub mod watchdog;

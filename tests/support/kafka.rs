@@ -1,13 +1,18 @@
-//! A real Kafka-protocol broker for integration tests: one Tansu process per test binary.
+//! A real Kafka-protocol broker for integration tests: one broker process per test binary,
+//! Tansu (the default) or Apache Kafka, chosen by `WATCHBRIDGE_TEST_BROKER=tansu|kafka`
+//! (docs/brokers.md). [`Broker::kind`] says which.
 //!
 //! Tansu 0.6 differs from Apache Kafka in ways the helpers here account for (see
 //! `/work/shared/notes/tansu-0.6.md`): it never creates topics on its own, so producing to a
 //! missing topic hangs until the producer's message timeout — tests create their topics with
-//! [`Broker::create_topic`]; and it panics on a busy port, so the fixture retries on another.
+//! [`Broker::create_topic`] (the Kafka broker is configured the same way:
+//! `auto.create.topics.enable=false`); and it panics on a busy port, so the fixture retries
+//! on another.
 //!
-//! The binary is `$TANSU_BIN`, else whatever `scripts/tansu.sh path` prints (which builds it
-//! once into a cache outside the clone). Its dir (SQLite file, `tansu.log`) is removed when
-//! the test binary exits, unless `TANSU_KEEP_DIR` is set.
+//! Tansu is `$TANSU_BIN`, else whatever `scripts/tansu.sh path` prints (which builds it once
+//! into a cache outside the clone); Kafka is the release `scripts/kafka.sh` installs (jars
+//! fetched once into the same cache). The broker's dir (its data, `broker.log`) is removed
+//! when the test binary exits, unless `WATCHBRIDGE_KEEP_TEST_DIRS` is set.
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -22,21 +27,58 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::tansu_process::{tansu_bin, Storage, TansuProcess};
+use super::broker_process::BrokerProcess;
+use super::tansu_process::{tansu_bin, Storage};
 
 /// How long a topic may take to show up in metadata after CreateTopics.
 const TOPIC_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bounds every produce: a record for a missing topic fails after this instead of hanging.
 const PRODUCE_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// Which broker the tests run against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerKind {
+    /// Tansu 0.6 with SQLite storage: no transactions, no compaction.
+    Tansu,
+    /// Apache Kafka (the release `scripts/kafka.sh` pins), one KRaft node.
+    Kafka,
+}
+
+impl BrokerKind {
+    /// The variable that chooses the broker.
+    pub const VARIABLE: &'static str = "WATCHBRIDGE_TEST_BROKER";
+
+    /// `WATCHBRIDGE_TEST_BROKER`: `tansu` (also when unset or empty) or `kafka`.
+    pub fn from_env() -> Result<BrokerKind, String> {
+        let value = std::env::var(Self::VARIABLE).unwrap_or_default();
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "tansu" => Ok(BrokerKind::Tansu),
+            "kafka" => Ok(BrokerKind::Kafka),
+            _ => Err(format!(
+                "{}={value:?}: not a test broker; use `tansu` (the default) or `kafka`",
+                Self::VARIABLE
+            )),
+        }
+    }
+
+    /// `tansu` or `kafka`, as the variable spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BrokerKind::Tansu => "tansu",
+            BrokerKind::Kafka => "kafka",
+        }
+    }
+}
+
 /// The running broker. Obtain it with [`broker()`].
 pub struct Broker {
     bootstrap: String,
     dir: PathBuf,
-    /// Tansu under its watchdog. Never dropped (statics aren't), so the watchdog's pipe
+    /// The broker under its watchdog. Never dropped (statics aren't), so the watchdog's pipe
     /// stays open exactly as long as this process lives. [`Broker::restart`] replaces the
     /// process inside.
-    process: Mutex<TansuProcess>,
+    process: Mutex<BrokerProcess>,
+    kind: BrokerKind,
     producer: OnceLock<FutureProducer>,
     admin: OnceLock<AdminClient<DefaultClientContext>>,
 }
@@ -52,24 +94,47 @@ pub fn broker() -> &'static Broker {
 }
 
 impl Broker {
-    /// Tansu with SQLite storage, so that [`Broker::restart`] keeps what it stored.
+    /// The broker `WATCHBRIDGE_TEST_BROKER` names; Tansu with SQLite storage, so that
+    /// [`Broker::restart`] keeps what it stored.
     fn start() -> Result<Broker, String> {
-        let process = TansuProcess::start(&tansu_bin(), Storage::Sqlite, "watchbridge-tansu-")?;
+        let kind = BrokerKind::from_env()?;
+        let process = match kind {
+            BrokerKind::Tansu => {
+                BrokerProcess::tansu(&tansu_bin(), Storage::Sqlite, "watchbridge-tansu-")?
+            }
+            BrokerKind::Kafka => BrokerProcess::kafka("watchbridge-kafka-")?,
+        };
         Ok(Broker {
             bootstrap: process.bootstrap.clone(),
             dir: process.dir.clone(),
             process: Mutex::new(process),
+            kind,
             producer: OnceLock::new(),
             admin: OnceLock::new(),
         })
     }
 
-    /// Crashes the broker (SIGKILL) and starts it again on the same port with the same dir,
-    /// so its SQLite storage (topics, records, committed offsets, groups) carries over, as it
+    /// Which broker this is.
+    pub fn kind(&self) -> BrokerKind {
+        self.kind
+    }
+
+    /// Crashes the broker (SIGKILL) and starts it again on the same port(s) with the same
+    /// dir, so its storage (topics, records, committed offsets, groups) carries over, as it
     /// does for a real broker restart. Clients reconnect on their own. For fault tests; a
     /// test binary whose tests share the broker must not call it while others run.
     pub fn restart(&self) {
         self.process.lock().unwrap().restart();
+    }
+
+    /// The broker's process id, for SIGSTOP and SIGCONT.
+    pub fn pid(&self) -> String {
+        self.process.lock().unwrap().pid()
+    }
+
+    /// The last lines of the broker's log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        self.process.lock().unwrap().log_tail()
     }
 
     /// `127.0.0.1:PORT`, for `bootstrap.servers`.
@@ -77,7 +142,7 @@ impl Broker {
         &self.bootstrap
     }
 
-    /// Tansu's working dir (its SQLite file and `tansu.log`).
+    /// The broker's working dir (its data and `broker.log`).
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -97,12 +162,20 @@ impl Broker {
     }
 
     /// Creates the topic (replication 1) and waits until metadata shows all its partitions.
-    /// A topic that already exists is fine. Tansu never creates topics on its own.
+    /// A topic that already exists is fine. Neither test broker creates topics on its own.
     pub async fn create_topic(&self, name: &str, partitions: i32) {
+        self.create_topic_with(name, partitions, &[]).await
+    }
+
+    /// [`Broker::create_topic`] with topic configs, e.g. `("cleanup.policy", "compact")`.
+    pub async fn create_topic_with(&self, name: &str, partitions: i32, configs: &[(&str, &str)]) {
         let admin = self
             .admin
             .get_or_init(|| self.config().create().expect("create a Kafka admin client"));
-        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        for (key, value) in configs {
+            topic = topic.set(key, value);
+        }
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
         let results = admin
             .create_topics([&topic], &options)
@@ -214,7 +287,7 @@ impl Broker {
             Ok(delivery) => (delivery.partition, delivery.offset),
             Err((e, _)) => panic!(
                 "produce to {topic} (partition {partition:?}): {e} \
-                 (Tansu doesn't create topics: did the test call create_topic?)"
+                 (the test brokers don't create topics: did the test call create_topic?)"
             ),
         }
     }

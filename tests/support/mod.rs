@@ -1,13 +1,21 @@
 //! Fixtures shared by the integration tests; each test binary uses a part of them.
 
 #[allow(dead_code)]
+pub mod broker_process;
+#[allow(dead_code)]
+pub mod feeds;
+#[allow(dead_code)]
 pub mod http_server;
 #[allow(dead_code)]
 pub mod kafka;
 #[allow(dead_code)]
+pub mod kafka_process;
+#[allow(dead_code)]
 pub mod prometheus;
 #[allow(dead_code)]
 pub mod tansu_process;
+#[allow(dead_code)]
+pub mod watchdog;
 
 #[allow(dead_code)]
 pub mod bridge;

@@ -7,12 +7,12 @@
 //! loopback port, so it never depends on Prometheus's usual :9090 (or on a packaged daemon
 //! that may hold it).
 
-use super::tansu_process::free_port;
+use super::broker_process::free_port;
+use super::watchdog;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// How long Prometheus may take to answer `/-/ready` after it is spawned.
@@ -32,7 +32,7 @@ pub struct Target {
 }
 
 /// A Prometheus process; stopped (and its dir removed) when dropped, or when the test
-/// process ends however it ends (see [`WATCHDOG`]).
+/// process ends however it ends (`watchdog.rs`).
 pub struct Prometheus {
     /// `http://127.0.0.1:PORT`
     url: String,
@@ -41,38 +41,6 @@ pub struct Prometheus {
     watchdog: Child,
     client: reqwest::Client,
 }
-
-/// The watchdog: runs Prometheus in the background and stops it once its own stdin reaches
-/// EOF. Only this test process holds the write end of that pipe (std opens pipes
-/// close-on-exec), and the kernel closes it however the process ends — a normal exit, a
-/// panic or SIGKILL — so Prometheus can't outlive the test. Dropping [`Prometheus`] closes it
-/// too. SIGTERM first (Prometheus stops in well under a second), SIGKILL after 5 s. The dir
-/// goes once Prometheus has stopped for that reason; if it died by itself, the dir stays for
-/// its log until the fixture is dropped.
-///
-/// `$1` is the dir, the rest is the Prometheus command line.
-const WATCHDOG: &str = r#"
-dir=$1; shift
-cd "$dir" || exit 1
-exec 3<&0
-"$@" </dev/null 3<&- >>prometheus.log 2>&1 &
-prometheus=$!
-echo "$prometheus" >prometheus.pid
-{
-    read -r _ <&3
-    touch test-exited
-    kill "$prometheus"
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$prometheus" || exit; sleep 0.5; done
-    kill -9 "$prometheus"
-} >/dev/null 2>&1 &
-watcher=$!
-exec 3<&-
-wait "$prometheus" 2>/dev/null
-status=$?
-kill "$watcher" 2>/dev/null
-if [ -e test-exited ]; then cd / && rm -rf "$dir"; fi
-exit "$status"
-"#;
 
 impl Prometheus {
     /// Starts Prometheus scraping `targets` (`HOST:PORT`, path `/metrics`) as job `job`
@@ -97,21 +65,17 @@ impl Prometheus {
                 .expect("write prometheus.yml");
             let port = free_port();
             let listen = format!("127.0.0.1:{port}");
-            let watchdog = Command::new("sh")
-                .arg("-c")
-                .arg(WATCHDOG)
-                .arg("prometheus-watchdog")
-                .arg(&dir)
-                .arg(&bin)
-                .arg("--config.file=prometheus.yml")
-                .arg("--storage.tsdb.path=data")
-                .arg(format!("--web.listen-address={listen}"))
-                .arg("--log.level=info")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap_or_else(|e| panic!("spawn the prometheus watchdog (sh): {e}"));
+            let watchdog = watchdog::spawn(
+                "prometheus",
+                &dir,
+                &[
+                    bin.as_os_str(),
+                    "--config.file=prometheus.yml".as_ref(),
+                    "--storage.tsdb.path=data".as_ref(),
+                    format!("--web.listen-address={listen}").as_ref(),
+                    "--log.level=info".as_ref(),
+                ],
+            );
             let mut prometheus = Self {
                 url: format!("http://{listen}"),
                 dir,
@@ -154,11 +118,7 @@ impl Prometheus {
 
     /// The last lines of its log.
     pub fn log_tail(&self) -> String {
-        let mut log = String::new();
-        let _ = std::fs::File::open(self.dir.join("prometheus.log"))
-            .and_then(|mut f| f.read_to_string(&mut log));
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        watchdog::log_tail(&self.dir, "prometheus")
     }
 
     async fn wait_ready(&mut self) -> Result<(), String> {

@@ -19,7 +19,7 @@ pub fn now_ms() -> i64 {
 }
 
 #[allow(unused_imports)] // not every test binary picks ports
-pub use super::tansu_process::free_port;
+pub use super::broker_process::free_port;
 
 /// Topics and settings of one test, unique so tests in one binary do not meet.
 pub struct Setup {

@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# The second test broker: Apache Kafka itself (a single KRaft node, broker and controller in
+# one JVM), pinned, from Maven Central. Tansu (scripts/tansu.sh) is the default test broker;
+# WATCHBRIDGE_TEST_BROKER=kafka makes the tests use this one (docs/brokers.md).
+#
+#   scripts/kafka.sh install    fetch its jars once into a cache outside the clone (~1 min,
+#                               ~55 MB), else reuse them
+#   scripts/kafka.sh path       print the jar dir (installing it if missing); `classpath`
+#                               prints the class path to give `java -cp`
+#   scripts/kafka.sh start DIR  start one on free loopback ports, config and data in DIR;
+#                               prints `127.0.0.1:PORT` once it listens; its pid is in
+#                               DIR/kafka.pid
+#   scripts/kafka.sh stop DIR   stop the one started in DIR
+#   scripts/kafka.sh serve DIR PORT CONTROLLER_PORT
+#                               write DIR/server.properties, format DIR/data unless it was,
+#                               and exec the broker in the foreground (what `start` and `run`
+#                               do; the Rust fixture runs this under its watchdog)
+#   scripts/kafka.sh run        run one in the foreground on 127.0.0.1:$KAFKA_PORT (default
+#                               9092), data kept in $KAFKA_DATA (default $CACHE/kafka-data)
+#
+# The cache is $WATCHBRIDGE_CACHE (default ~/.cache/watchbridge); set KAFKA_LIBS to a dir of
+# Kafka jars of your own. Needs Java 17+ and Maven (`mvn`, for the download only). Concurrent
+# installs wait for the first (flock on a file in the cache). The Rust test fixture
+# (tests/support/broker_process.rs) starts its own broker with `serve`.
+set -euo pipefail
+
+KAFKA_VERSION=4.1.1
+# Kafka 4.1's slf4j-api is 1.7.36: a 2.x binding would not bind (and it would log nothing).
+SLF4J_VERSION=1.7.36
+CACHE="${WATCHBRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/watchbridge}"
+ROOT="$CACHE/kafka-$KAFKA_VERSION"
+LIBS="${KAFKA_LIBS:-$ROOT/libs}"
+# Modest: the machines this runs on have 2 cores and other builds. A test broker holds a few
+# MB of records; 512 MB of heap was measured to be plenty (the JVM's default would be a
+# quarter of the RAM).
+KAFKA_HEAP="${KAFKA_HEAP:-512m}"
+
+need() {
+    if ! command -v "$1" >/dev/null; then
+        echo "Apache Kafka as the test broker needs \`$1\` ($2); install it (Debian: apt-get install $3)" >&2
+        exit 1
+    fi
+}
+
+# Kafka 4 brokers need Java 17 or newer.
+need_java() {
+    need java "Java 17 or newer" openjdk-17-jre-headless
+    local major
+    major="$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')"
+    if [ -n "$major" ] && [ "${major%%.*}" -lt 17 ] 2>/dev/null; then
+        echo "Apache Kafka $KAFKA_VERSION needs Java 17 or newer; \`java\` is Java $major ($(command -v java))" >&2
+        exit 1
+    fi
+}
+
+install() {
+    if [ -f "$LIBS/.complete" ] || { [ -n "${KAFKA_LIBS:-}" ] && [ -d "$LIBS" ]; }; then
+        return
+    fi
+    if [ -n "${KAFKA_LIBS:-}" ]; then
+        echo "KAFKA_LIBS=$KAFKA_LIBS is not a directory (of Kafka's jars)" >&2
+        exit 1
+    fi
+    need_java
+    need mvn "Maven, to fetch Kafka's jars from Maven Central" maven
+    mkdir -p "$CACHE"
+    # One download at a time: a second caller (another clone, a parallel `make`, a test
+    # binary) waits here for the first and then finds the jars in place.
+    exec 9>"$CACHE/kafka-$KAFKA_VERSION.lock"
+    if ! flock -n 9; then
+        echo "waiting for another install of Apache Kafka $KAFKA_VERSION to finish" >&2
+        flock 9
+    fi
+    if [ -f "$LIBS/.complete" ]; then
+        exec 9>&-
+        return
+    fi
+    echo "installing Apache Kafka $KAFKA_VERSION into $ROOT (once; about a minute)" >&2
+    # Resolve into a temp dir, then move into place, so an interrupted download never leaves
+    # a half-filled jar dir that later runs would trust (`.complete` marks a whole one).
+    local tmp
+    tmp="$(mktemp -d "$CACHE/kafka-install.XXXXXX")"
+    cat >"$tmp/pom.xml" <<EOF
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>watchbridge</groupId>
+  <artifactId>kafka-test-broker</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-simple</artifactId><version>$SLF4J_VERSION</version></dependency>
+  </dependencies>
+</project>
+EOF
+    if ! mvn -q -B -f "$tmp/pom.xml" dependency:copy-dependencies \
+        -DoutputDirectory="$tmp/libs" >&2; then
+        echo "mvn could not fetch Apache Kafka $KAFKA_VERSION (see above); nothing installed" >&2
+        rm -rf "$tmp"
+        exit 1
+    fi
+    touch "$tmp/libs/.complete"
+    mkdir -p "$ROOT"
+    rm -rf "$LIBS"
+    mv "$tmp/libs" "$LIBS"
+    rm -rf "$tmp"
+    # Unlock, and keep the lock's fd out of a broker that `start` runs in the background.
+    exec 9>&-
+}
+
+classpath() {
+    echo "$LIBS/*"
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# server.properties for one node on 127.0.0.1:PORT (clients) and CPORT (its controller),
+# data in DIR/data, formatted once (a dir formatted before keeps its data: a restart).
+config() {
+    local dir="$1" port="$2" cport="$3"
+    install
+    need_java
+    mkdir -p "$dir"
+    cat >"$dir/server.properties" <<EOF
+# A single KRaft node for tests (scripts/kafka.sh): broker and controller in one process.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$cport
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$dir/data
+# One node: every internal topic with one replica.
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+# A group's first member gets its partitions at once, not after 3 s.
+group.initial.rebalance.delay.ms=0
+# No topics created by producing to or fetching from a name: like Tansu, and like the
+# production clusters the bridge is meant for, where it must create its topics through the
+# admin API (or fail naming them). A test that forgot create_topic fails on both brokers.
+auto.create.topics.enable=false
+# The log cleaner, fast enough for tests: it looks for work every 500 ms (default 15 s).
+# Tests that want compaction set segment.ms / segment.bytes, min.cleanable.dirty.ratio and
+# delete.retention.ms on their topics; the broker-wide ones stay Kafka's defaults.
+log.cleaner.backoff.ms=500
+log.cleaner.dedupe.buffer.size=16777216
+log.cleaner.threads=1
+# Less disk, fewer threads: a test broker.
+num.network.threads=2
+num.io.threads=2
+num.partitions=1
+EOF
+    if [ ! -f "$dir/data/meta.properties" ]; then
+        # A cluster id: 16 random bytes, base64url without padding (what `StorageTool
+        # random-uuid` prints, without starting a second JVM for it).
+        local id
+        id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+        # With controller.quorum.voters set, format without --standalone.
+        java -cp "$(classpath)" kafka.tools.StorageTool format -t "$id" \
+            -c "$dir/server.properties" >"$dir/format.log" 2>&1 || {
+            echo "formatting $dir/data failed:" >&2
+            cat "$dir/format.log" >&2
+            exit 1
+        }
+    fi
+}
+
+# Runs the broker for DIR in this process (exec, so a pid taken before is the JVM's), on
+# PORT and CPORT, after writing its config (and formatting DIR/data the first time).
+serve() {
+    local dir="$1" port="$2" cport="$3"
+    config "$dir" "$port" "$cport"
+    cd "$dir"
+    # Serial GC and C1 only: fewer threads and less JIT work on a 2-core machine.
+    exec java "-Xmx$KAFKA_HEAP" -Xms64m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+        -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$(classpath)" \
+        kafka.Kafka "$dir/server.properties"
+}
+
+start() {
+    local dir="$1"
+    mkdir -p "$dir"
+    local port cport
+    port="$(free_port)"
+    cport="$(free_port)"
+    install
+    (serve "$dir" "$port" "$cport" >"$dir/kafka.log" 2>&1) &
+    echo $! >"$dir/kafka.pid"
+    # The JVM takes ~7 s to listen (longer on a busy machine).
+    for _ in $(seq 1 600); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "127.0.0.1:$port"
+            return
+        fi
+        if ! kill -0 "$(cat "$dir/kafka.pid")" 2>/dev/null; then
+            echo "kafka exited; its log:" >&2
+            cat "$dir/kafka.log" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
+    echo "kafka did not listen on 127.0.0.1:$port within 60 s; log in $dir/kafka.log" >&2
+    exit 1
+}
+
+run() {
+    local port="${KAFKA_PORT:-9092}"
+    local cport="${KAFKA_CONTROLLER_PORT:-$((port + 1))}"
+    local data="${KAFKA_DATA:-$CACHE/kafka-data}"
+    for p in "$port" "$cport"; do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+            echo "port $p is in use (is a broker already running?); set KAFKA_PORT (and KAFKA_CONTROLLER_PORT) to others" >&2
+            exit 1
+        fi
+    done
+    install
+    echo "Apache Kafka $KAFKA_VERSION on 127.0.0.1:$port (controller :$cport), data in $data; Ctrl-C stops it" >&2
+    serve "$data" "$port" "$cport"
+}
+
+stop() {
+    local dir="$1"
+    if [ -f "$dir/kafka.pid" ]; then
+        kill "$(cat "$dir/kafka.pid")" 2>/dev/null || true
+        rm -f "$dir/kafka.pid"
+    fi
+}
+
+case "${1:-}" in
+    install) install ;;
+    path) install; echo "$LIBS" ;;
+    classpath) install; classpath ;;
+    serve) serve "${2:?usage: $0 serve DIR PORT CONTROLLER_PORT}" "${3:?port}" "${4:?controller port}" ;;
+    start) start "${2:?usage: $0 start DIR}" ;;
+    stop) stop "${2:?usage: $0 stop DIR}" ;;
+    run) run ;;
+    *) echo "usage: $0 install|path|classpath|serve DIR PORT CPORT|start DIR|stop DIR|run" >&2; exit 2 ;;
+esac
