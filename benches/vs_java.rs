@@ -34,7 +34,8 @@
 //! run per job. Sizes: `VS_JAVA_WATCHES` (W, default 2,000), `VS_JAVA_ITEMS` (K, default
 //! 100), `VS_JAVA_CRASH_WATCHES` (W', default 500), `VS_JAVA_CRASH_ITEMS` (K', default 40),
 //! `VS_JAVA_CRASH_SECS` (T, default 20). `VS_JAVA_LOG` is watchbridge's log filter (default
-//! `warn`). The broker is a fresh Apache Kafka (`scripts/kafka.sh`) for the whole bench.
+//! `warn`). The broker is a fresh Apache Kafka (`scripts/kafka.sh`, `tests/support/kafka_process.rs`)
+//! for the whole bench.
 //! The section goes to stdout: `make bench` writes it to `bench/results/vs_java.md`.
 
 use rdkafka::consumer::BaseConsumer;
@@ -45,6 +46,7 @@ use std::time::{Duration, Instant};
 
 #[path = "support/mod.rs"]
 mod support;
+use support::broker_process::BrokerProcess;
 use support::cpu::{cpu_seconds, machine_cpu_seconds};
 use support::feeds::{feed_items, FeedServer, Feeds, PAYLOAD_BYTES};
 use support::job::{
@@ -157,6 +159,7 @@ struct Jobs {
     /// The Java peer's class path (`scripts/java-peer.sh classpath`).
     classpath: String,
     session_timeout_ms: Option<usize>,
+    broker_pid: String,
 }
 
 impl Jobs {
@@ -260,7 +263,9 @@ struct Measured {
     job_cores: f64,
     /// Peak resident set of the job process, bytes.
     peak_rss: u64,
-    /// Cores busy besides the job (the broker, this process, anything else).
+    /// Cores the broker kept busy.
+    broker_cores: f64,
+    /// Cores busy besides the job and the broker (this process, anything else).
     others: f64,
 }
 
@@ -283,7 +288,7 @@ fn run_throughput(
     let log = job_log(id);
     let n = s.watches * s.items;
     let mut seen = Observed::new(s.watches, s.items, PARTITIONS);
-    let machine0 = machine_cpu_seconds();
+    let (broker0, machine0) = (cpu_seconds(&jobs.broker_pid), machine_cpu_seconds());
     let spawned = Instant::now();
     let mut child = jobs.spawn(job, id, &server.url, &log);
     let pid = child.id().to_string();
@@ -313,7 +318,7 @@ fn run_throughput(
     }
     let complete = seen.complete.unwrap();
     let (job_cpu, rss) = (cpu_seconds(&pid), peak_rss(&pid));
-    let machine1 = machine_cpu_seconds();
+    let (broker1, machine1) = (cpu_seconds(&jobs.broker_pid), machine_cpu_seconds());
     let wall = complete.duration_since(spawned).as_secs_f64();
     stop(job, &mut child, &log);
     seen.read_to_end(&consumer, &output, Duration::from_secs(30));
@@ -336,7 +341,8 @@ fn run_throughput(
         cpu_per_output: job_cpu / n as f64,
         job_cores: job_cpu / wall,
         peak_rss: rss,
-        others: ((machine1 - machine0 - job_cpu) / wall).max(0.0),
+        broker_cores: (broker1 - broker0) / wall,
+        others: ((machine1 - machine0 - job_cpu - (broker1 - broker0)) / wall).max(0.0),
     }
 }
 
@@ -488,9 +494,12 @@ fn main() {
     let s = sizes();
     let began = Instant::now();
     let classpath = java_classpath();
-    let broker = start_broker();
+    // One broker for the whole bench (a JVM takes seconds to start); every job gets its own
+    // topics and group.
+    let broker = BrokerProcess::kafka("watchbridge-bench-kafka-").unwrap_or_else(|e| panic!("{e}"));
     let jobs = Jobs {
-        bootstrap: broker.bootstrap().to_string(),
+        bootstrap: broker.bootstrap.clone(),
+        broker_pid: broker.pid(),
         classpath,
         session_timeout_ms: s.session_timeout_ms,
     };
@@ -511,7 +520,7 @@ fn main() {
                 eprintln!(
                     "run {}: delay {delay} ms: {}: {} outputs/s (first output after {:.2?}, then {} \
                      outputs/s); {:.1} CPU µs per output, {:.2} cores; peak RSS {}; duplicates {}, \
-                     wrong timestamps {}; others busy {:.2} cores",
+                     wrong timestamps {}; cores busy: broker {:.2}, others {:.2}",
                     run + 1,
                     job.name(),
                     rate(m.rate),
@@ -522,6 +531,7 @@ fn main() {
                     mb(m.peak_rss as f64),
                     m.duplicates,
                     m.wrong_time,
+                    m.broker_cores,
                     m.others
                 );
                 results[d][j].push(m);
@@ -550,19 +560,11 @@ fn main() {
         })
         .collect();
     drop(runtime);
-    let broker_version = broker.version();
     drop(broker);
     let elapsed = began.elapsed();
     print!(
         "{}",
-        report(
-            &s,
-            &results,
-            &crashes,
-            &jobs.classpath,
-            &broker_version,
-            elapsed
-        )
+        report(&s, &results, &crashes, &jobs.classpath, elapsed)
     );
 }
 
@@ -571,7 +573,6 @@ fn report(
     results: &[Vec<Vec<Measured>>],
     crashes: &[Crash],
     classpath: &str,
-    broker_version: &str,
     elapsed: Duration,
 ) -> String {
     let mut t = String::new();
@@ -626,7 +627,7 @@ fn report(
             let (lo, hi) = min_max(&rates);
             let dups: usize = m.iter().map(|m| m.duplicates + m.wrong_time).sum();
             t.push_str(&format!(
-                "| {delay} ms | {} | {} | {}–{} | {} | {:.2} s | {:.1} | {:.2} | {} | {dups} |\n",
+                "| {delay} ms | {} | {} | {}–{} | {} | {:.2} s | {:.0} | {:.2} | {} | {dups} |\n",
                 job.name(),
                 rate(median(&rates)),
                 rate(lo),
@@ -706,8 +707,8 @@ fn report(
          the job SIGKILLed half-way through the growth and started again at once with the same \
          group: \
          it gets the input partitions back once the killed member's session expired \
-         (`session.timeout.ms`: {}). Then SIGTERM once every output was read (or 30 s after \
-         that), and the output topic read to its end offsets, every (feed, item) counted with \
+         (`session.timeout.ms`: {}). Then SIGTERM once every output was read (or, at the \
+         latest, the session timeout + 30 s after the feeds were complete), and the output topic read to its end offsets, every (feed, item) counted with \
          no dedup before counting.\n\n\
          | job | expected outputs | killed after | read before the kill | read in all | duplicates | lost | wrong timestamps | every output read after the restart |\n\
          |---|---|---|---|---|---|---|---|---|\n",
@@ -757,12 +758,19 @@ fn report(
         .next()
         .unwrap_or("?");
     t.push_str(&format!(
-        "\n- machine: {}; cores busy besides the job (the broker, this bench's observer and \
-         feed server, anything else): up to {:.2}\n- versions: {}, watchbridge {} (commit {}, \
-         librdkafka {librdkafka}), {}, Kafka Java client {clients}, broker {broker_version}\n\
+        "\n- machine: {}; cores busy besides the job and the broker (this bench's observer and \
+         feed server, anything else): up to {:.2}; the broker: up to {:.2}\n- versions: {}, watchbridge {} (commit {}, \
+         librdkafka {librdkafka}), {}, Kafka Java client {clients}, broker Apache Kafka {clients} \
+         (`scripts/kafka.sh`: one KRaft node, 512 MB heap)\n\
          - command: `{}` ({:.0} s)\n- date: {}\n",
         machine(),
         min_max(&others).1,
+        results
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|m| m.broker_cores)
+            .fold(0.0, f64::max),
         command_output("rustc", &["-V"]),
         env!("CARGO_PKG_VERSION"),
         command_output("git", &["rev-parse", "--short", "HEAD"]),
@@ -776,30 +784,4 @@ fn report(
     ));
     t.push_str(&summary);
     t
-}
-
-// ---------------------------------------------------------------------------------------
-// The broker.
-
-/// The broker every job of this bench runs against.
-struct Broker {
-    bootstrap: String,
-}
-
-impl Broker {
-    fn bootstrap(&self) -> &str {
-        &self.bootstrap
-    }
-
-    fn version(&self) -> String {
-        "Apache Kafka (external)".into()
-    }
-}
-
-/// `VS_JAVA_BROKERS`: an Apache Kafka already running.
-fn start_broker() -> Broker {
-    Broker {
-        bootstrap: std::env::var("VS_JAVA_BROKERS")
-            .expect("VS_JAVA_BROKERS (the Apache Kafka launcher is still to come)"),
-    }
 }

@@ -13,6 +13,8 @@ pub mod report;
 /// The test broker's process (start, stop, restart), the same modules the tests use.
 #[path = "../../tests/support/broker_process.rs"]
 pub mod broker_process;
+#[path = "../../tests/support/kafka_process.rs"]
+pub mod kafka_process;
 #[path = "../../tests/support/tansu_process.rs"]
 pub mod tansu_process;
 #[path = "../../tests/support/watchdog.rs"]
