@@ -55,7 +55,8 @@ use support::job::{
 use support::kafka::watch_inputs;
 use support::outputs::{observer, Observed};
 use support::report::{
-    command_output, env_or, machine, median, min_max, now_ms, rate, summary_line, utc_now,
+    command_output, disturbed_note, env_or, machine, median, min_max, now_ms, rate, summary_line,
+    utc_now,
 };
 use support::tansu_process::Storage;
 
@@ -782,6 +783,7 @@ fn report(
         elapsed.as_secs_f64(),
         utc_now(),
     ));
+    t.push_str(&disturbed_note(&others));
     t.push_str(&summary);
     t
 }

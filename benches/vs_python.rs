@@ -45,16 +45,14 @@ use support::job::{log_tail, spawn_logged, terminate, wait_or_kill, watchbridge_
 use support::kafka::watch_inputs;
 use support::outputs::{observer, Observed};
 use support::report::{
-    command_output, env_or, machine, median, min_max, now_ms, rate, summary_line, utc_now,
+    command_output, disturbed_note, env_or, machine, median, min_max, now_ms, rate, summary_line,
+    utc_now,
 };
 use support::tansu_process;
 use tansu_process::{tansu_bin, tansu_version, Storage};
 
 /// Partitions of the input and output topics.
 const PARTITIONS: i32 = 4;
-/// Cores busy besides the job and the broker above which a job's figures count as disturbed
-/// by other work on the machine (this bench's observer and feed server use about 0.1–0.25).
-const DISTURBED_CORES: f64 = 0.6;
 /// The jobs, in the order each run runs them.
 const JOBS: [Job; 2] = [Job::Watchbridge, Job::Python];
 
@@ -511,19 +509,7 @@ fn main() {
         command_line(),
         elapsed.as_secs_f64(),
     ));
-    // This bench's own observer and feed server keep about 0.1–0.25 cores busy; more means
-    // other work shared the machine and slowed whichever job it overlapped.
-    let disturbed = others.iter().filter(|&&o| o > DISTURBED_CORES).count();
-    if disturbed > 0 {
-        let note = format!(
-            "\n**Disturbed:** in {disturbed} of {} jobs more than {DISTURBED_CORES} cores were \
-             busy besides the job and the broker: other work shared the machine. Re-run on a \
-             quiet machine to replace these figures.\n",
-            others.len()
-        );
-        eprint!("{note}");
-        t.push_str(&note);
-    }
+    t.push_str(&disturbed_note(&others));
     t.push_str(&summary);
     // stdout: this bench's section of bench/RESULTS.md (`make bench` collects it).
     println!("{t}");

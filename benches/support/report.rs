@@ -109,3 +109,26 @@ pub fn summary_line(figure: &str, measured: &str, target: &str, met: bool) -> St
     };
     format!("<!-- summary: {figure} | {measured} | {target} | {verdict} -->\n")
 }
+
+/// Cores busy besides a job and its broker above which the job's figures count as disturbed
+/// by other work on the machine (the versus benches' own observer and feed server use about
+/// 0.1–0.25 at their highest rates).
+pub const DISTURBED_CORES: f64 = 0.6;
+
+/// The note a section carries (and the terminal gets) when, in some jobs, more than
+/// [`DISTURBED_CORES`] were busy besides the job and the broker (`others`, one per job):
+/// other work shared the machine and slowed whichever job it overlapped. Empty otherwise.
+pub fn disturbed_note(others: &[f64]) -> String {
+    let disturbed = others.iter().filter(|&&o| o > DISTURBED_CORES).count();
+    if disturbed == 0 {
+        return String::new();
+    }
+    let note = format!(
+        "\n**Disturbed:** in {disturbed} of {} jobs more than {DISTURBED_CORES} cores were \
+         busy besides the job and the broker: other work shared the machine. Re-run on a \
+         quiet machine to replace these figures.\n",
+        others.len()
+    );
+    eprint!("{note}");
+    note
+}
