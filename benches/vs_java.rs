@@ -47,18 +47,16 @@ use std::time::{Duration, Instant};
 #[path = "support/mod.rs"]
 mod support;
 use support::broker_process::BrokerProcess;
-use support::cpu::{cpu_seconds, machine_cpu_seconds};
 use support::feeds::{feed_items, FeedServer, Feeds, PAYLOAD_BYTES};
-use support::job::{
-    log_tail, peak_rss, spawn_logged, terminate, wait_or_kill, watchbridge_command,
-};
+use support::job::{log_path, log_tail, spawn_logged, watchbridge_command};
 use support::kafka::watch_inputs;
 use support::outputs::{observer, Observed};
 use support::report::{
-    command_output, disturbed_note, env_or, machine, median, min_max, now_ms, rate, summary_line,
-    utc_now,
+    command_output, disturbed_note, env_ms_list, env_or, machine, median, min_max, now_ms, rate,
+    summary_line, utc_now,
 };
 use support::tansu_process::Storage;
+use support::versus::{measure, stop, Case, Measured};
 
 /// Partitions of the input and output topics.
 const PARTITIONS: i32 = 4;
@@ -120,15 +118,7 @@ fn sizes() -> Sizes {
                 .unwrap_or_else(|_| panic!("VS_JAVA_SESSION_TIMEOUT_MS={v} is not a number of ms"))
         })
         .or(smoke.then_some(6_000));
-    let delays_ms = std::env::var("VS_JAVA_DELAYS_MS")
-        .unwrap_or_else(|_| delays.into())
-        .split(',')
-        .map(|d| {
-            d.trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("VS_JAVA_DELAYS_MS: {d:?} is not a number of ms"))
-        })
-        .collect();
+    let delays_ms = env_ms_list("VS_JAVA_DELAYS_MS", delays);
     let s = Sizes {
         watches: env_or("VS_JAVA_WATCHES", watches),
         items: env_or("VS_JAVA_ITEMS", items),
@@ -217,26 +207,6 @@ fn java_classpath() -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
-fn job_log(id: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("watchbridge-bench-{id}.log"))
-}
-
-/// Stops a job that was asked to (SIGTERM); warns when it did not stop cleanly.
-fn stop(job: Job, child: &mut Child, log: &Path) {
-    terminate(child);
-    match wait_or_kill(child, Duration::from_secs(40)) {
-        Some(status) if status.success() => {}
-        // The JVM's exit status after its shutdown hooks ran on SIGTERM.
-        Some(status) if job == Job::Java && status.code() == Some(143) => {}
-        other => eprintln!(
-            "warning: {} did not stop cleanly ({}); the end of its log:\n{}",
-            job.name(),
-            other.map_or("killed after 40 s".into(), |s| s.to_string()),
-            log_tail(log)
-        ),
-    }
-}
-
 /// Records for `wait`, counted by `seen`.
 fn observe(consumer: &BaseConsumer, seen: &mut Observed, job: Job, wait: Duration) {
     match consumer.poll(wait) {
@@ -249,27 +219,8 @@ fn observe(consumer: &BaseConsumer, seen: &mut Observed, job: Job, wait: Duratio
 // ---------------------------------------------------------------------------------------
 // Throughput.
 
-/// One job's figures from one throughput run.
-struct Measured {
-    /// N / (spawned → all N read).
-    rate: f64,
-    /// (N − 1) / (first output read → all N read).
-    steady: f64,
-    first_after: Duration,
-    duplicates: usize,
-    wrong_time: usize,
-    /// CPU seconds of the job process per output.
-    cpu_per_output: f64,
-    /// CPU seconds of the job process / (spawned → all N read).
-    job_cores: f64,
-    /// Peak resident set of the job process, bytes.
-    peak_rss: u64,
-    /// Cores the broker kept busy.
-    broker_cores: f64,
-    /// Cores busy besides the job and the broker (this process, anything else).
-    others: f64,
-}
-
+/// One throughput case of `job`: topics, inputs and feed server, then the job, measured
+/// by the observer ([`measure`]).
 fn run_throughput(
     runtime: &tokio::runtime::Runtime,
     s: &Sizes,
@@ -278,73 +229,19 @@ fn run_throughput(
     delay_ms: u64,
     id: &str,
 ) -> Measured {
-    let output = format!("{id}.out");
-    let server = runtime.block_on(async {
+    let case = Case {
+        job: job.name(),
+        bootstrap: &jobs.bootstrap,
+        broker_pid: &jobs.broker_pid,
         // Inputs batched as usual: Apache Kafka serves a fetch from inside a batch.
-        watch_inputs(&jobs.bootstrap, id, PARTITIONS, s.watches, Storage::Sqlite).await;
-        let feeds = Feeds::complete(s.watches, s.items, now_ms());
-        FeedServer::start(feeds, Duration::from_millis(delay_ms)).await
-    });
-    let consumer = observer(&jobs.bootstrap, &output, PARTITIONS);
-    let log = job_log(id);
-    let n = s.watches * s.items;
-    let mut seen = Observed::new(s.watches, s.items, PARTITIONS);
-    let (broker0, machine0) = (cpu_seconds(&jobs.broker_pid), machine_cpu_seconds());
-    let spawned = Instant::now();
-    let mut child = jobs.spawn(job, id, &server.url, &log);
-    let pid = child.id().to_string();
-    // Generous: a job that stalls fails the bench instead of hanging it.
-    let limit = Duration::from_secs(120) + Duration::from_millis(s.watches as u64 * delay_ms);
-    let mut sampled = Instant::now();
-    while seen.complete.is_none() {
-        observe(&consumer, &mut seen, job, Duration::from_millis(20));
-        if sampled.elapsed() > Duration::from_millis(200) {
-            sampled = Instant::now();
-            let exited = child.try_wait().expect("poll the job");
-            if exited.is_some() || spawned.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "{} (delay {delay_ms} ms): {} of {n} outputs read after {:.1?} ({}); \
-                     the end of its log ({}):\n{}",
-                    job.name(),
-                    seen.distinct,
-                    spawned.elapsed(),
-                    exited.map_or("still running".into(), |s| format!("exited: {s}")),
-                    log.display(),
-                    log_tail(&log)
-                );
-            }
-        }
-    }
-    let complete = seen.complete.unwrap();
-    let (job_cpu, rss) = (cpu_seconds(&pid), peak_rss(&pid));
-    let (broker1, machine1) = (cpu_seconds(&jobs.broker_pid), machine_cpu_seconds());
-    let wall = complete.duration_since(spawned).as_secs_f64();
-    stop(job, &mut child, &log);
-    seen.read_to_end(&consumer, &output, Duration::from_secs(30));
-    drop(consumer);
-    drop(server);
-    let _ = std::fs::remove_file(&log);
-
-    let first = seen.first.unwrap();
-    let steady_secs = complete.duration_since(first).as_secs_f64();
-    Measured {
-        rate: n as f64 / wall,
-        steady: if steady_secs > 0.0 {
-            (n - 1) as f64 / steady_secs
-        } else {
-            f64::INFINITY
-        },
-        first_after: first.duration_since(spawned),
-        duplicates: seen.duplicates,
-        wrong_time: seen.wrong_time,
-        cpu_per_output: job_cpu / n as f64,
-        job_cores: job_cpu / wall,
-        peak_rss: rss,
-        broker_cores: (broker1 - broker0) / wall,
-        others: ((machine1 - machine0 - job_cpu - (broker1 - broker0)) / wall).max(0.0),
-    }
+        storage: Storage::Sqlite,
+        id,
+        partitions: PARTITIONS,
+        watches: s.watches,
+        items: s.items,
+        delay_ms,
+    };
+    measure(runtime, &case, |feeds, log| jobs.spawn(job, id, feeds, log))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -366,6 +263,13 @@ struct Crash {
     recovered_after: Option<Duration>,
 }
 
+impl Crash {
+    fn recovered(&self) -> String {
+        self.recovered_after
+            .map_or("never".into(), |d| format!("{:.1} s", d.as_secs_f64()))
+    }
+}
+
 fn run_crash(
     runtime: &tokio::runtime::Runtime,
     s: &Sizes,
@@ -384,7 +288,7 @@ fn run_crash(
         Storage::Sqlite,
     ));
     let consumer = observer(&jobs.bootstrap, &output, PARTITIONS);
-    let log = job_log(id);
+    let log = log_path(id);
     let mut seen = Observed::new(w, k, PARTITIONS);
     // The feeds start growing when the job's first output is read, so that the kill falls
     // in the middle of the growth however long the job takes to start.
@@ -439,7 +343,7 @@ fn run_crash(
         }
     }
     let recovered_after = seen.complete.map(|at| at.duration_since(restarted));
-    stop(job, &mut child, &log);
+    stop(job.name(), &mut child, &log);
     seen.read_to_end(&consumer, &output, Duration::from_secs(30));
     drop(consumer);
     drop(server);
@@ -468,22 +372,20 @@ fn run_crash(
 // The report.
 
 fn command_line() -> String {
-    let mut env: Vec<String> = [
-        "BENCH_SMOKE",
-        "VS_JAVA_WATCHES",
-        "VS_JAVA_ITEMS",
-        "VS_JAVA_DELAYS_MS",
-        "VS_JAVA_RUNS",
-        "VS_JAVA_CRASH_WATCHES",
-        "VS_JAVA_CRASH_ITEMS",
-        "VS_JAVA_CRASH_SECS",
-        "VS_JAVA_SESSION_TIMEOUT_MS",
-    ]
-    .iter()
-    .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
-    .collect();
-    env.push("cargo bench --bench vs_java".into());
-    env.join(" ")
+    support::report::command_line(
+        "vs_java",
+        &[
+            "BENCH_SMOKE",
+            "VS_JAVA_WATCHES",
+            "VS_JAVA_ITEMS",
+            "VS_JAVA_DELAYS_MS",
+            "VS_JAVA_RUNS",
+            "VS_JAVA_CRASH_WATCHES",
+            "VS_JAVA_CRASH_ITEMS",
+            "VS_JAVA_CRASH_SECS",
+            "VS_JAVA_SESSION_TIMEOUT_MS",
+        ],
+    )
 }
 
 fn mb(bytes: f64) -> String {
@@ -554,8 +456,7 @@ fn main() {
                 c.duplicates,
                 c.lost,
                 c.wrong_time,
-                c.recovered_after
-                    .map_or("never".into(), |d| format!("{:.1} s", d.as_secs_f64()))
+                c.recovered()
             );
             c
         })
@@ -731,8 +632,7 @@ fn report(
             c.duplicates,
             c.lost,
             c.wrong_time,
-            c.recovered_after
-                .map_or("never".into(), |d| format!("{:.1} s", d.as_secs_f64()))
+            c.recovered()
         ));
     }
     let crash = |c: &Crash| format!("{} duplicates, {} lost", c.duplicates, c.lost);

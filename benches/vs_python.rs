@@ -34,21 +34,19 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 #[path = "support/mod.rs"]
 mod support;
 use support::broker_process::BrokerProcess;
-use support::cpu::{cpu_seconds, machine_cpu_seconds};
-use support::feeds::{FeedServer, Feeds, PAYLOAD_BYTES};
-use support::job::{log_tail, spawn_logged, terminate, wait_or_kill, watchbridge_command};
-use support::kafka::watch_inputs;
-use support::outputs::{observer, Observed};
+use support::feeds::PAYLOAD_BYTES;
+use support::job::{spawn_logged, watchbridge_command};
 use support::report::{
-    command_output, disturbed_note, env_or, machine, median, min_max, now_ms, rate, summary_line,
-    utc_now,
+    command_output, disturbed_note, env_ms_list, env_or, machine, median, min_max, rate,
+    summary_line, utc_now,
 };
 use support::tansu_process;
+use support::versus::{measure, Case, Measured};
 use tansu_process::{tansu_bin, tansu_version, Storage};
 
 /// Partitions of the input and output topics.
@@ -96,15 +94,7 @@ fn sizes() -> Sizes {
             panic!("VS_PYTHON_STORAGE={other}: expected `memory` (the default) or `sqlite`")
         }
     };
-    let delays_ms = std::env::var("VS_PYTHON_DELAYS_MS")
-        .unwrap_or_else(|_| "0,20".into())
-        .split(',')
-        .map(|d| {
-            d.trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("VS_PYTHON_DELAYS_MS: {d:?} is not a number of ms"))
-        })
-        .collect();
+    let delays_ms = env_ms_list("VS_PYTHON_DELAYS_MS", "0,20");
     let s = Sizes {
         storage,
         watches: env_or("VS_PYTHON_WATCHES", watches),
@@ -172,24 +162,8 @@ fn spawn(
     spawn_logged(command, job.name(), log)
 }
 
-/// One job's figures from one run.
-struct Measured {
-    /// N / (spawned → all N read).
-    rate: f64,
-    /// (N − 1) / (first output read → all N read).
-    steady: f64,
-    /// Spawned → first output read.
-    first_after: Duration,
-    duplicates: usize,
-    wrong_time: usize,
-    /// CPU seconds of the job process / (spawned → all N read).
-    job_cores: f64,
-    broker_cores: f64,
-    others: f64,
-}
-
-/// One job on one workload: fresh broker, topics, inputs and feed server; then the job,
-/// measured by the observer.
+/// One job on one workload: a fresh broker, then [`measure`] (topics, inputs and feed
+/// server; then the job, measured by the observer).
 fn run_case(
     runtime: &tokio::runtime::Runtime,
     s: &Sizes,
@@ -201,114 +175,21 @@ fn run_case(
 ) -> Measured {
     let broker = BrokerProcess::tansu(tansu, s.storage, "watchbridge-bench-tansu-")
         .unwrap_or_else(|e| panic!("{e}"));
-    let bootstrap = broker.bootstrap.clone();
-    let output = format!("{id}.out");
-    let server = runtime.block_on(async {
-        watch_inputs(&bootstrap, id, PARTITIONS, s.watches, s.storage).await;
-        let feeds = Feeds::complete(s.watches, s.items, now_ms());
-        FeedServer::start(feeds, Duration::from_millis(delay_ms)).await
-    });
-    let consumer = observer(&bootstrap, &output, PARTITIONS);
-    let log = std::env::temp_dir().join(format!("watchbridge-bench-{id}.log"));
-
-    let n = s.outputs();
-    let mut seen = Observed::new(s.watches, s.items, PARTITIONS);
-    let broker_pid = broker.pid();
-    let (broker_cpu0, machine0) = (cpu_seconds(&broker_pid), machine_cpu_seconds());
-    let spawned = Instant::now();
-    let mut child = spawn(job, python, &bootstrap, id, &server.url, n, &log);
-    let pid = child.id().to_string();
-    // Generous: a job that stalls fails the bench instead of hanging it. The Python job
-    // polls one feed after the other, so W x delay at least.
-    let limit = Duration::from_secs(60) + Duration::from_millis(s.watches as u64 * delay_ms * 3);
-    let mut job_cpu = 0.0;
-    let mut sampled = Instant::now();
-    let mut exited = None;
-    while seen.complete.is_none() {
-        match consumer.poll(Duration::from_millis(20)) {
-            Some(Ok(msg)) => seen.record(&msg),
-            Some(Err(e)) => panic!("{}: observer: {e}", job.name()),
-            None => {}
-        }
-        // The job's CPU time, sampled (it may exit by itself right after its last output).
-        if sampled.elapsed() > Duration::from_millis(100) {
-            sampled = Instant::now();
-            if exited.is_none() {
-                job_cpu = cpu_seconds(&pid).max(job_cpu);
-                exited = child.try_wait().expect("poll the job");
-            }
-            let failed = exited.is_some_and(|status| !status.success());
-            if failed || spawned.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "{} (delay {delay_ms} ms): {} of {n} outputs read after {:.1?} ({}); \
-                     duplicates {}, unexpected {}; the end of its log ({}):\n{}",
-                    job.name(),
-                    seen.distinct,
-                    spawned.elapsed(),
-                    match exited {
-                        Some(status) => format!("exited: {status}"),
-                        None => "still running".into(),
-                    },
-                    seen.duplicates,
-                    seen.unexpected,
-                    log.display(),
-                    log_tail(&log)
-                );
-            }
-        }
-    }
-    let complete = seen.complete.unwrap();
-    if exited.is_none() {
-        job_cpu = cpu_seconds(&pid).max(job_cpu);
-    }
-    let (broker_cpu1, machine1) = (cpu_seconds(&broker_pid), machine_cpu_seconds());
-    let wall = complete.duration_since(spawned).as_secs_f64();
-
-    // Stop the job: watchbridge on SIGTERM (its orderly stop); Python exits by itself once
-    // N outputs are delivered.
-    if job == Job::Watchbridge && exited.is_none() {
-        terminate(&child);
-    }
-    let status = wait_or_kill(&mut child, Duration::from_secs(40));
-    match status {
-        Some(status) if status.success() => {}
-        other => eprintln!(
-            "warning: {} (delay {delay_ms} ms) did not stop cleanly ({}); the end of its log:\n{}",
-            job.name(),
-            other.map_or("killed after 40 s".into(), |s| s.to_string()),
-            log_tail(&log)
-        ),
-    }
-    // Read on to the end of the topic: duplicates written late count too.
-    seen.read_to_end(&consumer, &output, Duration::from_secs(30));
-    drop(consumer);
-    drop(server);
-    drop(broker);
-    let _ = std::fs::remove_file(&log);
-
-    let first = seen.first.unwrap();
-    let steady_secs = complete.duration_since(first).as_secs_f64();
-    let machine = (machine1 - machine0) / wall;
-    let broker_cores = (broker_cpu1 - broker_cpu0) / wall;
-    let job_cores = job_cpu / wall;
-    Measured {
-        rate: n as f64 / wall,
-        steady: if steady_secs > 0.0 {
-            (n - 1) as f64 / steady_secs
-        } else {
-            f64::INFINITY
-        },
-        first_after: first.duration_since(spawned),
-        duplicates: seen.duplicates,
-        wrong_time: seen.wrong_time,
-        job_cores,
-        broker_cores,
-        // Besides the job and the broker: this process (the observer and the feed server)
-        // and everything else on the machine.
-        others: (machine - job_cores - broker_cores).max(0.0),
-    }
+    let case = Case {
+        job: job.name(),
+        bootstrap: &broker.bootstrap,
+        broker_pid: &broker.pid(),
+        storage: s.storage,
+        id,
+        partitions: PARTITIONS,
+        watches: s.watches,
+        items: s.items,
+        delay_ms,
+    };
+    // Python exits by itself once N outputs are delivered; watchbridge gets SIGTERM.
+    measure(runtime, &case, |feeds, log| {
+        spawn(job, python, &broker.bootstrap, id, feeds, s.outputs(), log)
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -317,20 +198,18 @@ fn run_case(
 // The report.
 
 fn command_line() -> String {
-    let mut env: Vec<String> = [
-        "BENCH_SMOKE",
-        "VS_PYTHON_WATCHES",
-        "VS_PYTHON_ITEMS",
-        "VS_PYTHON_DELAYS_MS",
-        "VS_PYTHON_RUNS",
-        "VS_PYTHON_STORAGE",
-        "VS_PYTHON",
-    ]
-    .iter()
-    .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
-    .collect();
-    env.push("cargo bench --bench vs_python".into());
-    env.join(" ")
+    support::report::command_line(
+        "vs_python",
+        &[
+            "BENCH_SMOKE",
+            "VS_PYTHON_WATCHES",
+            "VS_PYTHON_ITEMS",
+            "VS_PYTHON_DELAYS_MS",
+            "VS_PYTHON_RUNS",
+            "VS_PYTHON_STORAGE",
+            "VS_PYTHON",
+        ],
+    )
 }
 
 fn main() {

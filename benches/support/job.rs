@@ -6,6 +6,11 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Where the job of a case named `id` writes its log.
+pub fn log_path(id: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("watchbridge-bench-{id}.log"))
+}
+
 /// The last 30 lines of a job's log, for a failure message.
 pub fn log_tail(log: &Path) -> String {
     let mut text = String::new();

@@ -17,6 +17,31 @@ pub fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// A list of millisecond counts from the environment (`name`, comma-separated), else
+/// `default`; an item that is not a count stops the bench naming the variable.
+pub fn env_ms_list(name: &str, default: &str) -> Vec<u64> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .map(|d| {
+            d.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}: {d:?} is not a number of ms"))
+        })
+        .collect()
+}
+
+/// The command that ran `bench`, for its report: those of `vars` that are set, then
+/// `cargo bench --bench <bench>`.
+pub fn command_line(bench: &str, vars: &[&str]) -> String {
+    let mut line: Vec<String> = vars
+        .iter()
+        .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
+        .collect();
+    line.push(format!("cargo bench --bench {bench}"));
+    line.join(" ")
+}
+
 /// Now, as `YYYY-MM-DD HH:MM UTC`, for a report's date line.
 pub fn utc_now() -> String {
     let now = time::OffsetDateTime::now_utc();
