@@ -56,7 +56,7 @@ use support::report::{
     summary_line, utc_now,
 };
 use support::tansu_process::Storage;
-use support::versus::{measure, stop, Case, Measured};
+use support::versus::{measure, ratios, stop, Case, Measured};
 
 /// Partitions of the input and output topics.
 const PARTITIONS: i32 = 4;
@@ -388,6 +388,10 @@ fn command_line() -> String {
     )
 }
 
+fn median_rss(runs: &[Measured]) -> f64 {
+    median(&runs.iter().map(|m| m.peak_rss as f64).collect::<Vec<_>>())
+}
+
 fn mb(bytes: f64) -> String {
     format!("{:.0} MB", bytes / 1e6)
 }
@@ -538,16 +542,10 @@ fn report(
                 median(&of(|m| m.first_after.as_secs_f64())),
                 median(&of(|m| m.cpu_per_output)) * 1e6,
                 median(&of(|m| m.job_cores)),
-                mb(median(&of(|m| m.peak_rss as f64))),
+                mb(median_rss(m)),
             ));
         }
-        let ratio = |f: fn(&Measured) -> f64| -> Vec<f64> {
-            results[d][0]
-                .iter()
-                .zip(&results[d][1])
-                .map(|(a, b)| f(a) / f(b))
-                .collect()
-        };
+        let ratio = |f| ratios(&results[d][0], &results[d][1], f);
         let (rates, steady) = (ratio(|m| m.rate), ratio(|m| m.steady));
         let cpu = ratio(|m| m.cpu_per_output);
         let rss = ratio(|m| m.peak_rss as f64);
@@ -581,18 +579,8 @@ fn report(
             &format!(
                 "{:.2} ({} vs {})",
                 median(&rss),
-                mb(median(
-                    &results[d][0]
-                        .iter()
-                        .map(|m| m.peak_rss as f64)
-                        .collect::<Vec<_>>()
-                )),
-                mb(median(
-                    &results[d][1]
-                        .iter()
-                        .map(|m| m.peak_rss as f64)
-                        .collect::<Vec<_>>()
-                )),
+                mb(median_rss(&results[d][0])),
+                mb(median_rss(&results[d][1])),
             ),
             "(no target)",
             true,

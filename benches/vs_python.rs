@@ -46,7 +46,7 @@ use support::report::{
     summary_line, utc_now,
 };
 use support::tansu_process;
-use support::versus::{measure, Case, Measured};
+use support::versus::{measure, ratios, Case, Measured};
 use tansu_process::{tansu_bin, tansu_version, Storage};
 
 /// Partitions of the input and output topics.
@@ -308,13 +308,7 @@ fn main() {
                 median(&cores),
             ));
         }
-        let ratio = |f: fn(&Measured) -> f64| -> Vec<f64> {
-            results[w][0]
-                .iter()
-                .zip(&results[w][1])
-                .map(|(a, b)| f(a) / f(b))
-                .collect()
-        };
+        let ratio = |f| ratios(&results[w][0], &results[w][1], f);
         let (overall, steady) = (ratio(|m| m.rate), ratio(|m| m.steady));
         let ((olo, ohi), (slo, shi)) = (min_max(&overall), min_max(&steady));
         ratio_rows.push_str(&format!(

@@ -178,3 +178,8 @@ pub fn stop(job: &str, child: &mut Child, log: &Path) {
         ),
     }
 }
+
+/// `f(a) / f(b)` for each run: one job's figure over the other's, measured side by side.
+pub fn ratios(a: &[Measured], b: &[Measured], f: fn(&Measured) -> f64) -> Vec<f64> {
+    a.iter().zip(b).map(|(a, b)| f(a) / f(b)).collect()
+}
