@@ -24,19 +24,20 @@
 //! **Crash.** W' feeds of K' items that grow: item 0 until the job's first output is read,
 //! then item j appears j x (T / K') after that (`VS_JAVA_CRASH_SECS` = T), polled every
 //! second. Half-way through T the job is SIGKILLed and started again at once with the same
-//! settings; once every output was read (or the killed member's session timeout, 45 s by
-//! default, plus T / 2 + 30 s passed) it gets SIGTERM, and the observer reads the output topic to its end
-//! offsets, counting every (feed, item) pair with no dedup before counting: duplicates =
-//! reads beyond the first, lost = pairs never read.
+//! settings (it gets its input partitions back once the killed member's session expired:
+//! `session.timeout.ms`, the clients' default 45 s; `VS_JAVA_SESSION_TIMEOUT_MS` sets it for
+//! both jobs, the smoke run 6 s). Once every output was read (at the latest, the session
+//! timeout + 30 s after the feeds were complete) it gets SIGTERM, and the observer reads the
+//! output topic to its end offsets, counting every (feed, item) pair with no dedup before
+//! counting: duplicates = reads beyond the first, lost = pairs never read.
 //!
 //! Runs: `VS_JAVA_RUNS` (default 3) of the throughput cases, interleaved (watchbridge then
 //! Java for each delay); median and min–max, ratios watchbridge / Java per run. One crash
 //! run per job. Sizes: `VS_JAVA_WATCHES` (W, default 2,000), `VS_JAVA_ITEMS` (K, default
 //! 100), `VS_JAVA_CRASH_WATCHES` (W', default 500), `VS_JAVA_CRASH_ITEMS` (K', default 40),
 //! `VS_JAVA_CRASH_SECS` (T, default 20). `VS_JAVA_LOG` is watchbridge's log filter (default
-//! `warn`). The broker is a fresh Apache Kafka (`scripts/kafka.sh`, `tests/support/kafka_process.rs`)
-//! for the whole bench.
-//! The section goes to stdout: `make bench` writes it to `bench/results/vs_java.md`.
+//! `warn`). The broker is a fresh Apache Kafka (`scripts/kafka.sh`,
+//! `tests/support/kafka_process.rs`) for the whole bench. The section goes to stdout: `make bench` writes it to `bench/results/vs_java.md`.
 
 use rdkafka::consumer::BaseConsumer;
 use std::path::Path;
