@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: setup build demo test test-kafka lint bench-smoke bench broker broker-install chaos chaos-short
+.PHONY: setup build demo test test-kafka lint bench-smoke bench bench-peer-install broker broker-install chaos chaos-short
 
 # Debian packages the build needs: rdkafka's `ssl` feature links OpenSSL, found by pkg-config;
 # and the tests': a Prometheus server (/usr/bin/prometheus) that tests/prometheus.rs starts on
@@ -30,11 +30,12 @@ setup:
 		fi; \
 	fi
 	@# Apache Kafka, the second test broker (scripts/kafka.sh), runs on Java 17+ and its jars
-	@# are fetched with Maven; the machine's own are used where there are some.
-	@if ! { command -v java && command -v mvn; } >/dev/null && command -v apt-get >/dev/null; then \
+	@# are fetched with Maven; the Java peer of the vs_java benchmark (bench/java/) is compiled
+	@# with javac, hence the JDK. The machine's own are used where there are some.
+	@if ! { command -v java && command -v javac && command -v mvn; } >/dev/null && command -v apt-get >/dev/null; then \
 		if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
-		echo "installing Debian packages: openjdk-17-jre-headless maven"; \
-		$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jre-headless maven; \
+		echo "installing Debian packages: openjdk-17-jdk-headless maven"; \
+		$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jdk-headless maven; \
 	fi
 	@# The Python benchmark (bench/python/, smoke-run by make test) makes a venv, so python3
 	@# needs its venv module: Debian's python3-venv, unless a python3 of its own has it.
@@ -79,14 +80,22 @@ lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
+# The vs_java benchmark's peer, the watchbridge job on the plain Kafka Java client
+# (bench/java/NaiveBridge.java), compiled once into the cache against the client jars of the
+# Apache Kafka install (scripts/java-peer.sh; a few seconds).
+bench-peer-install: broker-install
+	scripts/java-peer.sh install
+
 # Proves the benchmarks still run, with tiny sizes; not a performance measurement. The e2e
-# one runs against the test broker (Tansu), hence broker-install first.
-bench-smoke: setup broker-install
+# one runs against the test broker (Tansu), vs_java against Apache Kafka, hence
+# broker-install first.
+bench-smoke: setup broker-install bench-peer-install
 	BENCH_SMOKE=1 $(CARGO) bench --bench engine
 	BENCH_SMOKE=1 $(CARGO) bench --bench scale
 	BENCH_SMOKE=1 $(CARGO) bench --bench restore
 	BENCH_SMOKE=1 $(CARGO) bench --bench e2e
 	BENCH_SMOKE=1 $(CARGO) bench --bench vs_python
+	BENCH_SMOKE=1 $(CARGO) bench --bench vs_java
 
 # Every test on Tansu (the default test broker), then the tests that use a broker again on
 # Apache Kafka (test-kafka; docs/brokers.md). How the time splits, measured on the 2-core
@@ -139,8 +148,10 @@ chaos-short: broker-install
 # 1,000,000 watches (memory, no-op polls/s, poll start lateness), the whole bridge's memory
 # per watch and per seen output, restoring 100,000 watches x 100 seen outputs, end-to-end
 # throughput against a plain producer on Tansu, and the same job written in Python with
-# confluent-kafka (its venv is made once by scripts/python-venv.sh). About 20 minutes.
-# `make bench BENCHES="e2e vs_python"` runs some of them.
+# confluent-kafka (its venv is made once by scripts/python-venv.sh), and the same job on the
+# plain Kafka Java client against Apache Kafka, with a SIGKILL and restart of each (vs_java;
+# castorm's Kafka Connect HTTP source, the peer first meant, is not on Maven Central). About
+# 25 minutes. `make bench BENCHES="e2e vs_python"` runs some of them.
 BENCHES ?=
-bench: setup broker-install
+bench: setup broker-install bench-peer-install
 	scripts/bench.sh $(BENCHES)

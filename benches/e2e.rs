@@ -400,12 +400,10 @@ async fn bridge(
 // The report.
 
 fn command_line() -> String {
-    let mut env: Vec<String> = ["BENCH_SMOKE", "E2E_OUTPUTS", "E2E_PER_WATCH", "E2E_RUNS"]
-        .iter()
-        .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
-        .collect();
-    env.push("cargo bench --bench e2e".into());
-    env.join(" ")
+    support::report::command_line(
+        "e2e",
+        &["BENCH_SMOKE", "E2E_OUTPUTS", "E2E_PER_WATCH", "E2E_RUNS"],
+    )
 }
 
 fn main() {

@@ -32,41 +32,25 @@
 //! log filter (default `warn`). The table goes to stdout: `make bench` writes it to
 //! `bench/results/vs_python.md`, a section of `bench/RESULTS.md`.
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use watchbridge::kafka::records;
+use std::time::Instant;
 
 #[path = "support/mod.rs"]
 mod support;
 use support::broker_process::BrokerProcess;
-use support::cpu::{cpu_seconds, machine_cpu_seconds};
-use support::kafka::{create_topic, produce_inputs};
+use support::feeds::PAYLOAD_BYTES;
+use support::job::{spawn_logged, watchbridge_command};
 use support::report::{
-    command_output, env_or, machine, median, min_max, rate, summary_line, utc_now,
+    command_output, disturbed_note, env_ms_list, env_or, machine, median, min_max, rate,
+    summary_line, utc_now,
 };
 use support::tansu_process;
+use support::versus::{measure, ratios, Case, Measured};
 use tansu_process::{tansu_bin, tansu_version, Storage};
 
 /// Partitions of the input and output topics.
 const PARTITIONS: i32 = 4;
-/// Size of each item's payload, in bytes.
-const PAYLOAD_BYTES: usize = 100;
-/// Cores busy besides the job and the broker above which a job's figures count as disturbed
-/// by other work on the machine (this bench's observer and feed server use about 0.1–0.25).
-const DISTURBED_CORES: f64 = 0.6;
 /// The jobs, in the order each run runs them.
 const JOBS: [Job; 2] = [Job::Watchbridge, Job::Python];
 
@@ -110,15 +94,7 @@ fn sizes() -> Sizes {
             panic!("VS_PYTHON_STORAGE={other}: expected `memory` (the default) or `sqlite`")
         }
     };
-    let delays_ms = std::env::var("VS_PYTHON_DELAYS_MS")
-        .unwrap_or_else(|_| "0,20".into())
-        .split(',')
-        .map(|d| {
-            d.trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("VS_PYTHON_DELAYS_MS: {d:?} is not a number of ms"))
-        })
-        .collect();
+    let delays_ms = env_ms_list("VS_PYTHON_DELAYS_MS", "0,20");
     let s = Sizes {
         storage,
         watches: env_or("VS_PYTHON_WATCHES", watches),
@@ -132,204 +108,6 @@ fn sizes() -> Sizes {
          VS_PYTHON_DELAYS_MS must name a delay"
     );
     s
-}
-
-// ---------------------------------------------------------------------------------------
-// The resource: one feed per watch, over real HTTP on loopback.
-
-/// An HTTP server answering `GET /feeds/{n}` with feed `n`'s prepared body after `delay`.
-/// Stops when dropped (open connections end when their clients close them).
-struct FeedServer {
-    url: String,
-    task: tokio::task::JoinHandle<()>,
-}
-
-/// Every feed's body: K items with times `base + j` ms (never late against watchbridge's
-/// default `bounded(5s)` watermark, which follows the inputs' timestamps), complete.
-fn feed_bodies(s: &Sizes, base: i64) -> Vec<Bytes> {
-    let pad = "x".repeat(PAYLOAD_BYTES);
-    (0..s.watches)
-        .map(|n| {
-            let items: Vec<String> = (0..s.items)
-                .map(|j| {
-                    format!(
-                        r#"{{"id":"item-{j}","time":{},"payload":"feed {n} item {j} {}"}}"#,
-                        base + j as i64,
-                        &pad[..PAYLOAD_BYTES.saturating_sub(20)]
-                    )
-                })
-                .collect();
-            Bytes::from(format!(
-                r#"{{"items":[{}],"complete":true}}"#,
-                items.join(",")
-            ))
-        })
-        .collect()
-}
-
-impl FeedServer {
-    async fn start(bodies: Vec<Bytes>, delay: Duration) -> FeedServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the feed server");
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let bodies = Arc::new(bodies);
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let _ = stream.set_nodelay(true);
-                let bodies = bodies.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req: Request<Incoming>| {
-                        let bodies = bodies.clone();
-                        async move {
-                            let body = req
-                                .uri()
-                                .path()
-                                .strip_prefix("/feeds/")
-                                .and_then(|n| n.parse::<usize>().ok())
-                                .and_then(|n| bodies.get(n).cloned());
-                            if !delay.is_zero() {
-                                tokio::time::sleep(delay).await;
-                            }
-                            let response = match body {
-                                Some(body) => Response::builder()
-                                    .header("content-type", "application/json")
-                                    .body(Full::new(body)),
-                                None => Response::builder()
-                                    .status(StatusCode::NOT_FOUND)
-                                    .body(Full::new(Bytes::from_static(b"no such feed"))),
-                            };
-                            Ok::<_, std::convert::Infallible>(response.unwrap())
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        FeedServer { url, task }
-    }
-}
-
-impl Drop for FeedServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Kafka: topics, inputs, the observer.
-
-/// What the observer read of the output topic.
-#[derive(Default)]
-struct Observed {
-    /// `read[n * K + j]`: how often item `j` of watch `n` was read.
-    read: Vec<u32>,
-    distinct: usize,
-    duplicates: usize,
-    /// Outputs whose timestamp is not their item's time.
-    wrong_time: usize,
-    /// Records that are neither an expected output nor a watchbridge control record.
-    unexpected: usize,
-    first: Option<Instant>,
-    /// When the last missing output was read.
-    complete: Option<Instant>,
-    /// Next offset to read, per partition.
-    next_offset: Vec<i64>,
-}
-
-impl Observed {
-    /// Counts one record of the output topic.
-    fn record(&mut self, s: &Sizes, msg: &rdkafka::message::BorrowedMessage<'_>) {
-        let p = msg.partition() as usize;
-        self.next_offset[p] = self.next_offset[p].max(msg.offset() + 1);
-        let control = msg
-            .headers()
-            .is_some_and(|h| h.iter().any(|h| h.key == records::CONTROL));
-        if control {
-            return; // watchbridge's in-band watermarks
-        }
-        let now = Instant::now();
-        self.first.get_or_insert(now);
-        let watch = msg
-            .key()
-            .and_then(|k| std::str::from_utf8(k).ok())
-            .and_then(|k| k.parse::<usize>().ok());
-        let item: Option<(usize, i64)> = msg.payload().and_then(|v| {
-            let j = field(v, "id")?.strip_prefix("item-")?.parse().ok()?;
-            Some((j, field(v, "time")?.parse().ok()?))
-        });
-        let (Some(n), Some((j, time))) = (watch, item) else {
-            self.unexpected += 1;
-            return;
-        };
-        if n >= s.watches || j >= s.items {
-            self.unexpected += 1;
-            return;
-        }
-        if msg.timestamp().to_millis() != Some(time) {
-            self.wrong_time += 1;
-        }
-        let count = &mut self.read[n * s.items + j];
-        *count += 1;
-        if *count == 1 {
-            self.distinct += 1;
-            if self.distinct == s.outputs() {
-                self.complete = Some(now);
-            }
-        } else {
-            self.duplicates += 1;
-        }
-    }
-}
-
-/// The text of field `name` of a flat JSON object (a string's without its quotes), found by
-/// scanning rather than parsing: at a few hundred thousand outputs per second a full parse
-/// would make the observer the bottleneck. Enough for the items served here, whose strings
-/// hold no quotes; either job may reorder the fields or add spaces (Python's `json.dumps`).
-fn field<'a>(value: &'a [u8], name: &str) -> Option<&'a str> {
-    let text = std::str::from_utf8(value).ok()?;
-    let quoted = format!("\"{name}\"");
-    let after = &text[text.find(&quoted)? + quoted.len()..];
-    let after = after.trim_start().strip_prefix(':')?.trim_start();
-    match after.strip_prefix('"') {
-        Some(string) => Some(&string[..string.find('"')?]),
-        None => {
-            let end = after.find([',', '}', ' '])?;
-            Some(&after[..end])
-        }
-    }
-}
-
-/// A consumer assigned every partition of the output topic from the beginning, no group.
-fn observer(bootstrap: &str, topic: &str) -> BaseConsumer {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", format!("{topic}-observer"))
-        .set("enable.auto.commit", "false")
-        // Read outputs as they come rather than in large, late batches.
-        .set("fetch.wait.max.ms", "10")
-        .create()
-        .expect("create the observer");
-    let mut assignment = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        assignment
-            .add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&assignment).expect("assign the observer");
-    // Connect and start fetching before the job starts.
-    let warm = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < warm {
-        if let Some(Err(e)) = consumer.poll(Duration::from_millis(50)) {
-            panic!("observer of {topic}: {e}");
-        }
-    }
-    consumer
 }
 
 // ---------------------------------------------------------------------------------------
@@ -365,29 +143,8 @@ fn spawn(
     outputs: usize,
     log: &Path,
 ) -> Child {
-    let log = std::fs::File::create(log).expect("create the job's log");
-    let mut command = match job {
-        Job::Watchbridge => {
-            let mut c = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
-            c.arg("run")
-                .env("WATCHBRIDGE_BROKERS", bootstrap)
-                .env("WATCHBRIDGE_GROUP_ID", format!("{id}-group"))
-                .env("WATCHBRIDGE_INPUT_TOPIC", format!("{id}.in"))
-                .env("WATCHBRIDGE_OUTPUT_TOPIC", format!("{id}.out"))
-                .env("WATCHBRIDGE_POLLER", "http")
-                .env("WATCHBRIDGE_HTTP_URL", format!("{feeds}/feeds/{{/id}}"))
-                .env("WATCHBRIDGE_HTTP_ITEMS", "/items")
-                .env("WATCHBRIDGE_HTTP_ITEM_KEY", "/id")
-                .env("WATCHBRIDGE_HTTP_ITEM_TIME", "/time")
-                .env("WATCHBRIDGE_HTTP_COMPLETE", "/complete")
-                .env("WATCHBRIDGE_POLL_INTERVAL", "1s")
-                .env("WATCHBRIDGE_METRICS_ADDR", "off")
-                .env(
-                    "WATCHBRIDGE_LOG",
-                    std::env::var("VS_PYTHON_LOG").unwrap_or_else(|_| "warn".into()),
-                );
-            c
-        }
+    let command = match job {
+        Job::Watchbridge => watchbridge_command(bootstrap, id, feeds, "VS_PYTHON_LOG"),
         Job::Python => {
             let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/python/naive_bridge.py");
             let mut c = Command::new(python);
@@ -402,53 +159,11 @@ fn spawn(
             c
         }
     };
-    command
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", job.name()))
+    spawn_logged(command, job.name(), log)
 }
 
-fn log_tail(log: &Path) -> String {
-    let mut text = String::new();
-    let _ = std::fs::File::open(log).and_then(|mut f| f.read_to_string(&mut text));
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
-}
-
-/// Waits up to `limit` for `child` to exit, then SIGKILLs it.
-fn wait_or_kill(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait().expect("poll the job") {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
-}
-
-/// One job's figures from one run.
-struct Measured {
-    /// N / (spawned → all N read).
-    rate: f64,
-    /// (N − 1) / (first output read → all N read).
-    steady: f64,
-    /// Spawned → first output read.
-    first_after: Duration,
-    duplicates: usize,
-    wrong_time: usize,
-    /// CPU seconds of the job process / (spawned → all N read).
-    job_cores: f64,
-    broker_cores: f64,
-    others: f64,
-}
-
-/// One job on one workload: fresh broker, topics, inputs and feed server; then the job,
-/// measured by the observer.
+/// One job on one workload: a fresh broker, then [`measure`] (topics, inputs and feed
+/// server; then the job, measured by the observer).
 fn run_case(
     runtime: &tokio::runtime::Runtime,
     s: &Sizes,
@@ -460,139 +175,21 @@ fn run_case(
 ) -> Measured {
     let broker = BrokerProcess::tansu(tansu, s.storage, "watchbridge-bench-tansu-")
         .unwrap_or_else(|e| panic!("{e}"));
-    let bootstrap = broker.bootstrap.clone();
-    let (input, output) = (format!("{id}.in"), format!("{id}.out"));
-    let base = (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
-    let server = runtime.block_on(async {
-        create_topic(&bootstrap, &input, PARTITIONS).await;
-        create_topic(&bootstrap, &output, PARTITIONS).await;
-        produce_inputs(
-            &bootstrap,
-            &input,
-            s.storage,
-            (0..s.watches).map(|n| (n.to_string(), format!(r#"{{"id": {n}}}"#))),
-        )
-        .await;
-        FeedServer::start(feed_bodies(s, base), Duration::from_millis(delay_ms)).await
-    });
-    let consumer = observer(&bootstrap, &output);
-    let log = std::env::temp_dir().join(format!("watchbridge-bench-{id}.log"));
-
-    let n = s.outputs();
-    let mut seen = Observed {
-        read: vec![0; n],
-        next_offset: vec![0; PARTITIONS as usize],
-        ..Default::default()
+    let case = Case {
+        job: job.name(),
+        bootstrap: &broker.bootstrap,
+        broker_pid: &broker.pid(),
+        storage: s.storage,
+        id,
+        partitions: PARTITIONS,
+        watches: s.watches,
+        items: s.items,
+        delay_ms,
     };
-    let broker_pid = broker.pid();
-    let (broker_cpu0, machine0) = (cpu_seconds(&broker_pid), machine_cpu_seconds());
-    let spawned = Instant::now();
-    let mut child = spawn(job, python, &bootstrap, id, &server.url, n, &log);
-    let pid = child.id().to_string();
-    // Generous: a job that stalls fails the bench instead of hanging it. The Python job
-    // polls one feed after the other, so W x delay at least.
-    let limit = Duration::from_secs(60) + Duration::from_millis(s.watches as u64 * delay_ms * 3);
-    let mut job_cpu = 0.0;
-    let mut sampled = Instant::now();
-    let mut exited = None;
-    while seen.complete.is_none() {
-        match consumer.poll(Duration::from_millis(20)) {
-            Some(Ok(msg)) => seen.record(s, &msg),
-            Some(Err(e)) => panic!("{}: observer: {e}", job.name()),
-            None => {}
-        }
-        // The job's CPU time, sampled (it may exit by itself right after its last output).
-        if sampled.elapsed() > Duration::from_millis(100) {
-            sampled = Instant::now();
-            if exited.is_none() {
-                job_cpu = cpu_seconds(&pid).max(job_cpu);
-                exited = child.try_wait().expect("poll the job");
-            }
-            let failed = exited.is_some_and(|status| !status.success());
-            if failed || spawned.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "{} (delay {delay_ms} ms): {} of {n} outputs read after {:.1?} ({}); \
-                     duplicates {}, unexpected {}; the end of its log ({}):\n{}",
-                    job.name(),
-                    seen.distinct,
-                    spawned.elapsed(),
-                    match exited {
-                        Some(status) => format!("exited: {status}"),
-                        None => "still running".into(),
-                    },
-                    seen.duplicates,
-                    seen.unexpected,
-                    log.display(),
-                    log_tail(&log)
-                );
-            }
-        }
-    }
-    let complete = seen.complete.unwrap();
-    if exited.is_none() {
-        job_cpu = cpu_seconds(&pid).max(job_cpu);
-    }
-    let (broker_cpu1, machine1) = (cpu_seconds(&broker_pid), machine_cpu_seconds());
-    let wall = complete.duration_since(spawned).as_secs_f64();
-
-    // Stop the job: watchbridge on SIGTERM (its orderly stop); Python exits by itself once
-    // N outputs are delivered.
-    if job == Job::Watchbridge && exited.is_none() {
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-    }
-    let status = wait_or_kill(&mut child, Duration::from_secs(40));
-    match status {
-        Some(status) if status.success() => {}
-        other => eprintln!(
-            "warning: {} (delay {delay_ms} ms) did not stop cleanly ({}); the end of its log:\n{}",
-            job.name(),
-            other.map_or("killed after 40 s".into(), |s| s.to_string()),
-            log_tail(&log)
-        ),
-    }
-    // Read on to the end of the topic: duplicates written late count too.
-    let ends: Vec<i64> = (0..PARTITIONS)
-        .map(|p| {
-            consumer
-                .fetch_watermarks(&output, p, Duration::from_secs(10))
-                .expect("end offsets of the output topic")
-                .1
-        })
-        .collect();
-    let drain = Instant::now() + Duration::from_secs(30);
-    while seen.next_offset.iter().zip(&ends).any(|(at, end)| at < end) && Instant::now() < drain {
-        if let Some(Ok(msg)) = consumer.poll(Duration::from_millis(50)) {
-            seen.record(s, &msg);
-        }
-    }
-    drop(consumer);
-    drop(server);
-    drop(broker);
-    let _ = std::fs::remove_file(&log);
-
-    let first = seen.first.unwrap();
-    let steady_secs = complete.duration_since(first).as_secs_f64();
-    let machine = (machine1 - machine0) / wall;
-    let broker_cores = (broker_cpu1 - broker_cpu0) / wall;
-    let job_cores = job_cpu / wall;
-    Measured {
-        rate: n as f64 / wall,
-        steady: if steady_secs > 0.0 {
-            (n - 1) as f64 / steady_secs
-        } else {
-            f64::INFINITY
-        },
-        first_after: first.duration_since(spawned),
-        duplicates: seen.duplicates,
-        wrong_time: seen.wrong_time,
-        job_cores,
-        broker_cores,
-        // Besides the job and the broker: this process (the observer and the feed server)
-        // and everything else on the machine.
-        others: (machine - job_cores - broker_cores).max(0.0),
-    }
+    // Python exits by itself once N outputs are delivered; watchbridge gets SIGTERM.
+    measure(runtime, &case, |feeds, log| {
+        spawn(job, python, &broker.bootstrap, id, feeds, s.outputs(), log)
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -601,20 +198,18 @@ fn run_case(
 // The report.
 
 fn command_line() -> String {
-    let mut env: Vec<String> = [
-        "BENCH_SMOKE",
-        "VS_PYTHON_WATCHES",
-        "VS_PYTHON_ITEMS",
-        "VS_PYTHON_DELAYS_MS",
-        "VS_PYTHON_RUNS",
-        "VS_PYTHON_STORAGE",
-        "VS_PYTHON",
-    ]
-    .iter()
-    .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
-    .collect();
-    env.push("cargo bench --bench vs_python".into());
-    env.join(" ")
+    support::report::command_line(
+        "vs_python",
+        &[
+            "BENCH_SMOKE",
+            "VS_PYTHON_WATCHES",
+            "VS_PYTHON_ITEMS",
+            "VS_PYTHON_DELAYS_MS",
+            "VS_PYTHON_RUNS",
+            "VS_PYTHON_STORAGE",
+            "VS_PYTHON",
+        ],
+    )
 }
 
 fn main() {
@@ -713,13 +308,7 @@ fn main() {
                 median(&cores),
             ));
         }
-        let ratio = |f: fn(&Measured) -> f64| -> Vec<f64> {
-            results[w][0]
-                .iter()
-                .zip(&results[w][1])
-                .map(|(a, b)| f(a) / f(b))
-                .collect()
-        };
+        let ratio = |f| ratios(&results[w][0], &results[w][1], f);
         let (overall, steady) = (ratio(|m| m.rate), ratio(|m| m.steady));
         let ((olo, ohi), (slo, shi)) = (min_max(&overall), min_max(&steady));
         ratio_rows.push_str(&format!(
@@ -793,19 +382,7 @@ fn main() {
         command_line(),
         elapsed.as_secs_f64(),
     ));
-    // This bench's own observer and feed server keep about 0.1–0.25 cores busy; more means
-    // other work shared the machine and slowed whichever job it overlapped.
-    let disturbed = others.iter().filter(|&&o| o > DISTURBED_CORES).count();
-    if disturbed > 0 {
-        let note = format!(
-            "\n**Disturbed:** in {disturbed} of {} jobs more than {DISTURBED_CORES} cores were \
-             busy besides the job and the broker: other work shared the machine. Re-run on a \
-             quiet machine to replace these figures.\n",
-            others.len()
-        );
-        eprint!("{note}");
-        t.push_str(&note);
-    }
+    t.push_str(&disturbed_note(&others));
     t.push_str(&summary);
     // stdout: this bench's section of bench/RESULTS.md (`make bench` collects it).
     println!("{t}");

@@ -214,3 +214,25 @@ pub fn input_id(value: &serde_json::Value) -> Result<usize, watchbridge::pollers
         .map(|n| n as usize)
         .ok_or_else(|| watchbridge::pollers::RenderError::Missing("/id".into()))
 }
+
+/// The versus benches' topics for a job named `id`: `{id}.in` and `{id}.out` with
+/// `partitions` partitions each, and on `{id}.in` one input `{"id": n}` (key `n`) per watch,
+/// all acknowledged. Not timed.
+pub async fn watch_inputs(
+    bootstrap: &str,
+    id: &str,
+    partitions: i32,
+    watches: usize,
+    storage: Storage,
+) {
+    let input = format!("{id}.in");
+    create_topic(bootstrap, &input, partitions).await;
+    create_topic(bootstrap, &format!("{id}.out"), partitions).await;
+    produce_inputs(
+        bootstrap,
+        &input,
+        storage,
+        (0..watches).map(|n| (n.to_string(), format!(r#"{{"id": {n}}}"#))),
+    )
+    .await;
+}

@@ -17,6 +17,31 @@ pub fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// A list of millisecond counts from the environment (`name`, comma-separated), else
+/// `default`; an item that is not a count stops the bench naming the variable.
+pub fn env_ms_list(name: &str, default: &str) -> Vec<u64> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .map(|d| {
+            d.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}: {d:?} is not a number of ms"))
+        })
+        .collect()
+}
+
+/// The command that ran `bench`, for its report: those of `vars` that are set, then
+/// `cargo bench --bench <bench>`.
+pub fn command_line(bench: &str, vars: &[&str]) -> String {
+    let mut line: Vec<String> = vars
+        .iter()
+        .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
+        .collect();
+    line.push(format!("cargo bench --bench {bench}"));
+    line.join(" ")
+}
+
 /// Now, as `YYYY-MM-DD HH:MM UTC`, for a report's date line.
 pub fn utc_now() -> String {
     let now = time::OffsetDateTime::now_utc();
@@ -108,4 +133,27 @@ pub fn summary_line(figure: &str, measured: &str, target: &str, met: bool) -> St
         (false, false) => "**not met**",
     };
     format!("<!-- summary: {figure} | {measured} | {target} | {verdict} -->\n")
+}
+
+/// Cores busy besides a job and its broker above which the job's figures count as disturbed
+/// by other work on the machine (the versus benches' own observer and feed server use about
+/// 0.1–0.25 at their highest rates).
+pub const DISTURBED_CORES: f64 = 0.6;
+
+/// The note a section carries (and the terminal gets) when, in some jobs, more than
+/// [`DISTURBED_CORES`] were busy besides the job and the broker (`others`, one per job):
+/// other work shared the machine and slowed whichever job it overlapped. Empty otherwise.
+pub fn disturbed_note(others: &[f64]) -> String {
+    let disturbed = others.iter().filter(|&&o| o > DISTURBED_CORES).count();
+    if disturbed == 0 {
+        return String::new();
+    }
+    let note = format!(
+        "\n**Disturbed:** in {disturbed} of {} jobs more than {DISTURBED_CORES} cores were \
+         busy besides the job and the broker: other work shared the machine. Re-run on a \
+         quiet machine to replace these figures.\n",
+        others.len()
+    );
+    eprint!("{note}");
+    note
 }

@@ -1,0 +1,160 @@
+//! The observer of the versus benches: a consumer in the bench process that reads a job's
+//! output topic (assigned, from the beginning, started before the job) and counts every
+//! (watch, item) pair it reads, with no dedup before counting, checking that each carries its
+//! item's time as its timestamp.
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::time::{Duration, Instant};
+use watchbridge::kafka::records;
+
+/// What the observer read of the output topic.
+pub struct Observed {
+    watches: usize,
+    items: usize,
+    /// `read[n * K + j]`: how often item `j` of watch `n` was read.
+    pub read: Vec<u32>,
+    pub distinct: usize,
+    pub duplicates: usize,
+    /// Outputs whose timestamp is not their item's time.
+    pub wrong_time: usize,
+    /// Records that are neither an expected output nor a watchbridge control record.
+    pub unexpected: usize,
+    pub first: Option<Instant>,
+    /// When the last missing output was read.
+    pub complete: Option<Instant>,
+    /// Next offset to read, per partition.
+    next_offset: Vec<i64>,
+}
+
+impl Observed {
+    pub fn new(watches: usize, items: usize, partitions: i32) -> Observed {
+        Observed {
+            watches,
+            items,
+            read: vec![0; watches * items],
+            distinct: 0,
+            duplicates: 0,
+            wrong_time: 0,
+            unexpected: 0,
+            first: None,
+            complete: None,
+            next_offset: vec![0; partitions as usize],
+        }
+    }
+
+    /// Expected outputs never read.
+    pub fn lost(&self) -> usize {
+        self.read.len() - self.distinct
+    }
+
+    /// Counts one record of the output topic.
+    pub fn record(&mut self, msg: &BorrowedMessage<'_>) {
+        let p = msg.partition() as usize;
+        self.next_offset[p] = self.next_offset[p].max(msg.offset() + 1);
+        let control = msg
+            .headers()
+            .is_some_and(|h| h.iter().any(|h| h.key == records::CONTROL));
+        if control {
+            return; // watchbridge's in-band watermarks
+        }
+        let now = Instant::now();
+        self.first.get_or_insert(now);
+        let watch = msg
+            .key()
+            .and_then(|k| std::str::from_utf8(k).ok())
+            .and_then(|k| k.parse::<usize>().ok());
+        let item: Option<(usize, i64)> = msg.payload().and_then(|v| {
+            let j = field(v, "id")?.strip_prefix("item-")?.parse().ok()?;
+            Some((j, field(v, "time")?.parse().ok()?))
+        });
+        let (Some(n), Some((j, time))) = (watch, item) else {
+            self.unexpected += 1;
+            return;
+        };
+        if n >= self.watches || j >= self.items {
+            self.unexpected += 1;
+            return;
+        }
+        if msg.timestamp().to_millis() != Some(time) {
+            self.wrong_time += 1;
+        }
+        let count = &mut self.read[n * self.items + j];
+        *count += 1;
+        if *count == 1 {
+            self.distinct += 1;
+            if self.distinct == self.read.len() {
+                self.complete = Some(now);
+            }
+        } else {
+            self.duplicates += 1;
+        }
+    }
+
+    /// Reads on to the end offsets the topic has now (at most `limit`): what a job wrote
+    /// late counts too.
+    pub fn read_to_end(&mut self, consumer: &BaseConsumer, topic: &str, limit: Duration) {
+        let ends: Vec<i64> = (0..self.next_offset.len() as i32)
+            .map(|p| {
+                consumer
+                    .fetch_watermarks(topic, p, Duration::from_secs(10))
+                    .expect("end offsets of the output topic")
+                    .1
+            })
+            .collect();
+        let deadline = Instant::now() + limit;
+        while self.next_offset.iter().zip(&ends).any(|(at, end)| at < end)
+            && Instant::now() < deadline
+        {
+            if let Some(Ok(msg)) = consumer.poll(Duration::from_millis(50)) {
+                self.record(&msg);
+            }
+        }
+    }
+}
+
+/// The text of field `name` of a flat JSON object (a string's without its quotes), found by
+/// scanning rather than parsing: at a few hundred thousand outputs per second a full parse
+/// would make the observer the bottleneck. Enough for the items served here, whose strings
+/// hold no quotes; a job may reorder the fields or add spaces (Python's `json.dumps`).
+fn field<'a>(value: &'a [u8], name: &str) -> Option<&'a str> {
+    let text = std::str::from_utf8(value).ok()?;
+    let quoted = format!("\"{name}\"");
+    let after = &text[text.find(&quoted)? + quoted.len()..];
+    let after = after.trim_start().strip_prefix(':')?.trim_start();
+    match after.strip_prefix('"') {
+        Some(string) => Some(&string[..string.find('"')?]),
+        None => {
+            let end = after.find([',', '}', ' '])?;
+            Some(&after[..end])
+        }
+    }
+}
+
+/// A consumer assigned every partition of `topic` from the beginning, no group.
+pub fn observer(bootstrap: &str, topic: &str, partitions: i32) -> BaseConsumer {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("{topic}-observer"))
+        .set("enable.auto.commit", "false")
+        // Read outputs as they come rather than in large, late batches.
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .expect("create the observer");
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..partitions {
+        assignment
+            .add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&assignment).expect("assign the observer");
+    // Connect and start fetching before the job starts.
+    let warm = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < warm {
+        if let Some(Err(e)) = consumer.poll(Duration::from_millis(50)) {
+            panic!("observer of {topic}: {e}");
+        }
+    }
+    consumer
+}

@@ -1,0 +1,185 @@
+//! One throughput case of a versus bench (vs_python, vs_java): a job against every feed
+//! complete at once, measured by the observer from its start until every output was read.
+
+use super::cpu::{cpu_seconds, machine_cpu_seconds};
+use super::feeds::{FeedServer, Feeds};
+use super::job::{log_path, log_tail, peak_rss, terminate, wait_or_kill};
+use super::kafka::watch_inputs;
+use super::outputs::{observer, Observed};
+use super::report::now_ms;
+use super::tansu_process::Storage;
+use std::path::Path;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// Where and what one case runs.
+pub struct Case<'a> {
+    /// For messages: the job's name.
+    pub job: &'a str,
+    pub bootstrap: &'a str,
+    /// The broker's pid, for its CPU time.
+    pub broker_pid: &'a str,
+    /// How the inputs are produced (see [`super::kafka::produce_inputs`]).
+    pub storage: Storage,
+    /// Names the topics `{id}.in`, `{id}.out` and the job's group.
+    pub id: &'a str,
+    pub partitions: i32,
+    pub watches: usize,
+    pub items: usize,
+    /// The feed server's delay per response.
+    pub delay_ms: u64,
+}
+
+/// One job's figures from one case.
+pub struct Measured {
+    /// N / (spawned → all N read).
+    pub rate: f64,
+    /// (N − 1) / (first output read → all N read).
+    pub steady: f64,
+    /// Spawned → first output read.
+    pub first_after: Duration,
+    pub duplicates: usize,
+    pub wrong_time: usize,
+    /// CPU seconds of the job process per output.
+    pub cpu_per_output: f64,
+    /// CPU seconds of the job process / (spawned → all N read).
+    pub job_cores: f64,
+    /// Peak resident set of the job process (`VmHWM`), bytes.
+    pub peak_rss: u64,
+    pub broker_cores: f64,
+    /// Cores busy besides the job and the broker: this process (the observer and the feed
+    /// server) and everything else on the machine.
+    pub others: f64,
+}
+
+/// Topics, inputs and feed server for `case`; then the job `spawn` starts (given the feeds'
+/// URL and its log), until every output was read; then SIGTERM unless it exited by itself,
+/// and the observer reads on to the end of the topic, so late duplicates count.
+pub fn measure(
+    runtime: &tokio::runtime::Runtime,
+    case: &Case,
+    spawn: impl FnOnce(&str, &Path) -> Child,
+) -> Measured {
+    let (job, delay_ms) = (case.job, case.delay_ms);
+    let output = format!("{}.out", case.id);
+    let server = runtime.block_on(async {
+        watch_inputs(
+            case.bootstrap,
+            case.id,
+            case.partitions,
+            case.watches,
+            case.storage,
+        )
+        .await;
+        let feeds = Feeds::complete(case.watches, case.items, now_ms());
+        FeedServer::start(feeds, Duration::from_millis(delay_ms)).await
+    });
+    let consumer = observer(case.bootstrap, &output, case.partitions);
+    let log = log_path(case.id);
+    let n = case.watches * case.items;
+    let mut seen = Observed::new(case.watches, case.items, case.partitions);
+    let (broker_cpu0, machine0) = (cpu_seconds(case.broker_pid), machine_cpu_seconds());
+    let spawned = Instant::now();
+    let mut child = spawn(&server.url, &log);
+    let pid = child.id().to_string();
+    // Generous: a job that stalls fails the bench instead of hanging it. A job may poll one
+    // feed after the other, so W x delay at least.
+    let limit =
+        Duration::from_secs(120) + Duration::from_millis(case.watches as u64 * delay_ms * 3);
+    let (mut job_cpu, mut rss) = (0.0, 0);
+    let mut sampled = Instant::now();
+    let mut exited = None;
+    while seen.complete.is_none() {
+        match consumer.poll(Duration::from_millis(20)) {
+            Some(Ok(msg)) => seen.record(&msg),
+            Some(Err(e)) => panic!("{job}: observer: {e}"),
+            None => {}
+        }
+        // The job's CPU time and memory, sampled (it may exit by itself right after its
+        // last output).
+        if sampled.elapsed() > Duration::from_millis(100) {
+            sampled = Instant::now();
+            if exited.is_none() {
+                job_cpu = cpu_seconds(&pid).max(job_cpu);
+                rss = peak_rss(&pid).max(rss);
+                exited = child.try_wait().expect("poll the job");
+            }
+            let failed = exited.is_some_and(|status| !status.success());
+            if failed || spawned.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "{job} (delay {delay_ms} ms): {} of {n} outputs read after {:.1?} ({}); \
+                     duplicates {}, unexpected {}; the end of its log ({}):\n{}",
+                    seen.distinct,
+                    spawned.elapsed(),
+                    match exited {
+                        Some(status) => format!("exited: {status}"),
+                        None => "still running".into(),
+                    },
+                    seen.duplicates,
+                    seen.unexpected,
+                    log.display(),
+                    log_tail(&log)
+                );
+            }
+        }
+    }
+    let complete = seen.complete.unwrap();
+    if exited.is_none() {
+        job_cpu = cpu_seconds(&pid).max(job_cpu);
+        rss = peak_rss(&pid).max(rss);
+    }
+    let (broker_cpu1, machine1) = (cpu_seconds(case.broker_pid), machine_cpu_seconds());
+    let wall = complete.duration_since(spawned).as_secs_f64();
+    if exited.is_none() {
+        stop(job, &mut child, &log);
+    }
+    seen.read_to_end(&consumer, &output, Duration::from_secs(30));
+    drop(consumer);
+    drop(server);
+    let _ = std::fs::remove_file(&log);
+
+    let first = seen.first.unwrap();
+    let steady_secs = complete.duration_since(first).as_secs_f64();
+    let machine = (machine1 - machine0) / wall;
+    let broker_cores = (broker_cpu1 - broker_cpu0) / wall;
+    let job_cores = job_cpu / wall;
+    Measured {
+        rate: n as f64 / wall,
+        steady: if steady_secs > 0.0 {
+            (n - 1) as f64 / steady_secs
+        } else {
+            f64::INFINITY
+        },
+        first_after: first.duration_since(spawned),
+        duplicates: seen.duplicates,
+        wrong_time: seen.wrong_time,
+        cpu_per_output: job_cpu / n as f64,
+        job_cores,
+        peak_rss: rss,
+        broker_cores,
+        others: (machine - job_cores - broker_cores).max(0.0),
+    }
+}
+
+/// SIGTERM, the orderly stop of every job here; warns when the job did not stop cleanly
+/// within 40 s (then it is killed).
+pub fn stop(job: &str, child: &mut Child, log: &Path) {
+    terminate(child);
+    match wait_or_kill(child, Duration::from_secs(40)) {
+        Some(status) if status.success() => {}
+        // A JVM's exit status after its shutdown hooks ran on SIGTERM.
+        Some(status) if status.code() == Some(143) => {}
+        other => eprintln!(
+            "warning: {job} did not stop cleanly ({}); the end of its log:\n{}",
+            other.map_or("killed after 40 s".into(), |s| s.to_string()),
+            log_tail(log)
+        ),
+    }
+}
+
+/// `f(a) / f(b)` for each run: one job's figure over the other's, measured side by side.
+pub fn ratios(a: &[Measured], b: &[Measured], f: fn(&Measured) -> f64) -> Vec<f64> {
+    a.iter().zip(b).map(|(a, b)| f(a) / f(b)).collect()
+}
