@@ -114,22 +114,14 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
 
     let output = format!("{input}-out");
     let watermarks = format!("{output}.watermarks");
-    let env: Vec<(&str, String)> = vec![
-        ("WATCHBRIDGE_INPUT_TOPIC", input.clone()),
-        ("WATCHBRIDGE_OUTPUT_TOPIC", output.clone()),
-        ("WATCHBRIDGE_GROUP_ID", format!("{input}-group")),
-        ("WATCHBRIDGE_HTTP_URL", served.server.url("/users/{/id}")),
-        ("WATCHBRIDGE_HTTP_ITEMS", "/events".into()),
-        ("WATCHBRIDGE_HTTP_ITEM_KEY", "/id".into()),
-        ("WATCHBRIDGE_HTTP_ITEM_TIME", "/at".into()),
-        ("WATCHBRIDGE_HTTP_COMPLETE", "/done".into()),
-        ("WATCHBRIDGE_POLL_INTERVAL", "250ms".into()),
+    let mut env = served.bridge_env(&input, &output, &format!("{input}-group"), "250ms");
+    env.extend([
         (
             "KAFKA_SESSION_TIMEOUT_MS",
             SESSION_TIMEOUT.as_millis().to_string(),
         ),
         ("KAFKA_HEARTBEAT_INTERVAL_MS", "1000".into()),
-    ];
+    ]);
     for user in 0..users {
         broker()
             .produce(
