@@ -57,13 +57,15 @@ broker-install: setup
 # A broker in the foreground on 127.0.0.1:9092, for running the bridge against a real broker
 # by hand: Tansu (TANSU_PORT to change the port), or Apache Kafka with BROKER=kafka
 # (KAFKA_PORT; its controller listens on the port after it).
-BROKER ?= tansu
-broker: broker-install
+# (BROKER also picks the broker of `make chaos`; the tests read WATCHBRIDGE_TEST_BROKER.)
+BROKER ?= $(or $(WATCHBRIDGE_TEST_BROKER),tansu)
+# (Each script installs its broker first if it must.)
+broker: setup
 	@case "$(BROKER)" in \
-		tansu) exec scripts/tansu.sh run ;; \
-		kafka) exec scripts/kafka.sh run ;; \
+		tansu|kafka) ;; \
 		*) echo "BROKER=$(BROKER): not a test broker; use tansu (the default) or kafka"; exit 2 ;; \
 	esac
+	scripts/$(BROKER).sh run
 
 build: setup
 	$(CARGO) build --release
@@ -95,9 +97,31 @@ bench-smoke: setup broker-install bench-peer-install
 	BENCH_SMOKE=1 $(CARGO) bench --bench vs_python
 	BENCH_SMOKE=1 $(CARGO) bench --bench vs_java
 
+# Every test on Tansu (the default test broker), then the tests that use a broker again on
+# Apache Kafka (test-kafka; docs/brokers.md). How the time splits, measured on the 2-core
+# machine with other builds running (load 6-12), test binaries built, brokers installed:
+#   on Tansu   ~3.5 min: cargo test 161 s (bridge 58 s, unit tests 30 s, watermarks 23 s,
+#              prometheus 14 s, brokers 12 s, cli 11 s, ops 8 s, kafka_broker 4 s, the
+#              rest < 1 s), chaos-short 39 s
+#   on Kafka   ~5 min: the six broker test binaries 166 s (each starts its own Kafka, 10-20 s
+#              of JVM start), compaction 62 s, chaos-short 66 s (a broker restart is ~15 s)
+# plus lint and bench-smoke, and once per machine the installs: Tansu ~10 min (a cargo
+# build), Kafka ~25 s (jars from Maven Central).
 test: lint broker-install bench-smoke
-	$(CARGO) test
-	$(MAKE) chaos-short
+	WATCHBRIDGE_TEST_BROKER=tansu $(CARGO) test
+	$(MAKE) chaos-short BROKER=tansu
+	$(MAKE) test-kafka
+
+# The test binaries that use a broker, each run on Apache Kafka (one Kafka per binary, ~10 s
+# to start): the fixture's own tests, what differs between the brokers (brokers.rs), the
+# bridge, watermarks, operations and Prometheus tests; then compaction.rs, which only
+# Kafka can run (its log cleaner), and the short fault test.
+KAFKA_TESTS = kafka_broker brokers bridge watermarks ops prometheus
+test-kafka: setup
+	scripts/kafka.sh install
+	WATCHBRIDGE_TEST_BROKER=kafka $(CARGO) test $(KAFKA_TESTS:%=--test %)
+	WATCHBRIDGE_TEST_BROKER=kafka $(CARGO) test --test compaction -- --ignored
+	WATCHBRIDGE_TEST_BROKER=kafka $(CHAOS_SHORT)
 
 # The fault test (issue 6): SIGKILLs the bridge at random moments (CHAOS_KILLS, default 10)
 # while it watches CHAOS_USERS (default 20) growing HTTP feeds, runs two instances and kills
@@ -105,14 +129,16 @@ test: lint broker-install bench-smoke
 # and prints one `chaos:` summary line (lost, duplicated, expected, restarts, ...); fails
 # unless every expected output is there exactly once with its event time and no watermark
 # went back. About 100 s plus the build. `make test` runs a short form (chaos-short: 3
-# kills, still with the two-instance kill and the broker restart).
+# kills, still with the two-instance kill and the broker restart) on each broker; BROKER=kafka
+# runs either on Apache Kafka.
 CHAOS_KILLS ?= 10
 CHAOS_USERS ?= 20
 chaos: broker-install
-	CHAOS_KILLS=$(CHAOS_KILLS) CHAOS_USERS=$(CHAOS_USERS) $(CARGO) test --test chaos -- --ignored --nocapture
+	WATCHBRIDGE_TEST_BROKER=$(BROKER) CHAOS_KILLS=$(CHAOS_KILLS) CHAOS_USERS=$(CHAOS_USERS) $(CARGO) test --test chaos -- --ignored --nocapture
 
+CHAOS_SHORT = CHAOS_KILLS=3 CHAOS_USERS=8 $(CARGO) test --test chaos -- --ignored --nocapture
 chaos-short: broker-install
-	CHAOS_KILLS=3 CHAOS_USERS=8 $(CARGO) test --test chaos -- --ignored --nocapture
+	WATCHBRIDGE_TEST_BROKER=$(BROKER) $(CHAOS_SHORT)
 
 # The real figures, written to bench/RESULTS.md (one summary table of every target, then a
 # section per bench, kept in bench/results/) and the summary printed: the engine with
