@@ -8,9 +8,11 @@
 #   scripts/java-peer.sh install     compile it if missing
 #   scripts/java-peer.sh classpath   print the class path to run it with (`java -cp … NaiveBridge`)
 #
-# Needs Java 17+ (javac). Concurrent installs wait for the first (flock on a file in the
-# cache), like scripts/tansu.sh.
+# Needs Java 17+ (javac). Concurrent installs wait for the first (`install_once` of
+# scripts/broker-lib.sh, as the brokers' scripts do).
 set -euo pipefail
+# shellcheck source=scripts/broker-lib.sh
+. "$(dirname "$0")/broker-lib.sh"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SOURCE="$ROOT/bench/java/NaiveBridge.java"
@@ -35,32 +37,28 @@ jars() {
 hash="$(sha256sum "$SOURCE" | cut -c1-12)"
 DIR="$CACHE/java-peer-$hash"
 
+installed() {
+    [ -f "$DIR/.complete" ]
+}
+
+# Into a temp dir, then moved into place: never a half-compiled dir that runs would trust.
+compile() {
+    local cp tmp
+    cp="$(jars)"
+    tmp="$(mktemp -d "$CACHE/java-peer-build.XXXXXX")"
+    javac -Xlint:all -Werror -d "$tmp/classes" -cp "$cp" "$SOURCE" >&2
+    touch "$tmp/.complete"
+    rm -rf "$DIR"
+    mv "$tmp" "$DIR"
+}
+
 install() {
-    if [ -f "$DIR/.complete" ]; then
-        return
-    fi
+    installed && return
     command -v javac >/dev/null || {
         echo "the Java benchmark peer needs javac (Java 17+; Debian: apt-get install openjdk-17-jdk-headless)" >&2
         exit 1
     }
-    local cp
-    cp="$(jars)"
-    mkdir -p "$CACHE"
-    exec 9>"$CACHE/java-peer.lock"
-    if ! flock -n 9; then
-        echo "waiting for another build of the Java benchmark peer to finish" >&2
-        flock 9
-    fi
-    if [ ! -f "$DIR/.complete" ]; then
-        # Into a temp dir, then moved into place: never a half-compiled dir that runs would trust.
-        local tmp
-        tmp="$(mktemp -d "$CACHE/java-peer-build.XXXXXX")"
-        javac -Xlint:all -Werror -d "$tmp/classes" -cp "$cp" "$SOURCE" >&2
-        touch "$tmp/.complete"
-        rm -rf "$DIR"
-        mv "$tmp" "$DIR"
-    fi
-    exec 9>&-
+    install_once "java-peer-$hash" installed compile
 }
 
 case "${1:-}" in

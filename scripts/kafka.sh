@@ -34,6 +34,8 @@ LIBS="${KAFKA_LIBS:-$ROOT/libs}"
 # MB of records; 512 MB of heap was measured to be plenty (the JVM's default would be a
 # quarter of the RAM).
 KAFKA_HEAP="${KAFKA_HEAP:-512m}"
+# shellcheck source=scripts/broker-lib.sh
+. "$(dirname "$0")/broker-lib.sh"
 
 need() {
     if ! command -v "$1" >/dev/null; then
@@ -53,31 +55,14 @@ need_java() {
     fi
 }
 
-install() {
-    if [ -f "$LIBS/.complete" ] || { [ -n "${KAFKA_LIBS:-}" ] && [ -d "$LIBS" ]; }; then
-        return
-    fi
-    if [ -n "${KAFKA_LIBS:-}" ]; then
-        echo "KAFKA_LIBS=$KAFKA_LIBS is not a directory (of Kafka's jars)" >&2
-        exit 1
-    fi
+installed() {
+    [ -f "$LIBS/.complete" ] || { [ -n "${KAFKA_LIBS:-}" ] && [ -d "$LIBS" ]; }
+}
+
+fetch() {
     need_java
     need mvn "Maven, to fetch Kafka's jars from Maven Central" maven
-    mkdir -p "$CACHE"
-    # One download at a time: a second caller (another clone, a parallel `make`, a test
-    # binary) waits here for the first and then finds the jars in place.
-    exec 9>"$CACHE/kafka-$KAFKA_VERSION.lock"
-    if ! flock -n 9; then
-        echo "waiting for another install of Apache Kafka $KAFKA_VERSION to finish" >&2
-        flock 9
-    fi
-    if [ -f "$LIBS/.complete" ]; then
-        exec 9>&-
-        return
-    fi
-    echo "installing Apache Kafka $KAFKA_VERSION into $ROOT (once; about a minute)" >&2
-    # Resolve into a temp dir, then move into place, so an interrupted download never leaves
-    # a half-filled jar dir that later runs would trust (`.complete` marks a whole one).
+    echo "installing Apache Kafka $KAFKA_VERSION into $ROOT (once; about 30 s)" >&2
     local tmp
     tmp="$(mktemp -d "$CACHE/kafka-install.XXXXXX")"
     cat >"$tmp/pom.xml" <<EOF
@@ -94,27 +79,30 @@ install() {
   </dependencies>
 </project>
 EOF
-    if ! mvn -q -B -f "$tmp/pom.xml" dependency:copy-dependencies \
+    if ! mvn -q -B -Dstyle.color=never -f "$tmp/pom.xml" dependency:copy-dependencies \
         -DoutputDirectory="$tmp/libs" >&2; then
         echo "mvn could not fetch Apache Kafka $KAFKA_VERSION (see above); nothing installed" >&2
         rm -rf "$tmp"
         exit 1
     fi
+    # `.complete` marks a whole jar dir.
     touch "$tmp/libs/.complete"
     mkdir -p "$ROOT"
     rm -rf "$LIBS"
     mv "$tmp/libs" "$LIBS"
     rm -rf "$tmp"
-    # Unlock, and keep the lock's fd out of a broker that `start` runs in the background.
-    exec 9>&-
+}
+
+install() {
+    if [ -n "${KAFKA_LIBS:-}" ] && ! installed; then
+        echo "KAFKA_LIBS=$KAFKA_LIBS is not a directory (of Kafka's jars)" >&2
+        exit 1
+    fi
+    install_once "kafka-$KAFKA_VERSION" installed fetch
 }
 
 classpath() {
     echo "$LIBS/*"
-}
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 # server.properties for one node on 127.0.0.1:PORT (clients) and CPORT (its controller),
@@ -194,24 +182,12 @@ start() {
     local port cport
     port="$(free_port)"
     cport="$(free_port)"
+    while [ "$cport" = "$port" ]; do cport="$(free_port)"; done
     install
     (serve "$dir" "$port" "$cport" >"$dir/kafka.log" 2>&1) &
     echo $! >"$dir/kafka.pid"
     # The JVM takes ~7 s to listen (longer on a busy machine).
-    for _ in $(seq 1 600); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            echo "127.0.0.1:$port"
-            return
-        fi
-        if ! kill -0 "$(cat "$dir/kafka.pid")" 2>/dev/null; then
-            echo "kafka exited; its log:" >&2
-            cat "$dir/kafka.log" >&2
-            exit 1
-        fi
-        sleep 0.1
-    done
-    echo "kafka did not listen on 127.0.0.1:$port within 60 s; log in $dir/kafka.log" >&2
-    exit 1
+    wait_listening kafka "$port" "$dir" 60
 }
 
 run() {
@@ -229,21 +205,13 @@ run() {
     serve "$data" "$port" "$cport"
 }
 
-stop() {
-    local dir="$1"
-    if [ -f "$dir/kafka.pid" ]; then
-        kill "$(cat "$dir/kafka.pid")" 2>/dev/null || true
-        rm -f "$dir/kafka.pid"
-    fi
-}
-
 case "${1:-}" in
     install) install ;;
     path) install; echo "$LIBS" ;;
     classpath) install; classpath ;;
     serve) serve "${2:?usage: $0 serve DIR PORT CONTROLLER_PORT}" "${3:?port}" "${4:?controller port}" ;;
     start) start "${2:?usage: $0 start DIR}" ;;
-    stop) stop "${2:?usage: $0 stop DIR}" ;;
+    stop) stop_started kafka "${2:?usage: $0 stop DIR}" ;;
     run) run ;;
     *) echo "usage: $0 install|path|classpath|serve DIR PORT CPORT|start DIR|stop DIR|run" >&2; exit 2 ;;
 esac

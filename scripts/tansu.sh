@@ -23,30 +23,15 @@ TANSU_FEATURES=libsql,dynostore
 CACHE="${WATCHBRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/watchbridge}"
 ROOT="$CACHE/tansu-$TANSU_VERSION-${TANSU_FEATURES//,/-}"
 BIN="${TANSU_BIN:-$ROOT/bin/tansu}"
+# shellcheck source=scripts/broker-lib.sh
+. "$(dirname "$0")/broker-lib.sh"
 
-install() {
-    if [ -x "$BIN" ]; then
-        return
-    fi
-    if [ -n "${TANSU_BIN:-}" ]; then
-        echo "TANSU_BIN=$TANSU_BIN is not an executable file" >&2
-        exit 1
-    fi
-    mkdir -p "$CACHE"
-    # One build at a time: a second caller (another clone, a parallel `make`, a test binary)
-    # waits here for the first and then finds the binary in place.
-    exec 9>"$CACHE/tansu-$TANSU_VERSION.lock"
-    if ! flock -n 9; then
-        echo "waiting for another install of tansu $TANSU_VERSION to finish" >&2
-        flock 9
-    fi
-    if [ -x "$BIN" ]; then
-        exec 9>&-
-        return
-    fi
+installed() {
+    [ -x "$BIN" ]
+}
+
+build() {
     echo "installing tansu $TANSU_VERSION into $ROOT (once; about 10 minutes)" >&2
-    # Build in a temp target dir, then move into place, so an interrupted build never leaves
-    # a half-installed binary that later runs would trust.
     local tmp
     tmp="$(mktemp -d "$CACHE/tansu-build.XXXXXX")"
     cargo install tansu --version "$TANSU_VERSION" --locked --features "$TANSU_FEATURES" \
@@ -55,12 +40,14 @@ install() {
     mv "$tmp/root/bin/tansu" "$ROOT/bin/tansu.partial"
     mv "$ROOT/bin/tansu.partial" "$ROOT/bin/tansu"
     rm -rf "$tmp"
-    # Unlock, and keep the lock's fd out of a broker that `start` runs in the background.
-    exec 9>&-
 }
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+install() {
+    if [ -n "${TANSU_BIN:-}" ] && ! installed; then
+        echo "TANSU_BIN=$TANSU_BIN is not an executable file" >&2
+        exit 1
+    fi
+    install_once "tansu-$TANSU_VERSION" installed build
 }
 
 start() {
@@ -74,20 +61,7 @@ start() {
         --advertised-listener-url "tcp://127.0.0.1:$port" \
         --storage-engine "sqlite://tansu.db" >"$dir/tansu.log" 2>&1) &
     echo $! >"$dir/tansu.pid"
-    for _ in $(seq 1 100); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            echo "127.0.0.1:$port"
-            return
-        fi
-        if ! kill -0 "$(cat "$dir/tansu.pid")" 2>/dev/null; then
-            echo "tansu exited; its log:" >&2
-            cat "$dir/tansu.log" >&2
-            exit 1
-        fi
-        sleep 0.1
-    done
-    echo "tansu did not listen on 127.0.0.1:$port within 10 s; log in $dir/tansu.log" >&2
-    exit 1
+    wait_listening tansu "$port" "$dir" 10
 }
 
 run() {
@@ -107,19 +81,11 @@ run() {
         --storage-engine "sqlite://tansu.db"
 }
 
-stop() {
-    local dir="$1"
-    if [ -f "$dir/tansu.pid" ]; then
-        kill "$(cat "$dir/tansu.pid")" 2>/dev/null || true
-        rm -f "$dir/tansu.pid"
-    fi
-}
-
 case "${1:-}" in
     install) install ;;
     path) install; echo "$BIN" ;;
     start) start "${2:?usage: $0 start DIR}" ;;
-    stop) stop "${2:?usage: $0 stop DIR}" ;;
+    stop) stop_started tansu "${2:?usage: $0 stop DIR}" ;;
     run) run ;;
     *) echo "usage: $0 install|path|start DIR|stop DIR|run" >&2; exit 2 ;;
 esac

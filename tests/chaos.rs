@@ -31,7 +31,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use support::bridge::Bridge;
 use support::feeds::{input_key, now_ms, Feeds, Tally};
-use support::kafka::broker;
+use support::kafka::{broker, BrokerKind};
 use watchbridge::watermark::WatermarkMessage;
 
 /// The bridge's `session.timeout.ms`; a killed member is replaced only after it has passed.
@@ -45,6 +45,15 @@ const PARTITIONS: i32 = 4;
 /// Rough length of one kill cycle (random wait ~1.75 s, session timeout, start), to size
 /// the feeds so that they keep growing through the whole chaos phase.
 const CYCLE_MS: i64 = 9_000;
+
+/// How long the broker's crash and restart takes, roughly, for sizing the feeds: Tansu is
+/// back at once, Kafka's JVM takes 10-20 s on a busy 2-core machine.
+fn broker_restart_ms() -> i64 {
+    match broker().kind() {
+        BrokerKind::Tansu => 0,
+        BrokerKind::Kafka => 15_000,
+    }
+}
 
 fn knob(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
@@ -109,7 +118,7 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     // Feeds long enough to keep growing through the chaos phase: a new item every 2 s,
     // each user's feed 150 ms after the previous one's, event times 1 s before an item
     // appears.
-    let items = ((kills_wanted as i64 * CYCLE_MS) / PACE_MS).max(10);
+    let items = ((kills_wanted as i64 * CYCLE_MS + broker_restart_ms()) / PACE_MS).max(10);
     let feeds = Feeds {
         t0: now_ms(),
         pace_ms: PACE_MS,
@@ -126,23 +135,15 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
 
     let output = format!("{input}-out");
     let watermarks = format!("{output}.watermarks");
-    let env: Vec<(&str, String)> = vec![
-        ("WATCHBRIDGE_INPUT_TOPIC", input.clone()),
-        ("WATCHBRIDGE_OUTPUT_TOPIC", output.clone()),
-        ("WATCHBRIDGE_GROUP_ID", format!("{input}-group")),
-        ("WATCHBRIDGE_HTTP_URL", served.server.url("/users/{/id}")),
-        ("WATCHBRIDGE_HTTP_ITEMS", "/events".into()),
-        ("WATCHBRIDGE_HTTP_ITEM_KEY", "/id".into()),
-        ("WATCHBRIDGE_HTTP_ITEM_TIME", "/at".into()),
-        ("WATCHBRIDGE_HTTP_COMPLETE", "/done".into()),
-        ("WATCHBRIDGE_POLL_INTERVAL", "250ms".into()),
+    let mut env = served.bridge_env(&input, &output, &format!("{input}-group"), "250ms");
+    env.extend([
         (
             "KAFKA_SESSION_TIMEOUT_MS",
             SESSION_TIMEOUT.as_millis().to_string(),
         ),
         ("KAFKA_HEARTBEAT_INTERVAL_MS", "1000".into()),
         ("WATCHBRIDGE_GUARANTEE", guarantee.clone()),
-    ];
+    ]);
     for user in 0..users {
         broker()
             .produce(

@@ -102,18 +102,8 @@ async fn a_bridge_restarted_on_a_compacted_state_topic_emits_every_output_exactl
         ],
     )
     .await;
-    let env: Vec<(&str, String)> = vec![
-        ("WATCHBRIDGE_INPUT_TOPIC", input.clone()),
-        ("WATCHBRIDGE_OUTPUT_TOPIC", output.clone()),
-        ("WATCHBRIDGE_GROUP_ID", group.clone()),
-        ("WATCHBRIDGE_HTTP_URL", served.server.url("/users/{/id}")),
-        ("WATCHBRIDGE_HTTP_ITEMS", "/events".into()),
-        ("WATCHBRIDGE_HTTP_ITEM_KEY", "/id".into()),
-        ("WATCHBRIDGE_HTTP_ITEM_TIME", "/at".into()),
-        ("WATCHBRIDGE_HTTP_COMPLETE", "/done".into()),
-        ("WATCHBRIDGE_POLL_INTERVAL", "100ms".into()),
-        ("WATCHBRIDGE_CHECKPOINT_INTERVAL", "200ms".into()),
-    ];
+    let mut env = served.bridge_env(&input, &output, &group, "100ms");
+    env.push(("WATCHBRIDGE_CHECKPOINT_INTERVAL", "200ms".into()));
     let topic = &input;
     let produce_inputs = move |users: Vec<i64>| async move {
         for user in users {

@@ -132,8 +132,12 @@ pub fn measure(
     }
     let (broker_cpu1, machine1) = (cpu_seconds(case.broker_pid), machine_cpu_seconds());
     let wall = complete.duration_since(spawned).as_secs_f64();
-    if exited.is_none() {
-        stop(job, &mut child, &log);
+    match exited {
+        None => stop(job, &mut child, &log),
+        // It exited by itself, successfully (checked above): reap it.
+        Some(_) => {
+            let _ = child.wait();
+        }
     }
     seen.read_to_end(&consumer, &output, Duration::from_secs(30));
     drop(consumer);

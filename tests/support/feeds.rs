@@ -137,17 +137,40 @@ pub struct Served {
 }
 
 impl Served {
+    /// The bridge's settings for these feeds: its topics and group, the HTTP poller on
+    /// `/users/{id}`, polls `poll_interval` apart.
+    pub fn bridge_env(
+        &self,
+        input: &str,
+        output: &str,
+        group: &str,
+        poll_interval: &str,
+    ) -> Vec<(&'static str, String)> {
+        vec![
+            ("WATCHBRIDGE_INPUT_TOPIC", input.into()),
+            ("WATCHBRIDGE_OUTPUT_TOPIC", output.into()),
+            ("WATCHBRIDGE_GROUP_ID", group.into()),
+            ("WATCHBRIDGE_HTTP_URL", self.server.url("/users/{/id}")),
+            ("WATCHBRIDGE_HTTP_ITEMS", "/events".into()),
+            ("WATCHBRIDGE_HTTP_ITEM_KEY", "/id".into()),
+            ("WATCHBRIDGE_HTTP_ITEM_TIME", "/at".into()),
+            ("WATCHBRIDGE_HTTP_COMPLETE", "/done".into()),
+            ("WATCHBRIDGE_POLL_INTERVAL", poll_interval.into()),
+        ]
+    }
+
     /// Requests for user's feed so far.
     pub fn polls_of(&self, user: i64) -> i64 {
         self.polls[user as usize].load(Ordering::Relaxed)
     }
 
     /// Waits until every feed is final and then until the resource has had no request for
-    /// 3 s (a final watch is not polled again), counting only requests after `since` (when
-    /// the last bridge owned its partitions: one still joining its group polls nothing
-    /// either); at most 60 s past the feeds' end (quiet then if the last bridge never
-    /// polled: every watch it had was final). If it was still polled then, the users polled
-    /// in the last 3 s.
+    /// 3 s (a final watch is not polled again). `since` is when the last bridge owned its
+    /// partitions: one still joining its group, or restoring them, polls nothing either, so
+    /// the quiet spell counts only once it has polled since then, or, if it has not, from
+    /// 10 s after `since` (it had nothing left to poll: every watch it restored was final).
+    /// At most 60 s past the feeds' end; if it was still polled then, the users polled in the
+    /// last 3 s.
     pub async fn wait_until_quiet(&self, feeds: &Feeds, since: i64) -> Result<(), Vec<i64>> {
         let final_at = feeds.all_final_at();
         let deadline = Instant::now()
@@ -156,19 +179,14 @@ impl Served {
         loop {
             let now = now_ms();
             let last = self.last_request.load(Ordering::Relaxed);
-            if now > final_at + 1000 && last > since && now - last > 3000 {
+            let quiet_since = if last > since { last } else { since + 7000 };
+            if now > final_at + 1000 && now - quiet_since > 3000 {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                let polled: Vec<i64> = (0..feeds.users())
+                return Err((0..feeds.users())
                     .filter(|&u| now - self.last_polls[u as usize].load(Ordering::Relaxed) < 3000)
-                    .collect();
-                // Quiet all the same: the last bridge had nothing left to poll.
-                return if polled.is_empty() {
-                    Ok(())
-                } else {
-                    Err(polled)
-                };
+                    .collect());
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
