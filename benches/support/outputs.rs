@@ -26,6 +26,10 @@ pub struct Observed {
     pub complete: Option<Instant>,
     /// Next offset to read, per partition.
     next_offset: Vec<i64>,
+    /// Per output read for the first time, milliseconds from when watchbridge emitted it
+    /// (its `watchbridge-first-seen` header) to when it was read here (empty for a job that
+    /// writes no such header).
+    pub latencies_ms: Vec<i64>,
 }
 
 impl Observed {
@@ -41,6 +45,7 @@ impl Observed {
             first: None,
             complete: None,
             next_offset: vec![0; partitions as usize],
+            latencies_ms: Vec::new(),
         }
     }
 
@@ -84,6 +89,13 @@ impl Observed {
         *count += 1;
         if *count == 1 {
             self.distinct += 1;
+            let emitted = msg.headers().and_then(|h| {
+                let v = h.iter().find(|h| h.key == records::FIRST_SEEN)?.value?;
+                std::str::from_utf8(v).ok()?.parse::<i64>().ok()
+            });
+            if let Some(emitted) = emitted {
+                self.latencies_ms.push(super::report::now_ms() - emitted);
+            }
             if self.distinct == self.read.len() {
                 self.complete = Some(now);
             }

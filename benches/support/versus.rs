@@ -50,6 +50,9 @@ pub struct Measured {
     /// Cores busy besides the job and the broker: this process (the observer and the feed
     /// server) and everything else on the machine.
     pub others: f64,
+    /// Emitted (watchbridge's `watchbridge-first-seen`) → read by the observer, per output,
+    /// sorted (empty for a job without that header).
+    pub latencies_ms: Vec<i64>,
 }
 
 /// Topics, inputs and feed server for `case`; then the job `spawn` starts (given the feeds'
@@ -145,6 +148,8 @@ pub fn measure(
     let _ = std::fs::remove_file(&log);
 
     let first = seen.first.unwrap();
+    let mut latencies_ms = std::mem::take(&mut seen.latencies_ms);
+    latencies_ms.sort_unstable();
     let steady_secs = complete.duration_since(first).as_secs_f64();
     let machine = (machine1 - machine0) / wall;
     let broker_cores = (broker_cpu1 - broker_cpu0) / wall;
@@ -164,7 +169,14 @@ pub fn measure(
         peak_rss: rss,
         broker_cores,
         others: (machine - job_cores - broker_cores).max(0.0),
+        latencies_ms,
     }
+}
+
+/// The `q` quantile (0..=1) of sorted `values`, if any.
+pub fn quantile(sorted: &[i64], q: f64) -> Option<i64> {
+    let last = sorted.len().checked_sub(1)?;
+    Some(sorted[((last as f64) * q).round() as usize])
 }
 
 /// SIGTERM, the orderly stop of every job here; warns when the job did not stop cleanly
