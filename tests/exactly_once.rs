@@ -46,6 +46,16 @@ async fn committed_outputs(topic: &str) -> BTreeMap<(String, String), usize> {
     counts
 }
 
+/// Wait (at most 60 s) until `n` distinct outputs on `topic` are committed; else panic with
+/// `why()`.
+async fn wait_committed(topic: &str, n: usize, why: impl Fn() -> String) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while committed_outputs(topic).await.len() < n {
+        assert!(std::time::Instant::now() < deadline, "{}", why());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs Apache Kafka: make test-kafka runs it (WATCHBRIDGE_TEST_BROKER=kafka cargo test --test exactly_once -- --ignored)"]
 async fn a_paused_instance_is_fenced_and_nothing_it_writes_after_resuming_is_visible() {
@@ -78,15 +88,13 @@ async fn a_paused_instance_is_fenced_and_nothing_it_writes_after_resuming_is_vis
         produce_user(&s.input, user).await;
     }
     let first = users.clone().count() * 2;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while committed_outputs(&s.output).await.len() < first {
-        assert!(
-            std::time::Instant::now() < deadline,
+    wait_committed(&s.output, first, || {
+        format!(
             "the first instance never committed its first outputs:\n{}",
             a.log()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+        )
+    })
+    .await;
 
     // A stalls (a GC pause, a frozen VM) past its session timeout; B takes the partition.
     signal(&a, "-STOP");
@@ -95,15 +103,13 @@ async fn a_paused_instance_is_fenced_and_nothing_it_writes_after_resuming_is_vis
     // New items: both instances will poll them, B as the owner, A once it runs again.
     visible.store(4, Ordering::SeqCst);
     let expected = users.clone().count() * 4;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while committed_outputs(&s.output).await.len() < expected {
-        assert!(
-            std::time::Instant::now() < deadline,
+    wait_committed(&s.output, expected, || {
+        format!(
             "the second instance never committed the new outputs:\n{}",
             b.log()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+        )
+    })
+    .await;
     signal(&a, "-CONT");
     // A's next write is rejected: the broker fenced its transactional id when B started.
     // (At the latest its revocation writes a last checkpoint of its stale watches.)
@@ -124,16 +130,14 @@ async fn a_paused_instance_is_fenced_and_nothing_it_writes_after_resuming_is_vis
     c.wait_for_log("partition state restored", Duration::from_secs(60));
     visible.store(6, Ordering::SeqCst);
     let expected = users.clone().count() * 6;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while committed_outputs(&s.output).await.len() < expected {
-        assert!(
-            std::time::Instant::now() < deadline,
+    wait_committed(&s.output, expected, || {
+        format!(
             "the outputs after the resume never arrived:\nA:\n{}\nC:\n{}",
             a.log(),
             c.log()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+        )
+    })
+    .await;
     // Polls keep going for a moment: a re-emitted output would land now.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (code, _) = c.terminate();
