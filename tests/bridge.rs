@@ -506,3 +506,21 @@ async fn a_state_topic_with_another_partition_count_is_refused_naming_its_variab
         "{stderr}"
     );
 }
+
+/// `WATCHBRIDGE_GUARANTEE=auto` picks what the broker can keep: transactions on Apache Kafka;
+/// on Tansu, which lists `EndTxn` but hands aborted records to `read_committed` readers,
+/// the recovery mode (docs/brokers.md).
+#[tokio::test(flavor = "multi_thread")]
+async fn auto_picks_transactions_only_where_the_broker_keeps_their_promise() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("guarantee", 1).await;
+    let mut bridge = Bridge::start(&s.env(&server));
+    bridge.wait_for_log("WATCHBRIDGE_GUARANTEE guarantee=", Duration::from_secs(30));
+    let expected = match broker().kind() {
+        support::kafka::BrokerKind::Kafka => "guarantee=exactly_once",
+        support::kafka::BrokerKind::Tansu => "guarantee=recovery",
+    };
+    let log = bridge.log();
+    assert!(log.contains(expected), "{expected}:\n{log}");
+    assert_eq!(bridge.terminate().0, Some(0));
+}
