@@ -150,9 +150,12 @@ num.partitions=1
 EOF
     if [ ! -f "$dir/data/meta.properties" ]; then
         # A cluster id: 16 random bytes, base64url without padding (what `StorageTool
-        # random-uuid` prints, without starting a second JVM for it).
-        local id
-        id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+        # random-uuid` prints, without starting a second JVM for it). Not one that starts
+        # with `-`, which the tool would take for an option (Kafka's own ids never do).
+        local id=-
+        while [ "${id#-}" != "$id" ]; do
+            id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+        done
         # With controller.quorum.voters set, format without --standalone.
         java -cp "$(classpath)" kafka.tools.StorageTool format -t "$id" \
             -c "$dir/server.properties" >"$dir/format.log" 2>&1 || {
