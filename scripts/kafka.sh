@@ -3,8 +3,8 @@
 # one JVM), pinned, from Maven Central. Tansu (scripts/tansu.sh) is the default test broker;
 # WATCHBRIDGE_TEST_BROKER=kafka makes the tests use this one (docs/brokers.md).
 #
-#   scripts/kafka.sh install    fetch its jars once into a cache outside the clone (~1 min,
-#                               ~55 MB), else reuse them
+#   scripts/kafka.sh install    fetch its jars once into a cache outside the clone (~30 s,
+#                               54 MB), else reuse them
 #   scripts/kafka.sh path       print the jar dir (installing it if missing); `classpath`
 #                               prints the class path to give `java -cp`
 #   scripts/kafka.sh start DIR  start one on free loopback ports, config and data in DIR;
@@ -31,8 +31,8 @@ CACHE="${WATCHBRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/watchbridge}"
 ROOT="$CACHE/kafka-$KAFKA_VERSION"
 LIBS="${KAFKA_LIBS:-$ROOT/libs}"
 # Modest: the machines this runs on have 2 cores and other builds. A test broker holds a few
-# MB of records; 512 MB of heap was measured to be plenty (the JVM's default would be a
-# quarter of the RAM).
+# MB of records: every test passes with 512 MB of heap (an idle broker's RSS is ~170 MB; the
+# JVM's default heap would be a quarter of the RAM).
 KAFKA_HEAP="${KAFKA_HEAP:-512m}"
 # shellcheck source=scripts/broker-lib.sh
 . "$(dirname "$0")/broker-lib.sh"
