@@ -3,8 +3,8 @@
 # one JVM), pinned, from Maven Central. Tansu (scripts/tansu.sh) is the default test broker;
 # WATCHBRIDGE_TEST_BROKER=kafka makes the tests use this one (docs/brokers.md).
 #
-#   scripts/kafka.sh install    fetch its jars once into a cache outside the clone (~1 min,
-#                               ~55 MB), else reuse them
+#   scripts/kafka.sh install    fetch its jars once into a cache outside the clone (~30 s,
+#                               54 MB), else reuse them
 #   scripts/kafka.sh path       print the jar dir (installing it if missing); `classpath`
 #                               prints the class path to give `java -cp`
 #   scripts/kafka.sh start DIR  start one on free loopback ports, config and data in DIR;
@@ -31,8 +31,8 @@ CACHE="${WATCHBRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/watchbridge}"
 ROOT="$CACHE/kafka-$KAFKA_VERSION"
 LIBS="${KAFKA_LIBS:-$ROOT/libs}"
 # Modest: the machines this runs on have 2 cores and other builds. A test broker holds a few
-# MB of records; 512 MB of heap was measured to be plenty (the JVM's default would be a
-# quarter of the RAM).
+# MB of records: every test passes with 512 MB of heap (an idle broker's RSS is ~170 MB; the
+# JVM's default heap would be a quarter of the RAM).
 KAFKA_HEAP="${KAFKA_HEAP:-512m}"
 # shellcheck source=scripts/broker-lib.sh
 . "$(dirname "$0")/broker-lib.sh"
@@ -150,9 +150,12 @@ num.partitions=1
 EOF
     if [ ! -f "$dir/data/meta.properties" ]; then
         # A cluster id: 16 random bytes, base64url without padding (what `StorageTool
-        # random-uuid` prints, without starting a second JVM for it).
-        local id
-        id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+        # random-uuid` prints, without starting a second JVM for it). Not one that starts
+        # with `-`, which the tool would take for an option (Kafka's own ids never do).
+        local id=-
+        while [ "${id#-}" != "$id" ]; do
+            id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+        done
         # With controller.quorum.voters set, format without --standalone.
         # `--cluster-id=` form: an id may begin with `-`, which would read as an option.
         java -cp "$(classpath)" kafka.tools.StorageTool format --cluster-id="$id" \
