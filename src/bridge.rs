@@ -153,6 +153,7 @@ pub async fn run_bridge<P: Resolve>(
         metrics: metrics.clone(),
         clock,
         positions: Arc::new(Mutex::new(HashMap::new())),
+        transaction_positions: Arc::new(Mutex::new(HashMap::new())),
         stop_timeout: config.shutdown_timeout,
         watermarks: WatermarkSettings {
             strategy: config.watermark_strategy,

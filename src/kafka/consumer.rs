@@ -319,7 +319,17 @@ impl<P: Resolve> ClientContext for BridgeContext<P> {
     /// partition's label goes with its revocation, and is not set again.
     fn stats(&self, statistics: Statistics) {
         let shared = &self.partitions.shared;
-        let lag = consumer_lag(&statistics, &shared.input_topic, &self.partitions.all());
+        let committed = shared
+            .transaction_positions
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default();
+        let lag = consumer_lag(
+            &statistics,
+            &shared.input_topic,
+            &self.partitions.all(),
+            &committed,
+        );
         KafkaStatistics::Consumer { lag: &lag }.emit(&shared.metrics);
     }
 }

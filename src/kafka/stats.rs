@@ -9,6 +9,7 @@ use crate::metrics::Metrics;
 use rdkafka::producer::FutureProducer;
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientConfig, ClientContext};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The librdkafka property, and its value unless the user set `KAFKA_STATISTICS_INTERVAL_MS`.
@@ -45,7 +46,17 @@ pub fn enable(c: &mut ClientConfig, kafka: &[(String, String)]) {
 /// The consumer lag of each `assigned` partition of `topic`, where librdkafka knows it: it
 /// reports -1 before it has both an end offset and a position, and lists its internal
 /// "unassigned" partition -1 too.
-pub fn consumer_lag(statistics: &Statistics, topic: &str, assigned: &[i32]) -> Vec<(i32, i64)> {
+///
+/// In the exactly-once mode the consumer commits nothing itself (its transactions do), so
+/// librdkafka does not know the lag; `committed` holds the positions the partitions'
+/// transactions committed, and the lag is the partition's end (its last stable offset,
+/// what a `read_committed` consumer can reach) minus that.
+pub fn consumer_lag(
+    statistics: &Statistics,
+    topic: &str,
+    assigned: &[i32],
+    committed: &HashMap<i32, i64>,
+) -> Vec<(i32, i64)> {
     let Some(topic) = statistics.topics.get(topic) else {
         return Vec::new();
     };
@@ -53,8 +64,14 @@ pub fn consumer_lag(statistics: &Statistics, topic: &str, assigned: &[i32]) -> V
         .iter()
         .filter(|&&p| p >= 0)
         .filter_map(|p| topic.partitions.get(p))
-        .filter(|p| p.consumer_lag >= 0)
-        .map(|p| (p.partition, p.consumer_lag))
+        .filter_map(|p| {
+            if p.consumer_lag >= 0 {
+                return Some((p.partition, p.consumer_lag));
+            }
+            let position = committed.get(&p.partition)?;
+            let end = if p.ls_offset >= 0 { p.ls_offset } else { p.hi_offset };
+            (end >= 0).then(|| (p.partition, (end - position).max(0)))
+        })
         .collect();
     lag.sort_unstable();
     lag
@@ -88,13 +105,29 @@ mod tests {
     #[test]
     fn lag_of_assigned_partitions_only_where_known() {
         let s = statistics("users", &[(-1, 0), (0, 7), (1, -1), (2, 0), (3, 4)]);
+        let none = HashMap::new();
         assert_eq!(
-            consumer_lag(&s, "users", &[3, 0, 1, 2]),
+            consumer_lag(&s, "users", &[3, 0, 1, 2], &none),
             [(0, 7), (2, 0), (3, 4)]
         );
-        assert_eq!(consumer_lag(&s, "users", &[0]), [(0, 7)], "3 is not ours");
-        assert_eq!(consumer_lag(&s, "users", &[-1]), []);
-        assert_eq!(consumer_lag(&s, "other", &[0]), []);
+        assert_eq!(consumer_lag(&s, "users", &[0], &none), [(0, 7)], "3 is not ours");
+        assert_eq!(consumer_lag(&s, "users", &[-1], &none), []);
+        assert_eq!(consumer_lag(&s, "other", &[0], &none), []);
+    }
+
+    #[test]
+    fn in_the_exactly_once_mode_the_lag_is_the_stable_end_minus_the_committed_position() {
+        let mut s = statistics("users", &[(0, -1), (1, -1)]);
+        let partitions = &mut s.topics.get_mut("users").unwrap().partitions;
+        for p in partitions.values_mut() {
+            (p.hi_offset, p.ls_offset) = (12, 10);
+        }
+        let committed = HashMap::from([(0, 4)]);
+        assert_eq!(
+            consumer_lag(&s, "users", &[0, 1], &committed),
+            [(0, 6)],
+            "partition 1 has committed nothing yet: unknown"
+        );
     }
 
     #[test]

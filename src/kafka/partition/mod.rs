@@ -80,6 +80,9 @@ pub struct Shared<P: Resolve> {
     pub clock: Clock,
     /// Commit positions published by the tasks, taken by the consumer thread to store.
     pub positions: Arc<Mutex<HashMap<i32, i64>>>,
+    /// In the exactly-once mode, the input position each partition's last transaction
+    /// committed (the consumer's lag metric needs it: the consumer commits nothing itself).
+    pub transaction_positions: Arc<Mutex<HashMap<i32, i64>>>,
     /// How long a stopping task may spend delivering what its watches emitted.
     pub stop_timeout: Duration,
     pub watermarks: WatermarkSettings,

@@ -143,10 +143,15 @@ impl<P: Resolve> PartitionTask<P> {
         }
         let position = self.tracker.to_commit();
         let metrics = self.shared.metrics.clone();
-        match self.txn.as_mut() {
-            Some(txn) => txn.commit(position, &metrics, started).await,
-            None => Ok(()),
+        if let Some(txn) = self.txn.as_mut() {
+            txn.commit(position, &metrics, started).await?;
+            if let (Some(position), Ok(mut positions)) =
+                (txn.committed, self.shared.transaction_positions.lock())
+            {
+                positions.insert(self.partition, position);
+            }
         }
+        Ok(())
     }
 
     pub(super) async fn send_state(&mut self, writes: Vec<StateWrite>) {
