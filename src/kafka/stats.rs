@@ -69,7 +69,11 @@ pub fn consumer_lag(
                 return Some((p.partition, p.consumer_lag));
             }
             let position = committed.get(&p.partition)?;
-            let end = if p.ls_offset >= 0 { p.ls_offset } else { p.hi_offset };
+            let end = if p.ls_offset >= 0 {
+                p.ls_offset
+            } else {
+                p.hi_offset
+            };
             (end >= 0).then(|| (p.partition, (end - position).max(0)))
         })
         .collect();
@@ -110,7 +114,11 @@ mod tests {
             consumer_lag(&s, "users", &[3, 0, 1, 2], &none),
             [(0, 7), (2, 0), (3, 4)]
         );
-        assert_eq!(consumer_lag(&s, "users", &[0], &none), [(0, 7)], "3 is not ours");
+        assert_eq!(
+            consumer_lag(&s, "users", &[0], &none),
+            [(0, 7)],
+            "3 is not ours"
+        );
         assert_eq!(consumer_lag(&s, "users", &[-1], &none), []);
         assert_eq!(consumer_lag(&s, "other", &[0], &none), []);
     }
