@@ -100,14 +100,16 @@ bench-smoke: setup broker-install bench-peer-install
 
 # Every test on Tansu (the default test broker), then the tests that use a broker again on
 # Apache Kafka (test-kafka; docs/brokers.md). How the time splits, measured on the 2-core
-# machine with other builds running (load 6-12), test binaries built, brokers installed:
-#   on Tansu   ~3.5 min: cargo test 161 s (bridge 58 s, unit tests 30 s, watermarks 23 s,
-#              prometheus 14 s, brokers 12 s, cli 11 s, ops 8 s, kafka_broker 4 s, the
-#              rest < 1 s), chaos-short 39 s
-#   on Kafka   ~5 min: the six broker test binaries 166 s (each starts its own Kafka, 10-20 s
-#              of JVM start), compaction 62 s, chaos-short 66 s (a broker restart is ~15 s)
+# machine, test binaries built and brokers installed (quiet machine; in brackets with other
+# builds running, load 6-12):
+#   on Tansu   ~2.8 min [3.5]: cargo test 128 s [161] (bridge 42 s, watermarks 22 s,
+#              prometheus 14 s, unit tests 11 s, brokers 11 s, cli 11 s, ops 7 s,
+#              kafka_broker 3 s, the rest < 1 s), chaos-short 38 s [39]
+#   on Kafka   ~4 min [5]: the six broker test binaries 135 s [166] (each starts its own
+#              Kafka: 8-20 s of JVM start), compaction 50 s [62], chaos-short 59 s [66] (a
+#              broker restart takes ~15 s)
 # plus lint and bench-smoke, and once per machine the installs: Tansu ~10 min (a cargo
-# build), Kafka ~25 s (jars from Maven Central).
+# build; ~60 min beside other builds), Kafka ~25 s (jars from Maven Central).
 test: lint broker-install bench-smoke
 	WATCHBRIDGE_TEST_BROKER=tansu $(CARGO) test
 	$(MAKE) chaos-short BROKER=tansu
