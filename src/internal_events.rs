@@ -196,25 +196,39 @@ pub struct ProduceFailed<'a> {
     pub topic: &'a str,
     pub error: &'a str,
     pub attempt: u32,
-    pub giving_up: bool,
+    pub then: AfterProduceFailure,
+}
+
+/// What happens to a record the producer could not deliver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterProduceFailure {
+    Retry,
+    DeadLetter,
+    /// In the exactly-once mode: its transaction cannot commit; it is aborted and the
+    /// partition starts again from its last commit.
+    AbortTransaction,
 }
 
 impl ProduceFailed<'_> {
     pub fn emit(&self, m: &Metrics, label: &str) {
-        if self.giving_up {
-            tracing::error!(
+        match self.then {
+            AfterProduceFailure::DeadLetter => tracing::error!(
                 topic = self.topic,
                 error = self.error,
                 attempts = self.attempt,
                 "record not delivered; sending it to the dead-letter topic"
-            );
-        } else {
-            tracing::warn!(
+            ),
+            AfterProduceFailure::Retry => tracing::warn!(
                 topic = self.topic,
                 error = self.error,
                 attempt = self.attempt,
                 "record not delivered; retrying"
-            );
+            ),
+            AfterProduceFailure::AbortTransaction => tracing::warn!(
+                topic = self.topic,
+                error = self.error,
+                "record not delivered; its transaction will be aborted"
+            ),
         }
         m.produce_failures.with_label_values(&[label]).inc();
     }

@@ -120,23 +120,6 @@ impl<P: Resolve> PartitionTask<P> {
                     self.tracker.acknowledged(origin);
                 }
             }
-            Delivery::Done(pending, Err(error)) if self.txn.is_some() => {
-                // In a transaction a failed record cannot be sent again: the transaction
-                // is aborted at its commit, and the partition starts again from the last.
-                if matches!(pending.kind, Kind::State) {
-                    self.checkpoint_in_flight -= 1;
-                }
-                ProduceFailed {
-                    topic: &pending.record.topic,
-                    error: &error.to_string(),
-                    attempt: pending.attempt,
-                    giving_up: true,
-                }
-                .emit(&self.shared.metrics, &failure_label(&error));
-                if let Some(txn) = self.txn.as_mut() {
-                    txn.broken.get_or_insert(error);
-                }
-            }
             Delivery::Done(pending, Err(error)) => self.delivery_failed(pending, error),
             Delivery::RetryDue(pending) => self.send(pending).await,
         }
@@ -145,6 +128,23 @@ impl<P: Resolve> PartitionTask<P> {
     /// Retry with backoff; after the last attempt, dead-letter it (a dead letter that cannot
     /// be delivered either is logged, counted and given up).
     pub(super) fn delivery_failed(&mut self, pending: Pending, error: KafkaError) {
+        if let Some(txn) = self.txn.as_mut() {
+            // In a transaction a failed record cannot be sent again (and once the producer
+            // is fenced, nothing can): the transaction is aborted at its commit, and the
+            // partition starts again from its last one.
+            ProduceFailed {
+                topic: &pending.record.topic,
+                error: &error.to_string(),
+                attempt: pending.attempt,
+                then: AfterProduceFailure::AbortTransaction,
+            }
+            .emit(&self.shared.metrics, &failure_label(&error));
+            txn.broken.get_or_insert(error);
+            if matches!(pending.kind, Kind::State) {
+                self.checkpoint_in_flight -= 1;
+            }
+            return;
+        }
         // A state record is never given up: a watch whose record is lost could not be
         // restored. (Its checkpoint stays in flight, so no later one overtakes it.)
         let giving_up =
@@ -153,7 +153,11 @@ impl<P: Resolve> PartitionTask<P> {
             topic: &pending.record.topic,
             error: &error.to_string(),
             attempt: pending.attempt,
-            giving_up,
+            then: if giving_up {
+                AfterProduceFailure::DeadLetter
+            } else {
+                AfterProduceFailure::Retry
+            },
         }
         .emit(&self.shared.metrics, &failure_label(&error));
         if !giving_up {

@@ -40,9 +40,9 @@ use crate::clock::Clock;
 use crate::clock::Millis;
 use crate::engine::{Command, Engine, EngineConfig, Event, RestoreWatch};
 use crate::internal_events::{
-    InputConsumed, InputDeadLettered, InputForFinishedWatch, LateOutput, OutputProduced,
-    PartitionRecovered, PartitionRecovering, PartitionRecoveryAbandoned, PartitionWatermarkChanged,
-    ProduceFailed, StateRecordWritten,
+    AfterProduceFailure, InputConsumed, InputDeadLettered, InputForFinishedWatch, LateOutput,
+    OutputProduced, PartitionRecovered, PartitionRecovering, PartitionRecoveryAbandoned,
+    PartitionWatermarkChanged, ProduceFailed, StateRecordWritten,
 };
 use crate::limits::Limits;
 use crate::metrics::Metrics;

@@ -124,22 +124,29 @@ impl<P: Resolve> PartitionTask<P> {
         }
         let started = std::time::Instant::now();
         let deadline = tokio::time::Instant::now() + self.shared.stop_timeout;
-        let unacknowledged = || {
-            transaction::Failure::Aborted(
-                "records of the transaction were not acknowledged within \
-                 WATCHBRIDGE_SHUTDOWN_TIMEOUT"
-                    .into(),
-            )
-        };
+        const UNACKNOWLEDGED: &str =
+            "records of the transaction were not acknowledged within WATCHBRIDGE_SHUTDOWN_TIMEOUT";
+        let broken = |task: &Self| task.txn.as_ref().is_some_and(|t| t.broken.is_some());
         if !self.deliver_all(deadline).await {
-            return Err(unacknowledged());
+            return Err(self
+                .txn
+                .as_ref()
+                .map(|t| t.failure(UNACKNOWLEDGED))
+                .unwrap());
         }
-        let writes = self
-            .durable
-            .checkpoint_records(self.shared.clock.now_ms(), last);
-        self.send_state(writes).await;
-        if !self.deliver_all(deadline).await {
-            return Err(unacknowledged());
+        // A broken transaction gets no checkpoint: it cannot commit (below, it fails).
+        if !broken(self) {
+            let writes = self
+                .durable
+                .checkpoint_records(self.shared.clock.now_ms(), last);
+            self.send_state(writes).await;
+            if !self.deliver_all(deadline).await {
+                return Err(self
+                    .txn
+                    .as_ref()
+                    .map(|t| t.failure(UNACKNOWLEDGED))
+                    .unwrap());
+            }
         }
         let position = self.tracker.to_commit();
         let metrics = self.shared.metrics.clone();

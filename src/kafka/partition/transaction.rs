@@ -72,12 +72,18 @@ impl Failure {
         }
     }
 
+    /// `Fenced` once librdkafka has raised a fatal error for `producer`.
+    fn fatal(producer: &BridgeProducer) -> Option<Failure> {
+        let (code, reason) = producer.client().fatal_error()?;
+        Some(Failure::Fenced(format!("{reason} ({code:?})")))
+    }
+
     /// What `error` means for the partition, given the state of `producer`: once librdkafka
     /// has raised a fatal error (fenced, above all) every later error is a consequence of
     /// it (records purged from the queue, say), and the producer is done for.
     fn of(error: KafkaError, producer: &BridgeProducer) -> Failure {
-        if let Some((code, reason)) = producer.client().fatal_error() {
-            return Failure::Fenced(format!("{reason} ({code:?})"));
+        if let Some(fatal) = Failure::fatal(producer) {
+            return fatal;
         }
         let fatal = match &error {
             KafkaError::Transaction(e) => e.is_fatal(),
@@ -159,6 +165,11 @@ impl Transaction {
                 }
             }
         }
+    }
+
+    /// The failure `reason` stands for: fenced if the producer has met a fatal error.
+    pub(super) fn failure(&self, reason: &str) -> Failure {
+        Failure::fatal(&self.producer).unwrap_or_else(|| Failure::Aborted(reason.into()))
     }
 
     /// Open a transaction if none is: before the first record of a checkpoint interval.
