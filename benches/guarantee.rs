@@ -104,6 +104,16 @@ fn main() {
     print!("{}", report(&s, &results, began.elapsed()));
 }
 
+/// The median over `runs` of each run's `q` latency quantile, in ms.
+fn latency(runs: &[Measured], q: f64) -> f64 {
+    let per_run: Vec<f64> = runs
+        .iter()
+        .filter_map(|m| quantile(&m.latencies_ms, q))
+        .map(|v| v as f64)
+        .collect();
+    median(&per_run)
+}
+
 fn report(s: &Sizes, results: &[Vec<Measured>], elapsed: std::time::Duration) -> String {
     use std::fmt::Write;
     let (recovery, exactly_once) = (&results[0], &results[1]);
@@ -138,15 +148,6 @@ fn report(s: &Sizes, results: &[Vec<Measured>], elapsed: std::time::Duration) ->
         let rates: Vec<f64> = runs.iter().map(|m| m.rate).collect();
         let steady: Vec<f64> = runs.iter().map(|m| m.steady).collect();
         let (lo, hi) = min_max(&rates);
-        let p = |q: f64| {
-            median(
-                &runs
-                    .iter()
-                    .filter_map(|m| quantile(&m.latencies_ms, q))
-                    .map(|v| v as f64)
-                    .collect::<Vec<_>>(),
-            )
-        };
         let cpu: Vec<f64> = runs.iter().map(|m| m.cpu_per_output * 1e6).collect();
         let _ = writeln!(
             out,
@@ -155,22 +156,13 @@ fn report(s: &Sizes, results: &[Vec<Measured>], elapsed: std::time::Duration) ->
             rate(lo),
             rate(hi),
             rate(median(&steady)),
-            p(0.5),
-            p(0.99),
+            latency(runs, 0.5),
+            latency(runs, 0.99),
             median(&cpu),
             runs.iter().map(|m| m.duplicates).sum::<usize>()
         );
     }
     let ratio = median(&ratios(exactly_once, recovery, |m| m.rate));
-    let p99 = |runs: &[Measured]| {
-        median(
-            &runs
-                .iter()
-                .filter_map(|m| quantile(&m.latencies_ms, 0.99))
-                .map(|v| v as f64)
-                .collect::<Vec<_>>(),
-        )
-    };
     let _ = writeln!(
         out,
         "\nThroughput `exactly_once` / `recovery`: **{ratio:.2}** (median of the per-run \
@@ -203,11 +195,11 @@ fn report(s: &Sizes, results: &[Vec<Measured>], elapsed: std::time::Duration) ->
             "exactly_once latency p99 (emitted → read_committed)",
             &format!(
                 "{:.0} ms (recovery: {:.0} ms)",
-                p99(exactly_once),
-                p99(recovery)
+                latency(exactly_once, 0.99),
+                latency(recovery, 0.99)
             ),
             "≤ checkpoint interval + recovery's",
-            p99(exactly_once) <= 500.0 + p99(recovery)
+            latency(exactly_once, 0.99) <= 500.0 + latency(recovery, 0.99)
         )
     );
     out

@@ -124,29 +124,14 @@ impl<P: Resolve> PartitionTask<P> {
         }
         let started = std::time::Instant::now();
         let deadline = tokio::time::Instant::now() + self.shared.stop_timeout;
-        const UNACKNOWLEDGED: &str =
-            "records of the transaction were not acknowledged within WATCHBRIDGE_SHUTDOWN_TIMEOUT";
-        let broken = |task: &Self| task.txn.as_ref().is_some_and(|t| t.broken.is_some());
-        if !self.deliver_all(deadline).await {
-            return Err(self
-                .txn
-                .as_ref()
-                .map(|t| t.failure(UNACKNOWLEDGED))
-                .unwrap());
-        }
+        self.settle_transaction(deadline).await?;
         // A broken transaction gets no checkpoint: it cannot commit (below, it fails).
-        if !broken(self) {
+        if self.txn.as_ref().is_none_or(|t| t.broken.is_none()) {
             let writes = self
                 .durable
                 .checkpoint_records(self.shared.clock.now_ms(), last);
             self.send_state(writes).await;
-            if !self.deliver_all(deadline).await {
-                return Err(self
-                    .txn
-                    .as_ref()
-                    .map(|t| t.failure(UNACKNOWLEDGED))
-                    .unwrap());
-            }
+            self.settle_transaction(deadline).await?;
         }
         let position = self.tracker.to_commit();
         let metrics = self.shared.metrics.clone();
@@ -159,6 +144,24 @@ impl<P: Resolve> PartitionTask<P> {
             }
         }
         Ok(())
+    }
+
+    /// Exactly-once mode: wait until every record of the open transaction is acknowledged
+    /// (or has failed, which breaks the transaction), at most until `deadline`.
+    async fn settle_transaction(
+        &mut self,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), transaction::Failure> {
+        if self.deliver_all(deadline).await {
+            return Ok(());
+        }
+        let txn = self
+            .txn
+            .as_ref()
+            .expect("only the exactly-once mode settles");
+        Err(txn.failure(
+            "records of the transaction were not acknowledged within WATCHBRIDGE_SHUTDOWN_TIMEOUT",
+        ))
     }
 
     pub(super) async fn send_state(&mut self, writes: Vec<StateWrite>) {
