@@ -404,3 +404,93 @@ async fn a_partition_taken_over_by_another_instance_continues_from_its_last_wate
     let last = latest_never_going_back(&messages, &second.log());
     assert_eq!(last.len(), 2);
 }
+
+/// A partition taken over waits until the watermark reader has read the topic to the end
+/// noted at its recovery (so its floor is the previous owner's last value). In the
+/// exactly-once mode every watermark record is followed by a transaction marker, which no
+/// consumer is handed: the reader must still see that it reached the end. (It counted only
+/// the records it was handed, so a takeover waited up to 30 s for the next record, with
+/// its partition revoked meanwhile: CI caught a live watch restarted from its input.)
+#[tokio::test(flavor = "multi_thread")]
+async fn the_watermark_reader_reaches_an_end_that_is_a_transaction_marker() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+    use std::sync::Arc;
+    use watchbridge::kafka::merged::MergedPublisher;
+    use watchbridge::kafka::stats::ProducerStats;
+
+    let b = broker();
+    let topic = b.unique_topic("wm-marker");
+    b.create_topic(&topic, 1).await;
+    let record = WatermarkMessage::Partition {
+        topic: "in".into(),
+        partition: 0,
+        watermark_ms: 1_000,
+        idle: false,
+    };
+    let transactional = b.kind() == support::kafka::BrokerKind::Kafka;
+    let mut config = b.config();
+    if transactional {
+        config.set("transactional.id", format!("{topic}-writer"));
+    }
+    let producer: BaseProducer = config.create().unwrap();
+    let timeout = Duration::from_secs(30);
+    if transactional {
+        producer.init_transactions(timeout).unwrap();
+        producer.begin_transaction().unwrap();
+    }
+    producer
+        .send(
+            BaseRecord::to(&topic)
+                .key(&record.key()[..])
+                .payload(&record.to_json()[..]),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    producer.flush(timeout).unwrap();
+    if transactional {
+        producer.commit_transaction(timeout).unwrap();
+    }
+    let (_, end) = producer
+        .client()
+        .fetch_watermarks(&topic, 0, timeout)
+        .unwrap();
+    // On Kafka the marker is the last offset; on Tansu (no transactions) the record is.
+    assert_eq!(end, if transactional { 2 } else { 1 });
+
+    let metrics = Arc::new(watchbridge::metrics::Metrics::new());
+    let read_upto = Arc::new(AtomicI64::new(0));
+    let publisher = MergedPublisher {
+        consumer_config: b.config(),
+        producer: b
+            .config()
+            .create_with_context(ProducerStats {
+                metrics: metrics.clone(),
+            })
+            .unwrap(),
+        input_topic: "in".into(),
+        input_partitions: 1,
+        watermark_topic: topic.as_str().into(),
+        interval: Duration::from_millis(100),
+        owns_first: Arc::new(AtomicBool::new(false)),
+        metrics,
+        clock: watchbridge::clock::Clock::system(),
+        latest: Default::default(),
+        read_upto: read_upto.clone(),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let reader = tokio::spawn(publisher.run(async move {
+        let _ = stopped.await;
+    }));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while read_upto.load(Ordering::SeqCst) < end && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = stop.send(());
+    reader.await.unwrap();
+    assert_eq!(
+        read_upto.load(Ordering::SeqCst),
+        end,
+        "the reader saw the end of {topic}"
+    );
+}

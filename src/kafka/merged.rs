@@ -15,6 +15,7 @@ use crate::kafka::stats::BridgeProducer;
 use crate::metrics::Metrics;
 use crate::watermark::{MergedWatermark, WatermarkMessage};
 use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -32,7 +33,8 @@ pub struct MergedPublisher {
     pub clock: Clock,
     /// Shared with the partition tasks: the latest value of each partition on the topic.
     pub latest: Arc<std::sync::Mutex<std::collections::HashMap<i32, crate::clock::Millis>>>,
-    /// The offset after the last watermark record read: a partition task taking a partition
+    /// The offset after the last watermark record read (or the end the reader reached,
+    /// past transaction markers and aborted records): a partition task taking a partition
     /// over waits until this passes the topic's end at its recovery, so that its floor is
     /// the last value the previous owner published.
     pub read_upto: Arc<std::sync::atomic::AtomicI64>,
@@ -51,6 +53,9 @@ impl MergedPublisher {
             // Only committed watermarks (the exactly-once mode's are transactional).
             .set("isolation.level", "read_committed")
             .set("fetch.wait.max.ms", "100")
+            // The end is reported: in the exactly-once mode the topic ends with a
+            // transaction marker, which is never handed over as a record (`read_upto`).
+            .set("enable.partition.eof", "true")
             .create()
         {
             Ok(c) => c,
@@ -94,6 +99,12 @@ impl MergedPublisher {
                             }
                         }
                     }
+                    // At the end: past what no record stands for (markers, aborted records).
+                    Err(KafkaError::PartitionEOF(_)) => {
+                        if let Some(position) = self.position(&consumer) {
+                            self.read_upto.fetch_max(position, Ordering::SeqCst);
+                        }
+                    }
                     Err(e) => tracing::debug!(error = %e, "reading the watermark topic"),
                 },
                 _ = ticks.tick() => {
@@ -115,6 +126,15 @@ impl MergedPublisher {
                     }
                 }
             }
+        }
+    }
+
+    /// The reader's position on the watermark topic (the offset it reads next).
+    fn position(&self, consumer: &StreamConsumer) -> Option<i64> {
+        let positions = consumer.position().ok()?;
+        match positions.find_partition(&self.watermark_topic, 0)?.offset() {
+            Offset::Offset(o) => Some(o),
+            _ => None,
         }
     }
 

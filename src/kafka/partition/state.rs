@@ -46,6 +46,18 @@ impl<P: Resolve> PartitionTask<P> {
                 return Err(transaction::Ending::Done);
             }
         };
+        if let (Some(end), Some(read)) = (found.watermark_end, &self.shared.watermarks.read_upto) {
+            // The floor must be the previous owner's last value before this partition
+            // publishes one, or its watermark could go back.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while read.load(std::sync::atomic::Ordering::SeqCst) < end && !self.inputs.is_closed() {
+                if tokio::time::Instant::now() > deadline {
+                    tracing::warn!(partition = self.partition, "the watermark topic was not read back in 30 s; publishing without the previous owner's last value");
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
         if self.inputs.is_closed() {
             // Revoked while reading: the partition is someone else's now; start nothing.
             return Err(transaction::Ending::Done);
@@ -53,7 +65,6 @@ impl<P: Resolve> PartitionTask<P> {
         let (state_records, outputs_read, undecodable) =
             (found.state_records, found.outputs_read, found.undecodable);
         self.recovery_input_end = found.input_end;
-        let watermark_end = found.watermark_end;
         let outputs_found: usize = found.outputs.values().map(Vec::len).sum();
         let finished = found.finished.len();
         let plan = recovery::plan(
@@ -79,18 +90,6 @@ impl<P: Resolve> PartitionTask<P> {
             self.starting.push_back(Starting::Recovered);
             if !self.send_command(Command::Restore(Box::new(restore))).await {
                 break;
-            }
-        }
-        if let (Some(end), Some(read)) = (watermark_end, &self.shared.watermarks.read_upto) {
-            // The floor must be the previous owner's last value before this partition
-            // publishes one, or its watermark could go back.
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            while read.load(std::sync::atomic::Ordering::SeqCst) < end {
-                if tokio::time::Instant::now() > deadline {
-                    tracing::warn!(partition = self.partition, "the watermark topic was not read back in 30 s; publishing without the previous owner's last value");
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
         PartitionRecovered {
