@@ -14,7 +14,9 @@
 //!   already cover. A recovery reads the output topic from there to its end and takes the
 //!   outputs whose `watchbridge-input-partition` header names this partition. Offsets are
 //!   assigned in send order per partition (idempotent producer), so an output acknowledged
-//!   later, or never acknowledged but written, lies above them.
+//!   later, or never acknowledged but written, lies above them. The offsets advance only
+//!   over outputs whose acknowledgement is handled *and* every output sent before them too
+//!   (delivery reports are handled in any order; see `Sends`).
 //! - **An input is committed once its watch is durable**: the watch's first record carries
 //!   the input's offset, and the task commits past it when the record is acknowledged.
 //! - **A finished watch is written as finished only once its last outputs are
@@ -94,8 +96,12 @@ pub struct DurableState {
     /// Per output partition: the offset the last written [`OutputOffsets`] says.
     written: Vec<i64>,
     /// Per output partition: the offset after the last output of this partition's watches
-    /// that is acknowledged (or found by the recovery's read-back).
+    /// whose acknowledgement is handled, as is every one sent before it (or found by the
+    /// recovery's read-back).
     covered: Vec<i64>,
+    /// Outputs handed to the producer, in send order, until they and every one before them
+    /// are handled ([`Sends`]).
+    sends: Sends,
     /// Outputs the read-back found for watches with no live record (their first record was
     /// never written; their input comes again, uncommitted), until that input arrives.
     preseen: HashMap<Bytes, Vec<OutputHash>>,
@@ -119,6 +125,7 @@ impl DurableState {
             finished: HashMap::new(),
             written,
             covered,
+            sends: Sends::default(),
             preseen: HashMap::new(),
         }
     }
@@ -216,11 +223,13 @@ impl DurableState {
         );
     }
 
-    /// An output of `key`'s watch was handed to the producer.
-    pub fn output_sent(&mut self, key: &[u8]) {
+    /// An output of `key`'s watch was handed to the producer: its ticket, for its
+    /// acknowledgement.
+    pub fn output_sent(&mut self, key: &[u8]) -> SendTicket {
         if let Some(w) = self.live.get_mut(key) {
             w.in_flight += 1;
         }
+        self.sends.sent()
     }
 
     /// The output topic acknowledged an output of `key`'s watch at `offset` of `partition`.
@@ -228,6 +237,7 @@ impl DurableState {
         &mut self,
         key: &[u8],
         hash: OutputHash,
+        ticket: SendTicket,
         partition: i32,
         offset: i64,
     ) {
@@ -236,20 +246,17 @@ impl DurableState {
             w.journal.add(hash);
             w.dirty = true;
         }
-        if let Some(c) = usize::try_from(partition)
-            .ok()
-            .and_then(|p| self.covered.get_mut(p))
-        {
-            *c = (*c).max(offset + 1);
-        }
+        self.sends
+            .handled(ticket, Some((partition, offset)), &mut self.covered);
     }
 
     /// An output of `key`'s watch will not reach the output topic (it was dead-lettered or
     /// lost): not in its seen chunks, so a restored watch would emit it again.
-    pub fn output_given_up(&mut self, key: &[u8]) {
+    pub fn output_given_up(&mut self, key: &[u8], ticket: SendTicket) {
         if let Some(w) = self.live.get_mut(key) {
             w.in_flight = w.in_flight.saturating_sub(1);
         }
+        self.sends.handled(ticket, None, &mut self.covered);
     }
 
     /// Where a live watch stands after a poll.
@@ -375,6 +382,58 @@ impl DurableState {
     }
 }
 
+/// An output's place in its partition task's send order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendTicket(u64);
+
+/// The outputs in flight, in send order, so that the covered offsets advance only over
+/// outputs every one of whose predecessors is handled too. Delivery reports are handled in
+/// any order (the task polls them as a set); an output partition assigns offsets in send
+/// order, so once every output sent before a ticket is handled, every output of this
+/// partition's watches below that ticket's offset has its hash in the journal (or was given
+/// up). Advancing on each acknowledgement alone let a checkpoint's offsets pass an output
+/// acknowledged but not handled yet, which a read-back from there would miss.
+#[derive(Debug, Default)]
+struct Sends {
+    /// The ticket of `slots[0]`.
+    first: u64,
+    /// Per ticket from `first`: `None` while in flight, then where it landed (`Some(None)`:
+    /// given up, on no partition).
+    slots: std::collections::VecDeque<Option<Option<(i32, i64)>>>,
+}
+
+impl Sends {
+    fn sent(&mut self) -> SendTicket {
+        self.slots.push_back(None);
+        SendTicket(self.first + self.slots.len() as u64 - 1)
+    }
+
+    /// `ticket` is handled (landed at `at`, or given up): advance `covered` over every
+    /// handled ticket at the front.
+    fn handled(&mut self, ticket: SendTicket, at: Option<(i32, i64)>, covered: &mut [i64]) {
+        let Some(slot) = ticket
+            .0
+            .checked_sub(self.first)
+            .and_then(|i| self.slots.get_mut(usize::try_from(i).ok()?))
+        else {
+            return;
+        };
+        *slot = Some(at);
+        while let Some(Some(landed)) = self.slots.front().copied() {
+            self.slots.pop_front();
+            self.first += 1;
+            if let Some((partition, offset)) = landed {
+                if let Some(c) = usize::try_from(partition)
+                    .ok()
+                    .and_then(|p| covered.get_mut(p))
+                {
+                    *c = (*c).max(offset + 1);
+                }
+            }
+        }
+    }
+}
+
 /// The state partition records are written to.
 struct Target {
     topic: Arc<str>,
@@ -485,8 +544,8 @@ mod tests {
         let key = Bytes::from_static(b"u1");
         start(&mut s, &key, 0, &[]);
         s.checkpoint_records(T0, false);
-        s.output_sent(&key);
-        s.output_sent(&key);
+        let sent = s.output_sent(&key);
+        let _second = s.output_sent(&key);
         s.checkpoint(&key, Progress::at_start(T0, T0), T0 + 1000);
         // Progress alone: written once it is PROGRESS_WRITE_INTERVAL_MS old, or when the
         // partition is given up; the record only, no chunk, offsets unchanged.
@@ -506,7 +565,7 @@ mod tests {
             1
         );
 
-        s.output_acknowledged(&key, hash_key(b"e1"), 1, 30);
+        s.output_acknowledged(&key, hash_key(b"e1"), sent, 1, 30);
         let w = decoded(&s.checkpoint_records(T0 + 2, false));
         assert_eq!(w.len(), 3, "{w:?}");
         match &w[0].0 {
@@ -522,16 +581,16 @@ mod tests {
         let mut s = state();
         let key = Bytes::from_static(b"u1");
         start(&mut s, &key, 0, &[]);
-        s.output_sent(&key);
-        s.output_acknowledged(&key, hash_key(b"e1"), 0, 5);
+        let sent = s.output_sent(&key);
+        s.output_acknowledged(&key, hash_key(b"e1"), sent, 0, 5);
         s.checkpoint_records(T0, false);
-        s.output_sent(&key);
+        let sent = s.output_sent(&key);
         s.terminated(&key, T0 + 10, &TerminatedReason::Final);
         // Its last output is in flight: still live, nothing to say yet; but it has ended,
         // so its input does not start it again.
         assert!(s.checkpoint_records(T0 + 11, false).is_empty());
         assert!(s.is_finished(&key));
-        s.output_acknowledged(&key, hash_key(b"e2"), 0, 6);
+        s.output_acknowledged(&key, hash_key(b"e2"), sent, 0, 6);
         let w = decoded(&s.checkpoint_records(T0 + 12, false));
         assert!(
             matches!(&w[0].0, Entry::Watch(r) if r.finished.as_ref().is_some_and(|f| f.reason == "final") && r.seen_chunks == 0),
@@ -581,14 +640,39 @@ mod tests {
     }
 
     #[test]
+    fn the_offsets_pass_an_output_only_once_every_output_sent_before_it_is_handled() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        start(&mut s, &key, 0, &[]);
+        s.checkpoint_records(T0, false);
+        // Two outputs to output partition 0 (offsets 10 and 11, in send order); the second's
+        // acknowledgement is handled first (delivery reports complete in any order).
+        let a = s.output_sent(&key);
+        let b = s.output_sent(&key);
+        s.output_acknowledged(&key, hash_key(b"b"), b, 0, 11);
+        let w = decoded(&s.checkpoint_records(T0 + 1, false));
+        // The first is on the topic but in no chunk: a read-back from past it would miss it.
+        assert!(
+            w.iter().all(|(e, _)| !matches!(e, Entry::OutputOffsets(_))),
+            "the offsets passed an output whose hash is in no chunk: {w:?}"
+        );
+        s.output_acknowledged(&key, hash_key(b"a"), a, 0, 10);
+        let w = decoded(&s.checkpoint_records(T0 + 2, false));
+        assert!(
+            matches!(&w.last().unwrap().0, Entry::OutputOffsets(o) if o.offsets == vec![(0, 12), (1, 7)]),
+            "{w:?}"
+        );
+    }
+
+    #[test]
     fn an_output_given_up_is_not_recorded_and_does_not_hold_the_ending() {
         let mut s = state();
         let key = Bytes::from_static(b"u1");
         start(&mut s, &key, 0, &[]);
         s.checkpoint_records(T0, false);
-        s.output_sent(&key);
+        let sent = s.output_sent(&key);
         s.terminated(&key, T0 + 1, &TerminatedReason::Final);
-        s.output_given_up(&key);
+        s.output_given_up(&key, sent);
         let w = decoded(&s.checkpoint_records(T0 + 2, false));
         assert!(matches!(&w[0].0, Entry::Watch(r) if r.finished.is_some()));
         assert_eq!(w.len(), 1, "no chunk was written, none to delete: {w:?}");
@@ -599,8 +683,8 @@ mod tests {
         let mut s = state();
         let key = Bytes::from_static(b"u1");
         start(&mut s, &key, 0, &[]);
-        s.output_sent(&key);
-        s.output_acknowledged(&key, hash_key(b"a"), 0, 5);
+        let sent = s.output_sent(&key);
+        s.output_acknowledged(&key, hash_key(b"a"), sent, 0, 5);
         let first = decoded(&s.checkpoint_records(T0, false));
         assert!(matches!(&first[0], (Entry::Seen { chunk: c, .. }, None) if c.index() == 0));
         assert!(s.live[&key].journal.heap_bytes() > 0, "the tail is held");
@@ -611,8 +695,8 @@ mod tests {
             .is_empty());
         assert_eq!(s.live[&key].journal.heap_bytes(), 0, "released");
         // A later output goes to a new chunk; the record lists both.
-        s.output_sent(&key);
-        s.output_acknowledged(&key, hash_key(b"b"), 0, 6);
+        let sent = s.output_sent(&key);
+        s.output_acknowledged(&key, hash_key(b"b"), sent, 0, 6);
         let later = decoded(&s.checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS + 1, false));
         assert!(
             matches!(&later[0], (Entry::Seen { chunk: c, .. }, None) if c.index() == 1 && c.hashes().len() == 1)

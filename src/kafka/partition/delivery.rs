@@ -3,6 +3,7 @@
 //! dead-lettered (never a state record: it is retried until delivered).
 
 use super::*;
+use crate::kafka::durable::SendTicket;
 
 /// Attempts to deliver one record before it goes to the dead-letter topic instead.
 const DELIVERY_ATTEMPTS: u32 = 5;
@@ -22,6 +23,7 @@ pub(super) enum Kind {
     Output {
         watch: Bytes,
         hash: OutputHash,
+        ticket: SendTicket,
     },
     /// A state-topic record: retried until delivered, never dead-lettered.
     State,
@@ -105,10 +107,14 @@ impl<P: Resolve> PartitionTask<P> {
         match delivery {
             Delivery::Done(pending, Ok((partition, offset))) => {
                 match &pending.kind {
-                    Kind::Output { watch, hash } => {
+                    Kind::Output {
+                        watch,
+                        hash,
+                        ticket,
+                    } => {
                         OutputProduced.emit(&self.shared.metrics);
                         self.durable
-                            .output_acknowledged(watch, *hash, partition, offset);
+                            .output_acknowledged(watch, *hash, *ticket, partition, offset);
                     }
                     Kind::State => {
                         StateRecordWritten.emit(&self.shared.metrics);
@@ -189,7 +195,7 @@ impl<P: Resolve> PartitionTask<P> {
             }
             // Not on the output topic, so not in the watch's saved seen set: a restored
             // watch would emit it again.
-            Kind::Output { watch, .. } => self.durable.output_given_up(watch),
+            Kind::Output { watch, ticket, .. } => self.durable.output_given_up(watch, *ticket),
             Kind::State => {}
         }
         let record = OutRecord::dead_letter(

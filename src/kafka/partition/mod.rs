@@ -573,7 +573,7 @@ impl<P: Resolve> PartitionTask<P> {
                         .emit(&self.shared.metrics);
                         record = record.late();
                     }
-                    self.durable.output_sent(&key);
+                    let ticket = self.durable.output_sent(&key);
                     self.send(Pending {
                         record,
                         origin: None,
@@ -581,6 +581,7 @@ impl<P: Resolve> PartitionTask<P> {
                         kind: Kind::Output {
                             watch: key.clone(),
                             hash: hash_key(&output.key),
+                            ticket,
                         },
                     })
                     .await;
