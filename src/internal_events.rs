@@ -207,6 +207,11 @@ pub enum AfterProduceFailure {
     /// In the exactly-once mode: its transaction cannot commit; it is aborted and the
     /// partition starts again from its last commit.
     AbortTransaction,
+    /// An output that may or may not be on the output topic (a timeout, a lost connection:
+    /// librdkafka's "possibly persisted"): sending it again could write it twice, not
+    /// sending it could lose it. The partition starts again from its durable state, whose
+    /// read-back of the output topic finds it if it landed.
+    RestartPartition,
 }
 
 impl ProduceFailed<'_> {
@@ -228,6 +233,12 @@ impl ProduceFailed<'_> {
                 topic = self.topic,
                 error = self.error,
                 "record not delivered; its transaction will be aborted"
+            ),
+            AfterProduceFailure::RestartPartition => tracing::warn!(
+                topic = self.topic,
+                error = self.error,
+                "output not delivered (it may still be on the topic); the partition starts \
+                 again from its durable state, which finds it if it landed"
             ),
         }
         m.produce_failures.with_label_values(&[label]).inc();
@@ -353,6 +364,28 @@ impl PartitionRecovering {
             "restoring the partition's state"
         );
         m.partitions_recovering.inc();
+    }
+}
+
+/// A partition task gave up after a delivery whose outcome is unknown; the partition starts
+/// again from its durable state.
+pub struct PartitionRestarting<'a> {
+    pub partition: i32,
+    pub error: &'a str,
+    /// Records that were in flight, waited for before the restart.
+    pub in_flight: usize,
+}
+
+impl PartitionRestarting<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::warn!(
+            partition = self.partition,
+            error = self.error,
+            records_waited_for = self.in_flight,
+            "the partition starts again from its durable state: an output's delivery failed \
+             and it may or may not be on the topic"
+        );
+        m.partition_restarts.inc();
     }
 }
 

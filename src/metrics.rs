@@ -38,6 +38,7 @@ pub struct Metrics {
     pub inputs_finished: IntCounter,
     pub state_records_written: IntCounter,
     pub transactions: IntCounterVec,
+    pub partition_restarts: IntCounter,
     pub transaction_commit_duration: Histogram,
     pub producer_queue_messages: IntGauge,
     pub consumer_lag: IntGaugeVec,
@@ -192,6 +193,10 @@ impl Metrics {
             "watchbridge_state_records_written_total",
             "Records acknowledged by the state topic (watch records, seen chunks, output offsets, tombstones)"
         ));
+        let partition_restarts = reg!(IntCounter::new(
+            "watchbridge_partition_restarts_total",
+            "Partitions started again from their durable state because an output's delivery failed and it may or may not be on the topic (WATCHBRIDGE_GUARANTEE recovery and at_least_once)"
+        ));
         let transactions = reg!(IntCounterVec::new(
             Opts::new(
                 "watchbridge_transactions_total",
@@ -250,6 +255,7 @@ impl Metrics {
             inputs_finished,
             state_records_written,
             transactions,
+            partition_restarts,
             transaction_commit_duration,
             producer_queue_messages,
             consumer_lag,

@@ -13,7 +13,13 @@
 //! with the two-instance kill and the broker restart, ~40 s), on each broker.
 //!
 //! Knobs (environment): `CHAOS_KILLS` (default 10) bridge SIGKILLs, `CHAOS_USERS` (default 20)
-//! watches, `CHAOS_SEED` (default 6) for the random kill moments.
+//! watches, `CHAOS_SEED` (default 6) for the random kill moments, `CHAOS_GUARANTEE` (the
+//! bridge's `WATCHBRIDGE_GUARANTEE`), `CHAOS_ZOMBIE` (the zombie episode), and
+//! `CHAOS_BROKER_PAUSE` (default on with Apache Kafka; Tansu itself breaks when paused under
+//! load, `/work/shared/notes/tansu-0.6.md`): the broker is SIGSTOPped under load for longer
+//! than the bridge's message timeout (`KAFKA_MESSAGE_TIMEOUT_MS`, 3 s in this run), so that
+//! deliveries fail while their requests may still be written once it runs again, then
+//! SIGCONTed, then the bridge is SIGKILLed and a new one recovers.
 //!
 //! Tansu stalls a group whose member died without leaving if the member comes back before the
 //! session timeout (`/work/shared/notes/tansu-0.6.md`), so the bridge runs with
@@ -40,6 +46,8 @@ const SESSION_TIMEOUT: Duration = Duration::from_millis(6000);
 const RESTART_MARGIN: Duration = Duration::from_millis(500);
 /// A new feed item every this long.
 const PACE_MS: i64 = 2000;
+/// The bridge's `message.timeout.ms` in a run with the broker-pause episode.
+const MESSAGE_TIMEOUT: Duration = Duration::from_millis(3000);
 /// Input partitions.
 const PARTITIONS: i32 = 4;
 /// Rough length of one kill cycle (random wait ~1.75 s, session timeout, start), to size
@@ -110,6 +118,10 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     // The zombie episode (CHAOS_ZOMBIE=1; default on with exactly_once, which fences it; the
     // `recovery` mode still has that window, docs/architecture.md).
     let zombie = knob("CHAOS_ZOMBIE", u64::from(guarantee == "exactly_once")) == 1;
+    let broker_pause = knob(
+        "CHAOS_BROKER_PAUSE",
+        u64::from(broker().kind() == BrokerKind::Kafka),
+    ) == 1;
     let mut rng = fastrand::Rng::with_seed(seed);
 
     // The broker first (Kafka takes seconds to start): the feeds begin to grow after it.
@@ -144,6 +156,12 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
         ("KAFKA_HEARTBEAT_INTERVAL_MS", "1000".into()),
         ("WATCHBRIDGE_GUARANTEE", guarantee.clone()),
     ]);
+    if broker_pause {
+        env.push((
+            "KAFKA_MESSAGE_TIMEOUT_MS",
+            MESSAGE_TIMEOUT.as_millis().to_string(),
+        ));
+    }
     for user in 0..users {
         broker()
             .produce(
@@ -160,6 +178,7 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     let mut broker_restarts = 0u64;
     let mut kills = 0u64;
     let mut zombies = 0u64;
+    let mut broker_pauses = 0u64;
     let two_at = kills_wanted / 3;
     let broker_at = 2 * kills_wanted / 3;
     // Not on the two-instance kill's turn (with 3 kills: after the broker restart).
@@ -168,8 +187,39 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     } else {
         kills_wanted / 2
     });
+    // With the first ordinary kill (not the two-instance or zombie turn).
+    let pause_at = broker_pause.then(|| {
+        (0..kills_wanted)
+            .find(|&i| i != two_at && Some(i) != zombie_at && i != broker_at)
+            .unwrap_or(0)
+    });
     let mut current = Bridge::start(&env);
     for i in 0..kills_wanted {
+        if Some(i) == pause_at {
+            // Under load: outputs and state records in flight when the broker stops; they
+            // time out in the bridge, and may still be written when it runs again.
+            tokio::time::sleep(random_wait(&mut rng)).await;
+            let pid = broker().pid();
+            let pause = MESSAGE_TIMEOUT * 2 + random_wait(&mut rng);
+            eprintln!(
+                "chaos: [{:>5.1?}] broker SIGSTOP for {pause:.1?} (message timeout {MESSAGE_TIMEOUT:?}), then SIGCONT",
+                started.elapsed()
+            );
+            assert!(Command::new("kill")
+                .args(["-STOP", &pid])
+                .status()
+                .unwrap()
+                .success());
+            tokio::time::sleep(pause).await;
+            assert!(Command::new("kill")
+                .args(["-CONT", &pid])
+                .status()
+                .unwrap()
+                .success());
+            broker_pauses += 1;
+            // Then the kill below: what the bridge made of the failures is all a successor
+            // has to go on.
+        }
         if i == broker_at {
             tokio::time::sleep(random_wait(&mut rng)).await;
             eprintln!(
@@ -297,7 +347,7 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
 
     println!(
         "chaos: broker={} guarantee={guarantee} expected={} exactly_once={} lost={} duplicated={} restarts={restarts} \
-         broker_restarts={broker_restarts} zombies={zombies} wrong_event_time={} watermark_regressions={}",
+         broker_restarts={broker_restarts} zombies={zombies} broker_pauses={broker_pauses} wrong_event_time={} watermark_regressions={}",
         broker().kind().name(),
         expected.len(),
         tally.exactly_once(),

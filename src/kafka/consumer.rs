@@ -127,8 +127,9 @@ impl<P: Resolve> Partitions<P> {
     }
 
     /// Handle the tasks that ended on their own: in a bounded run, done (every input read,
-    /// every watch ended): forget them; in the exactly-once mode, an aborted transaction:
-    /// read the partition again from its last committed position with a new task; fenced:
+    /// every watch ended): forget them; an aborted transaction, or a delivery whose outcome
+    /// is unknown: read the partition again from its last committed position with a new
+    /// task, which recovers its state first; fenced:
     /// leave the partition (another instance owns it now; the group takes it from this one
     /// at its next rebalance). Returns whether no partition is left.
     fn reap(&self, consumer: &BaseConsumer<BridgeContext<P>>) -> bool {
@@ -182,7 +183,7 @@ impl<P: Resolve> Partitions<P> {
             tracing::info!(
                 partition,
                 offset = start,
-                "restarting the partition from its last committed transaction"
+                "restarting the partition from its durable state and last committed input"
             );
             self.assign(partition, bounds.map(|b| Bounds { start, end: b.end }));
         }

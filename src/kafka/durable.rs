@@ -80,6 +80,11 @@ struct LiveWatch {
 pub struct StateWrite {
     pub record: Option<OutRecord>,
     pub origin: Option<i64>,
+    /// An [`OutputOffsets`] record: it vouches for the chunks before it, so it is produced
+    /// only once they are acknowledged (a chunk retried after a failed delivery would
+    /// otherwise land after it, and a crash before then leave it vouching for hashes that
+    /// are on no record).
+    pub offsets: bool,
 }
 
 /// The durable state of one input partition's watches.
@@ -354,7 +359,7 @@ impl DurableState {
             let offsets = OutputOffsets {
                 offsets: (0..).zip(self.written.iter().copied()).collect(),
             };
-            writes.push(to.write(offsets.to_entry(), None));
+            writes.push(to.offsets(offsets));
         }
         writes
     }
@@ -365,7 +370,7 @@ impl DurableState {
         let offsets = OutputOffsets {
             offsets: (0..).zip(self.written.iter().copied()).collect(),
         };
-        self.target().write(offsets.to_entry(), None)
+        self.target().offsets(offsets)
     }
 
     /// Deletes of these state keys.
@@ -445,6 +450,14 @@ impl Target {
         StateWrite {
             record: Some(OutRecord::state(&self.topic, self.partition, key, None)),
             origin: None,
+            offsets: false,
+        }
+    }
+
+    fn offsets(&self, offsets: OutputOffsets) -> StateWrite {
+        StateWrite {
+            offsets: true,
+            ..self.write(offsets.to_entry(), None)
         }
     }
 
@@ -466,12 +479,14 @@ impl Target {
                     Some(value),
                 )),
                 origin,
+                offsets: false,
             },
             Err(e) => {
                 tracing::error!(partition = self.partition, error = %e, "a watch cannot be saved to the state topic");
                 StateWrite {
                     record: None,
                     origin,
+                    offsets: false,
                 }
             }
         }

@@ -1,6 +1,11 @@
 //! Handing records to the producer and what their delivery reports do: acknowledgements
-//! move the commit position and the durable state, failures are retried with backoff, then
-//! dead-lettered (never a state record: it is retried until delivered).
+//! move the commit position and the durable state. A failed output is never sent again
+//! as a new record (the failed one may be on the topic after all: a duplicate): one the
+//! broker refused for good goes to the dead-letter topic, any other failure starts the
+//! partition again from its durable state (`PartitionTask::abandon`). State records are
+//! retried until delivered (a retried chunk is harmless: the checkpoint's offsets record,
+//! which vouches for it, waits for its acknowledgement), dead letters and watermarks with
+//! backoff.
 
 use super::*;
 use crate::kafka::durable::SendTicket;
@@ -70,6 +75,10 @@ impl<P: Resolve> PartitionTask<P> {
     /// Hand a record to the producer. While its queue is full, wait for deliveries to make
     /// room (and read no input meanwhile: that is the backpressure).
     pub(super) async fn send(&mut self, pending: Pending) {
+        if self.abandoned.is_some() {
+            // Nothing more from this task: its successor starts from the topics.
+            return;
+        }
         if let Some(txn) = self.txn.as_mut() {
             txn.begin();
         }
@@ -119,6 +128,13 @@ impl<P: Resolve> PartitionTask<P> {
                     Kind::State => {
                         StateRecordWritten.emit(&self.shared.metrics);
                         self.checkpoint_in_flight -= 1;
+                        if self.checkpoint_in_flight == 0 {
+                            // The checkpoint's chunks and records are on the topic: now
+                            // its offsets record may vouch for them.
+                            if let Some(offsets) = self.offsets_waiting.take() {
+                                self.send_state(vec![offsets]).await;
+                            }
+                        }
                     }
                     Kind::DeadLetter | Kind::Watermark => {}
                 }
@@ -151,10 +167,25 @@ impl<P: Resolve> PartitionTask<P> {
             }
             return;
         }
+        if matches!(pending.kind, Kind::Output { .. }) && !refused_for_good(&error) {
+            ProduceFailed {
+                topic: &pending.record.topic,
+                error: &error.to_string(),
+                attempt: pending.attempt,
+                then: AfterProduceFailure::RestartPartition,
+            }
+            .emit(&self.shared.metrics, &failure_label(&error));
+            self.abandoned.get_or_insert(error);
+            return;
+        }
         // A state record is never given up: a watch whose record is lost could not be
-        // restored. (Its checkpoint stays in flight, so no later one overtakes it.)
-        let giving_up =
-            pending.attempt >= DELIVERY_ATTEMPTS && !matches!(pending.kind, Kind::State);
+        // restored. (Its checkpoint stays in flight, so no later one overtakes it.) An
+        // output the broker refused for good goes to the dead-letter topic at once.
+        let giving_up = match pending.kind {
+            Kind::State => false,
+            Kind::Output { .. } => true,
+            Kind::DeadLetter | Kind::Watermark => pending.attempt >= DELIVERY_ATTEMPTS,
+        };
         ProduceFailed {
             topic: &pending.record.topic,
             error: &error.to_string(),
@@ -219,6 +250,27 @@ impl<P: Resolve> PartitionTask<P> {
         self.deliveries
             .push(async move { Delivery::RetryDue(dead_letter) }.boxed());
     }
+}
+
+/// Whether the broker (or librdkafka, before sending) refused the record itself, so that it
+/// is certainly not on the topic and never will be, however often it is sent: too large, or
+/// invalid, or not allowed. Any other failure (a timeout, a lost connection, a broker
+/// error) may have left it written.
+fn refused_for_good(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode::*;
+    matches!(
+        error,
+        KafkaError::MessageProduction(
+            MessageSizeTooLarge
+                | MessageBatchTooLarge
+                | InvalidMessageSize
+                | InvalidRecord
+                | InvalidTimestamp
+                | PolicyViolation
+                | TopicAuthorizationFailed
+                | UnsupportedForMessageFormat
+        )
+    )
 }
 
 /// The error's kind, as the `error` label of `watchbridge_produce_failures_total`.

@@ -42,7 +42,7 @@ use crate::engine::{Command, Engine, EngineConfig, Event, RestoreWatch};
 use crate::internal_events::{
     AfterProduceFailure, InputConsumed, InputDeadLettered, InputForFinishedWatch, LateOutput,
     OutputProduced, PartitionRecovered, PartitionRecovering, PartitionRecoveryAbandoned,
-    PartitionWatermarkChanged, ProduceFailed, StateRecordWritten,
+    PartitionRestarting, PartitionWatermarkChanged, ProduceFailed, StateRecordWritten,
 };
 use crate::limits::Limits;
 use crate::metrics::Metrics;
@@ -170,6 +170,13 @@ pub struct PartitionTask<P: Resolve> {
     durable: DurableState,
     /// State records of the last checkpoint not acknowledged yet: the next waits for them.
     checkpoint_in_flight: usize,
+    /// The last checkpoint's offsets record, produced once the rest of it is acknowledged
+    /// (not in the exactly-once mode, where the transaction commits them together).
+    offsets_waiting: Option<StateWrite>,
+    /// Set when a delivery failed in a way that leaves this task's view of the topics
+    /// uncertain (an output that may or may not have landed): the task writes nothing
+    /// more and ends, and the partition starts again from its durable state.
+    abandoned: Option<KafkaError>,
     /// The input partition's end offset at recovery: once read up to it, outputs found for
     /// watches whose input did not come again are forgotten.
     recovery_input_end: Option<i64>,
@@ -239,6 +246,8 @@ impl<P: Resolve> PartitionTask<P> {
             starting: VecDeque::new(),
             durable,
             checkpoint_in_flight: 0,
+            offsets_waiting: None,
+            abandoned: None,
             recovery_input_end: None,
             deliveries: FuturesUnordered::new(),
             producer,
@@ -316,6 +325,10 @@ impl<P: Resolve> PartitionTask<P> {
                     }
                 }
             }
+            if self.abandoned.is_some() {
+                ending = self.abandon().await;
+                break;
+            }
             self.publish_position();
         }
         if ending != Ending::Done {
@@ -366,6 +379,37 @@ impl<P: Resolve> PartitionTask<P> {
             txn.abort(&failure, &self.shared.metrics).await;
         }
         failure.ending()
+    }
+
+    /// A delivery failed and the record may or may not be on the topic (not in the
+    /// exactly-once mode, where the transaction decides): stop the watches, write nothing
+    /// more (no checkpoint: it would vouch for what this task believes), and wait until
+    /// every record in flight has landed or failed, so that the partition's next recovery,
+    /// which starts right after, reads every record of this task that reached a topic.
+    /// (Each ends within librdkafka's `message.timeout.ms`.)
+    async fn abandon(&mut self) -> Ending {
+        if let Some(commands) = self.commands.take() {
+            tokio::spawn(async move {
+                let _ = commands.send(Command::Shutdown).await;
+            });
+        }
+        let waiting = self.deliveries.len();
+        while let Some(delivery) = self.deliveries.next().await {
+            // Acknowledgements still count (the commit position moves); nothing is sent.
+            self.on_delivery(delivery).await;
+        }
+        self.publish_position();
+        PartitionRestarting {
+            partition: self.partition,
+            error: &self
+                .abandoned
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+            in_flight: waiting,
+        }
+        .emit(&self.shared.metrics);
+        Ending::Restart
     }
 
     /// Hand the commit position to the consumer thread (not in the exactly-once mode, where

@@ -164,7 +164,13 @@ impl<P: Resolve> PartitionTask<P> {
     }
 
     pub(super) async fn send_state(&mut self, writes: Vec<StateWrite>) {
-        for StateWrite { record, origin } in writes {
+        for write in writes {
+            if write.offsets && self.txn.is_none() && self.checkpoint_in_flight > 0 {
+                // Produced once the records it vouches for are acknowledged (`on_delivery`).
+                self.offsets_waiting = Some(write);
+                continue;
+            }
+            let StateWrite { record, origin, .. } = write;
             let Some(record) = record else {
                 if let Some(origin) = origin {
                     self.tracker.acknowledged(origin);

@@ -49,8 +49,9 @@ pub struct TransactionSettings {
 pub enum Ending {
     /// Revoked, stopping, or (bounded) done.
     Done,
-    /// A transaction was aborted: start the partition again from its last committed
-    /// position.
+    /// Start the partition again from its durable state and its last committed input
+    /// position: a transaction was aborted, or (without transactions) an output's delivery
+    /// failed and it may or may not be on the topic.
     Restart,
     /// Another instance owns the partition now.
     Fenced,
