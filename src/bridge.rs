@@ -15,6 +15,7 @@ use crate::kafka::client::{base_config, ensure_topics, log_properties, KafkaSetu
 use crate::kafka::consumer::{consume, BridgeContext, Partitions};
 use crate::kafka::embedded::EmbeddedBroker;
 use crate::kafka::guarantee::{self, Guarantee, GuaranteeSetting};
+use crate::kafka::lease::Lease;
 use crate::kafka::merged::{publish_merged, MergedPublisher};
 use crate::kafka::partition::{
     Bounds, Shared, StateSettings, TransactionSettings, WatermarkSettings,
@@ -154,6 +155,7 @@ pub async fn run_bridge<P: Resolve>(
         clock,
         positions: Arc::new(Mutex::new(HashMap::new())),
         transaction_positions: Arc::new(Mutex::new(HashMap::new())),
+        lease: group_lease(&consumer_config(brokers, config, guarantee), &metrics),
         stop_timeout: config.shutdown_timeout,
         watermarks: WatermarkSettings {
             strategy: config.watermark_strategy,
@@ -433,6 +435,24 @@ fn consumer_config(brokers: &str, config: &RunConfig, guarantee: Guarantee) -> C
     );
     c.set("enable.auto.offset.store", "false");
     c
+}
+
+/// The lease that keeps a stalled instance from writing (`kafka::lease`), sized by the
+/// consumer's group timeouts (librdkafka's defaults unless `KAFKA_*` set them).
+fn group_lease(consumer: &ClientConfig, metrics: &Arc<Metrics>) -> Arc<Lease> {
+    let millis = |key: &str, default: u64| {
+        Duration::from_millis(
+            consumer
+                .get(key)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default),
+        )
+    };
+    Lease::start(
+        millis("session.timeout.ms", 45_000),
+        millis("heartbeat.interval.ms", 3_000),
+        metrics.clone(),
+    )
 }
 
 /// Apply `other`'s settings over `c` (the user's `KAFKA_*` over our defaults).

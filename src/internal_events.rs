@@ -367,6 +367,23 @@ impl PartitionRecovering {
     }
 }
 
+/// The whole process stood still (no tick of the lease keeper) long enough to have lost its
+/// group session: its partitions write nothing until the group confirms them.
+pub struct InstanceStalled {
+    pub stalled: std::time::Duration,
+}
+
+impl InstanceStalled {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::warn!(
+            stalled_ms = self.stalled.as_millis() as u64,
+            "this instance stood still long enough to lose its group session; its partitions \
+             write nothing until the group confirms it still owns them"
+        );
+        m.instance_stalls.inc();
+    }
+}
+
 /// A partition task gave up after a delivery whose outcome is unknown; the partition starts
 /// again from its durable state.
 pub struct PartitionRestarting<'a> {

@@ -39,6 +39,7 @@ pub struct Metrics {
     pub state_records_written: IntCounter,
     pub transactions: IntCounterVec,
     pub partition_restarts: IntCounter,
+    pub instance_stalls: IntCounter,
     pub transaction_commit_duration: Histogram,
     pub producer_queue_messages: IntGauge,
     pub consumer_lag: IntGaugeVec,
@@ -197,6 +198,10 @@ impl Metrics {
             "watchbridge_partition_restarts_total",
             "Partitions started again from their durable state because an output's delivery failed and it may or may not be on the topic (WATCHBRIDGE_GUARANTEE recovery and at_least_once)"
         ));
+        let instance_stalls = reg!(IntCounter::new(
+            "watchbridge_instance_stalls_total",
+            "Times the whole process stood still for half the group session timeout or more (SIGSTOP, a frozen VM): its partitions wrote nothing until the group confirmed them"
+        ));
         let transactions = reg!(IntCounterVec::new(
             Opts::new(
                 "watchbridge_transactions_total",
@@ -256,6 +261,7 @@ impl Metrics {
             state_records_written,
             transactions,
             partition_restarts,
+            instance_stalls,
             transaction_commit_duration,
             producer_queue_messages,
             consumer_lag,

@@ -33,6 +33,10 @@ struct Assigned {
     stopped: std_mpsc::Receiver<Stopped>,
     /// A bounded run's range (a restarted task reads the rest of it).
     bounds: Option<Bounds>,
+    /// Set when the partition is no longer this instance's although its task may still
+    /// run (the assignment was lost, or the task outlived the revocation's wait): the task
+    /// writes nothing more.
+    lost: Arc<AtomicBool>,
 }
 
 /// The partitions of one bridge, shared by the consumer thread and its rebalance callbacks
@@ -66,7 +70,14 @@ impl<P: Resolve> Partitions<P> {
         let (stopped_tx, stopped) = std_mpsc::channel();
         // Rebalance callbacks run on the consumer thread, outside the runtime.
         let _runtime = self.runtime.enter();
-        let task = PartitionTask::spawn(partition, self.shared.clone(), receiver, bounds);
+        let lost = Arc::new(AtomicBool::new(false));
+        let task = PartitionTask::spawn(
+            partition,
+            self.shared.clone(),
+            receiver,
+            bounds,
+            lost.clone(),
+        );
         if partition == 0 {
             self.owns_first.store(true, Ordering::SeqCst);
         }
@@ -85,13 +96,16 @@ impl<P: Resolve> Partitions<P> {
                 held: VecDeque::new(),
                 stopped,
                 bounds,
+                lost,
             },
         );
     }
 
     /// Stop the tasks of `partitions` and wait (bounded) until each has delivered what its
-    /// watches emitted and published its last position.
-    fn stop(&self, partitions: &[i32]) {
+    /// watches emitted and published its last position. `lost`: the group gave them to
+    /// another instance already (this one stalled past its session): they stop without
+    /// writing anything. A task that outlives the wait writes nothing more either.
+    fn stop(&self, partitions: &[i32], lost: bool) {
         let removed: Vec<(i32, Assigned)> = {
             let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
             partitions
@@ -100,22 +114,30 @@ impl<P: Resolve> Partitions<P> {
                 .collect()
         };
         // Close every input channel first, so the tasks stop in parallel.
-        let waiting: Vec<(i32, std_mpsc::Receiver<Stopped>)> = removed
+        let waiting: Vec<(i32, std_mpsc::Receiver<Stopped>, Arc<AtomicBool>)> = removed
             .into_iter()
             .map(|(p, a)| {
+                if lost {
+                    a.lost.store(true, Ordering::SeqCst);
+                }
                 drop(a.inputs);
-                (p, a.stopped)
+                (p, a.stopped, a.lost)
             })
             .collect();
         // Their own bound is `stop_timeout`; allow a little more for them to report.
         let deadline =
             std::time::Instant::now() + self.shared.stop_timeout + Duration::from_secs(2);
-        for (partition, stopped) in waiting {
+        for (partition, stopped, task_lost) in waiting {
             if partition == 0 {
                 self.owns_first.store(false, Ordering::SeqCst);
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let report = stopped.recv_timeout(left).ok();
+            if report.is_none() {
+                // Its next owner may start now: from here on this task's writes would land
+                // on top of that owner's.
+                task_lost.store(true, Ordering::SeqCst);
+            }
             PartitionRevoked {
                 topic: &self.shared.input_topic,
                 partition,
@@ -339,14 +361,29 @@ impl<P: Resolve> ConsumerContext for BridgeContext<P> {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
-            self.partitions.stop(&partitions);
-            self.partitions.commit(consumer);
+            // Lost: this instance stalled past its session and the group gave the
+            // partitions away; their new owners may be writing already.
+            let lost = consumer.assignment_lost();
+            if lost {
+                tracing::warn!(
+                    ?partitions,
+                    "partitions lost (this instance was not heard from within the session \
+                     timeout); they stop without writing anything"
+                );
+            } else {
+                self.partitions.shared.lease.confirmed();
+            }
+            self.partitions.stop(&partitions, lost);
+            if !lost {
+                self.partitions.commit(consumer);
+            }
         }
     }
 
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
+                self.partitions.shared.lease.confirmed();
                 for element in tpl.elements() {
                     self.partitions.assign(element.partition(), None);
                 }
@@ -369,6 +406,10 @@ pub fn consume<P: Resolve>(
     bounded: bool,
 ) {
     while !stop.load(Ordering::Relaxed) {
+        partitions
+            .shared
+            .lease
+            .confirm_unless_lost(consumer.assignment_lost());
         if partitions.reap(&consumer) && bounded {
             break;
         }
@@ -386,7 +427,7 @@ pub fn consume<P: Resolve>(
         }
     }
     let all = partitions.all();
-    partitions.stop(&all);
+    partitions.stop(&all, consumer.assignment_lost());
     partitions.commit(&consumer);
     consumer.unsubscribe();
 }

@@ -10,6 +10,7 @@ pub mod durable;
 pub mod embedded;
 pub mod guarantee;
 pub mod input;
+pub mod lease;
 pub mod merged;
 pub mod offsets;
 pub mod partition;

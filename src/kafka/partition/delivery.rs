@@ -75,7 +75,8 @@ impl<P: Resolve> PartitionTask<P> {
     /// Hand a record to the producer. While its queue is full, wait for deliveries to make
     /// room (and read no input meanwhile: that is the backpressure).
     pub(super) async fn send(&mut self, pending: Pending) {
-        if self.abandoned.is_some() {
+        let (lease, lost) = (self.shared.lease.clone(), self.lost.clone());
+        if self.abandoned.is_some() || !may_write(lease, lost).await {
             // Nothing more from this task: its successor starts from the topics.
             return;
         }
@@ -249,6 +250,25 @@ impl<P: Resolve> PartitionTask<P> {
         };
         self.deliveries
             .push(async move { Delivery::RetryDue(dead_letter) }.boxed());
+    }
+}
+
+/// Whether a task may still write: not once its partition is another instance's (`lost`);
+/// while the instance's lease is in doubt (after a stall), wait until the group confirms it
+/// or the partition is lost. (Not a method: `&self` across the waits would make the task's
+/// future need `Sync`.)
+async fn may_write(
+    lease: Arc<crate::kafka::lease::Lease>,
+    lost: Arc<std::sync::atomic::AtomicBool>,
+) -> bool {
+    loop {
+        if lost.load(std::sync::atomic::Ordering::SeqCst) {
+            return false;
+        }
+        if lease.may_write() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

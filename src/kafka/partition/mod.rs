@@ -92,6 +92,9 @@ pub struct Shared<P: Resolve> {
     /// `Some` in the exactly-once mode: each task writes through a transactional producer
     /// of its own, and commits its input offsets in its transactions.
     pub transactions: Option<TransactionSettings>,
+    /// Whether this instance may write at all (not after a stall that may have cost it its
+    /// partitions, until the group confirms them).
+    pub lease: Arc<super::lease::Lease>,
 }
 
 /// What the partition tasks need to keep their watches durable.
@@ -177,6 +180,10 @@ pub struct PartitionTask<P: Resolve> {
     /// uncertain (an output that may or may not have landed): the task writes nothing
     /// more and ends, and the partition starts again from its durable state.
     abandoned: Option<KafkaError>,
+    /// Set by the consumer thread once the partition is no longer this instance's (lost
+    /// to a stall, or the revocation stopped waiting for this task): nothing more is
+    /// written.
+    lost: Arc<std::sync::atomic::AtomicBool>,
     /// The input partition's end offset at recovery: once read up to it, outputs found for
     /// watches whose input did not come again are forgotten.
     recovery_input_end: Option<i64>,
@@ -196,6 +203,7 @@ impl<P: Resolve> PartitionTask<P> {
         shared: Arc<Shared<P>>,
         inputs: mpsc::Receiver<OwnedMessage>,
         bounds: Option<Bounds>,
+        lost: Arc<std::sync::atomic::AtomicBool>,
     ) -> impl std::future::Future<Output = Stopped> + Send + 'static {
         let engine = Engine::new(
             shared.poller.clone(),
@@ -248,6 +256,7 @@ impl<P: Resolve> PartitionTask<P> {
             checkpoint_in_flight: 0,
             offsets_waiting: None,
             abandoned: None,
+            lost,
             recovery_input_end: None,
             deliveries: FuturesUnordered::new(),
             producer,

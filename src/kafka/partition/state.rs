@@ -165,6 +165,10 @@ impl<P: Resolve> PartitionTask<P> {
 
     pub(super) async fn send_state(&mut self, writes: Vec<StateWrite>) {
         for write in writes {
+            if self.lost.load(std::sync::atomic::Ordering::SeqCst) {
+                // Not this instance's partition any more: its state is the new owner's.
+                return;
+            }
             if write.offsets && self.txn.is_none() && self.checkpoint_in_flight > 0 {
                 // Produced once the records it vouches for are acknowledged (`on_delivery`).
                 self.offsets_waiting = Some(write);

@@ -1,0 +1,126 @@
+//! A stalled instance (a zombie) without transactions (`WATCHBRIDGE_GUARANTEE=recovery`, on
+//! either test broker): an instance paused past its session timeout loses its partition to
+//! another, which goes on and finishes the partition's watches. When the paused one runs
+//! again, it must write nothing for the partition it lost: not the outputs its watches
+//! would poll again, and not the stale "live" checkpoint its revocation used to write,
+//! which resurrected the finished watches for the next owner, who emitted their outputs a
+//! second time (docs/architecture.md, "What a crash does").
+
+mod support;
+
+use rdkafka::Message;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use support::bridge::Bridge;
+use support::http_server::{Reply, TestServer};
+use support::kafka::{broker, header};
+use support::scenario::{data_records, produce_user, wait_for_outputs, Setup, T0};
+
+/// The session timeout of every instance: a paused one loses its partitions after this.
+const SESSION_TIMEOUT_MS: u64 = 6000;
+
+fn signal(bridge: &Bridge, signal: &str) {
+    let pid = bridge.child.id().to_string();
+    let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+fn kill(bridge: &mut Bridge) {
+    signal(bridge, "-KILL");
+    let _ = bridge.child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_instance_writes_nothing_for_the_partition_it_lost() {
+    // Each user's feed shows its first `visible` items; final once `done` is set.
+    let visible = Arc::new(AtomicI64::new(2));
+    let done = Arc::new(AtomicI64::new(0));
+    let server = {
+        let (visible, done) = (visible.clone(), done.clone());
+        TestServer::start(move |seen| {
+            let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
+            let n = visible.load(Ordering::SeqCst);
+            let events: Vec<_> = (0..n)
+                .map(|i| json!({"id": format!("u{user}-{i}"), "at": T0 + i * 1000}))
+                .collect();
+            Reply::json(json!({"events": events, "done": done.load(Ordering::SeqCst) == 1}))
+        })
+        .await
+    };
+    let s = Setup::new("zombie", 1).await;
+    let mut env = s.env(&server);
+    env.push(("WATCHBRIDGE_GUARANTEE", "recovery".into()));
+    env.push(("KAFKA_SESSION_TIMEOUT_MS", SESSION_TIMEOUT_MS.to_string()));
+    env.push(("KAFKA_HEARTBEAT_INTERVAL_MS", "500".into()));
+    let users = 1..=4i64;
+
+    let mut a = Bridge::start(&env);
+    for user in users.clone() {
+        produce_user(&s.input, user).await;
+    }
+    wait_for_outputs(&s.output, 8, Duration::from_secs(60)).await;
+    // Its checkpoint of those outputs (every 500 ms by default).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // A stalls past its session timeout; B takes the partition over, and every feed grows
+    // and turns final: B emits the new items and finishes the watches.
+    signal(&a, "-STOP");
+    let mut b = Bridge::start(&env);
+    b.wait_for_log("partition state restored", Duration::from_secs(60));
+    visible.store(4, Ordering::SeqCst);
+    done.store(1, Ordering::SeqCst);
+    wait_for_outputs(&s.output, 16, Duration::from_secs(60)).await;
+    // B's checkpoint: the watches finished, their seen chunks deleted.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // A runs again: its watches would poll the final feeds and emit items 2 and 3 again,
+    // and its revocation would write them as live. It must write nothing.
+    signal(&a, "-CONT");
+    a.wait_for_log("partition released", Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    kill(&mut a);
+    kill(&mut b);
+
+    // C recovers the partition from the state topic: the watches are finished there.
+    tokio::time::sleep(Duration::from_millis(SESSION_TIMEOUT_MS + 500)).await;
+    let mut c = Bridge::start(&env);
+    c.wait_for_log("partition state restored", Duration::from_secs(60));
+    // Long enough for a resurrected watch to poll and emit.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (code, _) = c.terminate();
+    assert_eq!(
+        code,
+        Some(0),
+        "the third instance stops cleanly\n{}",
+        c.log()
+    );
+
+    let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for m in data_records(broker().read_to_end(&s.output).await) {
+        let output =
+            String::from_utf8_lossy(header(&m, "watchbridge-output-key").unwrap()).into_owned();
+        let watch = String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned();
+        *counts.entry((watch, output)).or_insert(0) += 1;
+    }
+    let mut wrong = Vec::new();
+    for user in users.clone() {
+        for i in 0..4 {
+            let key = (format!("user-{user}"), format!("u{user}-{i}"));
+            let n = counts.get(&key).copied().unwrap_or(0);
+            if n != 1 {
+                wrong.push(format!("{key:?} read {n} times"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "every output exactly once: {wrong:?}\nA (the zombie):\n{}\nC:\n{}",
+        a.log(),
+        c.log()
+    );
+    assert_eq!(counts.len(), 16, "no output that was not expected");
+}
