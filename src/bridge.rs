@@ -17,6 +17,7 @@ use crate::kafka::embedded::EmbeddedBroker;
 use crate::kafka::guarantee::{self, Guarantee, GuaranteeSetting};
 use crate::kafka::lease::Lease;
 use crate::kafka::merged::{publish_merged, MergedPublisher};
+use crate::kafka::output_ends;
 use crate::kafka::partition::{
     Bounds, Shared, StateSettings, TransactionSettings, WatermarkSettings,
 };
@@ -156,6 +157,11 @@ pub async fn run_bridge<P: Resolve>(
         positions: Arc::new(Mutex::new(HashMap::new())),
         transaction_positions: Arc::new(Mutex::new(HashMap::new())),
         lease: group_lease(&consumer_config(brokers, config, guarantee), &metrics),
+        output_ends: output_ends::start(
+            base_config(brokers, config),
+            config.output_topic.as_str().into(),
+            layout.output_partitions,
+        ),
         stop_timeout: config.shutdown_timeout,
         watermarks: WatermarkSettings {
             strategy: config.watermark_strategy,

@@ -255,6 +255,16 @@ impl DurableState {
             .handled(ticket, Some((partition, offset)), &mut self.covered);
     }
 
+    /// The end offsets of every output partition, read (by the bridge, for every partition
+    /// task) no later than now. Once every output sent before now is handled, nothing of
+    /// this partition's below them lacks its hash in a chunk: the offsets may rise to them,
+    /// so that a recovery does not read what other partitions wrote meanwhile (without
+    /// this, the offsets of an output partition this partition never writes to never
+    /// move, and each recovery re-read everything written there since its last one).
+    pub fn output_ends(&mut self, ends: &[i64]) {
+        self.sends.floor(ends, &mut self.covered);
+    }
+
     /// An output of `key`'s watch will not reach the output topic (it was dead-lettered or
     /// lost): not in its seen chunks, so a restored watch would emit it again.
     pub fn output_given_up(&mut self, key: &[u8], ticket: SendTicket) {
@@ -405,6 +415,9 @@ struct Sends {
     /// Per ticket from `first`: `None` while in flight, then where it landed (`Some(None)`:
     /// given up, on no partition).
     slots: std::collections::VecDeque<Option<Option<(i32, i64)>>>,
+    /// End offsets waiting until every ticket below theirs is handled (at most two: the
+    /// oldest, which the front of the queue will reach, and the latest).
+    floors: std::collections::VecDeque<(u64, Vec<i64>)>,
 }
 
 impl Sends {
@@ -424,6 +437,20 @@ impl Sends {
             return;
         };
         *slot = Some(at);
+        self.advance(covered);
+    }
+
+    /// End offsets read no later than now: applied once every output sent so far is.
+    fn floor(&mut self, ends: &[i64], covered: &mut [i64]) {
+        let ticket = self.first + self.slots.len() as u64;
+        if self.floors.len() >= 2 {
+            self.floors.pop_back();
+        }
+        self.floors.push_back((ticket, ends.to_vec()));
+        self.advance(covered);
+    }
+
+    fn advance(&mut self, covered: &mut [i64]) {
         while let Some(Some(landed)) = self.slots.front().copied() {
             self.slots.pop_front();
             self.first += 1;
@@ -434,6 +461,16 @@ impl Sends {
                 {
                     *c = (*c).max(offset + 1);
                 }
+            }
+        }
+        while self
+            .floors
+            .front()
+            .is_some_and(|(ticket, _)| *ticket <= self.first)
+        {
+            let (_, ends) = self.floors.pop_front().expect("checked");
+            for (c, end) in covered.iter_mut().zip(ends) {
+                *c = (*c).max(end);
             }
         }
     }
@@ -675,6 +712,37 @@ mod tests {
         let w = decoded(&s.checkpoint_records(T0 + 2, false));
         assert!(
             matches!(&w.last().unwrap().0, Entry::OutputOffsets(o) if o.offsets == vec![(0, 12), (1, 7)]),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn end_offsets_seen_while_outputs_were_in_flight_raise_the_offsets_once_those_are_handled() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        start(&mut s, &key, 0, &[]);
+        s.checkpoint_records(T0, false);
+        // Nothing of ours in flight: the ends of every output partition (neighbours wrote
+        // there) are the offsets at once; a recovery needs nothing below them.
+        s.output_ends(&[100, 200]);
+        let w = decoded(&s.checkpoint_records(T0 + 1, false));
+        assert!(
+            matches!(&w.last().unwrap().0, Entry::OutputOffsets(o) if o.offsets == vec![(0, 100), (1, 200)]),
+            "{w:?}"
+        );
+        // An output sent before the ends were read may lie below them, and its hash is in
+        // no chunk until its acknowledgement is handled: the ends wait for it.
+        let t = s.output_sent(&key);
+        s.output_ends(&[300, 400]);
+        let w = decoded(&s.checkpoint_records(T0 + 2, false));
+        assert!(
+            w.iter().all(|(e, _)| !matches!(e, Entry::OutputOffsets(_))),
+            "{w:?}"
+        );
+        s.output_acknowledged(&key, hash_key(b"x"), t, 0, 150);
+        let w = decoded(&s.checkpoint_records(T0 + 3, false));
+        assert!(
+            matches!(&w.last().unwrap().0, Entry::OutputOffsets(o) if o.offsets == vec![(0, 300), (1, 400)]),
             "{w:?}"
         );
     }

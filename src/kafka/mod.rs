@@ -13,6 +13,7 @@ pub mod input;
 pub mod lease;
 pub mod merged;
 pub mod offsets;
+pub mod output_ends;
 pub mod partition;
 pub mod records;
 pub mod recovery;

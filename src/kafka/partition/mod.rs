@@ -95,6 +95,8 @@ pub struct Shared<P: Resolve> {
     /// Whether this instance may write at all (not after a stall that may have cost it its
     /// partitions, until the group confirms them).
     pub lease: Arc<super::lease::Lease>,
+    /// The output topic's end offsets, read for every task (`kafka::output_ends`).
+    pub output_ends: super::output_ends::OutputEnds,
 }
 
 /// What the partition tasks need to keep their watches durable.
@@ -184,6 +186,7 @@ pub struct PartitionTask<P: Resolve> {
     /// to a stall, or the revocation stopped waiting for this task): nothing more is
     /// written.
     lost: Arc<std::sync::atomic::AtomicBool>,
+    output_ends: super::output_ends::OutputEnds,
     /// The input partition's end offset at recovery: once read up to it, outputs found for
     /// watches whose input did not come again are forgotten.
     recovery_input_end: Option<i64>,
@@ -241,6 +244,7 @@ impl<P: Resolve> PartitionTask<P> {
             Vec::new(),
         );
         let producer = shared.producer.clone();
+        let output_ends = shared.output_ends.clone();
         let task = Self {
             partition,
             shared,
@@ -257,6 +261,7 @@ impl<P: Resolve> PartitionTask<P> {
             offsets_waiting: None,
             abandoned: None,
             lost,
+            output_ends,
             recovery_input_end: None,
             deliveries: FuturesUnordered::new(),
             producer,
@@ -328,6 +333,11 @@ impl<P: Resolve> PartitionTask<P> {
                 },
                 _ = ticks.tick(), if periodic => self.tick_watermark().await,
                 _ = checkpoints.tick() => {
+                    if self.output_ends.has_changed().unwrap_or(false) {
+                        if let Some(ends) = self.output_ends.borrow_and_update().clone() {
+                            self.durable.output_ends(&ends);
+                        }
+                    }
                     if let Err(failure) = self.checkpoint(false).await {
                         ending = self.fail(failure).await;
                         break;
