@@ -217,6 +217,7 @@ fn noop_polls_per_second(s: &Sizes) -> Vec<f64> {
             poll_timeout: Duration::from_secs(10),
             seed: Some(1),
             checkpoints: false,
+            remember_ended: false,
         };
         let engine = Engine::new(
             Arc::new(NoOp),
@@ -411,6 +412,7 @@ fn poll_lateness(watches: usize, measure: Duration) -> Vec<f64> {
             poll_timeout: Duration::from_secs(10),
             seed: Some(1),
             checkpoints: true,
+            remember_ended: false,
         };
         // Setup (restoring every watch: 2.7 s for 1,000,000 on 2 slow cores) gets one
         // interval, at least 1 s, before the first poll is due; polls of the first interval

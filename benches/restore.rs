@@ -290,6 +290,7 @@ fn engine_time(
             poll_timeout: Duration::from_secs(10),
             seed: Some(1),
             checkpoints: false,
+            remember_ended: false,
         };
         let metrics = Arc::new(Metrics::new());
         let engine = Engine::new(Arc::new(NoOp), config, limits, Clock::system(), metrics);

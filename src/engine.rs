@@ -38,6 +38,20 @@
 //!   Off (the default), nothing of this is computed or sent: the cost is one branch on a
 //!   `bool` per completed poll, and [`Event`] keeps its size (the checkpoint is boxed). On,
 //!   it costs one event, one small allocation and one XXH3-128 hash per new output per poll.
+//!
+//! # A watch's end and a re-delivered input
+//!
+//! The runtime keeps its own record of finished watches (so that an input for one starts
+//! nothing), but it learns of an end only when it takes in the [`Event::Terminated`]. Until
+//! then it may send a [`Command::Watch`] (or a [`Command::Restore`]) for that key, which
+//! the engine, whose watch is gone, would start afresh with an empty seen set: every output
+//! again. With [`EngineConfig::remember_ended`] on, the engine keeps the key of every watch
+//! it ended until the runtime sends [`Command::Forget`] for it (after taking in the
+//! `Terminated`); meanwhile a `Watch` or `Restore` for that key starts nothing and is
+//! answered [`Event::AlreadyEnded`]. The commands are handled in order, so every input the
+//! runtime sent before its `Forget` is refused, and every one after meets its own record.
+//! The set holds only ends the runtime has not acknowledged yet (those in the event channel
+//! or being handled): it stays small, and empties as the runtime catches up.
 
 use crate::clock::{millis, Clock, Millis};
 use crate::internal_events::{
@@ -53,6 +67,7 @@ use crate::table::{Completion, WatchId, WatchTable};
 use crate::watch::{Next, Progress, WatchRules};
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -72,6 +87,11 @@ pub struct EngineConfig {
     /// Send an [`Event::Checkpoint`] after every poll that does not end its watch (for the
     /// durable state topic). Off, the engine costs what it did without durability.
     pub checkpoints: bool,
+    /// Remember the key of every watch that ends until a [`Command::Forget`] for it, and
+    /// meanwhile answer a `Watch` or `Restore` for that key [`Event::AlreadyEnded`] (see the
+    /// module doc). Only for a runtime that sends `Forget` for every [`Event::Terminated`]:
+    /// otherwise the keys pile up, and an ended key can never be watched again.
+    pub remember_ended: bool,
 }
 
 /// What the engine is asked to do.
@@ -86,6 +106,9 @@ pub enum Command<I> {
     },
     /// Bring back a watch saved before a restart, unless a watch with its key is running.
     Restore(Box<RestoreWatch<I>>),
+    /// The runtime has taken in the [`Event::Terminated`] of `key`'s watch: a `Watch` or
+    /// `Restore` for `key` may start it again (with [`EngineConfig::remember_ended`]).
+    Forget { key: Bytes },
     /// Stop every watch at once and end the engine (the partition was revoked or the bridge
     /// is shutting down). Watches are not reported as terminated: they did not finish.
     Shutdown,
@@ -136,6 +159,12 @@ pub enum Event {
     RestoreRefused {
         key: Bytes,
     },
+    /// A [`Command::Watch`] or [`Command::Restore`] for a key whose watch has ended, its
+    /// [`Event::Terminated`] not acknowledged by a [`Command::Forget`] yet: nothing was
+    /// started (only with [`EngineConfig::remember_ended`]).
+    AlreadyEnded {
+        key: Bytes,
+    },
     /// Sent only with [`EngineConfig::checkpoints`]: after a poll the watch survives (after
     /// its `Outputs`, if any).
     Checkpoint(Box<Checkpoint>),
@@ -161,6 +190,8 @@ pub struct Engine<P: Poller> {
     checkpoints: bool,
     in_flight: FuturesUnordered<InFlight>,
     min_hold: watch::Sender<Option<Millis>>,
+    /// With [`EngineConfig::remember_ended`]: keys of ended watches not forgotten yet.
+    ended: Option<HashSet<Bytes>>,
 }
 
 /// Why `run` returned.
@@ -192,6 +223,7 @@ impl<P: Poller> Engine<P> {
             checkpoints: config.checkpoints,
             in_flight: FuturesUnordered::new(),
             min_hold: watch::channel(None).0,
+            ended: config.remember_ended.then(HashSet::new),
         }
     }
 
@@ -239,6 +271,11 @@ impl<P: Poller> Engine<P> {
                             break ended;
                         }
                     }
+                    Some(Command::Forget { key }) => {
+                        if let Some(ended) = self.ended.as_mut() {
+                            ended.remove(&key);
+                        }
+                    }
                 },
                 Some(done) = self.in_flight.next() => {
                     if let Err(ended) = self.complete(done, &events).await {
@@ -263,6 +300,9 @@ impl<P: Poller> Engine<P> {
         input_time: Millis,
         events: &mpsc::Sender<Event>,
     ) -> Result<(), Ended> {
+        if self.has_ended(&key) {
+            return send(events, Event::AlreadyEnded { key }).await;
+        }
         let now = self.clock.now_ms();
         let event = match self.table.insert(key.clone(), input, input_time, now) {
             Ok(_) => {
@@ -290,6 +330,9 @@ impl<P: Poller> Engine<P> {
             seen,
             next_poll,
         } = restore;
+        if self.has_ended(&key) {
+            return send(events, Event::AlreadyEnded { key }).await;
+        }
         let event = match self
             .table
             .insert_restored(key.clone(), input, seen, progress, next_poll)
@@ -472,7 +515,15 @@ impl<P: Poller> Engine<P> {
             reason: &reason,
         }
         .emit(&self.metrics);
+        if let Some(ended) = self.ended.as_mut() {
+            ended.insert(key.clone());
+        }
         send(events, Event::Terminated { key, reason }).await
+    }
+
+    /// Whether `key`'s watch has ended and the runtime has not acknowledged it yet.
+    fn has_ended(&self, key: &Bytes) -> bool {
+        self.ended.as_ref().is_some_and(|e| e.contains(key))
     }
 
     fn publish_min_hold(&self) {

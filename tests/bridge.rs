@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use support::bridge::Bridge;
 use support::http_server::{Reply, TestServer};
 use support::kafka::broker;
-use support::scenario::{finished_feeds, now_ms, produce_user, wait_for_outputs, Setup, T0};
+use support::scenario::{
+    data_records, finished_feeds, now_ms, produce_user, wait_for_outputs, Setup, T0,
+};
 
 fn header(m: &OwnedMessage, name: &str) -> Option<String> {
     m.headers()?
@@ -532,4 +534,101 @@ async fn auto_picks_transactions_only_where_the_broker_keeps_their_promise() {
     let log = bridge.log();
     assert!(log.contains(expected), "{expected}:\n{log}");
     assert_eq!(bridge.terminate().0, Some(0));
+}
+
+/// Issue 15, path 2: a re-delivered input races its own watch's end. Every feed turns final
+/// at one moment T, bringing many new items at once (so the partition task has a backlog of
+/// outputs to hand over while the watches end), and every user's input is produced again
+/// and again, a few ms apart, from before T to well after it: some of those inputs reach the
+/// task after the engine has ended their watch but before the task has taken that in. None
+/// may start the watch afresh (it would emit every item again), and every input is
+/// committed (an input whose watch ended before its first state record must not hold the
+/// partition's commit position).
+#[tokio::test(flavor = "multi_thread")]
+async fn inputs_redelivered_as_their_watch_ends_start_nothing_and_are_all_committed() {
+    const USERS: i64 = 20;
+    /// Items before T, and the whole feed from T on (when it is final).
+    const BEFORE: i64 = 2;
+    const ITEMS: i64 = 150;
+    let final_at = Arc::new(AtomicI64::new(i64::MAX));
+    let server = {
+        let final_at = final_at.clone();
+        TestServer::start(move |seen| {
+            let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
+            let done = now_ms() >= final_at.load(Ordering::SeqCst);
+            let items = if done { ITEMS } else { BEFORE };
+            let events: Vec<Value> = (0..items)
+                .map(|i| json!({"id": format!("u{user}-{i}"), "at": T0 + user * 1000 + i}))
+                .collect();
+            Reply::json(json!({"events": events, "done": done}))
+        })
+        .await
+    };
+    let s = Setup::new("finishrace", 1).await;
+    let mut env = s.env(&server);
+    env.push(("WATCHBRIDGE_POLL_INTERVAL", "50ms".into()));
+    // Watches that start and end between two checkpoints: their inputs' commits wait for
+    // their finished records.
+    env.push(("WATCHBRIDGE_CHECKPOINT_INTERVAL", "10s".into()));
+    let mut bridge = Bridge::start(&env);
+    bridge.wait_for_log("partition state restored", Duration::from_secs(60));
+    let t = now_ms() + 400;
+    final_at.store(t, Ordering::SeqCst);
+    // Each round produces every user's input once, concurrently; rounds follow each other
+    // until 1.5 s after T.
+    let mut produced: i64 = 0;
+    while now_ms() < t + 1500 {
+        let round = (0..USERS).map(|user| produce_user(&s.input, user));
+        futures::future::join_all(round).await;
+        produced += USERS;
+    }
+    // The bridge reads the inputs at its own pace, and commits them as it goes (the
+    // inputs of watches that ended wait for their finished records: the next checkpoint).
+    let since = Instant::now();
+    let deadline = since + Duration::from_secs(60);
+    let mut committed = 0;
+    while committed < produced && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        committed = broker().committed(&s.group, &s.input, 1)[0];
+    }
+    eprintln!(
+        "committed {committed} of {produced} inputs {:?} after the last",
+        since.elapsed()
+    );
+    let (code, _) = bridge.terminate();
+    assert_eq!(code, Some(0), "{}", bridge.log());
+
+    let outputs = data_records(broker().read_to_end(&s.output).await);
+    let mut copies: BTreeMap<String, usize> = BTreeMap::new();
+    for m in &outputs {
+        *copies
+            .entry(header(m, "watchbridge-output-key").unwrap())
+            .or_default() += 1;
+    }
+    let repeated: BTreeMap<&String, &usize> = copies.iter().filter(|(_, &n)| n > 1).collect();
+    let per_user_repeats: BTreeMap<String, usize> =
+        repeated.keys().fold(BTreeMap::new(), |mut acc, k| {
+            *acc.entry(k[..k.find('-').unwrap()].to_string())
+                .or_default() += 1;
+            acc
+        });
+    assert!(
+        repeated.is_empty(),
+        "{} outputs emitted more than once (repeated items per user: {per_user_repeats:?}); \
+         {produced} inputs\n{}",
+        repeated.len(),
+        bridge.log()
+    );
+    assert_eq!(
+        copies.len(),
+        (USERS * ITEMS) as usize,
+        "every item of every feed"
+    );
+    let committed = broker().committed(&s.group, &s.input, 1)[0];
+    assert_eq!(
+        committed,
+        produced,
+        "every input committed\n{}",
+        bridge.log()
+    );
 }

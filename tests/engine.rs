@@ -153,13 +153,25 @@ fn start_at(
     checkpoints: bool,
     now: Millis,
 ) -> Running {
-    let metrics = Arc::new(Metrics::new());
     let config = EngineConfig {
         rules,
         poll_timeout: Duration::from_secs(30),
         seed: Some(42),
         checkpoints,
+        remember_ended: false,
     };
+    start_with(poller, config, limits, event_capacity, now)
+}
+
+/// An engine with this config whose clock reads `now` at this instant.
+fn start_with(
+    poller: Arc<Scripted>,
+    config: EngineConfig,
+    limits: Limits,
+    event_capacity: usize,
+    now: Millis,
+) -> Running {
+    let metrics = Arc::new(Metrics::new());
     let engine = Engine::new(
         Arc::new(Shared(poller)),
         config,
@@ -937,4 +949,98 @@ async fn a_restore_for_a_live_key_is_refused_and_changes_nothing() {
     assert_eq!(poller.poll_times("u1"), vec![0, 10_000, 20_000]);
     assert_eq!(reason_of(&events, "u1"), Some(TerminatedReason::Polls));
     assert_eq!(metrics.watches_active.get(), 0);
+}
+
+// --- A watch's end and a re-delivered input for it ---
+
+fn remembering(rules: WatchRules) -> EngineConfig {
+    EngineConfig {
+        rules,
+        poll_timeout: Duration::from_secs(30),
+        seed: Some(42),
+        checkpoints: true,
+        remember_ended: true,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_input_for_a_key_whose_end_the_runtime_has_not_taken_in_starts_nothing() {
+    // Issue 15, path 2: the watch ends (its Terminated is on its way to the runtime, which
+    // has not handled it yet), and the runtime, not knowing, sends a Watch (or a Restore)
+    // for its key: the engine must not start it afresh with an empty seen set.
+    let poller = Arc::new(Scripted::with(vec![(
+        "u1",
+        vec![
+            Ok(PollResult::complete(vec![out("a", T0), out("b", T0 + 1)])),
+            Ok(PollResult::complete(vec![out("a", T0), out("c", T0 + 2)])),
+        ],
+    )]));
+    let mut r = start_with(
+        poller.clone(),
+        remembering(rules("never")),
+        unlimited(),
+        64,
+        T0,
+    );
+    let u1 = Bytes::from_static(b"u1");
+    r.watch("u1", T0).await;
+    let mut first = Vec::new();
+    while reason_of(&first, "u1").is_none() {
+        first.push(r.events.recv().await.unwrap());
+    }
+    assert_eq!(outputs_of(&first, "u1").len(), 2);
+    r.watch("u1", T0).await;
+    assert_eq!(
+        r.events.recv().await,
+        Some(Event::AlreadyEnded { key: u1.clone() }),
+        "not a fresh watch with an empty seen set"
+    );
+    r.commands
+        .send(Command::Restore(Box::new(RestoreWatch {
+            key: u1.clone(),
+            input: input("u1"),
+            progress: watchbridge::watch::Progress::at_start(T0, T0),
+            seen: SeenSet::new(),
+            next_poll: T0,
+        })))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.events.recv().await,
+        Some(Event::AlreadyEnded { key: u1.clone() })
+    );
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(poller.poll_times("u1"), vec![0], "nothing polled it again");
+    assert_eq!(r.metrics.watches_active.get(), 0);
+    // Once the runtime has taken the end in (its own record decides from then on), the key
+    // is the engine's to start again, as any other.
+    r.commands
+        .send(Command::Forget { key: u1.clone() })
+        .await
+        .unwrap();
+    r.watch("u1", T0).await;
+    let events = r.drain().await;
+    assert_eq!(events[0], Event::Started { key: u1 });
+    assert_eq!(
+        outputs_of(&events, "u1"),
+        vec![("a".into(), T0), ("c".into(), T0 + 2)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_remember_ended_an_ended_key_starts_again_and_nothing_is_kept() {
+    let poller = Arc::new(Scripted::with(vec![(
+        "u1",
+        vec![Ok(PollResult::complete(vec![out("a", T0)]))],
+    )]));
+    // polls(1): the second run's poll (the script is spent) ends it too.
+    let mut r = start(poller.clone(), rules("polls(1)"), unlimited(), 64);
+    r.watch("u1", T0).await;
+    let mut first = Vec::new();
+    while reason_of(&first, "u1").is_none() {
+        first.push(r.events.recv().await.unwrap());
+    }
+    r.watch("u1", T0).await;
+    assert!(matches!(r.events.recv().await, Some(Event::Started { .. })));
+    r.drain().await;
 }

@@ -579,6 +579,7 @@ async fn in_the_engine_each_item_is_emitted_once_and_the_watch_ends_when_final()
         poll_timeout: Duration::from_secs(5),
         seed: Some(1),
         checkpoints: false,
+        remember_ended: false,
     };
     let engine = Engine::new(
         p,

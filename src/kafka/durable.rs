@@ -45,6 +45,7 @@ use crate::state::{
 };
 use crate::watch::Progress;
 use bytes::Bytes;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -197,7 +198,10 @@ impl DurableState {
     }
 
     /// A watch started from the input at `origin`; `seen` are outputs it already had on the
-    /// output topic (from the read-back), acknowledged and so to be written.
+    /// output topic (from the read-back), acknowledged and so to be written. Never replaces
+    /// a live or ending watch (that would lose its origin, holding the commit position
+    /// forever, or its end): returns false and changes nothing if `key` has one.
+    #[must_use]
     pub fn started(
         &mut self,
         key: Bytes,
@@ -206,26 +210,27 @@ impl DurableState {
         next_poll: Millis,
         origin: i64,
         seen: &[OutputHash],
-    ) {
+    ) -> bool {
+        let Entry::Vacant(slot) = self.live.entry(key) else {
+            return false;
+        };
         let mut journal = SeenJournal::new();
         for &hash in seen {
             journal.add(hash);
         }
-        self.live.insert(
-            key,
-            Box::new(LiveWatch {
-                registration,
-                journal,
-                progress,
-                next_poll,
-                in_flight: 0,
-                dirty: true,
-                progressed: false,
-                written_at: next_poll,
-                origin: Some(origin),
-                ending: None,
-            }),
-        );
+        slot.insert(Box::new(LiveWatch {
+            registration,
+            journal,
+            progress,
+            next_poll,
+            in_flight: 0,
+            dirty: true,
+            progressed: false,
+            written_at: next_poll,
+            origin: Some(origin),
+            ending: None,
+        }));
+        true
     }
 
     /// An output of `key`'s watch was handed to the producer: its ticket, for its
@@ -553,7 +558,7 @@ mod tests {
     /// A watch started at T0 from the input at `origin`, knowing `seen`.
     fn start(s: &mut DurableState, key: &Bytes, origin: i64, seen: &[OutputHash]) {
         let at_start = Progress::at_start(T0, T0);
-        s.started(key.clone(), registration(), at_start, T0, origin, seen);
+        assert!(s.started(key.clone(), registration(), at_start, T0, origin, seen));
     }
 
     /// The writes as (decoded entry or None for a tombstone of a watch part, origin).
@@ -785,5 +790,23 @@ mod tests {
             matches!(&later[0], (Entry::Seen { chunk: c, .. }, None) if c.index() == 1 && c.hashes().len() == 1)
         );
         assert!(matches!(&later[1], (Entry::Watch(r), None) if r.seen_chunks == 2));
+    }
+
+    #[test]
+    fn a_start_never_replaces_a_live_or_ending_watch() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        start(&mut s, &key, 3, &[]);
+        let at_start = Progress::at_start(T0, T0);
+        assert!(!s.started(key.clone(), registration(), at_start, T0, 9, &[]));
+        // Ended before its first record was written: the ending keeps its origin.
+        s.terminated(&key, T0 + 1, &TerminatedReason::Final);
+        assert!(!s.started(key.clone(), registration(), at_start, T0, 9, &[]));
+        let w = decoded(&s.checkpoint_records(T0 + 2, false));
+        assert!(
+            matches!(&w[0], (Entry::Watch(r), Some(3)) if r.finished.is_some()),
+            "{w:?}"
+        );
+        assert_eq!(s.live(), 0);
     }
 }

@@ -171,6 +171,11 @@ pub struct PartitionTask<P: Resolve> {
     tracker: OffsetTracker,
     /// Watch and restore commands sent, in order, waiting for the engine's answer.
     starting: VecDeque<Starting>,
+    /// Watches whose end `durable` has taken in, to acknowledge to the engine
+    /// ([`Command::Forget`]). Sent between two inputs, never while one is being handed over:
+    /// a `Watch` decided before its key was known finished must reach the engine first, so
+    /// that the engine, still remembering the end, refuses it.
+    ended: Vec<Bytes>,
     /// The partition's watches as the state topic knows them (set by the recovery).
     durable: DurableState,
     /// State records of the last checkpoint not acknowledged yet: the next waits for them.
@@ -215,6 +220,7 @@ impl<P: Resolve> PartitionTask<P> {
                 poll_timeout: shared.poll_timeout,
                 seed: None,
                 checkpoints: true,
+                remember_ended: true,
             },
             shared.limits.clone(),
             shared.clock,
@@ -256,6 +262,7 @@ impl<P: Resolve> PartitionTask<P> {
             bounds,
             tracker: OffsetTracker::default(),
             starting: VecDeque::new(),
+            ended: Vec::new(),
             durable,
             checkpoint_in_flight: 0,
             offsets_waiting: None,
@@ -303,6 +310,7 @@ impl<P: Resolve> PartitionTask<P> {
         let periodic = self.bounds.is_none();
         let mut ending = Ending::Done;
         loop {
+            self.forget_ended().await;
             tokio::select! {
                 Some(delivery) = self.deliveries.next(), if !self.deliveries.is_empty() => {
                     self.on_delivery(delivery).await;
@@ -591,6 +599,17 @@ impl<P: Resolve> PartitionTask<P> {
         }
     }
 
+    /// Tell the engine which ends `durable` has taken in: from here on, inputs for those
+    /// keys meet their finished record instead.
+    async fn forget_ended(&mut self) {
+        while let Some(key) = self.ended.pop() {
+            if !self.send_command(Command::Forget { key }).await {
+                // The engine takes no more commands (and no more inputs come).
+                self.ended.clear();
+            }
+        }
+    }
+
     async fn on_event(&mut self, event: Event) {
         match event {
             Event::Started { key } | Event::Restored { key } => {
@@ -604,13 +623,44 @@ impl<P: Resolve> PartitionTask<P> {
                 {
                     debug_assert_eq!(started, key);
                     let now = self.shared.clock.now_ms();
-                    self.durable
-                        .started(key, registration, progress, now, offset, &seen);
+                    let new = self.durable.started(
+                        key.clone(),
+                        registration,
+                        progress,
+                        now,
+                        offset,
+                        &seen,
+                    );
+                    if !new {
+                        // Cannot happen (the engine refuses a key until its end is taken
+                        // in): the watch already known keeps its origin and its ending.
+                        tracing::error!(
+                            partition = self.partition,
+                            offset,
+                            key = %String::from_utf8_lossy(&key),
+                            "the engine started a watch for a key with a live or ending watch; \
+                             this input is not made durable"
+                        );
+                        self.tracker.acknowledged(offset);
+                    }
                 }
             }
             Event::AlreadyWatching { .. } | Event::RestoreRefused { .. } => {
                 // No second watch: this input holds nothing.
                 if let Some(Starting::Input { offset, .. }) = self.starting.pop_front() {
+                    self.tracker.acknowledged(offset);
+                }
+            }
+            Event::AlreadyEnded { key } => {
+                // Its watch ended after this input was sent, before its end was taken in:
+                // as an input for a finished watch, it starts nothing and holds nothing.
+                if let Some(Starting::Input { offset, .. }) = self.starting.pop_front() {
+                    InputForFinishedWatch {
+                        key: &key,
+                        partition: self.partition,
+                        offset,
+                    }
+                    .emit(&self.shared.metrics);
                     self.tracker.acknowledged(offset);
                 }
             }
@@ -653,6 +703,7 @@ impl<P: Resolve> PartitionTask<P> {
             Event::Terminated { key, reason } => {
                 let now = self.shared.clock.now_ms();
                 self.durable.terminated(&key, now, &reason);
+                self.ended.push(key);
             }
         }
     }
