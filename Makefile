@@ -121,7 +121,7 @@ test: lint broker-install bench-smoke
 # which picks exactly_once on Kafka); then compaction.rs and exactly_once.rs, which only
 # Kafka can run (its log cleaner, its transactions), and the short fault test in both
 # modes: exactly_once with a zombie episode (which it fences), and recovery.
-KAFKA_TESTS = kafka_broker brokers bridge watermarks ops prometheus zombie
+KAFKA_TESTS = kafka_broker brokers bridge watermarks ops prometheus ownership
 test-kafka: setup
 	scripts/kafka.sh install
 	WATCHBRIDGE_TEST_BROKER=kafka $(CARGO) test $(KAFKA_TESTS:%=--test %)

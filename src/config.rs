@@ -51,7 +51,9 @@ pub struct RunArgs {
         value_name = "WATCHBRIDGE_DLQ_TOPIC"
     )]
     pub dlq_topic: Option<String>,
-    /// JSON pointer to the watch key in the input value (default: the record key).
+    /// JSON pointer to the watch key in the input value (default: the record key). A watch
+    /// belongs to its input's partition: key the input records by this watch key, or the
+    /// same key on two partitions starts two watches (warned, counted).
     #[arg(
         long,
         env = "WATCHBRIDGE_WATCH_KEY",

@@ -468,6 +468,36 @@ impl InputForFinishedWatch<'_> {
     }
 }
 
+/// An input whose watch key (`WATCHBRIDGE_WATCH_KEY`) is not its record key: Kafka
+/// partitions inputs by record key, and a watch is owned by its input's partition, so
+/// inputs with this watch key may arrive on another partition too and start a second
+/// watch there, which emits the same outputs. Logged once per partition task, counted
+/// every time.
+pub struct InputKeyedApart<'a> {
+    pub watch_key: &'a [u8],
+    pub record_key: Option<&'a [u8]>,
+    pub partition: i32,
+    /// Whether to log (the first in this partition task).
+    pub first: bool,
+}
+
+impl InputKeyedApart<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        if self.first {
+            tracing::warn!(
+                watch_key = %KeyDisplay(self.watch_key),
+                record_key = %KeyDisplay(self.record_key.unwrap_or_default()),
+                partition = self.partition,
+                "an input's watch key (WATCHBRIDGE_WATCH_KEY) is not its record key: inputs \
+                 with the same watch key on two input partitions start two watches, which \
+                 emit the same outputs; key the input records by the watch key (logged once \
+                 per partition; counted in watchbridge_inputs_keyed_apart_total)"
+            );
+        }
+        m.inputs_keyed_apart.inc();
+    }
+}
+
 /// The state topic acknowledged a record.
 pub struct StateRecordWritten;
 

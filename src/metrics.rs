@@ -40,6 +40,7 @@ pub struct Metrics {
     pub transactions: IntCounterVec,
     pub partition_restarts: IntCounter,
     pub instance_stalls: IntCounter,
+    pub inputs_keyed_apart: IntCounter,
     pub transaction_commit_duration: Histogram,
     pub producer_queue_messages: IntGauge,
     pub consumer_lag: IntGaugeVec,
@@ -202,6 +203,10 @@ impl Metrics {
             "watchbridge_instance_stalls_total",
             "Times the whole process stood still for half the group session timeout or more (SIGSTOP, a frozen VM): its partitions wrote nothing until the group confirmed them"
         ));
+        let inputs_keyed_apart = reg!(IntCounter::new(
+            "watchbridge_inputs_keyed_apart_total",
+            "Inputs whose watch key (WATCHBRIDGE_WATCH_KEY) is not their record key: the same watch key may arrive on two input partitions and start two watches"
+        ));
         let transactions = reg!(IntCounterVec::new(
             Opts::new(
                 "watchbridge_transactions_total",
@@ -262,6 +267,7 @@ impl Metrics {
             transactions,
             partition_restarts,
             instance_stalls,
+            inputs_keyed_apart,
             transaction_commit_duration,
             producer_queue_messages,
             consumer_lag,

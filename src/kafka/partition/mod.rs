@@ -40,9 +40,10 @@ use crate::clock::Clock;
 use crate::clock::Millis;
 use crate::engine::{Command, Engine, EngineConfig, Event, RestoreWatch};
 use crate::internal_events::{
-    AfterProduceFailure, InputConsumed, InputDeadLettered, InputForFinishedWatch, LateOutput,
-    OutputProduced, PartitionRecovered, PartitionRecovering, PartitionRecoveryAbandoned,
-    PartitionRestarting, PartitionWatermarkChanged, ProduceFailed, StateRecordWritten,
+    AfterProduceFailure, InputConsumed, InputDeadLettered, InputForFinishedWatch, InputKeyedApart,
+    LateOutput, OutputProduced, PartitionRecovered, PartitionRecovering,
+    PartitionRecoveryAbandoned, PartitionRestarting, PartitionWatermarkChanged, ProduceFailed,
+    StateRecordWritten,
 };
 use crate::limits::Limits;
 use crate::metrics::Metrics;
@@ -192,6 +193,8 @@ pub struct PartitionTask<P: Resolve> {
     /// written.
     lost: Arc<std::sync::atomic::AtomicBool>,
     output_ends: super::output_ends::OutputEnds,
+    /// Whether an input whose watch key is not its record key was logged already.
+    keyed_apart_seen: bool,
     /// The input partition's end offset at recovery: once read up to it, outputs found for
     /// watches whose input did not come again are forgotten.
     recovery_input_end: Option<i64>,
@@ -269,6 +272,7 @@ impl<P: Resolve> PartitionTask<P> {
             abandoned: None,
             lost,
             output_ends,
+            keyed_apart_seen: false,
             recovery_input_end: None,
             deliveries: FuturesUnordered::new(),
             producer,
@@ -473,6 +477,17 @@ impl<P: Resolve> PartitionTask<P> {
                 .map_err(|e| Rejected::Unresolvable(e.to_string()))?;
             Ok((input, target))
         });
+        if let Ok((input, _)) = &decoded {
+            if self.shared.watch_key.is_some() && message.key() != Some(&input.key[..]) {
+                InputKeyedApart {
+                    watch_key: &input.key,
+                    record_key: message.key(),
+                    partition: self.partition,
+                    first: !std::mem::replace(&mut self.keyed_apart_seen, true),
+                }
+                .emit(&self.shared.metrics);
+            }
+        }
         match decoded {
             Ok((input, _)) if self.durable.is_finished(&input.key) => {
                 InputForFinishedWatch {

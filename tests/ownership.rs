@@ -1,4 +1,9 @@
-//! A stalled instance (a zombie) without transactions (`WATCHBRIDGE_GUARANTEE=recovery`, on
+//! Who owns a watch. A watch belongs to its input's partition, and to the instance that owns
+//! that partition:
+//!
+//! - `WATCHBRIDGE_WATCH_KEY`: the same watch key on two input partitions starts two watches
+//!   (the documented limit); the bridge says so, naming the keys.
+//! - A stalled instance (a zombie) without transactions (`WATCHBRIDGE_GUARANTEE=recovery`, on
 //! either test broker): an instance paused past its session timeout loses its partition to
 //! another, which goes on and finishes the partition's watches. When the paused one runs
 //! again, it must write nothing for the partition it lost: not the outputs its watches
@@ -18,7 +23,7 @@ use std::time::Duration;
 use support::bridge::Bridge;
 use support::http_server::{Reply, TestServer};
 use support::kafka::{broker, header};
-use support::scenario::{data_records, produce_user, wait_for_outputs, Setup, T0};
+use support::scenario::{data_records, finished_feeds, produce_user, wait_for_outputs, Setup, T0};
 
 /// The session timeout of every instance: a paused one loses its partitions after this.
 const SESSION_TIMEOUT_MS: u64 = 6000;
@@ -123,4 +128,46 @@ async fn a_paused_instance_writes_nothing_for_the_partition_it_lost() {
         c.log()
     );
     assert_eq!(counts.len(), 16, "no output that was not expected");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_key_that_is_not_the_record_key_is_warned_about() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("keyedapart", 2).await;
+    let mut env = s.env(&server);
+    env.push(("WATCHBRIDGE_WATCH_KEY", "/id".into()));
+    let mut bridge = Bridge::start(&env);
+    bridge.wait_for_log("partition assigned", Duration::from_secs(60));
+    // Keyed by the watch key: one partition for all its inputs, nothing to say.
+    broker()
+        .produce(&s.input, Some(0), Some(b"1"), br#"{"id": 1}"#, &[])
+        .await;
+    wait_for_outputs(&s.output, 2, Duration::from_secs(60)).await;
+    assert!(
+        !bridge.log().contains("is not its record key"),
+        "{}",
+        bridge.log()
+    );
+    // Watch key 7 under two other record keys, on both partitions.
+    broker()
+        .produce(&s.input, Some(0), Some(b"tenant-a"), br#"{"id": 7}"#, &[])
+        .await;
+    broker()
+        .produce(&s.input, Some(1), Some(b"tenant-b"), br#"{"id": 7}"#, &[])
+        .await;
+    bridge.wait_for_log("is not its record key", Duration::from_secs(30));
+    let (code, _) = bridge.terminate();
+    assert_eq!(code, Some(0));
+    let log = bridge.log();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("is not its record key"))
+        .collect();
+    assert_eq!(warned.len(), 2, "once per partition: {warned:#?}");
+    assert!(
+        warned
+            .iter()
+            .any(|l| l.contains("record_key=tenant-a") && l.contains("watch_key=7")),
+        "{warned:#?}"
+    );
 }
