@@ -4,12 +4,12 @@
 //! - `WATCHBRIDGE_WATCH_KEY`: the same watch key on two input partitions starts two watches
 //!   (the documented limit); the bridge says so, naming the keys.
 //! - A stalled instance (a zombie) without transactions (`WATCHBRIDGE_GUARANTEE=recovery`, on
-//! either test broker): an instance paused past its session timeout loses its partition to
-//! another, which goes on and finishes the partition's watches. When the paused one runs
-//! again, it must write nothing for the partition it lost: not the outputs its watches
-//! would poll again, and not the stale "live" checkpoint its revocation used to write,
-//! which resurrected the finished watches for the next owner, who emitted their outputs a
-//! second time (docs/architecture.md, "What a crash does").
+//!   either test broker): an instance paused past its session timeout loses its partition to
+//!   another, which goes on and finishes the partition's watches. When the paused one runs
+//!   again, it must write nothing for the partition it lost: not the outputs its watches
+//!   would poll again, and not the stale "live" checkpoint its revocation used to write,
+//!   which resurrected the finished watches for the next owner, who emitted their outputs a
+//!   second time (docs/architecture.md, "What a crash does").
 
 mod support;
 
