@@ -1,14 +1,12 @@
-//! Commit discipline for one input partition: an input offset is committed only after
-//! everything it caused (its dead-letter record, the outputs of its watch) has been
-//! acknowledged by the broker, and its watch has ended.
+//! Commit discipline for one input partition: an input offset is committed only after what
+//! it needs is acknowledged by the broker — its dead-letter record, or its watch's first
+//! record on the state topic (so the watch survives a crash without its input), or nothing
+//! when its watch was already running or finished. Outputs hold no input's commit: the
+//! state topic and the recovery's read-back of the output topic account for them
+//! (`kafka/durable.rs`).
 //!
 //! The position to commit is the lowest offset that still has something outstanding, or,
-//! when nothing is, the offset after the last input handed to the engine. Outstanding are
-//! unacknowledged records and live watches (the partition task counts a watch as caused by
-//! its input when it starts and acknowledged when it ends): watch state lives in memory
-//! until the durable-state issue, so an input committed while its watch still ran would be
-//! lost with it in a crash or a rebalance. Holding the commit instead makes a crash re-read
-//! the input and run the watch again: at least once.
+//! when nothing is, the offset after the last input handed to the engine.
 
 use std::collections::BTreeMap;
 

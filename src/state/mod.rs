@@ -74,6 +74,15 @@
 //!    again; then it is deleted too. A restore deletes chunks it finds without a live watch
 //!    record (left by a crash during step 3).
 //!
+//! 4. A checkpoint's output-offsets record goes last, and is produced only once every other
+//!    record of its checkpoint is acknowledged (in the exactly-once mode: in the same
+//!    transaction), so it never vouches for a chunk that is not on the topic. Its offsets
+//!    pass an output only once that output and every output sent before it are handled,
+//!    and rise to the output topic's end offsets once nothing below them is unhandled.
+//! 5. A partition that is no longer the instance's (its assignment lost, or its task
+//!    outliving the revocation) writes nothing more; a failed output is never written again
+//!    as a new record (`kafka/partition/delivery.rs`).
+//!
 //! Tombstones read back as [`Entry::Tombstone`].
 //!
 //! ## What is not saved
