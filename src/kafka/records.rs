@@ -230,6 +230,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_dead_letter_without_its_value_says_how_large_it_was() {
+        let record = OutRecord {
+            topic: Arc::from("t.dlq"),
+            partition: None,
+            key: Some(Bytes::from_static(b"k")),
+            value: Some(Bytes::from(vec![b'x'; 5000])),
+            timestamp: Some(7),
+            headers: vec![(ERROR.into(), Some(Bytes::from_static(b"too large")))],
+        };
+        let stripped = record.without_value();
+        assert_eq!(stripped.value, None);
+        assert_eq!(stripped.key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(stripped.timestamp, Some(7));
+        assert_eq!(
+            stripped.headers,
+            [
+                (ERROR.into(), Some(Bytes::from_static(b"too large"))),
+                (VALUE_DROPPED.into(), Some(Bytes::from_static(b"5000"))),
+            ]
+        );
+    }
+
+    #[test]
     fn outputs_carry_the_watch_key_event_time_and_identifying_headers() {
         let topic: Arc<str> = "out".into();
         let r = OutRecord::output(
