@@ -16,7 +16,8 @@ use support::bridge::Bridge;
 use support::http_server::{Reply, TestServer};
 use support::kafka::broker;
 use support::scenario::{
-    data_records, finished_feeds, now_ms, produce_user, wait_for_outputs, Setup, T0,
+    assert_each_n_times, assert_each_once, data_records, finished_feeds, now_ms, output_key_counts,
+    outputs_to_end, produce_user, run_to_exit, user_output_keys, wait_for_outputs, Setup, T0,
 };
 
 fn header(m: &OwnedMessage, name: &str) -> Option<String> {
@@ -35,7 +36,13 @@ fn key(m: &OwnedMessage) -> String {
 async fn every_new_output_reaches_the_output_topic_with_its_event_time_and_headers() {
     let server = TestServer::start(finished_feeds).await;
     let s = Setup::new("outputs", 2).await;
-    let bridge = Bridge::start(&s.env(&server));
+    let mut env = s.env(&server);
+    // "watch terminated" is logged at debug.
+    env.push((
+        "WATCHBRIDGE_LOG",
+        "info,librdkafka=warn,rdkafka=warn,watchbridge::internal_events=debug".into(),
+    ));
+    let mut bridge = Bridge::start(&env);
     for user in 1..=3 {
         produce_user(&s.input, user).await;
     }
@@ -71,14 +78,60 @@ async fn every_new_output_reaches_the_output_topic_with_its_event_time_and_heade
         );
     }
     assert_eq!(by_output_key.len(), 6);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let extra = wait_for_outputs(&s.output, 6, Duration::from_secs(60)).await;
-    assert_eq!(
-        extra.len(),
-        6,
-        "nothing more arrives: each watch ended as final"
+    // Each watch ends as final (its feed says so), so nothing more can come: stop the
+    // bridge once all three have, and everything it ever wrote is on the topic.
+    wait_for_log_count(&bridge, "reason=final", 3, Duration::from_secs(30));
+    let (code, _) = bridge.terminate();
+    assert_eq!(code, Some(0), "{}", bridge.log());
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        user_output_keys(1..=3),
+        &bridge.log(),
     );
-    drop(bridge);
+}
+
+/// Waits until `text` occurs at least `n` times in the bridge's log (or panics with it).
+fn wait_for_log_count(bridge: &Bridge, text: &str, n: usize, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let log = bridge.log();
+        let found = log.matches(text).count();
+        if found >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the log says {text:?} {found} times, not {n}, after {within:?}:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until `group` has committed `want` input offsets in all on `topic`'s `partitions`
+/// (or panics with the bridge's log).
+async fn wait_for_committed(
+    bridge: &Bridge,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+    want: i64,
+    within: Duration,
+) {
+    let deadline = Instant::now() + within;
+    loop {
+        let committed = broker().committed(group, topic, partitions);
+        let sum: i64 = committed.iter().map(|&o| o.max(0)).sum();
+        if sum >= want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "committed {committed:?}, not {want} in all, after {within:?}:\n{}",
+            bridge.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn chrono_now_ms() -> i64 {
@@ -92,7 +145,7 @@ fn chrono_now_ms() -> i64 {
 async fn bad_inputs_go_to_the_dead_letter_topic_and_the_bridge_goes_on() {
     let server = TestServer::start(finished_feeds).await;
     let s = Setup::new("dlq", 1).await;
-    let bridge = Bridge::start(&s.env(&server));
+    let mut bridge = Bridge::start(&s.env(&server));
     let b = broker();
     b.produce(
         &s.input,
@@ -138,6 +191,26 @@ async fn bad_inputs_go_to_the_dead_letter_topic_and_the_bridge_goes_on() {
         "input sent to the dead-letter topic",
         Duration::from_secs(5),
     );
+    // Stopped, the topics hold everything it wrote: the three dead letters once each, the
+    // good input's two outputs once each.
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let dead = broker().read_to_end(&s.dlq).await;
+    let offsets: Vec<String> = dead
+        .iter()
+        .map(|m| header(m, "watchbridge-source-offset").unwrap())
+        .collect();
+    assert_eq!(
+        offsets,
+        ["0", "1", "2"],
+        "each dead letter once\n{}",
+        bridge.log()
+    );
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        user_output_keys([7]),
+        &bridge.log(),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -160,45 +233,43 @@ async fn a_redelivered_input_for_a_live_watch_starts_no_second_watch_and_a_resta
     let mut bridge = Bridge::start(&s.env(&server));
     produce_user(&s.input, 1).await;
     produce_user(&s.input, 1).await;
-    let outputs = wait_for_outputs(&s.output, 6, Duration::from_secs(60)).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_for_outputs(&s.output, 6, Duration::from_secs(60)).await;
     produce_user(&s.input, 1).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let all = wait_for_outputs(&s.output, 6, Duration::from_secs(60)).await;
-    let mut keys: Vec<_> = all
-        .iter()
-        .map(|m| header(m, "watchbridge-output-key").unwrap())
-        .collect();
-    keys.sort();
-    assert_eq!(
-        keys,
-        ["e0", "e1", "e2", "e3", "e4", "e5"],
-        "each output once"
-    );
-    assert_eq!(outputs.len(), 6);
-    // The watch is on the state topic, so every input is committed although it runs on.
+    // The watch is on the state topic, so every input is committed although it runs on
+    // (the third once the bridge has handled it: it starts nothing).
+    wait_for_committed(&bridge, &s.group, &s.input, 1, 3, Duration::from_secs(30)).await;
+    // Polled on meanwhile (every 200 ms): a second watch would have emitted everything again.
+    let polled = polls.load(Ordering::SeqCst);
+    while polls.load(Ordering::SeqCst) < polled + 5 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let (code, _) = bridge.terminate();
     assert_eq!(code, Some(0));
     let committed = broker().committed(&s.group, &s.input, 1)[0];
     assert_eq!(committed, 3, "every input committed\n{}", bridge.log());
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        (0..=5).map(|i| format!("e{i}")),
+        &bridge.log(),
+    );
 
     // Restarted, the bridge restores the watch (no input starts it: all are committed), and
     // it goes on from what it had seen: the new events once, the old ones not again.
     limit.store(8, Ordering::SeqCst);
-    let bridge = Bridge::start(&s.env(&server));
-    let all = wait_for_outputs(&s.output, 9, Duration::from_secs(60)).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let all = wait_for_outputs(&s.output, all.len(), Duration::from_secs(5)).await;
-    let mut keys: Vec<_> = all
-        .iter()
-        .map(|m| header(m, "watchbridge-output-key").unwrap())
-        .collect();
-    keys.sort();
-    assert_eq!(
-        keys,
-        ["e0", "e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8"],
-        "each output once across the restart\n{}",
-        bridge.log()
+    let mut bridge = Bridge::start(&s.env(&server));
+    wait_for_outputs(&s.output, 9, Duration::from_secs(60)).await;
+    // A few more polls of the full feed, then stop: the topic holds everything it wrote.
+    let polled = polls.load(Ordering::SeqCst);
+    while polls.load(Ordering::SeqCst) < polled + 5 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        (0..=8).map(|i| format!("e{i}")),
+        &format!("each output once across the restart\n{}", bridge.log()),
     );
     assert!(
         bridge.log().contains("partition state restored") && bridge.log().contains("watches=1"),
@@ -235,6 +306,12 @@ async fn sigterm_stops_promptly_after_committing_what_was_delivered() {
         "{}",
         bridge.log()
     );
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        user_output_keys(1..=4),
+        &bridge.log(),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -248,7 +325,7 @@ async fn two_bridges_share_the_partitions_and_one_takes_over_when_the_other_stop
     }
     wait_for_outputs(&s.output, 16, Duration::from_secs(60)).await;
 
-    let second = Bridge::start(&s.env(&server));
+    let mut second = Bridge::start(&s.env(&server));
     second.wait_for_log("partition assigned", Duration::from_secs(60));
     first.wait_for_log("partition released", Duration::from_secs(60));
     for user in 8..16 {
@@ -261,18 +338,25 @@ async fn two_bridges_share_the_partitions_and_one_takes_over_when_the_other_stop
     for user in 16..24 {
         produce_user(&s.input, user).await;
     }
-    let all = wait_for_outputs(&s.output, 48, Duration::from_secs(90)).await;
-    let mut per_user: HashMap<String, usize> = HashMap::new();
-    for m in &all {
-        *per_user.entry(key(m)).or_default() += 1;
-    }
-    assert_eq!(per_user.len(), 24, "every user watched");
-    assert!(per_user.values().all(|&n| n == 2), "{per_user:?}");
+    wait_for_outputs(&s.output, 48, Duration::from_secs(90)).await;
     let assigned_to_second = second.log().matches("partition assigned").count();
     assert!(
         assigned_to_second >= 4,
         "the second took every partition:\n{}",
         second.log()
+    );
+    // Stopped, the topic holds everything both wrote: every user's two outputs, once each.
+    assert_eq!(second.terminate().0, Some(0), "{}", second.log());
+    let all = outputs_to_end(&s.output).await;
+    let mut per_user: HashMap<String, usize> = HashMap::new();
+    for m in &all {
+        *per_user.entry(key(m)).or_default() += 1;
+    }
+    assert_eq!(per_user.len(), 24, "every user watched: {per_user:?}");
+    assert_each_once(
+        &output_key_counts(&all),
+        user_output_keys(0..24),
+        &format!("second:\n{}\nfirst:\n{}", second.log(), first.log()),
     );
 }
 
@@ -298,7 +382,13 @@ async fn live_watches_move_with_their_partitions_and_go_on_without_repeating_an_
         .await
     };
     let s = Setup::new("movelive", 4).await;
-    let mut first = Bridge::start(&s.env(&server));
+    let mut env = s.env(&server);
+    // "watch terminated" is logged at debug.
+    env.push((
+        "WATCHBRIDGE_LOG",
+        "info,librdkafka=warn,rdkafka=warn,watchbridge::internal_events=debug".into(),
+    ));
+    let mut first = Bridge::start(&env);
     first.wait_for_log("partition assigned", Duration::from_secs(60));
     for user in 0..8 {
         produce_user(&s.input, user).await;
@@ -306,7 +396,7 @@ async fn live_watches_move_with_their_partitions_and_go_on_without_repeating_an_
     wait_for_outputs(&s.output, 8, Duration::from_secs(60)).await;
 
     // A second instance joins: some partitions move, with their live watches.
-    let mut second = Bridge::start(&s.env(&server));
+    let mut second = Bridge::start(&env);
     second.wait_for_log("partition state restored", Duration::from_secs(60));
     tokio::time::sleep(Duration::from_secs(2)).await;
     // The first leaves: the second takes the rest, again with their live watches.
@@ -315,18 +405,17 @@ async fn live_watches_move_with_their_partitions_and_go_on_without_repeating_an_
     let freeze = now_ms() + 1000;
     frozen.store(freeze, Ordering::SeqCst);
     let expected = items_at(freeze) as usize;
-    let all = wait_for_outputs(&s.output, 8 * expected, Duration::from_secs(60)).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let all = wait_for_outputs(&s.output, all.len(), Duration::from_secs(10)).await;
-    let mut per_output: HashMap<String, usize> = HashMap::new();
-    for m in &all {
-        *per_output
-            .entry(header(m, "watchbridge-output-key").unwrap())
-            .or_default() += 1;
-    }
-    let repeated: Vec<_> = per_output.iter().filter(|(_, &n)| n > 1).collect();
-    assert!(repeated.is_empty(), "emitted twice: {repeated:?}");
-    assert_eq!(per_output.len(), 8 * expected, "every item of every feed");
+    wait_for_outputs(&s.output, 8 * expected, Duration::from_secs(60)).await;
+    // Every feed final (a poll after the freeze says so) and seen final: then stop the
+    // second, and the topic holds everything either wrote.
+    wait_for_log_count(&second, "reason=final", 8, Duration::from_secs(30));
+    assert_eq!(second.terminate().0, Some(0), "{}", second.log());
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        (0..8).flat_map(|u| (0..expected).map(move |i| format!("u{u}-{i}"))),
+        &format!("second:\n{}\nfirst:\n{}", second.log(), first.log()),
+    );
     // The second restored live watches twice: when it joined and when the first left.
     let restored: Vec<usize> = second
         .log()
@@ -341,7 +430,6 @@ async fn live_watches_move_with_their_partitions_and_go_on_without_repeating_an_
         second.log(),
         first.log()
     );
-    assert_eq!(second.terminate().0, Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -361,15 +449,17 @@ async fn a_full_producer_queue_pauses_input_and_loses_nothing() {
     for user in 0..USERS {
         produce_user(&s.input, user).await;
     }
-    let bridge = Bridge::start(&env);
-    let outputs = wait_for_outputs(&s.output, 2 * USERS as usize, Duration::from_secs(120)).await;
-    let mut keys: Vec<_> = outputs
-        .iter()
-        .map(|m| header(m, "watchbridge-output-key").unwrap())
-        .collect();
-    keys.sort();
-    keys.dedup();
-    assert_eq!(keys.len(), 2 * USERS as usize, "every output, once");
+    let mut bridge = Bridge::start(&env);
+    wait_for_outputs(&s.output, 2 * USERS as usize, Duration::from_secs(120)).await;
+    // Stopped, the topic holds everything it wrote: every output, once (counted, not
+    // deduplicated).
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        user_output_keys(0..USERS),
+        "every output, once",
+    );
     assert!(
         bridge.log().contains("partition paused"),
         "the consumer paused the partition while the producer caught up:\n{}",
@@ -383,19 +473,44 @@ async fn a_full_producer_queue_pauses_input_and_loses_nothing() {
 async fn the_readme_walkthrough_feeds_and_reads_with_the_bundled_clients() {
     let server = TestServer::start(finished_feeds).await;
     let s = Setup::new("readme", 1).await;
-    let _bridge = Bridge::start(&s.env(&server));
+    let mut bridge = Bridge::start(&s.env(&server));
+    // Each run bounded: `consume -e` that never sees its end must fail, not hang.
     let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_watchbridge"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_watchbridge"))
             .args(args)
             .env_remove("WATCHBRIDGE_BROKERS")
-            .output()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let out = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
+            text
+        });
+        let err = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+            text
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "watchbridge {args:?} did not end within 60 s; printed:\n{}",
+                    out.join().unwrap()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "{}", err.join().unwrap());
+        out.join().unwrap()
     };
     let brokers = broker().bootstrap().to_string();
     run(&[
@@ -435,6 +550,14 @@ async fn the_readme_walkthrough_feeds_and_reads_with_the_bundled_clients() {
         "{printed}"
     );
     assert!(lines[1].contains(r#""id":"u4-b""#), "{printed}");
+    // Stopped, `consume -e` reads the topic to its end again: those two, nothing more.
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let printed = run(&["consume", "--brokers", &brokers, "--topic", &s.output, "-e"]);
+    let data = printed
+        .lines()
+        .filter(|l| !l.contains("watchbridge-control=watermark"))
+        .count();
+    assert_eq!(data, 2, "{printed}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -445,35 +568,43 @@ async fn a_finished_watch_is_not_started_again_by_its_input_until_the_retention_
     produce_user(&s.input, 1).await;
     wait_for_outputs(&s.output, 2, Duration::from_secs(60)).await;
     // The same input again, to this bridge and, after a restart, to the next one: the
-    // finished watch is remembered (in memory, then from the state topic).
+    // finished watch is remembered (in memory, then from the state topic). An input for a
+    // finished watch holds nothing, so it is committed once handled.
     produce_user(&s.input, 1).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_for_committed(&bridge, &s.group, &s.input, 1, 2, Duration::from_secs(30)).await;
     assert_eq!(bridge.terminate().0, Some(0));
     let mut env = s.env(&server);
     let mut bridge = Bridge::start(&env);
     bridge.wait_for_log("partition state restored", Duration::from_secs(30));
     produce_user(&s.input, 1).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let outputs = wait_for_outputs(&s.output, 2, Duration::from_secs(10)).await;
-    assert_eq!(
-        outputs.len(),
-        2,
-        "a finished watch ran again\n{}",
-        bridge.log()
-    );
+    wait_for_committed(&bridge, &s.group, &s.input, 1, 3, Duration::from_secs(30)).await;
     assert!(bridge.log().contains("finished=1"), "{}", bridge.log());
     // (A SIGKILLed member would stall Tansu's group until its session timed out.)
     assert_eq!(bridge.terminate().0, Some(0));
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        user_output_keys([1]),
+        &format!("a finished watch ran again\n{}", bridge.log()),
+    );
 
     // With a retention of 1 s, the finished record is deleted, and the input starts the
     // watch anew (its outputs come again: that is what the retention bounds).
     env.push(("WATCHBRIDGE_FINISHED_RETENTION", "1s".into()));
-    let bridge = Bridge::start(&env);
+    let mut bridge = Bridge::start(&env);
     bridge.wait_for_log("partition state restored", Duration::from_secs(30));
     tokio::time::sleep(Duration::from_secs(2)).await;
     produce_user(&s.input, 1).await;
-    let outputs = wait_for_outputs(&s.output, 4, Duration::from_secs(60)).await;
-    assert_eq!(outputs.len(), 4, "{}", bridge.log());
+    wait_for_outputs(&s.output, 4, Duration::from_secs(60)).await;
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    // Twice each (the second watch's outputs): not a third time.
+    let all = outputs_to_end(&s.output).await;
+    assert_each_n_times(
+        &output_key_counts(&all),
+        user_output_keys([1]),
+        2,
+        &bridge.log(),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -482,33 +613,7 @@ async fn a_state_topic_with_another_partition_count_is_refused_naming_its_variab
     let s = Setup::new("statecount", 2).await;
     let state = format!("{}.state", s.group);
     broker().create_topic(&state, 1).await;
-    let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
-    for (name, _) in std::env::vars() {
-        if name.starts_with("WATCHBRIDGE_") || name.starts_with("KAFKA_") {
-            command.env_remove(name);
-        }
-    }
-    let mut child = command
-        .env("WATCHBRIDGE_BROKERS", broker().bootstrap())
-        .env("WATCHBRIDGE_METRICS_ADDR", "off")
-        .envs(s.env(&server).iter().map(|(k, v)| (*k, v.as_str())))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the bridge did not refuse to start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let (status, stderr) = run_to_exit(&s.env(&server), Duration::from_secs(60));
     assert!(!status.success(), "{stderr}");
     assert!(
         stderr.contains("WATCHBRIDGE_STATE_TOPIC")
@@ -534,6 +639,460 @@ async fn auto_picks_transactions_only_where_the_broker_keeps_their_promise() {
     let log = bridge.log();
     assert!(log.contains(expected), "{expected}:\n{log}");
     assert_eq!(bridge.terminate().0, Some(0));
+}
+
+/// `WATCHBRIDGE_CREATE_TOPICS=false`: with topics missing the bridge refuses to start, naming
+/// every missing topic and the variable that names it (and creates none of them); once an
+/// operator has created them, the same settings run.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_topic_creation_missing_topics_fail_the_start_naming_them_and_existing_ones_run() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("nocreate", 2).await;
+    let mut env = s.env(&server);
+    env.push(("WATCHBRIDGE_CREATE_TOPICS", "false".into()));
+    let watermarks = format!("{}.watermarks", s.output);
+    let state = format!("{}.state", s.group);
+    let needed = [
+        ("WATCHBRIDGE_OUTPUT_TOPIC", s.output.clone()),
+        ("WATCHBRIDGE_DLQ_TOPIC", s.dlq.clone()),
+        ("WATCHBRIDGE_WATERMARK_TOPIC", watermarks.clone()),
+        ("WATCHBRIDGE_STATE_TOPIC", state.clone()),
+    ];
+
+    let (status, stderr) = run_to_exit(&env, Duration::from_secs(60));
+    assert!(!status.success(), "started without its topics:\n{stderr}");
+    for (var, topic) in &needed {
+        assert!(
+            stderr.contains(var) && stderr.contains(&format!("`{topic}`")),
+            "the error names {var} and `{topic}`:\n{stderr}"
+        );
+        assert_eq!(broker().partitions(topic), None, "{topic} was created");
+    }
+    assert!(
+        !stderr.contains("WATCHBRIDGE_INPUT_TOPIC"),
+        "the input topic exists:\n{stderr}"
+    );
+
+    // Created by hand (as the bridge would have: watermark and state topics compacted,
+    // the watermark topic with one partition, the others with the input's two).
+    let b = broker();
+    b.create_topic(&s.output, 2).await;
+    b.create_topic(&s.dlq, 2).await;
+    b.create_topic_with(&watermarks, 1, &[("cleanup.policy", "compact")])
+        .await;
+    b.create_topic_with(&state, 2, &[("cleanup.policy", "compact")])
+        .await;
+    let mut bridge = Bridge::start(&env);
+    for user in 1..=2 {
+        produce_user(&s.input, user).await;
+    }
+    wait_for_outputs(&s.output, 4, Duration::from_secs(60)).await;
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    assert!(!bridge.log().contains("created topic"), "{}", bridge.log());
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        user_output_keys(1..=2),
+        &bridge.log(),
+    );
+}
+
+/// Pseudo-random hex: incompressible enough that lz4 leaves it far above a small
+/// `max.message.bytes`.
+fn noise(len: usize) -> String {
+    let mut rng = fastrand::Rng::with_seed(15);
+    (0..len)
+        .map(|_| char::from_digit(rng.u32(0..16), 16).unwrap())
+        .collect()
+}
+
+/// The `undeliverable` dead-letter path: an output the broker refuses for good (larger than
+/// the output topic's `max.message.bytes`) is retried, then dead-lettered with the reason;
+/// every other output, of the same watch and of another, reaches the output topic once; the
+/// inputs are committed. In the `recovery` mode, which dead-letters it (the transactional
+/// mode cannot: docs/architecture.md). Tansu accepts records above a topic's
+/// `max.message.bytes` (it does not enforce it), so on Tansu the refusal is the producer's
+/// own limit (`message.max.bytes`, which librdkafka checks before sending), the other way a
+/// record is refused for good; there the dead letter, as large, is refused too, and goes
+/// without its value.
+///
+/// Here the big output is alone in its produce batches: the watch's other output appears
+/// between its retries, the other watch's input comes once it is dead-lettered. (Found in
+/// the same batch, see the next test.)
+#[tokio::test(flavor = "multi_thread")]
+async fn an_output_refused_for_good_is_dead_lettered_with_its_reason_and_nothing_else_is_lost() {
+    refused_output(false).await;
+}
+
+/// The same with the big output found in the same poll as two small ones, and another
+/// watch's outputs at the same time: every small one must reach the output topic.
+///
+/// BUG (Apache Kafka; found by this test, not fixed): the broker refuses a whole produce
+/// batch with MESSAGE_TOO_LARGE, librdkafka does not split it, so the small outputs batched
+/// with the big one are refused with it; each is retried after the same backoff as the big
+/// one (200 ms << attempt), so they are batched together again at every attempt, and after
+/// the fifth the small ones are dead-lettered as `undeliverable` too (seen on Kafka 4.1: the
+/// dead-letter topic held `u1-a`, `u1-big` and `u1-b`, and `u1-a`, `u1-b` were never on the
+/// output topic; in another run one of them). On Tansu (the producer's
+/// limit, checked per record) it passes. A fix needs the retry of a size-refused record to
+/// go in a batch of its own, or the topic's limit known before sending.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "bug: on Kafka, outputs batched with one refused for its size are dead-lettered with it (see the comment)"]
+async fn outputs_batched_with_one_refused_for_good_reach_the_output_topic() {
+    refused_output(true).await;
+}
+
+/// User 1's feed: `u1-a`, a big output (`u1-big`) and `u1-b`; user 2's: `u2-a`, `u2-b`; all
+/// final. `together`: user 1's three outputs in its first poll, both inputs at once; else
+/// `u1-big` alone at first, `u1-a` and `u1-b` from 1.8 s after the first poll (between the
+/// big one's retries at 0.4, 1.2, 2.8 and 6 s), user 2's input once the dead letter is there.
+async fn refused_output(together: bool) {
+    const LIMIT: usize = 4096;
+    let big_value = json!({"id": "u1-big", "at": T0 + 100, "blob": noise(10 * LIMIT)});
+    let first_poll = Arc::new(AtomicI64::new(0));
+    let server = {
+        let (big_value, first_poll) = (big_value.clone(), first_poll.clone());
+        TestServer::start(move |seen| {
+            let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
+            let now = now_ms();
+            let mut events = vec![];
+            if user == 1 {
+                let first =
+                    match first_poll.compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst) {
+                        Ok(_) => now,
+                        Err(first) => first,
+                    };
+                events.push(big_value.clone());
+                if together || now - first >= 1800 {
+                    events.push(json!({"id": "u1-a", "at": T0}));
+                    events.push(json!({"id": "u1-b", "at": T0 + 200}));
+                }
+            } else {
+                events.push(json!({"id": format!("u{user}-a"), "at": T0}));
+                events.push(json!({"id": format!("u{user}-b"), "at": T0 + 200}));
+            }
+            let done = events.len() == 3 || user != 1;
+            Reply::json(json!({"events": events, "done": done}))
+        })
+        .await
+    };
+    let s = Setup::new("undeliverable", 1).await;
+    let mut env = s.env(&server);
+    env.push(("WATCHBRIDGE_GUARANTEE", "recovery".into()));
+    let broker_refuses = broker().kind() == support::kafka::BrokerKind::Kafka;
+    let refusal = if broker_refuses {
+        broker()
+            .create_topic_with(&s.output, 1, &[("max.message.bytes", &LIMIT.to_string())])
+            .await;
+        "the output topic's max.message.bytes"
+    } else {
+        env.push(("KAFKA_MESSAGE_MAX_BYTES", LIMIT.to_string()));
+        "the producer's message.max.bytes"
+    };
+    let mut bridge = Bridge::start(&env);
+    produce_user(&s.input, 1).await;
+    if together {
+        produce_user(&s.input, 2).await;
+    }
+    // Five attempts with backoff (0.4 + 0.8 + 1.6 + 3.2 s), then the dead letter (on Tansu
+    // five more, then the dead letter without its value).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while broker().read_to_end(&s.dlq).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no dead letter after 90 s (refused by {refusal}):\n{}",
+            bridge.log()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    if !together {
+        produce_user(&s.input, 2).await;
+    }
+    // Every one of the five outputs somewhere: on the output topic, or dead-lettered.
+    loop {
+        let dead = broker().read_to_end(&s.dlq).await.len();
+        let delivered = outputs_to_end(&s.output).await.len();
+        if dead + delivered >= 5 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{dead} dead letters and {delivered} outputs after 90 s (refused by {refusal}):\n{}",
+            bridge.log()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    wait_for_committed(&bridge, &s.group, &s.input, 1, 2, Duration::from_secs(30)).await;
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let log = bridge.log();
+
+    let dead = broker().read_to_end(&s.dlq).await;
+    let dead_keys: Vec<Option<String>> = dead
+        .iter()
+        .map(|m| header(m, "watchbridge-output-key"))
+        .collect();
+    assert_eq!(
+        dead_keys,
+        [Some("u1-big".to_string())],
+        "one dead letter, the big output's ({refusal}):\n{log}"
+    );
+    let letter = &dead[0];
+    assert_eq!(key(letter), "user-1");
+    assert_eq!(
+        header(letter, "watchbridge-error-kind").as_deref(),
+        Some("undeliverable"),
+        "{log}"
+    );
+    let error = header(letter, "watchbridge-error").unwrap_or_default();
+    assert!(
+        error.contains("MessageSizeTooLarge") || error.contains("too large"),
+        "the reason names the size: {error:?}"
+    );
+    assert_eq!(
+        header(letter, "watchbridge-source-topic").as_deref(),
+        Some(s.output.as_str())
+    );
+    assert_eq!(
+        header(letter, "watchbridge-input-partition").as_deref(),
+        Some("0"),
+        "the output's own headers are kept"
+    );
+    if broker_refuses {
+        // The dead-letter topic (made by the bridge, the broker's default limit) takes it.
+        let value: Value = serde_json::from_slice(letter.payload().unwrap()).unwrap();
+        assert_eq!(
+            value, big_value,
+            "the refused output is the dead letter's value"
+        );
+        assert_eq!(header(letter, "watchbridge-value-dropped"), None);
+    } else {
+        // The producer's limit refuses the dead letter as well: it goes without the value.
+        assert_eq!(letter.payload(), None, "{log}");
+        let dropped: usize = header(letter, "watchbridge-value-dropped")
+            .unwrap_or_else(|| panic!("no watchbridge-value-dropped:\n{log}"))
+            .parse()
+            .unwrap();
+        assert_eq!(dropped, big_value.to_string().len());
+    }
+
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        user_output_keys(1..=2),
+        &format!("every other output once ({refusal}):\n{log}"),
+    );
+    assert_eq!(
+        broker().committed(&s.group, &s.input, 1),
+        [2],
+        "both inputs committed:\n{log}"
+    );
+}
+
+/// SIGTERM while polls are in flight (slow responses, still minutes from answering) and
+/// the producer's queue is full of outputs: the bridge stops (exit 0) and a restart emits
+/// the rest, exactly once (the output topic read to its end and counted). How long the
+/// stop takes and what it committed: the next test (a bug).
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_with_polls_and_outputs_in_flight_and_a_restart_emit_every_output_once() {
+    sigterm_in_flight(false, Duration::from_secs(5)).await;
+}
+
+/// The same, and the stop is what the docs promise: it ends within the shutdown timeout,
+/// and what was delivered is committed (the inputs, once their watches are on the state
+/// topic: the restart restores every watch instead of starting it again from its input).
+///
+/// BUG (found by this test, not fixed): with a backlog of emitted outputs at SIGTERM, the
+/// stop is not bounded by `WATCHBRIDGE_SHUTDOWN_TIMEOUT`, and past the bound not orderly:
+/// each partition task first sends every output its engine had already handed it (its event
+/// channel, up to 256 events of a whole poll's outputs each) through the full producer
+/// queue, and only then starts its bounded drain and last checkpoint. Seen on Tansu: here
+/// (2 s timeout, 2,400 outputs, SIGTERM at ~100 acknowledged, a queue of 5) the stop took
+/// 4.7 s, the consumer thread giving up on the tasks after the timeout + 2 s (`partition
+/// released ... committed=None watches_stopped=0`: no last checkpoint); with a 5 s timeout
+/// it took 5.0-6.1 s alone and 12.4 s beside another test. With 12,000 outputs (a queue of 20) the consumer thread stopped waiting for
+/// the tasks after the timeout + 2 s (`partition released ... committed=None
+/// watches_stopped=0`) and the process exited after 7.9 s without their last checkpoint:
+/// committed input offsets [0, 0] for 16 inputs (no periodic checkpoint ran during the
+/// backlog either: the task is inside its sends); with 7,000 records still pending at the
+/// restart's SIGTERM, "the consumer did not stop in time; exiting anyway", "producer flush
+/// incomplete", and the process had not exited 30 s after the SIGTERM. Nothing is
+/// lost or emitted twice (the restart recovers from the output topic, the previous test),
+/// but the stop overruns its bound, and every input is read again. A fix: once stopping,
+/// send no more of the outputs the engine had queued (without recording those watches as
+/// finished: restored, they poll again and emit them), and bound the whole stop, not just
+/// its last drain.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "bug: a SIGTERM with a backlog of outputs overruns WATCHBRIDGE_SHUTDOWN_TIMEOUT, skipping the last checkpoint (see the comment)"]
+async fn sigterm_with_polls_and_outputs_in_flight_stops_in_time_committing_what_was_delivered() {
+    sigterm_in_flight(true, Duration::from_secs(2)).await;
+}
+
+/// Users 0..FAST answer at once with ITEMS items each; users FAST.. answer only after two
+/// minutes while `slow` is set; no feed says final until `done` is set. SIGTERM once some
+/// outputs are acknowledged, every slow poll is in flight and outputs are emitted but not
+/// acknowledged; then a restart with every feed fast and final. `strict`: also assert the
+/// stop's bound and what it committed.
+async fn sigterm_in_flight(strict: bool, shutdown_timeout: Duration) {
+    const FAST: i64 = 8;
+    const ITEMS: i64 = 300;
+    const SLOW: i64 = 4;
+    const SLOW_ITEMS: i64 = 3;
+    const SLOW_DELAY: Duration = Duration::from_secs(120);
+    let slow = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let slow_polls = Arc::new(AtomicUsize::new(0));
+    let server = {
+        let (slow, done, slow_polls) = (slow.clone(), done.clone(), slow_polls.clone());
+        TestServer::start(move |seen| {
+            let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
+            let items = if user < FAST { ITEMS } else { SLOW_ITEMS };
+            let events: Vec<Value> = (0..items)
+                .map(|i| json!({"id": format!("u{user}-{i}"), "at": T0 + i}))
+                .collect();
+            let reply = Reply::json(json!({"events": events, "done": done.load(Ordering::SeqCst)}));
+            if user >= FAST && slow.load(Ordering::SeqCst) {
+                slow_polls.fetch_add(1, Ordering::SeqCst);
+                reply.delayed(SLOW_DELAY)
+            } else {
+                reply
+            }
+        })
+        .await
+    };
+    let expected: Vec<String> = (0..FAST + SLOW)
+        .flat_map(|u| {
+            let items = if u < FAST { ITEMS } else { SLOW_ITEMS };
+            (0..items).map(move |i| format!("u{u}-{i}"))
+        })
+        .collect();
+    let s = Setup::new("inflight", 2).await;
+    let metrics_port = support::scenario::free_port();
+    let mut env = s.env(&server);
+    env.extend([
+        (
+            "WATCHBRIDGE_SHUTDOWN_TIMEOUT",
+            format!("{}s", shutdown_timeout.as_secs()),
+        ),
+        (
+            "WATCHBRIDGE_METRICS_ADDR",
+            format!("127.0.0.1:{metrics_port}"),
+        ),
+        // A producer queue of 5 records: most outputs wait for room.
+        ("KAFKA_QUEUE_BUFFERING_MAX_MESSAGES", "5".into()),
+    ]);
+    let mut bridge = Bridge::start(&env);
+    for user in 0..FAST + SLOW {
+        produce_user(&s.input, user).await;
+    }
+
+    let metric = |text: &str, name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (emitted, produced) = loop {
+        let text = match client
+            .get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+            .send()
+            .await
+        {
+            Ok(response) => response.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let emitted = metric(&text, "watchbridge_outputs_emitted_total");
+        let produced = metric(&text, "watchbridge_outputs_produced_total");
+        if produced >= 100.0 && slow_polls.load(Ordering::SeqCst) >= SLOW as usize {
+            break (emitted, produced);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "emitted {emitted}, produced {produced}, slow polls {}:\n{}",
+            slow_polls.load(Ordering::SeqCst),
+            bridge.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (code, took) = bridge.terminate();
+    let log = bridge.log();
+    // The scenario happened: outputs were on their way at the SIGTERM.
+    assert!(
+        produced < emitted,
+        "emitted {emitted}, acknowledged {produced} at the SIGTERM"
+    );
+    assert_eq!(code, Some(0), "{log}");
+    let delivered = outputs_to_end(&s.output).await.len();
+    let committed = broker().committed(&s.group, &s.input, 2);
+    eprintln!(
+        "SIGTERM at {produced} acknowledged of {emitted} emitted outputs; stopped after \
+         {took:.1?} with {delivered} on the topic; committed input offsets {committed:?}"
+    );
+    if strict {
+        assert!(
+            took <= shutdown_timeout + Duration::from_secs(1),
+            "the stop took {took:?}, the shutdown timeout is {shutdown_timeout:?}:\n{log}"
+        );
+        assert_eq!(
+            committed.iter().sum::<i64>(),
+            FAST + SLOW,
+            "every input committed (its watch on the state topic): {committed:?}\n{log}"
+        );
+    }
+
+    // Restarted, every feed fast and final: each watch emits what it had not delivered,
+    // then ends.
+    slow.store(false, Ordering::SeqCst);
+    done.store(true, Ordering::SeqCst);
+    env.retain(|(k, _)| *k != "KAFKA_QUEUE_BUFFERING_MAX_MESSAGES");
+    env.push((
+        "WATCHBRIDGE_LOG",
+        "info,librdkafka=warn,rdkafka=warn,watchbridge::internal_events=debug".into(),
+    ));
+    let mut bridge = Bridge::start(&env);
+    wait_for_log_count(
+        &bridge,
+        "reason=final",
+        (FAST + SLOW) as usize,
+        Duration::from_secs(60),
+    );
+    wait_for_outputs(&s.output, expected.len(), Duration::from_secs(120)).await;
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let restart_log = bridge.log();
+    if strict {
+        let restored: usize = restart_log
+            .lines()
+            .filter(|l| l.contains("partition state restored"))
+            .filter_map(|l| {
+                l.split("watches=")
+                    .nth(1)?
+                    .split(' ')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .sum();
+        assert_eq!(
+            restored,
+            (FAST + SLOW) as usize,
+            "every watch restored from the state topic:\n{restart_log}"
+        );
+    }
+    let all = outputs_to_end(&s.output).await;
+    let without_debug = |log: &str| {
+        log.lines()
+            .filter(|l| !l.contains("DEBUG"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_each_once(
+        &output_key_counts(&all),
+        &expected,
+        &format!(
+            "before the SIGTERM:\n{log}\nafter the restart:\n{}",
+            without_debug(&restart_log)
+        ),
+    );
 }
 
 /// Issue 15, path 2: a re-delivered input races its own watch's end. Every feed turns final

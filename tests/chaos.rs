@@ -80,12 +80,27 @@ fn signal(bridge: &Bridge, signal: &str) {
     assert!(status.success(), "kill {signal} {pid}");
 }
 
-/// SIGKILL, then reap.
+/// SIGKILL, then reap. Panics (with the log) unless the bridge was still running and died
+/// of that SIGKILL: one that had already exited by itself (a panic, a failed start) is a
+/// failure the kills would otherwise hide.
 fn kill(bridge: &mut Bridge) {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(status) = bridge.child.try_wait().unwrap() {
+        panic!(
+            "the bridge had exited by itself ({status}) before its SIGKILL; its log:\n{}",
+            bridge.log()
+        );
+    }
     let pid = bridge.child.id().to_string();
     let status = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
     assert!(status.success(), "kill -KILL {pid}");
-    let _ = bridge.child.wait();
+    let status = bridge.child.wait().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "the bridge ended with {status}, not by its SIGKILL; its log:\n{}",
+        bridge.log()
+    );
 }
 
 fn random_wait(rng: &mut fastrand::Rng) -> Duration {
@@ -248,6 +263,14 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
                 "partition state restored",
                 Duration::from_secs(30),
             );
+            // Else there was no takeover, and nothing for the zombie to be fenced by.
+            assert!(
+                took_over,
+                "zombie episode: the second instance never took a partition over (no \
+                 \"partition state restored\" within 30 s); its log:\n{}\nthe first's:\n{}",
+                successor.log(),
+                current.log()
+            );
             tokio::time::sleep(random_wait(&mut rng) * 2).await;
             signal(&current, "-CONT");
             tokio::time::sleep(random_wait(&mut rng)).await;
@@ -269,6 +292,14 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
             let mut second = Bridge::start(&env);
             restarts += 1;
             let joined = log_says(&second, "partition assigned", Duration::from_secs(20));
+            // Else the episode never ran two instances at once.
+            assert!(
+                joined,
+                "two-instance episode: the second instance got no partition within 20 s; its \
+                 log:\n{}\nthe first's:\n{}",
+                second.log(),
+                current.log()
+            );
             tokio::time::sleep(random_wait(&mut rng)).await;
             let kill_first = rng.bool();
             eprintln!(
@@ -314,6 +345,14 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
         "chaos: [{:>5.1?}] last bridge stopped (exit {code:?} after {took:.1?})",
         started.elapsed()
     );
+    // An orderly stop exits 0; anything else (a panic, a stop cut short) fails the run,
+    // after the summary below.
+    let last_stop = (code == Some(0)).then_some(()).ok_or_else(|| {
+        format!(
+            "the last bridge exited {code:?} after {took:.1?} on SIGTERM, not 0; its log:\n{}",
+            current.log()
+        )
+    });
 
     // Ground truth: every (user, item) that exists now, with its event time.
     let expected = feeds.expected_at(now_ms());
@@ -382,4 +421,7 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
         tally.is_exact() && regressions.is_empty(),
         "not every output exactly once with its event time, or a watermark went back (see the chaos: lines)"
     );
+    if let Err(message) = last_stop {
+        panic!("{message}");
+    }
 }

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use support::bridge::Bridge;
 use support::http_server::{Seen, TestServer};
 use support::scenario::{
-    feeds, finished_feeds, free_port, produce_user_to, wait_for_outputs, Setup,
+    assert_each_once, feeds, finished_feeds, free_port, output_key_counts, outputs_to_end,
+    produce_user_to, user_output_keys, wait_for_outputs, Setup,
 };
 
 /// The bridge's settings for `s`, its operations server on `port`.
@@ -194,13 +195,13 @@ async fn probes_metrics_and_json_logs_follow_the_bridge_through_its_life() {
     for user in 1..=4 {
         produce_user_to(&s.input, Some((user % 2) as i32), user).await;
     }
-    let outputs = wait_for_outputs(&s.output, 8, Duration::from_secs(60)).await;
-    assert_eq!(outputs.len(), 8);
+    wait_for_outputs(&s.output, 8, Duration::from_secs(60)).await;
+    // (That they are all, once each, is checked on the topic read to its end, below.)
     ops.wait_for_metric(
         &bridge,
         "watchbridge_outputs_produced_total",
         Duration::from_secs(30),
-        |v| v == outputs.len() as f64,
+        |v| v == 8.0,
     )
     .await;
     assert_eq!(
@@ -267,6 +268,14 @@ async fn probes_metrics_and_json_logs_follow_the_bridge_through_its_life() {
         bridge.log()
     );
     assert_eq!(ops.get("/healthz").await, None);
+    // Stopped, the output topic holds everything it wrote: the 8 outputs the metrics
+    // counted, once each.
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        user_output_keys(1..=4),
+        &bridge.log(),
+    );
 }
 
 /// More instances than partitions: the one without a partition is a healthy standby, ready.

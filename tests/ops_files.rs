@@ -846,10 +846,15 @@ async fn compose_poller_settings_read_the_sample_feeds() {
     }
 }
 
-/// `docker compose config -q` where a compose is installed (the CLI plugin, or the older
-/// `docker-compose`); no engine is needed for it.
+/// `config -q` of a Compose client on the compose file: the file as Compose itself reads
+/// it (its schema, service references, durations, port and volume syntax), which the YAML
+/// checks above do not cover. No engine is needed for it. The client is the `docker compose`
+/// CLI plugin where there is one, else `docker-compose` (Debian's package, 1.29: the
+/// Compose file format without a `version:`), which `make setup` installs. Without either
+/// the test fails, saying the check was not made: it never passes unchecked. A broken copy
+/// of the file must be refused, so a client that accepts anything cannot pass it either.
 #[test]
-fn docker_compose_file_is_valid_where_compose_is_installed() {
+fn docker_compose_file_is_valid_for_a_compose_client() {
     let works = |program: &str, args: &[&str]| {
         Command::new(program)
             .args(args)
@@ -861,18 +866,65 @@ fn docker_compose_file_is_valid_where_compose_is_installed() {
     } else if works("docker-compose", &["version"]) {
         ("docker-compose", &[])
     } else {
-        println!("skipped: no `docker compose` or `docker-compose` here to validate {COMPOSE}");
-        return;
+        panic!(
+            "NOT CHECKED: no Compose client here (`docker compose` or `docker-compose`) to \
+             validate {COMPOSE}; `make setup` installs Debian's docker-compose"
+        );
     };
-    let out = Command::new(program)
-        .args(prefix)
-        .args(["-f", COMPOSE, "config", "-q"])
-        .current_dir(root())
-        .output()
-        .unwrap();
+    let deploy = root().join("deploy");
+    // (`--project-directory`: relative paths resolve against deploy/, wherever the file is.)
+    let config = |file: &Path| {
+        let out = Command::new(program)
+            .args(prefix)
+            .arg("--project-directory")
+            .arg(&deploy)
+            .arg("-f")
+            .arg(file)
+            .args(["config", "-q"])
+            .current_dir(root())
+            .output()
+            .unwrap_or_else(|e| panic!("{program} {prefix:?}: {e}"));
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (valid, stderr) = config(&root().join(COMPOSE));
     assert!(
-        out.status.success(),
-        "{program} {prefix:?} -f {COMPOSE} config -q: {}",
-        String::from_utf8_lossy(&out.stderr)
+        valid,
+        "{program} {prefix:?} -f {COMPOSE} config -q: {stderr}"
     );
+
+    // The same file with a mistake in it: an option Compose does not know, and a
+    // dependency on a service that does not exist. Each must be refused.
+    let original = read(COMPOSE);
+    for (mistake, broken) in [
+        (
+            "an unknown option",
+            original.replacen(
+                "    stop_grace_period: 45s",
+                "    stop_grace_period: 45s\n    stop_grace_perod: 45s",
+                1,
+            ),
+        ),
+        (
+            "a dependency on no service",
+            original.replacen("      - prometheus\n", "      - prometheuss\n", 1),
+        ),
+    ] {
+        assert_ne!(broken, original, "{mistake}: the edit did not apply");
+        let copy = tempfile::Builder::new()
+            .prefix("docker-compose-")
+            .suffix(".yml")
+            .tempfile()
+            .unwrap();
+        std::fs::write(copy.path(), &broken).unwrap();
+        let (valid, stderr) = config(copy.path());
+        assert!(
+            !valid,
+            "{program} {prefix:?} config -q accepted {COMPOSE} with {mistake}: it validates \
+             nothing"
+        );
+        eprintln!("{mistake}: refused: {}", stderr.trim());
+    }
 }

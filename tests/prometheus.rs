@@ -10,7 +10,10 @@ use std::time::Duration;
 use support::bridge::Bridge;
 use support::http_server::{Body, Reply, Seen, TestServer};
 use support::prometheus::Prometheus;
-use support::scenario::{finished_feeds, free_port, now_ms, produce_user, wait_for_outputs, Setup};
+use support::scenario::{
+    assert_each_once, finished_feeds, free_port, now_ms, output_key_counts, outputs_to_end,
+    produce_user, user_output_keys, wait_for_outputs, Setup,
+};
 
 /// How long Prometheus may take to show a change: a scrape each second, plus slack for a
 /// slow machine.
@@ -131,8 +134,8 @@ async fn prometheus_scrapes_the_bridge_and_its_series_match_what_was_consumed() 
     env.push(("WATCHBRIDGE_METRICS_ADDR", metrics_addr.clone()));
     // A partition no user lands on must not hold the merged watermark back for long.
     env.push(("WATCHBRIDGE_IDLE_TIMEOUT", "2s".into()));
-    let bridge = Bridge::start(&env);
-    let _log = LogOnPanic(&bridge);
+    let mut bridge = Bridge::start(&env);
+    let log = LogOnPanic(&bridge);
     let prometheus = Prometheus::start("watchbridge", std::slice::from_ref(&metrics_addr)).await;
     let targets = prometheus.targets_up(SCRAPED).await;
     assert_eq!(
@@ -157,15 +160,10 @@ async fn prometheus_scrapes_the_bridge_and_its_series_match_what_was_consumed() 
     for user in 2..=USERS {
         produce_user(&s.input, user).await;
     }
-    let outputs = wait_for_outputs(&s.output, 2 * USERS as usize, Duration::from_secs(60)).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let outputs = wait_for_outputs(&s.output, outputs.len(), Duration::from_secs(10)).await;
-    let consumed = outputs.len();
-    assert_eq!(
-        consumed,
-        2 * USERS as usize,
-        "two outputs per user, once each"
-    );
+    wait_for_outputs(&s.output, 2 * USERS as usize, Duration::from_secs(60)).await;
+    // Two outputs per user; that they are once each is checked on the topic read to its
+    // end once the bridge has stopped (below).
+    let consumed = 2 * USERS as usize;
 
     scraped("watchbridge_outputs_produced_total", consumed as f64).await;
     scraped("watchbridge_inputs_consumed_total", USERS as f64).await;
@@ -206,6 +204,18 @@ async fn prometheus_scrapes_the_bridge_and_its_series_match_what_was_consumed() 
     );
 
     scraped("up{job=\"watchbridge\"}", 1.0).await;
+
+    // Stopped, the output topic holds everything the bridge wrote: exactly what the series
+    // counted, two outputs per user, once each.
+    drop(log);
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let all = outputs_to_end(&s.output).await;
+    assert_eq!(all.len(), consumed, "{}", bridge.log());
+    assert_each_once(
+        &output_key_counts(&all),
+        user_output_keys(1..=USERS),
+        &bridge.log(),
+    );
 }
 
 /// Shows the bridge's log when the test fails.

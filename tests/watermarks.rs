@@ -113,10 +113,10 @@ fn latest_never_going_back(messages: &[WatermarkMessage], context: &str) -> Hash
     last
 }
 
-/// Output records on `topic`, watermark records left out.
+/// Output records on `topic` up to its end offsets, watermark records left out.
 async fn output_count(topic: &str) -> usize {
     broker()
-        .consume_for(topic, Duration::from_secs(3))
+        .read_to_end(topic)
         .await
         .iter()
         .filter(|m| header(m, "watchbridge-control").is_none())
@@ -139,10 +139,10 @@ fn exit_code(bridge: &mut Bridge, within: Duration) -> Option<i32> {
     }
 }
 
-/// Everything on the watermark topic, parsed (reading it from the start for `window`).
-async fn watermark_messages(topic: &str, window: Duration) -> Vec<WatermarkMessage> {
+/// Everything on the watermark topic up to its end offsets, parsed, in topic order.
+async fn watermark_messages(topic: &str) -> Vec<WatermarkMessage> {
     broker()
-        .consume_for(topic, window)
+        .read_to_end(topic)
         .await
         .iter()
         .map(parse)
@@ -155,7 +155,7 @@ async fn markers_never_regress_and_no_on_time_output_falls_below_one() {
     let t = topics("wm-order", 2).await;
     let mut e = env(&t, &server);
     e.push(("WATCHBRIDGE_WATERMARK_STRATEGY", "bounded(1s)".into()));
-    let bridge = Bridge::start(&e);
+    let mut bridge = Bridge::start(&e);
     // Users 0..6 on input partition user % 2, a few at a time.
     let mut input_partition = HashMap::new();
     for user in 0..6 {
@@ -163,28 +163,26 @@ async fn markers_never_regress_and_no_on_time_output_falls_below_one() {
         input_partition.insert(format!("user-{user}"), (user % 2) as i32);
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    // Wait for every watch's 6 outputs.
+    // Wait for every watch's 6 outputs (each feed is final after them), then stop the
+    // bridge: the topics hold everything it wrote.
     let deadline = Instant::now() + Duration::from_secs(60);
-    let records = loop {
-        let records = broker()
-            .consume_for(&t.output, Duration::from_secs(3))
-            .await;
-        let data = records
-            .iter()
-            .filter(|m| header(m, "watchbridge-control").is_none())
-            .count();
+    loop {
+        let data = output_count(&t.output).await;
         if data >= 36 {
-            break records;
+            break;
         }
         assert!(
             Instant::now() < deadline,
             "{data} outputs:\n{}",
             bridge.log()
         );
-    };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let records = broker().read_to_end(&t.output).await;
 
     // On the watermark topic, each partition's value never decreases.
-    let on_topic = watermark_messages(&t.watermarks, Duration::from_secs(3)).await;
+    let on_topic = watermark_messages(&t.watermarks).await;
     let last = latest_never_going_back(&on_topic, "");
     assert!(on_topic.iter().all(|m| match m {
         WatermarkMessage::Partition { topic, .. } | WatermarkMessage::Merged { topic, .. } =>
@@ -242,7 +240,12 @@ async fn markers_never_regress_and_no_on_time_output_falls_below_one() {
             "output partition {output_partition} carries markers"
         );
     }
-    assert_eq!(outputs_checked, 36);
+    assert_eq!(
+        outputs_checked,
+        36,
+        "every watch's 6 outputs, nothing more:\n{}",
+        bridge.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -259,8 +262,7 @@ async fn an_idle_partition_stops_holding_the_merged_watermark_back() {
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let messages: Vec<WatermarkMessage> =
-            watermark_messages(&t.watermarks, Duration::from_secs(2)).await;
+        let messages: Vec<WatermarkMessage> = watermark_messages(&t.watermarks).await;
         let p1_idle = messages.iter().any(|m| {
             matches!(
                 m,
@@ -302,6 +304,7 @@ async fn an_idle_partition_stops_holding_the_merged_watermark_back() {
             "merged {merged:?}, partition 0 {p0_values:?}, partition 1 idle: {p1_idle}\n{}",
             bridge.log()
         );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -324,8 +327,7 @@ async fn a_bounded_run_reads_to_the_end_finishes_every_watch_and_exits_with_a_fi
     );
     let data = output_count(&t.output).await;
     assert_eq!(data, 24, "every watch ran to its end (6 outputs each)");
-    let messages: Vec<WatermarkMessage> =
-        watermark_messages(&t.watermarks, Duration::from_secs(3)).await;
+    let messages: Vec<WatermarkMessage> = watermark_messages(&t.watermarks).await;
     for p in 0..2 {
         assert!(
             messages.iter().any(|m| matches!(m, WatermarkMessage::Partition { partition, watermark_ms: i64::MAX, .. } if *partition == p)),
@@ -373,14 +375,14 @@ async fn a_partition_taken_over_by_another_instance_continues_from_its_last_wate
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let messages: Vec<WatermarkMessage> =
-            watermark_messages(&t.watermarks, Duration::from_secs(2)).await;
+        let messages: Vec<WatermarkMessage> = watermark_messages(&t.watermarks).await;
         if has_values(&messages) {
             break;
         }
         assert!(Instant::now() < deadline, "{}", first.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let second = Bridge::start(&e);
+    let mut second = Bridge::start(&e);
     let (code, _) = first.terminate();
     assert_eq!(code, Some(0));
     second.wait_for_log("partition assigned", Duration::from_secs(60));
@@ -398,9 +400,12 @@ async fn a_partition_taken_over_by_another_instance_continues_from_its_last_wate
             )
             .await;
     }
+    // Let the second instance work on them (its watches poll, its partitions publish),
+    // then stop it: the watermark topic holds everything either owner published.
     tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(second.terminate().0, Some(0), "{}", second.log());
     // Across both owners, each partition's published value never went back.
-    let messages = watermark_messages(&t.watermarks, Duration::from_secs(3)).await;
+    let messages = watermark_messages(&t.watermarks).await;
     let last = latest_never_going_back(&messages, &second.log());
     assert_eq!(last.len(), 2);
 }

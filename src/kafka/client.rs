@@ -19,9 +19,18 @@ pub enum KafkaSetupError {
     #[error("cannot reach the brokers at {brokers} (WATCHBRIDGE_BROKERS): {error}")]
     Unreachable { brokers: String, error: String },
     #[error(
-        "{var}: topic `{topic}` does not exist (set WATCHBRIDGE_CREATE_TOPICS=true to create it)"
+        "{} (WATCHBRIDGE_CREATE_TOPICS=false; create {} or set WATCHBRIDGE_CREATE_TOPICS=true)",
+        .missing
+            .iter()
+            .map(|(var, topic)| format!("{var}: topic `{topic}` does not exist"))
+            .collect::<Vec<_>>()
+            .join("; "),
+        if .missing.len() == 1 { "it" } else { "them" }
     )]
-    Missing { var: &'static str, topic: String },
+    Missing {
+        /// Every missing topic, with the variable that names it.
+        missing: Vec<(&'static str, String)>,
+    },
     #[error("cannot create topic `{topic}`: {error}")]
     Create { topic: String, error: String },
     #[error("invalid Kafka setting: {0}")]
@@ -114,16 +123,21 @@ pub async fn ensure_topics(
             name: &config.state_topic,
         },
     ];
+    if !config.create_topics {
+        // Every missing topic at once, so that one start names all an operator must create.
+        let missing: Vec<(&'static str, String)> = needed
+            .iter()
+            .filter(|t| !existing.contains_key(t.name))
+            .map(|t| (t.var, t.name.to_string()))
+            .collect();
+        if !missing.is_empty() {
+            return Err(KafkaSetupError::Missing { missing });
+        }
+    }
     let mut input_partitions = existing.get(&config.input_topic).copied();
     for topic in needed {
         if existing.contains_key(topic.name) {
             continue;
-        }
-        if !config.create_topics {
-            return Err(KafkaSetupError::Missing {
-                var: topic.var,
-                topic: topic.name.to_string(),
-            });
         }
         let compacted = topic.name == config.watermark_topic || topic.name == config.state_topic;
         let partitions = if topic.name == config.watermark_topic {

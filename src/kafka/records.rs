@@ -6,7 +6,8 @@
 //! reads the output topic back and takes the outputs of its own partition) and
 //! `watchbridge-first-seen` (processing time in ms, decimal). A dead letter keeps the
 //! original key, value and headers, and adds `watchbridge-error`, `watchbridge-error-kind`
-//! and `watchbridge-source-{topic,partition,offset}`.
+//! and `watchbridge-source-{topic,partition,offset}`; one refused for its size goes without
+//! the value, with `watchbridge-value-dropped` (the value's size in bytes) instead.
 
 use crate::clock::Millis;
 use crate::poll::Output;
@@ -25,6 +26,7 @@ pub const SOURCE_TOPIC: &str = "watchbridge-source-topic";
 pub const SOURCE_PARTITION: &str = "watchbridge-source-partition";
 pub const SOURCE_OFFSET: &str = "watchbridge-source-offset";
 pub const LATE: &str = "watchbridge-late";
+pub const VALUE_DROPPED: &str = "watchbridge-value-dropped";
 pub const CONTROL: &str = "watchbridge-control";
 
 /// A header's name: watchbridge's own are static (no allocation per output), an input's
@@ -110,6 +112,15 @@ impl OutRecord {
             timestamp: original.timestamp,
             headers,
         }
+    }
+
+    /// The same record without its value, marked `watchbridge-value-dropped: <bytes>`: the
+    /// dead letter of a record refused for its size, which its value makes as large.
+    pub fn without_value(mut self) -> Self {
+        let size = self.value.take().map_or(0, |v| v.len());
+        self.headers
+            .push((VALUE_DROPPED.into(), Some(Bytes::from(size.to_string()))));
+        self
     }
 
     /// Mark an output as late: its event time is below its partition's published watermark.
@@ -217,6 +228,29 @@ impl OutRecordParts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dead_letter_without_its_value_says_how_large_it_was() {
+        let record = OutRecord {
+            topic: Arc::from("t.dlq"),
+            partition: None,
+            key: Some(Bytes::from_static(b"k")),
+            value: Some(Bytes::from(vec![b'x'; 5000])),
+            timestamp: Some(7),
+            headers: vec![(ERROR.into(), Some(Bytes::from_static(b"too large")))],
+        };
+        let stripped = record.without_value();
+        assert_eq!(stripped.value, None);
+        assert_eq!(stripped.key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(stripped.timestamp, Some(7));
+        assert_eq!(
+            stripped.headers,
+            [
+                (ERROR.into(), Some(Bytes::from_static(b"too large"))),
+                (VALUE_DROPPED.into(), Some(Bytes::from_static(b"5000"))),
+            ]
+        );
+    }
 
     #[test]
     fn outputs_carry_the_watch_key_event_time_and_identifying_headers() {

@@ -4,6 +4,7 @@
 
 use crate::pollers::event_time::format_rfc3339;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Headers;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
@@ -74,6 +75,10 @@ pub fn consume(
         .set("group.id", "watchbridge-consume")
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "50")
+        // The end of a partition is where the consumer's position reaches its end offset,
+        // which need not be a record's: a transactional writer's partition ends with a
+        // commit marker, which is never handed to a reader.
+        .set("enable.partition.eof", "true")
         .create()
         .map_err(|e| format!("cannot create a consumer: {e}"))?;
     let metadata = consumer
@@ -107,7 +112,23 @@ pub fn consume(
         let Some(message) = consumer.poll(Duration::from_millis(200)) else {
             continue;
         };
-        let m = message.map_err(|e| e.to_string())?;
+        let m = match message {
+            Ok(m) => m,
+            Err(KafkaError::PartitionEOF(p)) => {
+                let position = consumer.position().ok().and_then(|tpl| {
+                    match tpl.find_partition(topic, p)?.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    }
+                });
+                if let Some(o) = position {
+                    let seen = positions.entry(p).or_insert(0);
+                    *seen = (*seen).max(o);
+                }
+                continue;
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         positions.insert(m.partition(), m.offset() + 1);
         let headers = m
             .headers()

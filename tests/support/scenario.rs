@@ -6,6 +6,7 @@ use super::http_server::{Reply, Seen, TestServer};
 use super::kafka::{broker, header};
 use rdkafka::message::OwnedMessage;
 use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 /// The event time of the feeds' first item.
@@ -102,13 +103,14 @@ pub fn data_records(messages: Vec<OwnedMessage>) -> Vec<OwnedMessage> {
         .collect()
 }
 
-/// Wait until `n` output records (not counting watermark records) are on `topic`.
+/// Wait until at least `n` output records (not counting watermark records) are on `topic`;
+/// returns what is there. Only a wait: it says nothing about what may come later. To assert
+/// that nothing more arrives, stop the bridge and read the topic to its end
+/// ([`outputs_to_end`]).
 pub async fn wait_for_outputs(topic: &str, n: usize, within: Duration) -> Vec<OwnedMessage> {
     let deadline = Instant::now() + within;
-    // Each try reads the topic from its start for `window`; a long topic needs a longer one.
-    let mut window = Duration::from_millis(1500);
     loop {
-        let all = broker().consume_for(topic, window).await;
+        let all = broker().read_to_end(topic).await;
         let total = all.len();
         let data = data_records(all);
         if data.len() >= n {
@@ -119,6 +121,131 @@ pub async fn wait_for_outputs(topic: &str, n: usize, within: Duration) -> Vec<Ow
             "only {} of {n} outputs on {topic} ({total} records with the watermark ones)",
             data.len()
         );
-        window = (window * 2).min(Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Every output record on `topic` up to its end offsets (watermark records left out), read
+/// `read_committed`: once the bridge has stopped, everything it ever wrote there.
+pub async fn outputs_to_end(topic: &str) -> Vec<OwnedMessage> {
+    data_records(broker().read_to_end(topic).await)
+}
+
+/// The `watchbridge-output-key` of an output record ("" if it has none).
+pub fn output_key(m: &OwnedMessage) -> String {
+    header(m, "watchbridge-output-key")
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .unwrap_or_default()
+}
+
+/// How many times each output key occurs among `records`: nothing deduplicated.
+pub fn output_key_counts(records: &[OwnedMessage]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for m in records {
+        *counts.entry(output_key(m)).or_default() += 1;
+    }
+    counts
+}
+
+/// Panics unless every key of `expected` occurs exactly `times` in `counts` and no other key
+/// occurs; the message names the keys found another number of times (with their counts),
+/// the missing ones and the unexpected ones, then `context` (a bridge's log, say).
+pub fn assert_each_n_times<S: AsRef<str>>(
+    counts: &BTreeMap<String, usize>,
+    expected: impl IntoIterator<Item = S>,
+    times: usize,
+    context: &str,
+) {
+    let expected: BTreeSet<String> = expected
+        .into_iter()
+        .map(|k| k.as_ref().to_string())
+        .collect();
+    let wrong: Vec<(&String, &usize)> = counts
+        .iter()
+        .filter(|(k, &n)| expected.contains(*k) && n != times)
+        .collect();
+    let missing: Vec<&String> = expected
+        .iter()
+        .filter(|k| !counts.contains_key(*k))
+        .collect();
+    let unexpected: Vec<(&String, &usize)> = counts
+        .iter()
+        .filter(|(k, _)| !expected.contains(*k))
+        .collect();
+    let show = |v: &dyn std::fmt::Debug, n: usize| {
+        let text = format!("{v:?}");
+        if text.len() > 2000 {
+            format!("{}… ({n} in all)", &text[..2000])
+        } else {
+            text
+        }
+    };
+    assert!(
+        wrong.is_empty() && missing.is_empty() && unexpected.is_empty(),
+        "each of {} outputs {times} time(s): found another number of times (key, count): {}; \
+         missing: {}; unexpected (key, count): {}\n{context}",
+        expected.len(),
+        show(&wrong, wrong.len()),
+        show(&missing, missing.len()),
+        show(&unexpected, unexpected.len()),
+    );
+}
+
+/// [`assert_each_n_times`] once: every expected output exactly once, nothing else.
+pub fn assert_each_once<S: AsRef<str>>(
+    counts: &BTreeMap<String, usize>,
+    expected: impl IntoIterator<Item = S>,
+    context: &str,
+) {
+    assert_each_n_times(counts, expected, 1, context)
+}
+
+/// The two output keys of each of `users` (the [`feeds`]' items).
+pub fn user_output_keys(users: impl IntoIterator<Item = i64>) -> Vec<String> {
+    users
+        .into_iter()
+        .flat_map(|u| [format!("u{u}-a"), format!("u{u}-b")])
+        .collect()
+}
+
+/// Runs the bridge until it exits by itself (a refused start, say), at most `within`;
+/// its exit status and its stderr.
+pub fn run_to_exit(env: &[(&str, String)], within: Duration) -> (std::process::ExitStatus, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_watchbridge"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("WATCHBRIDGE_") || name.starts_with("KAFKA_") {
+            command.env_remove(name);
+        }
+    }
+    let mut child = command
+        .env("WATCHBRIDGE_BROKERS", broker().bootstrap())
+        .env("WATCHBRIDGE_METRICS_ADDR", "off")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start watchbridge");
+    // Read stderr on the side, so a chatty child never blocks on a full pipe.
+    let mut pipe = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut stderr = String::new();
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+        stderr
+    });
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the bridge did not exit within {within:?}:\n{}",
+                reader.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    (status, reader.join().unwrap_or_default())
 }

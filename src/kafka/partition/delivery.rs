@@ -218,6 +218,26 @@ impl<P: Resolve> PartitionTask<P> {
                 tracing::warn!(error = %error, "a watermark record could not be delivered");
                 return;
             }
+            Kind::DeadLetter if is_too_large(&error) && pending.record.value.is_some() => {
+                // A dead letter carries the refused record's value, so a record refused for
+                // its size (by the producer's `message.max.bytes`, or a topic's
+                // `max.message.bytes` no larger on the dead-letter topic) has a dead letter
+                // refused the same way: send it without the value, so that the reason and
+                // the record's key and headers are not lost with it.
+                tracing::warn!(
+                    error = %error,
+                    bytes = pending.record.value.as_ref().map_or(0, |v| v.len()),
+                    "a dead letter is too large; sending it without its value"
+                );
+                let dead_letter = Pending {
+                    record: pending.record.without_value(),
+                    attempt: 1,
+                    ..pending
+                };
+                self.deliveries
+                    .push(async move { Delivery::RetryDue(dead_letter) }.boxed());
+                return;
+            }
             Kind::DeadLetter => {
                 tracing::error!(error = %error, "a dead letter could not be delivered either; it is lost");
                 if let Some(origin) = pending.origin {
@@ -290,6 +310,14 @@ fn refused_for_good(error: &KafkaError) -> bool {
                 | TopicAuthorizationFailed
                 | UnsupportedForMessageFormat
         )
+    )
+}
+
+/// A record refused for its size, by the producer itself or by the broker.
+fn is_too_large(error: &KafkaError) -> bool {
+    matches!(
+        error,
+        KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge)
     )
 }
 
