@@ -456,12 +456,21 @@ async fn the_watermark_reader_reaches_an_end_that_is_a_transaction_marker() {
     if transactional {
         producer.commit_transaction(timeout).unwrap();
     }
-    let (_, end) = producer
-        .client()
-        .fetch_watermarks(&topic, 0, timeout)
-        .unwrap();
-    // On Kafka the marker is the last offset; on Tansu (no transactions) the record is.
-    assert_eq!(end, if transactional { 2 } else { 1 });
+    // On Kafka the marker is the last offset (written by the coordinator just after the
+    // commit returns); on Tansu (no transactions) the record is.
+    let expected_end = if transactional { 2 } else { 1 };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let end = loop {
+        let (_, end) = producer
+            .client()
+            .fetch_watermarks(&topic, 0, timeout)
+            .unwrap();
+        if end >= expected_end || Instant::now() > deadline {
+            break end;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(end, expected_end);
 
     let metrics = Arc::new(watchbridge::metrics::Metrics::new());
     let read_upto = Arc::new(AtomicI64::new(0));
