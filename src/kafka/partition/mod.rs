@@ -92,6 +92,8 @@ pub struct Shared<P: Resolve> {
     /// `Some` in the exactly-once mode: each task writes through a transactional producer
     /// of its own, and commits its input offsets in its transactions.
     pub transactions: Option<TransactionSettings>,
+    /// Whether the brokers can be reached; the context of the bridge's Kafka clients.
+    pub kafka: crate::kafka::health::KafkaContext,
 }
 
 /// What the partition tasks need to keep their watches durable.
@@ -135,6 +137,9 @@ pub struct Stopped {
     pub position: Option<i64>,
     pub watches_stopped: usize,
     pub ending: Ending,
+    /// Records it sent that were not acknowledged when it ended (outputs, state records,
+    /// watermarks, dead letters): a stop that had to give up says how many.
+    pub undelivered: usize,
 }
 
 /// A command sent to the engine, waiting for its answer (the engine answers in order).
@@ -265,6 +270,7 @@ impl<P: Resolve> PartitionTask<P> {
                 position: None,
                 watches_stopped: 0,
                 ending,
+                undelivered: 0,
             };
         }
         let mut accepting = true;
@@ -324,6 +330,7 @@ impl<P: Resolve> PartitionTask<P> {
                 position: self.txn.as_ref().and_then(|t| t.committed),
                 watches_stopped: 0,
                 ending,
+                undelivered: self.deliveries.len(),
             };
         }
         let watches_stopped = self.durable.live();
@@ -349,6 +356,7 @@ impl<P: Resolve> PartitionTask<P> {
             position,
             watches_stopped,
             ending,
+            undelivered: self.deliveries.len(),
         }
     }
 
