@@ -186,7 +186,7 @@ pub async fn run_bridge<P: Resolve>(
         group = %config.group_id,
         "bridge starting"
     );
-    let guarantee = choose_guarantee(brokers, embedded.is_some(), config).await;
+    let guarantee = choose_guarantee(brokers, embedded.is_some(), config, &kafka).await;
     let transactions = match guarantee {
         Guarantee::ExactlyOnce => Some(transaction_settings(brokers, config, &kafka)?),
         _ => None,
@@ -528,7 +528,12 @@ fn producer_config(brokers: &str, config: &RunConfig) -> ClientConfig {
 /// `WATCHBRIDGE_GUARANTEE`, with `auto` resolved against the broker (the embedded broker,
 /// librdkafka's mock cluster, accepts transactions but cannot keep their promise: `auto`
 /// picks `recovery` there without asking).
-async fn choose_guarantee(brokers: &str, embedded: bool, config: &RunConfig) -> Guarantee {
+async fn choose_guarantee(
+    brokers: &str,
+    embedded: bool,
+    config: &RunConfig,
+    kafka: &KafkaContext,
+) -> Guarantee {
     let chosen = match config.guarantee {
         GuaranteeSetting::Auto if embedded => Guarantee::Recovery,
         setting => {
@@ -547,9 +552,10 @@ async fn choose_guarantee(brokers: &str, embedded: bool, config: &RunConfig) -> 
                 Clock::system().now_ms()
             );
             let state_topic = config.state_topic.clone();
+            let kafka = kafka.clone();
             tokio::task::spawn_blocking(move || {
                 guarantee::choose(setting, &brokers, plaintext, || {
-                    guarantee::probe_transaction(&producer, &consumer, &id, &state_topic)
+                    guarantee::probe_transaction(&producer, &consumer, kafka, &id, &state_topic)
                 })
             })
             .await
