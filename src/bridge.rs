@@ -149,16 +149,28 @@ pub async fn run_bridge<P: Resolve>(
     // if the brokers go away meanwhile, wait again, all within WATCHBRIDGE_START_TIMEOUT.
     let start_deadline = started + config.start_timeout;
     readiness.waiting_for_brokers(Some(brokers), &metrics);
-    let layout = loop {
-        wait_for_brokers(brokers, config, &kafka, started, start_deadline).await?;
-        match ensure_topics(brokers, config, embedded).await {
-            Err(KafkaSetupError::Unreachable { error, .. }) if Instant::now() < start_deadline => {
-                tracing::warn!(
-                    error,
-                    "the brokers stopped answering during the start; waiting for them again"
-                );
+    let start = async {
+        loop {
+            wait_for_brokers(brokers, config, &kafka, started, start_deadline).await?;
+            match ensure_topics(brokers, config, embedded).await {
+                Err(KafkaSetupError::Unreachable { error, .. })
+                    if Instant::now() < start_deadline =>
+                {
+                    tracing::warn!(
+                        error,
+                        "the brokers stopped answering during the start; waiting for them again"
+                    );
+                }
+                result => break result,
             }
-            result => break result?,
+        }
+    };
+    // A stop while the start waits ends it: nothing was read, nothing is owed.
+    let layout = tokio::select! {
+        layout = start => layout?,
+        () = stop.stopped() => {
+            tracing::info!("stopped before the start reached the brokers");
+            return Ok(());
         }
     };
     readiness.waiting_for_brokers(None, &metrics);
@@ -442,10 +454,19 @@ fn stop_report(
     if causes.is_empty() {
         causes.push("the brokers did not acknowledge everything in time".into());
     }
+    let uncounted = match consumer {
+        Some(stopped) if transactional => stopped
+            .partitions
+            .iter()
+            .filter(|(_, r)| r.is_none())
+            .count(),
+        _ => 0,
+    };
     StopGaveUp {
         took: began.elapsed(),
         timeout: config.shutdown_timeout,
         not_delivered,
+        uncounted,
         not_committed: consumer.map(|_| not_committed.as_slice()),
         cause: &causes.join("; "),
     }

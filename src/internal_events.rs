@@ -649,8 +649,11 @@ impl BrokersReachable<'_> {
 pub struct StopGaveUp<'a> {
     pub took: Duration,
     pub timeout: Duration,
-    /// Records not acknowledged, in all.
+    /// Records not acknowledged, in all (that are known: see `uncounted`).
     pub not_delivered: u64,
+    /// Partitions that did not finish stopping, whose records are not counted above (each
+    /// partition's own producer in the exactly-once mode).
+    pub uncounted: usize,
     /// Input partitions whose inputs are not all committed (from the offset given, where
     /// known); `None`: not known (the consumer did not stop in time).
     pub not_committed: Option<&'a [(i32, Option<i64>)]>,
@@ -667,10 +670,19 @@ impl StopGaveUp<'_> {
                 .iter()
                 .map(|(p, o)| match o {
                     Some(o) => format!("partition {p} (from offset {o})"),
-                    None => format!("partition {p}"),
+                    None => format!("partition {p} (since its last commit)"),
                 })
                 .collect::<Vec<_>>()
                 .join(", "),
+        };
+        let not_delivered = if self.uncounted > 0 {
+            format!(
+                "{} record(s) not delivered, besides those of {} partition(s) that did not \
+                 finish stopping",
+                self.not_delivered, self.uncounted
+            )
+        } else {
+            format!("{} record(s) not delivered", self.not_delivered)
         };
         tracing::error!(
             took = %humantime::format_duration(round_ms(self.took)),
@@ -678,11 +690,10 @@ impl StopGaveUp<'_> {
             not_delivered = self.not_delivered,
             not_committed = %not_committed,
             cause = self.cause,
-            "the stop gave up at WATCHBRIDGE_SHUTDOWN_TIMEOUT: {} record(s) not delivered; inputs \
-             not committed: {not_committed}. Nothing is lost: what was not delivered was never \
+            "the stop gave up at WATCHBRIDGE_SHUTDOWN_TIMEOUT: {not_delivered}; inputs not \
+             committed: {not_committed}. Nothing is lost: what was not delivered was never \
              checkpointed, so its watch emits it again, and uncommitted inputs are read again, \
-             when the partitions are next assigned",
-            self.not_delivered
+             when the partitions are next assigned"
         );
     }
 }

@@ -504,3 +504,21 @@ async fn a_start_gives_up_after_the_start_timeout() {
         "{error}"
     );
 }
+
+/// SIGTERM while the start still waits for the brokers ends it at once, in order (exit 0):
+/// nothing was read, so there is nothing to deliver or commit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_while_the_start_waits_ends_at_once() {
+    let server = TestServer::start(finished_feeds).await;
+    let brokers = format!("127.0.0.1:{}", free_port());
+    let mut env = env(&brokers, "stop-waiting", &server);
+    env.push(("WATCHBRIDGE_START_TIMEOUT", "5m".to_string()));
+    let mut bridge = Bridge::spawn(&env);
+    bridge.wait_for_log("waiting for the brokers", Duration::from_secs(20));
+    let (code, took) = bridge
+        .terminate_within(Duration::from_secs(60))
+        .unwrap_or_else(|t| panic!("still running {t:?} after SIGTERM:\n{}", bridge.log()));
+    eprintln!("a stop during the start's wait took {took:?}");
+    assert_eq!(code, Some(0), "{}", bridge.log());
+    assert!(took < Duration::from_secs(3), "{took:?}:\n{}", bridge.log());
+}
