@@ -355,6 +355,12 @@ fn main() {
     consumer_config.set("bootstrap.servers", broker.bootstrap());
     let source = RecoverySource {
         consumer_config,
+        kafka: watchbridge::kafka::health::KafkaContext::new(
+            watchbridge::kafka::health::BrokerHealth::new(
+                &broker.bootstrap(),
+                Arc::new(watchbridge::metrics::Metrics::new()),
+            ),
+        ),
         input_topic: INPUT.into(),
         group_id: "restore-bench".into(),
         watermark_topic: WATERMARKS.into(),

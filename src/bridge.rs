@@ -1,23 +1,36 @@
 //! `watchbridge run`: the bridge put together. Topics checked (and created), one idempotent
 //! producer shared by every partition, the consumer thread, and an orderly stop.
 //!
+//! Starting: the operations server first (`/healthz` answers, `/readyz` says what the start
+//! waits for), then the brokers are waited for, with backoff, up to
+//! `WATCHBRIDGE_START_TIMEOUT` ([`wait_for_brokers`]), then the topics.
+//!
 //! Stopping (SIGTERM, Ctrl-C, or [`StopSignal::stop`]): the consumer thread stops reading,
 //! every partition task stops its watches (polls in flight are cancelled), delivers what
 //! they already emitted, and publishes its commit position; the positions are committed,
-//! the producer flushed, and `run` returns. Each step is bounded by
-//! `WATCHBRIDGE_SHUTDOWN_TIMEOUT`. From the stop signal on, `/readyz` says "stopping"; the
-//! operations server ([`OpsServer`]) answers until the end.
+//! the producer flushed, and `run` returns. All of it shares one deadline,
+//! `WATCHBRIDGE_SHUTDOWN_TIMEOUT` from the signal (the commit and the goodbye to the group
+//! get at least 1.5 s more between them): what is not done by then is given up, and `run`
+//! returns [`BridgeError::StopGaveUp`] after the log line [`StopGaveUp`] said what was not
+//! delivered or committed (nothing is lost: see there). `watchbridge run` also exits at
+//! [`STOP_MARGIN`] past the timeout whatever still runs. From the stop signal on, `/readyz`
+//! says "stopping"; the operations server ([`OpsServer`]) answers until the end.
 
 use crate::clock::Clock;
 use crate::clock::Millis;
 use crate::config::{Mode, RunConfig};
-use crate::kafka::client::{base_config, ensure_topics, log_properties, KafkaSetupError};
-use crate::kafka::consumer::{consume, BridgeContext, Partitions};
+use crate::internal_events::StopGaveUp;
+use crate::kafka::client::{
+    base_config, ensure_topics, log_properties, wait_for_brokers, KafkaSetupError,
+};
+use crate::kafka::consumer::{consume, BridgeContext, ConsumerStopped, Partitions};
 use crate::kafka::embedded::EmbeddedBroker;
 use crate::kafka::guarantee::{self, Guarantee, GuaranteeSetting};
+use crate::kafka::health::{BrokerHealth, KafkaContext};
 use crate::kafka::lease::Lease;
 use crate::kafka::merged::{publish_merged, MergedPublisher};
 use crate::kafka::output_ends;
+use crate::kafka::partition::Ending;
 use crate::kafka::partition::{
     Bounds, Shared, StateSettings, TransactionSettings, WatermarkSettings,
 };
@@ -34,9 +47,18 @@ use rdkafka::producer::Producer;
 use rdkafka::{ClientConfig, TopicPartitionList};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+
+/// How long past `WATCHBRIDGE_SHUTDOWN_TIMEOUT` a stop may take at most: `watchbridge run`
+/// exits then whatever still runs (the orderly stop itself ends within about 1.5 s of the
+/// timeout).
+pub const STOP_MARGIN: Duration = Duration::from_secs(5);
+
+/// The exit code of `watchbridge run` when its stop gave up (not everything delivered or
+/// committed; nothing lost).
+pub const STOP_GAVE_UP_EXIT_CODE: u8 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BridgeError {
@@ -44,6 +66,10 @@ pub enum BridgeError {
     Setup(#[from] KafkaSetupError),
     #[error("{0}")]
     Start(String),
+    /// The stop ended at its deadline without delivering or committing everything (the
+    /// log line `the stop gave up …` says what).
+    #[error("stopped at WATCHBRIDGE_SHUTDOWN_TIMEOUT without delivering or committing everything")]
+    StopGaveUp,
 }
 
 /// Asks a running bridge to stop; cheap to clone and share.
@@ -106,8 +132,11 @@ pub async fn run_bridge<P: Resolve>(
     metrics: Arc<Metrics>,
     stop: Arc<StopSignal>,
 ) -> Result<(), BridgeError> {
+    let started = Instant::now();
     log_properties(config);
     let readiness = Arc::new(Readiness::new());
+    let health = BrokerHealth::new(brokers, metrics.clone());
+    let kafka = KafkaContext::new(health.clone());
     // Tasks that end with this function (the set aborts them when dropped).
     let mut background = tokio::task::JoinSet::new();
     {
@@ -118,7 +147,49 @@ pub async fn run_bridge<P: Resolve>(
         });
     }
     let ops_server = start_ops_server(config, &metrics, &readiness).await?;
-    let layout = ensure_topics(brokers, config, embedded).await?;
+    // Wait for the brokers (a broker still starting or restarting), then check the topics;
+    // if the brokers go away meanwhile, wait again, all within WATCHBRIDGE_START_TIMEOUT.
+    let start_deadline = started + config.start_timeout;
+    readiness.waiting_for_brokers(Some(brokers), &metrics);
+    let start = async {
+        loop {
+            wait_for_brokers(brokers, config, &kafka, started, start_deadline).await?;
+            match ensure_topics(brokers, config, embedded).await {
+                Err(KafkaSetupError::Unreachable { error, .. })
+                    if Instant::now() < start_deadline =>
+                {
+                    tracing::warn!(
+                        error,
+                        "the brokers stopped answering during the start; waiting for them again"
+                    );
+                }
+                result => break result,
+            }
+        }
+    };
+    // A stop while the start waits ends it: nothing was read, nothing is owed.
+    let layout = tokio::select! {
+        layout = start => layout?,
+        () = stop.stopped() => {
+            tracing::info!("stopped before the start reached the brokers");
+            return Ok(());
+        }
+    };
+    readiness.waiting_for_brokers(None, &metrics);
+    {
+        // Outages from now on: reported once each way (`kafka/health.rs`).
+        let probe_config = base_config(brokers, config);
+        let probe_context = kafka.clone();
+        background.spawn(health.clone().watch(move |timeout| {
+            let client: BaseConsumer<KafkaContext> = probe_config
+                .create_with_context(probe_context.clone())
+                .map_err(|e| e.to_string())?;
+            client
+                .fetch_metadata(None, timeout)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }));
+    }
     tracing::info!(
         brokers,
         input = %config.input_topic,
@@ -129,14 +200,15 @@ pub async fn run_bridge<P: Resolve>(
         group = %config.group_id,
         "bridge starting"
     );
-    let guarantee = choose_guarantee(brokers, embedded.is_some(), config).await;
+    let guarantee = choose_guarantee(brokers, embedded.is_some(), config, &kafka).await;
     let transactions = match guarantee {
-        Guarantee::ExactlyOnce => Some(transaction_settings(brokers, config)?),
+        Guarantee::ExactlyOnce => Some(transaction_settings(brokers, config, &kafka)?),
         _ => None,
     };
     let producer: BridgeProducer = producer_config(brokers, config)
         .create_with_context(ProducerStats {
             metrics: metrics.clone(),
+            kafka: kafka.clone(),
         })
         .map_err(|e| BridgeError::Start(format!("cannot create the producer: {e}")))?;
     let clock = Clock::system();
@@ -175,6 +247,7 @@ pub async fn run_bridge<P: Resolve>(
         state: StateSettings {
             recovery: RecoverySource {
                 consumer_config: base_config(brokers, config),
+                kafka: kafka.clone(),
                 input_topic: config.input_topic.as_str().into(),
                 group_id: config.group_id.clone(),
                 watermark_topic: config.watermark_topic.as_str().into(),
@@ -188,6 +261,7 @@ pub async fn run_bridge<P: Resolve>(
         },
         readiness: readiness.clone(),
         transactions,
+        kafka: kafka.clone(),
     });
     let partitions = Arc::new(Partitions::new(shared, tokio::runtime::Handle::current()));
     let consumer: BaseConsumer<BridgeContext<P>> = consumer_config(brokers, config, guarantee)
@@ -211,6 +285,7 @@ pub async fn run_bridge<P: Resolve>(
     let merged = (!bounded).then(|| {
         let publisher = MergedPublisher {
             consumer_config: base_config(brokers, config),
+            kafka: kafka.clone(),
             producer: producer.clone(),
             input_topic: config.input_topic.as_str().into(),
             input_partitions: layout.input_partitions,
@@ -231,49 +306,180 @@ pub async fn run_bridge<P: Resolve>(
     });
 
     let stop_consumer = Arc::new(AtomicBool::new(false));
+    let stop_deadline = Arc::new(OnceLock::new());
     let consumer_thread = {
-        let stop_consumer = stop_consumer.clone();
+        let (stop_consumer, stop_deadline) = (stop_consumer.clone(), stop_deadline.clone());
         std::thread::Builder::new()
             .name("watchbridge-consumer".into())
-            .spawn(move || consume(consumer, partitions, stop_consumer, bounded))
+            .spawn(move || consume(consumer, partitions, stop_consumer, stop_deadline, bounded))
             .map_err(|e| BridgeError::Start(format!("cannot start the consumer thread: {e}")))?
     };
     let mut joined = tokio::task::spawn_blocking(move || consumer_thread.join());
     let finished = tokio::select! {
-        () = stop.stopped() => false,
-        _ = &mut joined => true,
+        () = stop.stopped() => None,
+        joined = &mut joined => Some(joined),
     };
     readiness.stopping(&metrics);
-    if finished {
-        tracing::info!("bounded run complete: every input read, every watch ended");
-        publish_merged(
-            &producer,
-            &Arc::from(config.watermark_topic.as_str()),
-            &config.input_topic,
-            Millis::MAX,
-        )
-        .await;
-    } else {
-        tracing::info!("stopping: no more input; stopping watches, delivering, committing");
-        stop_consumer.store(true, Ordering::SeqCst);
-        let bound = config.shutdown_timeout + Duration::from_secs(5);
-        if tokio::time::timeout(bound, joined).await.is_err() {
-            tracing::warn!("the consumer did not stop in time; exiting anyway");
+    // One deadline for the whole stop (a bounded run that finished has its own).
+    let deadline = Instant::now() + config.shutdown_timeout;
+    let consumer_stopped = match finished {
+        Some(joined) => {
+            tracing::info!("bounded run complete: every input read, every watch ended");
+            publish_merged(
+                &producer,
+                &Arc::from(config.watermark_topic.as_str()),
+                &config.input_topic,
+                Millis::MAX,
+            )
+            .await;
+            joined.ok().and_then(Result::ok)
         }
-    }
+        None => {
+            tracing::info!("stopping: no more input; stopping watches, delivering, committing");
+            let _ = stop_deadline.set(deadline);
+            stop_consumer.store(true, Ordering::SeqCst);
+            // The consumer thread ends by the deadline plus 1.5 s at most, unless
+            // librdkafka blocks where no bound reaches it.
+            let bound = deadline + Duration::from_secs(2);
+            match tokio::time::timeout_at(bound.into(), joined).await {
+                Ok(Ok(Ok(stopped))) => Some(stopped),
+                _ => None,
+            }
+        }
+    };
     stop_merged.stop();
     if let Some(merged) = merged {
-        let _ = merged.await;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = tokio::time::timeout(left.max(Duration::from_millis(200)), merged).await;
     }
-    let flush_for = config.shutdown_timeout;
-    let flushed = tokio::task::spawn_blocking(move || producer.flush(flush_for)).await;
+    let flush_for = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(500));
+    let flushing = producer.clone();
+    let flushed = tokio::task::spawn_blocking(move || flushing.flush(flush_for)).await;
+    let undelivered = producer.in_flight_count().max(0) as u64;
     if let Ok(Err(e)) = flushed {
-        tracing::warn!(error = %e, "producer flush incomplete");
+        tracing::debug!(error = %e, "producer flush incomplete");
+    }
+    let gave_up = stop_report(
+        consumer_stopped.as_ref(),
+        guarantee == Guarantee::ExactlyOnce,
+        undelivered,
+        config,
+        &health,
+        started_stop(deadline, config),
+    );
+    if gave_up {
+        // Destroying a producer with records it cannot deliver waits for them: not here.
+        let _ = std::thread::Builder::new()
+            .name("watchbridge-producer-close".into())
+            .spawn(move || drop(producer));
     }
     drop(ops_server);
     drop(background);
+    if gave_up {
+        return Err(BridgeError::StopGaveUp);
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// When the stop whose deadline is `deadline` began.
+fn started_stop(deadline: Instant, config: &RunConfig) -> Instant {
+    deadline
+        .checked_sub(config.shutdown_timeout)
+        .unwrap_or(deadline)
+}
+
+/// Whether the stop left anything undelivered or uncommitted; if so, say what (once, in
+/// [`StopGaveUp`]). `undelivered`: records the shared producer still holds.
+fn stop_report(
+    consumer: Option<&ConsumerStopped>,
+    transactional: bool,
+    undelivered: u64,
+    config: &RunConfig,
+    health: &BrokerHealth,
+    began: Instant,
+) -> bool {
+    let mut not_delivered = undelivered;
+    let mut not_committed: Vec<(i32, Option<i64>)> = Vec::new();
+    let mut causes: Vec<String> = Vec::new();
+    match consumer {
+        None => causes.push(
+            "the consumer did not stop in time: inputs since its last commit are not committed"
+                .into(),
+        ),
+        Some(stopped) => {
+            for (partition, report) in &stopped.partitions {
+                match report {
+                    None => not_committed.push((*partition, None)),
+                    Some(r) => {
+                        // Its last checkpoint (or transaction) did not land: inputs from its
+                        // committed position on are read again.
+                        if r.ending != Ending::Done || r.undelivered > 0 {
+                            not_committed.push((*partition, r.position));
+                        }
+                    }
+                }
+            }
+            if let Err(e) = &stopped.commit {
+                causes.push(format!("the final commit failed: {e}"));
+                for (partition, report) in &stopped.partitions {
+                    if let Some(position) = report.as_ref().and_then(|r| r.position) {
+                        if !not_committed.iter().any(|(p, _)| p == partition) {
+                            not_committed.push((*partition, Some(position)));
+                        }
+                    }
+                }
+            }
+            if transactional {
+                // Each partition's own producer held these (the shared producer's, the
+                // merged watermark's, are counted above).
+                let own: usize = stopped
+                    .partitions
+                    .iter()
+                    .filter_map(|(_, r)| r.as_ref())
+                    .map(|r| r.undelivered)
+                    .sum();
+                not_delivered += own as u64;
+            }
+            if !stopped.closed && stopped.commit.is_ok() && not_committed.is_empty() {
+                tracing::warn!(
+                    "left the consumer group without saying goodbye (the group coordinator did \
+                     not answer in time): the group gives this instance's partitions to \
+                     others once its session times out"
+                );
+            }
+        }
+    }
+    if not_delivered == 0 && not_committed.is_empty() && causes.is_empty() {
+        return false;
+    }
+    not_committed.sort_unstable();
+    if health.is_unreachable() {
+        causes.insert(0, "every broker is unreachable".into());
+    }
+    if causes.is_empty() {
+        causes.push("the brokers did not acknowledge everything in time".into());
+    }
+    let uncounted = match consumer {
+        Some(stopped) if transactional => stopped
+            .partitions
+            .iter()
+            .filter(|(_, r)| r.is_none())
+            .count(),
+        _ => 0,
+    };
+    StopGaveUp {
+        took: began.elapsed(),
+        timeout: config.shutdown_timeout,
+        not_delivered,
+        uncounted,
+        not_committed: consumer.map(|_| not_committed.as_slice()),
+        cause: &causes.join("; "),
+    }
+    .emit(health.metrics());
+    true
 }
 
 /// The operations server, unless `WATCHBRIDGE_METRICS_ADDR=off`.
@@ -351,7 +557,12 @@ fn producer_config(brokers: &str, config: &RunConfig) -> ClientConfig {
 /// `WATCHBRIDGE_GUARANTEE`, with `auto` resolved against the broker (the embedded broker,
 /// librdkafka's mock cluster, accepts transactions but cannot keep their promise: `auto`
 /// picks `recovery` there without asking).
-async fn choose_guarantee(brokers: &str, embedded: bool, config: &RunConfig) -> Guarantee {
+async fn choose_guarantee(
+    brokers: &str,
+    embedded: bool,
+    config: &RunConfig,
+    kafka: &KafkaContext,
+) -> Guarantee {
     let chosen = match config.guarantee {
         GuaranteeSetting::Auto if embedded => Guarantee::Recovery,
         setting => {
@@ -370,9 +581,10 @@ async fn choose_guarantee(brokers: &str, embedded: bool, config: &RunConfig) -> 
                 Clock::system().now_ms()
             );
             let state_topic = config.state_topic.clone();
+            let kafka = kafka.clone();
             tokio::task::spawn_blocking(move || {
                 guarantee::choose(setting, &brokers, plaintext, || {
-                    guarantee::probe_transaction(&producer, &consumer, &id, &state_topic)
+                    guarantee::probe_transaction(&producer, &consumer, kafka, &id, &state_topic)
                 })
             })
             .await
@@ -391,6 +603,7 @@ async fn choose_guarantee(brokers: &str, embedded: bool, config: &RunConfig) -> 
 fn transaction_settings(
     brokers: &str,
     config: &RunConfig,
+    kafka: &KafkaContext,
 ) -> Result<TransactionSettings, BridgeError> {
     // Group metadata without a generation: fencing rests on the transactional id of the
     // input partition (see `kafka/partition/transaction.rs`).
@@ -418,6 +631,7 @@ fn transaction_settings(
         producer_config,
         id_prefix: format!("watchbridge-{}-{}", config.group_id, config.input_topic),
         group: Arc::new(group),
+        kafka: kafka.clone(),
     })
 }
 
@@ -499,8 +713,9 @@ impl UsePoller for RunFromCli {
         };
         let metrics = Arc::new(Metrics::new());
         let stop = Arc::new(StopSignal::default());
-        runtime.block_on(async {
+        let result = runtime.block_on(async {
             stop_on_signals(stop.clone());
+            exit_past_the_stop_deadline(stop.clone(), self.config.shutdown_timeout);
             run_bridge(
                 &brokers,
                 embedded.as_ref(),
@@ -510,6 +725,33 @@ impl UsePoller for RunFromCli {
                 stop,
             )
             .await
-        })
+        });
+        // Tasks still blocked in librdkafka (a stop that gave up) are not waited for.
+        runtime.shutdown_timeout(Duration::from_secs(1));
+        result
     }
+}
+
+/// The last resort of `watchbridge run`: once a stop began, the process ends at
+/// `WATCHBRIDGE_SHUTDOWN_TIMEOUT` + [`STOP_MARGIN`] whatever still runs (the orderly stop
+/// ends before; this is for a librdkafka call that no bound reaches).
+fn exit_past_the_stop_deadline(stop: Arc<StopSignal>, timeout: Duration) {
+    tokio::spawn(async move {
+        stop.stopped().await;
+        let _ = std::thread::Builder::new()
+            .name("watchbridge-stop-deadline".into())
+            .spawn(move || {
+                std::thread::sleep(timeout + STOP_MARGIN);
+                tracing::error!(
+                    "the stop gave up: it did not end within WATCHBRIDGE_SHUTDOWN_TIMEOUT ({}) \
+                     plus {}, and the process exits now; what was not delivered and what was \
+                     not committed is not known here. Nothing is lost: a record not delivered \
+                     was never checkpointed, and an input not committed is read again, when \
+                     the partitions are next assigned",
+                    humantime::format_duration(timeout),
+                    humantime::format_duration(STOP_MARGIN)
+                );
+                std::process::exit(i32::from(STOP_GAVE_UP_EXIT_CODE));
+            });
+    });
 }

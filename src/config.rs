@@ -106,9 +106,14 @@ pub struct RunArgs {
         default_value_t = 1
     )]
     pub replication_factor: i32,
-    /// How long shutdown (SIGTERM, Ctrl-C) may take to finish polls, deliver and commit.
+    /// How long shutdown (SIGTERM, Ctrl-C) may take to finish polls, deliver and commit;
+    /// the process ends within it plus 5 s whatever the brokers do.
     #[arg(long, env = "WATCHBRIDGE_SHUTDOWN_TIMEOUT", value_name = "WATCHBRIDGE_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub shutdown_timeout: Duration,
+    /// How long the start waits for the brokers to answer (trying again with backoff)
+    /// before it gives up.
+    #[arg(long, env = "WATCHBRIDGE_START_TIMEOUT", value_name = "WATCHBRIDGE_START_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub start_timeout: Duration,
     /// How input records drive each partition's watermark: `bounded(5s)` (the largest
     /// record timestamp seen minus 5 s), `monotonic`, or `none`.
     #[arg(
@@ -205,6 +210,8 @@ pub struct RunConfig {
     pub partitions: i32,
     pub replication_factor: i32,
     pub shutdown_timeout: Duration,
+    /// How long the start waits for the brokers (`WATCHBRIDGE_START_TIMEOUT`).
+    pub start_timeout: Duration,
     pub poll_timeout: Duration,
     /// librdkafka properties from `KAFKA_*` variables.
     pub kafka: Vec<(String, String)>,
@@ -347,6 +354,12 @@ impl RunArgs {
                 "must be at least 1",
             ));
         }
+        if self.start_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_START_TIMEOUT",
+                "must be more than zero",
+            ));
+        }
         if self.poller.poll_timeout.is_zero() {
             return Err(ConfigError::new(
                 "WATCHBRIDGE_POLL_TIMEOUT",
@@ -379,6 +392,7 @@ impl RunArgs {
             partitions: self.partitions,
             replication_factor: self.replication_factor,
             shutdown_timeout: self.shutdown_timeout,
+            start_timeout: self.start_timeout,
             poll_timeout: self.poller.poll_timeout,
             kafka,
             watermark_strategy,
@@ -516,6 +530,10 @@ mod tests {
         assert_eq!(
             check(&["--poll-interval", "0s"]).var,
             "WATCHBRIDGE_POLL_INTERVAL"
+        );
+        assert_eq!(
+            check(&["--start-timeout", "0s"]).var,
+            "WATCHBRIDGE_START_TIMEOUT"
         );
         for bad in ["9898", "localhost:9898", "0.0.0.0", "of"] {
             assert_eq!(

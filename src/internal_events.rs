@@ -606,3 +606,182 @@ impl KafkaStatistics<'_> {
         }
     }
 }
+
+/// How a try of the start's wait for the brokers is reported: the first failed try and
+/// then one every [`WaitingForBrokers::REMIND_EVERY`] at warn, the others at debug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitReport {
+    First,
+    Reminder,
+    Quiet,
+}
+
+/// A try of the start to reach the brokers failed; it tries again (with backoff) until
+/// `WATCHBRIDGE_START_TIMEOUT`.
+pub struct WaitingForBrokers<'a> {
+    pub brokers: &'a str,
+    pub error: &'a str,
+    pub waited: Duration,
+    pub timeout: Duration,
+    pub tries: u32,
+    pub report: WaitReport,
+}
+
+impl WaitingForBrokers<'_> {
+    /// How often a start that keeps waiting says so.
+    pub const REMIND_EVERY: Duration = Duration::from_secs(30);
+
+    pub fn emit(&self, m: &Metrics) {
+        let give_up_in =
+            humantime::format_duration(round_s(self.timeout.saturating_sub(self.waited)));
+        let waited = humantime::format_duration(round_s(self.waited));
+        match self.report {
+            WaitReport::First => tracing::warn!(
+                brokers = self.brokers,
+                error = self.error,
+                give_up_in = %give_up_in,
+                "waiting for the brokers to answer (WATCHBRIDGE_BROKERS); trying again with \
+                 backoff until WATCHBRIDGE_START_TIMEOUT"
+            ),
+            WaitReport::Reminder => tracing::warn!(
+                brokers = self.brokers,
+                error = self.error,
+                waited = %waited,
+                tries = self.tries,
+                give_up_in = %give_up_in,
+                "still waiting for the brokers to answer (WATCHBRIDGE_BROKERS)"
+            ),
+            WaitReport::Quiet => tracing::debug!(
+                brokers = self.brokers,
+                error = self.error,
+                tries = self.tries,
+                "the brokers did not answer yet"
+            ),
+        }
+        m.brokers_reachable.set(0);
+    }
+}
+
+/// The start reached the brokers (after waiting for them when `tries` > 1).
+pub struct BrokersAnswered<'a> {
+    pub brokers: &'a str,
+    pub waited: Duration,
+    pub tries: u32,
+}
+
+impl BrokersAnswered<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        if self.tries > 1 {
+            tracing::info!(
+                brokers = self.brokers,
+                waited = %humantime::format_duration(round_s(self.waited)),
+                tries = self.tries,
+                "brokers answered; starting"
+            );
+        }
+        m.brokers_reachable.set(1);
+    }
+}
+
+/// Every broker became unreachable while the bridge ran (librdkafka's `AllBrokersDown`,
+/// confirmed by a metadata request that failed too). Reported once per outage, however
+/// many clients librdkafka reports it for, and how often.
+pub struct BrokersUnreachable<'a> {
+    pub brokers: &'a str,
+    pub error: &'a str,
+}
+
+impl BrokersUnreachable<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::warn!(
+            brokers = self.brokers,
+            error = self.error,
+            "every broker is unreachable: records wait in the producer's queue and nothing is \
+             committed until one answers again (its connection errors are logged at debug \
+             meanwhile)"
+        );
+        m.broker_outages.inc();
+        m.brokers_reachable.set(0);
+    }
+}
+
+/// A broker answered again after an outage.
+pub struct BrokersReachable<'a> {
+    pub brokers: &'a str,
+    pub down_for: Duration,
+}
+
+impl BrokersReachable<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::info!(
+            brokers = self.brokers,
+            down_for = %humantime::format_duration(round_s(self.down_for)),
+            "brokers reachable again"
+        );
+        m.brokers_reachable.set(1);
+    }
+}
+
+/// A stop (SIGTERM, Ctrl-C) could not deliver or commit everything within
+/// `WATCHBRIDGE_SHUTDOWN_TIMEOUT` and ended anyway. Nothing is lost: a record not
+/// delivered was never checkpointed (its watch emits it again), and an input not committed
+/// is read again, when the partition is next assigned.
+pub struct StopGaveUp<'a> {
+    pub took: Duration,
+    pub timeout: Duration,
+    /// Records not acknowledged, in all (that are known: see `uncounted`).
+    pub not_delivered: u64,
+    /// Partitions that did not finish stopping, whose records are not counted above (each
+    /// partition's own producer in the exactly-once mode).
+    pub uncounted: usize,
+    /// Input partitions whose inputs are not all committed (from the offset given, where
+    /// known); `None`: not known (the consumer did not stop in time).
+    pub not_committed: Option<&'a [(i32, Option<i64>)]>,
+    /// Why, in a few words (e.g. "every broker is unreachable").
+    pub cause: &'a str,
+}
+
+impl StopGaveUp<'_> {
+    pub fn emit(&self, _m: &Metrics) {
+        let not_committed = match self.not_committed {
+            None => "unknown (everything since the last commit)".to_string(),
+            Some([]) => "none".to_string(),
+            Some(partitions) => partitions
+                .iter()
+                .map(|(p, o)| match o {
+                    Some(o) => format!("partition {p} (from offset {o})"),
+                    None => format!("partition {p} (since its last commit)"),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        let not_delivered = if self.uncounted > 0 {
+            format!(
+                "{} record(s) not delivered, besides those of {} partition(s) that did not \
+                 finish stopping",
+                self.not_delivered, self.uncounted
+            )
+        } else {
+            format!("{} record(s) not delivered", self.not_delivered)
+        };
+        tracing::error!(
+            took = %humantime::format_duration(round_ms(self.took)),
+            timeout = %humantime::format_duration(self.timeout),
+            not_delivered = self.not_delivered,
+            not_committed = %not_committed,
+            cause = self.cause,
+            "the stop gave up at WATCHBRIDGE_SHUTDOWN_TIMEOUT: {not_delivered}; inputs not \
+             committed: {not_committed}. Nothing is lost: what was not delivered was never \
+             checkpointed, so its watch emits it again, and uncommitted inputs are read again, \
+             when the partitions are next assigned"
+        );
+    }
+}
+
+fn round_s(d: Duration) -> Duration {
+    Duration::from_secs(d.as_secs_f64().round() as u64)
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
+}

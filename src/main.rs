@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-use watchbridge::bridge::RunFromCli;
+use watchbridge::bridge::{BridgeError, RunFromCli, STOP_GAVE_UP_EXIT_CODE};
 use watchbridge::config::RunArgs;
 use watchbridge::demo::{DemoArgs, DemoError, Endings};
 use watchbridge::logging::{self, LogFormat};
@@ -108,6 +108,10 @@ fn main() -> ExitCode {
                 Err(e) => {
                     eprintln!("error: {e}");
                     ExitCode::from(2)
+                }
+                Ok(Err(e @ BridgeError::StopGaveUp)) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(STOP_GAVE_UP_EXIT_CODE)
                 }
                 Ok(Err(e)) => {
                     eprintln!("error: {e}");

@@ -45,6 +45,8 @@ pub struct Metrics {
     pub producer_queue_messages: IntGauge,
     pub consumer_lag: IntGaugeVec,
     pub ready: IntGauge,
+    pub brokers_reachable: IntGauge,
+    pub broker_outages: IntCounter,
     /// Every metric family name registered, with its type: what `/metrics` can show (a
     /// labelled family appears there once it has a child).
     names: Vec<(String, prometheus::proto::MetricType)>,
@@ -236,6 +238,14 @@ impl Metrics {
             "watchbridge_ready",
             "1 while /readyz answers ready (assignment received, every assigned partition restored, not stopping), else 0"
         ));
+        let brokers_reachable = reg!(IntGauge::new(
+            "watchbridge_brokers_reachable",
+            "1 while the brokers answer, 0 while the start waits for them and during an outage (every broker unreachable)"
+        ));
+        let broker_outages = reg!(IntCounter::new(
+            "watchbridge_broker_outages_total",
+            "Times every broker became unreachable while the bridge ran"
+        ));
         Self {
             registry,
             watches_active,
@@ -272,6 +282,8 @@ impl Metrics {
             producer_queue_messages,
             consumer_lag,
             ready,
+            brokers_reachable,
+            broker_outages,
             names,
         }
     }

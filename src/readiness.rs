@@ -1,7 +1,8 @@
 //! Whether this instance is doing its share of the work (`/readyz`, `watchbridge_ready`).
 //!
-//! **Ready** = the consumer has received its first assignment from the group, no assigned
-//! partition is still restoring its state, and the bridge is not stopping. A bounded run
+//! **Ready** = the start has reached the brokers, the consumer has received its first
+//! assignment from the group, no assigned partition is still restoring its state, and the
+//! bridge is not stopping. A bounded run
 //! (`WATCHBRIDGE_MODE=bounded`) assigns itself every partition; the same rule applies.
 //!
 //! An assignment may be empty: an instance with no partitions (more instances than input
@@ -20,8 +21,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// Why an instance is not ready (the body of a 503 from `/readyz`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotReady {
+    /// The start waits for the brokers (these bootstrap servers) to answer.
+    WaitingForBrokers(std::sync::Arc<str>),
     /// The consumer has not been given its partitions yet (starting, or joining the group).
     NoAssignment,
     /// This many assigned partitions are still restoring their state.
@@ -32,6 +35,9 @@ pub enum NotReady {
 impl std::fmt::Display for NotReady {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            NotReady::WaitingForBrokers(brokers) => {
+                write!(f, "waiting for the brokers at {brokers} to answer")
+            }
             NotReady::NoAssignment => write!(f, "waiting for the consumer group's assignment"),
             NotReady::Recovering(n) => write!(f, "{n} partition(s) restoring their state"),
             NotReady::Stopping => write!(f, "stopping"),
@@ -41,6 +47,8 @@ impl std::fmt::Display for NotReady {
 
 #[derive(Debug)]
 pub struct Readiness {
+    /// While the start waits for the brokers: their bootstrap servers.
+    waiting_for: Mutex<Option<std::sync::Arc<str>>>,
     assigned: AtomicBool,
     stopping: AtomicBool,
     /// The last state reported through [`ReadinessChanged`] (`true`: ready); the lock also
@@ -58,10 +66,17 @@ impl Readiness {
     /// Not ready: nothing assigned yet.
     pub fn new() -> Self {
         Self {
+            waiting_for: Mutex::new(None),
             assigned: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             reported: Mutex::new(false),
         }
+    }
+
+    /// The start waits for `brokers` to answer (`None`: they did).
+    pub fn waiting_for_brokers(&self, brokers: Option<&str>, m: &Metrics) {
+        *self.waiting_for.lock().unwrap_or_else(|p| p.into_inner()) = brokers.map(Into::into);
+        let _ = self.refresh(m);
     }
 
     /// The consumer received an assignment (possibly empty). Call after the assigned
@@ -82,6 +97,9 @@ impl Readiness {
         if self.stopping.load(Ordering::SeqCst) {
             return Err(NotReady::Stopping);
         }
+        if let Some(brokers) = &*self.waiting_for.lock().unwrap_or_else(|p| p.into_inner()) {
+            return Err(NotReady::WaitingForBrokers(brokers.clone()));
+        }
         if !self.assigned.load(Ordering::SeqCst) {
             return Err(NotReady::NoAssignment);
         }
@@ -99,7 +117,7 @@ impl Readiness {
         if now.is_ok() != *reported {
             *reported = now.is_ok();
             ReadinessChanged {
-                not_ready: now.err(),
+                not_ready: now.clone().err(),
             }
             .emit(m);
         }
@@ -144,6 +162,23 @@ mod tests {
         r.assignment_received(&m);
         assert_eq!(r.check(&m), Ok(()));
         assert_eq!(m.ready.get(), 1);
+    }
+
+    #[test]
+    fn not_ready_while_the_start_waits_for_the_brokers() {
+        let m = Metrics::new();
+        let r = Readiness::new();
+        r.waiting_for_brokers(Some("k1:9092,k2:9092"), &m);
+        assert_eq!(
+            r.check(&m),
+            Err(NotReady::WaitingForBrokers("k1:9092,k2:9092".into()))
+        );
+        assert_eq!(
+            r.check(&m).unwrap_err().to_string(),
+            "waiting for the brokers at k1:9092,k2:9092 to answer"
+        );
+        r.waiting_for_brokers(None, &m);
+        assert_eq!(r.check(&m), Err(NotReady::NoAssignment));
     }
 
     #[test]

@@ -283,6 +283,8 @@ fn run_names_a_missing_or_bad_setting() {
         ("WATCHBRIDGE_METRICS_ADDR", "localhost:9898"),
         ("WATCHBRIDGE_LOG_FORMAT", "xml"),
         ("WATCHBRIDGE_GUARANTEE", "twice"),
+        ("WATCHBRIDGE_START_TIMEOUT", "0s"),
+        ("WATCHBRIDGE_START_TIMEOUT", "soon"),
     ] {
         let mut env = topics.to_vec();
         env.push((var, value));

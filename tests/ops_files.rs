@@ -676,12 +676,13 @@ fn kubernetes_and_compose_agree_with_the_bridge_settings() {
     let labels = &deployment["spec"]["template"]["metadata"]["labels"];
     assert_eq!(deployment["spec"]["selector"]["matchLabels"], *labels);
 
-    // An orderly stop fits in the grace period.
+    // A stop, which ends within the shutdown timeout plus its margin, fits in the grace
+    // period.
     let shutdown = duration(data["WATCHBRIDGE_SHUTDOWN_TIMEOUT"].as_str().unwrap());
     let grace = Duration::from_secs(pod["terminationGracePeriodSeconds"].as_u64().unwrap());
     assert!(
-        grace > shutdown,
-        "terminationGracePeriodSeconds {grace:?} <= {shutdown:?}"
+        grace > shutdown + watchbridge::bridge::STOP_MARGIN,
+        "terminationGracePeriodSeconds {grace:?} <= {shutdown:?} + the stop's margin"
     );
 
     // The config map and the (optional) secret are what the container reads.
@@ -769,8 +770,8 @@ fn kubernetes_and_compose_agree_with_the_bridge_settings() {
     let stop = duration(bridge["stop_grace_period"].as_str().unwrap());
     let shutdown = duration(env["WATCHBRIDGE_SHUTDOWN_TIMEOUT"].as_str().unwrap());
     assert!(
-        stop > shutdown,
-        "stop_grace_period {stop:?} <= {shutdown:?}"
+        stop > shutdown + watchbridge::bridge::STOP_MARGIN,
+        "stop_grace_period {stop:?} <= {shutdown:?} + the stop's margin"
     );
 }
 

@@ -421,6 +421,7 @@ async fn the_watermark_reader_reaches_an_end_that_is_a_transaction_marker() {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
     use std::sync::Arc;
+    use watchbridge::kafka::health::{BrokerHealth, KafkaContext};
     use watchbridge::kafka::merged::MergedPublisher;
     use watchbridge::kafka::stats::ProducerStats;
 
@@ -474,12 +475,15 @@ async fn the_watermark_reader_reaches_an_end_that_is_a_transaction_marker() {
 
     let metrics = Arc::new(watchbridge::metrics::Metrics::new());
     let read_upto = Arc::new(AtomicI64::new(0));
+    let kafka = KafkaContext::new(BrokerHealth::new(b.bootstrap(), metrics.clone()));
     let publisher = MergedPublisher {
         consumer_config: b.config(),
+        kafka: kafka.clone(),
         producer: b
             .config()
             .create_with_context(ProducerStats {
                 metrics: metrics.clone(),
+                kafka,
             })
             .unwrap(),
         input_topic: "in".into(),

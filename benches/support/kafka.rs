@@ -150,6 +150,7 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         partitions,
         replication_factor: 1,
         shutdown_timeout: Duration::from_secs(10),
+        start_timeout: Duration::from_secs(60),
         watermark_strategy: "bounded(5s)".into(),
         watermark_interval: Duration::from_millis(200),
         idle_timeout: Duration::from_secs(30),

@@ -147,6 +147,7 @@ fn bridge_config(args: &DemoArgs) -> Result<RunConfig, ConfigError> {
         partitions: PARTITIONS,
         replication_factor: 1,
         shutdown_timeout: Duration::from_secs(10),
+        start_timeout: Duration::from_secs(60),
         watermark_strategy: "bounded(2s)".into(),
         watermark_interval: Duration::from_millis(200),
         // Short, so the view shows partitions going idle within the run.

@@ -1,7 +1,9 @@
 //! Kafka clients as the bridge configures them, and the topics it needs.
 
 use super::embedded::EmbeddedBroker;
+use super::health::KafkaContext;
 use crate::config::{is_secret, RunConfig};
+use crate::internal_events::{BrokersAnswered, WaitReport, WaitingForBrokers};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -18,6 +20,16 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 pub enum KafkaSetupError {
     #[error("cannot reach the brokers at {brokers} (WATCHBRIDGE_BROKERS): {error}")]
     Unreachable { brokers: String, error: String },
+    #[error(
+        "cannot reach the brokers at {brokers} (WATCHBRIDGE_BROKERS) within {} \
+         (WATCHBRIDGE_START_TIMEOUT): {error}",
+        humantime::format_duration(*timeout)
+    )]
+    StartTimeout {
+        brokers: String,
+        timeout: Duration,
+        error: String,
+    },
     #[error(
         "{} (WATCHBRIDGE_CREATE_TOPICS=false; create {} or set WATCHBRIDGE_CREATE_TOPICS=true)",
         .missing
@@ -74,6 +86,93 @@ pub fn log_properties(config: &RunConfig) {
             value.as_str()
         };
         tracing::info!(property = %key, value = %shown, "Kafka property from KAFKA_* environment");
+    }
+}
+
+/// The first try's timeout in the start's wait for the brokers, doubled each try up to the
+/// second.
+const TRY_TIMEOUT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(8));
+
+/// Wait until the brokers answer a metadata request, trying again with backoff (each try a
+/// fresh client, with a longer timeout, up to 8 s) until `deadline` (`started` +
+/// `WATCHBRIDGE_START_TIMEOUT`); then fail naming both settings. A broker still starting
+/// or restarting is waited for: the first failed try is logged, then one every 30 s
+/// ([`WaitingForBrokers`]), each at debug.
+pub async fn wait_for_brokers(
+    brokers: &str,
+    config: &RunConfig,
+    context: &KafkaContext,
+    started: std::time::Instant,
+    deadline: std::time::Instant,
+) -> Result<(), KafkaSetupError> {
+    let metrics = context.health.metrics().clone();
+    let mut tries = 0u32;
+    let mut try_timeout = TRY_TIMEOUT.0;
+    let mut reported: Option<std::time::Instant> = None;
+    loop {
+        tries += 1;
+        let began = std::time::Instant::now();
+        let slot = try_timeout
+            .min(deadline.saturating_duration_since(began))
+            .max(Duration::from_millis(100));
+        let client_config = base_config(brokers, config);
+        let try_context = context.clone();
+        let answer = tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer<KafkaContext> = client_config
+                .create_with_context(try_context)
+                .map_err(|e| KafkaSetupError::Config(e.to_string()))?;
+            consumer
+                .fetch_metadata(None, slot)
+                .map(|_| ())
+                .map_err(|e| KafkaSetupError::Unreachable {
+                    brokers: String::new(),
+                    error: e.to_string(),
+                })
+        })
+        .await
+        .map_err(|e| KafkaSetupError::Config(e.to_string()))?;
+        let error = match answer {
+            Ok(()) => {
+                BrokersAnswered {
+                    brokers,
+                    waited: started.elapsed(),
+                    tries,
+                }
+                .emit(&metrics);
+                context.health.reached();
+                return Ok(());
+            }
+            Err(KafkaSetupError::Unreachable { error, .. }) => error,
+            Err(e) => return Err(e),
+        };
+        if std::time::Instant::now() >= deadline {
+            return Err(KafkaSetupError::StartTimeout {
+                brokers: brokers.to_string(),
+                timeout: config.start_timeout,
+                error,
+            });
+        }
+        let report = match reported {
+            None => WaitReport::First,
+            Some(at) if at.elapsed() >= WaitingForBrokers::REMIND_EVERY => WaitReport::Reminder,
+            Some(_) => WaitReport::Quiet,
+        };
+        if report != WaitReport::Quiet {
+            reported = Some(std::time::Instant::now());
+        }
+        WaitingForBrokers {
+            brokers,
+            error: &error,
+            waited: started.elapsed(),
+            timeout: config.start_timeout,
+            tries,
+            report,
+        }
+        .emit(&metrics);
+        // A try that failed at once (refused, not resolved) waits out its slot.
+        let slot_end = (began + slot).min(deadline);
+        tokio::time::sleep(slot_end.saturating_duration_since(std::time::Instant::now())).await;
+        try_timeout = (try_timeout * 2).min(TRY_TIMEOUT.1);
     }
 }
 

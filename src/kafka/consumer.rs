@@ -8,18 +8,21 @@
 //! another instance, its task stops its watches, delivers what they emitted, and its
 //! offsets are committed. Blocking there is what librdkafka's rebalance callback is for.
 
+use super::health::is_connection_error;
 use super::partition::{Bounds, Ending, PartitionTask, Shared, Stopped};
 use super::stats::consumer_lag;
 use crate::internal_events::{KafkaStatistics, PartitionAssigned, PartitionRevoked};
 use crate::pollers::Resolve;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::OwnedMessage;
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc as std_mpsc, Arc, Mutex};
-use std::time::Duration;
+use std::sync::{mpsc as std_mpsc, Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// Inputs buffered per partition between the consumer thread and the partition task.
@@ -48,6 +51,24 @@ pub struct Partitions<P: Resolve> {
     /// Whether this instance owns input partition 0, whose owner publishes the merged
     /// watermark.
     pub owns_first: Arc<AtomicBool>,
+    /// The bridge is stopping: the final commit is the consumer thread's (a revocation
+    /// during it commits nothing itself), and commit results are kept for it.
+    stopping: AtomicBool,
+    /// Commit failures reported while stopping (the final commit's among them).
+    commit_failures: Mutex<Vec<String>>,
+}
+
+/// How the consumer thread's stop went: what the bridge's stop reports when it gives up.
+#[derive(Debug)]
+pub struct ConsumerStopped {
+    /// Each partition stopped at the end, with its task's report (`None`: it did not
+    /// finish within the stop's deadline).
+    pub partitions: Vec<(i32, Option<Stopped>)>,
+    /// The final commit of the input positions (not in the exactly-once mode, whose
+    /// transactions commit them): done, or why not.
+    pub commit: Result<(), String>,
+    /// Whether the consumer left its group in order within the deadline.
+    pub closed: bool,
 }
 
 impl<P: Resolve> Partitions<P> {
@@ -57,6 +78,8 @@ impl<P: Resolve> Partitions<P> {
             runtime,
             assigned: Mutex::new(HashMap::new()),
             owns_first: Arc::new(AtomicBool::new(false)),
+            stopping: AtomicBool::new(false),
+            commit_failures: Mutex::new(Vec::new()),
         }
     }
 
@@ -101,11 +124,17 @@ impl<P: Resolve> Partitions<P> {
         );
     }
 
-    /// Stop the tasks of `partitions` and wait (bounded) until each has delivered what its
-    /// watches emitted and published its last position. `lost`: the group gave them to
-    /// another instance already (this one stalled past its session): they stop without
-    /// writing anything. A task that outlives the wait writes nothing more either.
-    fn stop(&self, partitions: &[i32], lost: bool) {
+    /// Stop the tasks of `partitions` and wait (until `deadline`) until each has delivered
+    /// what its watches emitted and published its last position; their reports (`None`: not
+    /// in time). `lost`: the group gave them to another instance already (this one stalled
+    /// past its session): they stop without writing anything. A task that outlives the wait
+    /// writes nothing more either.
+    fn stop(
+        &self,
+        partitions: &[i32],
+        deadline: Instant,
+        lost: bool,
+    ) -> Vec<(i32, Option<Stopped>)> {
         let removed: Vec<(i32, Assigned)> = {
             let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
             partitions
@@ -124,14 +153,12 @@ impl<P: Resolve> Partitions<P> {
                 (p, a.stopped, a.lost)
             })
             .collect();
-        // Their own bound is `stop_timeout`; allow a little more for them to report.
-        let deadline =
-            std::time::Instant::now() + self.shared.stop_timeout + Duration::from_secs(2);
+        let mut reports = Vec::with_capacity(waiting.len());
         for (partition, stopped, task_lost) in waiting {
             if partition == 0 {
                 self.owns_first.store(false, Ordering::SeqCst);
             }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = deadline.saturating_duration_since(Instant::now());
             let report = stopped.recv_timeout(left).ok();
             if report.is_none() {
                 // Its next owner may start now: from here on this task's writes would land
@@ -145,7 +172,14 @@ impl<P: Resolve> Partitions<P> {
                 watches_stopped: report.map_or(0, |s| s.watches_stopped),
             }
             .emit(&self.shared.metrics);
+            reports.push((partition, report));
         }
+        reports
+    }
+
+    /// A revocation's bound: the tasks' own (`stop_timeout`) and a little more to report.
+    fn revocation_deadline(&self) -> Instant {
+        Instant::now() + self.shared.stop_timeout + Duration::from_secs(2)
     }
 
     /// Handle the tasks that ended on their own: in a bounded run, done (every input read,
@@ -317,6 +351,64 @@ impl<P: Resolve> Partitions<P> {
         }
     }
 
+    /// The final commit of a stop: the positions in `wanted`, asynchronously, then checked
+    /// (the group's committed offsets, asked with a bounded timeout) until they are
+    /// committed or `deadline`. (A synchronous commit waits as long as librdkafka likes:
+    /// with every broker gone, for ever.)
+    fn commit_until(
+        &self,
+        consumer: &BaseConsumer<BridgeContext<P>>,
+        wanted: &[(i32, i64)],
+        deadline: Instant,
+    ) -> Result<(), String> {
+        self.store_positions(consumer);
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for &(partition, offset) in wanted {
+            tpl.add_partition_offset(&self.shared.input_topic, partition, Offset::Offset(offset))
+                .map_err(|e| e.to_string())?;
+        }
+        consumer
+            .commit(&tpl, CommitMode::Async)
+            .map_err(|e| e.to_string())?;
+        let mut last_error = None;
+        loop {
+            // Serves the commit's result (and any rebalance) meanwhile. Records are no
+            // longer routed: uncommitted, they are read again.
+            let _ = consumer.poll(Duration::from_millis(50));
+            if let Some(e) = self
+                .commit_failures
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain(..)
+                .next_back()
+            {
+                last_error = Some(e);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(last_error.unwrap_or_else(|| {
+                    "the brokers did not confirm it within WATCHBRIDGE_SHUTDOWN_TIMEOUT".into()
+                }));
+            }
+            match consumer.committed_offsets(tpl.clone(), left.min(Duration::from_secs(1))) {
+                Ok(committed) => {
+                    let covers = wanted.iter().all(|&(p, o)| {
+                        committed
+                            .find_partition(&self.shared.input_topic, p)
+                            .is_some_and(|e| matches!(e.offset(), Offset::Offset(c) if c >= o))
+                    });
+                    if covers {
+                        return Ok(());
+                    }
+                }
+                Err(e) => last_error = Some(e.to_string()),
+            }
+        }
+    }
+
     fn commit(&self, consumer: &BaseConsumer<BridgeContext<P>>) {
         self.store_positions(consumer);
         match consumer.commit_consumer_state(CommitMode::Sync) {
@@ -338,6 +430,18 @@ pub struct BridgeContext<P: Resolve> {
 }
 
 impl<P: Resolve> ClientContext for BridgeContext<P> {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.partitions
+            .shared
+            .kafka
+            .health
+            .log(level, fac, log_message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.partitions.shared.kafka.health.error(error, reason);
+    }
+
     /// The lag of the assigned partitions (`watchbridge_consumer_lag_messages`); a revoked
     /// partition's label goes with its revocation, and is not set again.
     fn stats(&self, statistics: Statistics) {
@@ -373,10 +477,23 @@ impl<P: Resolve> ConsumerContext for BridgeContext<P> {
             } else {
                 self.partitions.shared.lease.confirmed();
             }
-            self.partitions.stop(&partitions, lost);
-            if !lost {
+            let deadline = self.partitions.revocation_deadline();
+            self.partitions.stop(&partitions, deadline, lost);
+            // While the bridge stops, its own final commit (bounded) covers them.
+            if !lost && !self.partitions.stopping.load(Ordering::SeqCst) {
                 self.partitions.commit(consumer);
             }
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        if let (true, Err(e)) = (self.partitions.stopping.load(Ordering::SeqCst), result) {
+            tracing::debug!(error = %e, "commit failed while stopping");
+            self.partitions
+                .commit_failures
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(e.to_string());
         }
     }
 
@@ -398,13 +515,18 @@ impl<P: Resolve> ConsumerContext for BridgeContext<P> {
 }
 
 /// Run the consumer until `stop` is set (or, in a bounded run, every partition finished);
-/// then stop every partition, commit, and leave the group.
+/// then stop every partition, commit, and leave the group, all by `deadline` (set before
+/// `stop`; else the stop timeout from then) plus at most 1.5 s: a commit gets at least 1 s,
+/// leaving the group at least 0.5 s. What librdkafka cannot finish by then (with every
+/// broker gone it never does) is left to a thread of its own, which the process's exit
+/// ends; the report says what was left.
 pub fn consume<P: Resolve>(
     consumer: BaseConsumer<BridgeContext<P>>,
     partitions: Arc<Partitions<P>>,
     stop: Arc<AtomicBool>,
+    deadline: Arc<OnceLock<Instant>>,
     bounded: bool,
-) {
+) -> ConsumerStopped {
     while !stop.load(Ordering::Relaxed) {
         partitions
             .shared
@@ -423,11 +545,48 @@ pub fn consume<P: Resolve>(
         match consumer.poll(wait) {
             None => {}
             Some(Ok(message)) => partitions.route(&consumer, message.detach()),
+            // A lost connection is the broker health's to report (once per outage); the
+            // context has it already.
+            Some(Err(e)) if e.rdkafka_error_code().is_some_and(is_connection_error) => {
+                tracing::trace!(error = %e, "consumer connection error")
+            }
             Some(Err(e)) => tracing::warn!(error = %e, "consumer error"),
         }
     }
+    let deadline = *deadline.get_or_init(|| Instant::now() + partitions.shared.stop_timeout);
+    partitions.stopping.store(true, Ordering::SeqCst);
     let all = partitions.all();
-    partitions.stop(&all, consumer.assignment_lost());
-    partitions.commit(&consumer);
-    consumer.unsubscribe();
+    // The tasks' own bound is the stop timeout from when they were told, just now.
+    let lost = consumer.assignment_lost();
+    let reports = partitions.stop(&all, deadline + Duration::from_millis(500), lost);
+    let commit = if partitions.shared.transactions.is_some() || lost {
+        // Their transactions committed the positions (or did not: see the reports).
+        Ok(())
+    } else {
+        let wanted: Vec<(i32, i64)> = reports
+            .iter()
+            .filter_map(|(p, r)| Some((*p, r.as_ref()?.position?)))
+            .collect();
+        let by = deadline.max(Instant::now() + Duration::from_secs(1));
+        partitions.commit_until(&consumer, &wanted, by)
+    };
+    // Leaving the group (librdkafka's close, in the consumer's drop) waits for the group
+    // coordinator; on a thread of its own, so that the stop does not wait past its bound.
+    let close_by = deadline.max(Instant::now() + Duration::from_millis(500));
+    let (closed_tx, closed_rx) = std_mpsc::channel();
+    let closing = std::thread::Builder::new()
+        .name("watchbridge-consumer-close".into())
+        .spawn(move || {
+            drop(consumer);
+            let _ = closed_tx.send(());
+        });
+    let closed = closing.is_ok()
+        && closed_rx
+            .recv_timeout(close_by.saturating_duration_since(Instant::now()))
+            .is_ok();
+    ConsumerStopped {
+        partitions: reports,
+        commit,
+        closed,
+    }
 }

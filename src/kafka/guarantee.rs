@@ -179,21 +179,23 @@ pub const PROBE_KEY: &[u8] = b"~watchbridge-transaction-probe";
 /// and a `read_committed` reader does not see the record. `producer_config` is the
 /// bridge's producer settings, `consumer_config` its client settings; the record goes to
 /// partition 0 of `topic` (the state topic). `transactional_id` must be this process's
-/// own: two instances starting at once must not fence each other's probe.
+/// own: two instances starting at once must not fence each other's probe. The reader's
+/// errors and log lines go to `context` (its end of partition is no error).
 pub fn probe_transaction(
     producer_config: &ClientConfig,
     consumer_config: &ClientConfig,
+    context: super::health::KafkaContext,
     transactional_id: &str,
     topic: &str,
 ) -> Result<(), String> {
-    let consumer: BaseConsumer = consumer_config
+    let consumer: BaseConsumer<super::health::KafkaContext> = consumer_config
         .clone()
         .set("group.id", "watchbridge-transaction-probe")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "50")
-        .create()
+        .create_with_context(context)
         .map_err(|e| e.to_string())?;
     let (_, before) = consumer
         .fetch_watermarks(topic, 0, PROBE_TIMEOUT)

@@ -10,6 +10,7 @@
 
 use crate::clock::Clock;
 use crate::internal_events::{MergedWatermarkChanged, WatermarkLag};
+use crate::kafka::health::KafkaContext;
 use crate::kafka::records::OutRecord;
 use crate::kafka::stats::BridgeProducer;
 use crate::metrics::Metrics;
@@ -23,6 +24,8 @@ use std::time::Duration;
 
 pub struct MergedPublisher {
     pub consumer_config: ClientConfig,
+    /// The reader's context (its errors and log lines go to the bridge's broker health).
+    pub kafka: KafkaContext,
     pub producer: BridgeProducer,
     pub input_topic: Arc<str>,
     pub input_partitions: i32,
@@ -43,7 +46,7 @@ pub struct MergedPublisher {
 impl MergedPublisher {
     /// Read the watermark topic and publish the merged value until `stop` resolves.
     pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
-        let consumer: StreamConsumer = match self
+        let consumer: StreamConsumer<KafkaContext> = match self
             .consumer_config
             .clone()
             // librdkafka wants a group id even for an assigned (not subscribed) consumer;
@@ -56,7 +59,7 @@ impl MergedPublisher {
             // The end is reported: in the exactly-once mode the topic ends with a
             // transaction marker, which is never handed over as a record (`read_upto`).
             .set("enable.partition.eof", "true")
-            .create()
+            .create_with_context(self.kafka.clone())
         {
             Ok(c) => c,
             Err(e) => {
@@ -130,7 +133,7 @@ impl MergedPublisher {
     }
 
     /// The reader's position on the watermark topic (the offset it reads next).
-    fn position(&self, consumer: &StreamConsumer) -> Option<i64> {
+    fn position(&self, consumer: &StreamConsumer<KafkaContext>) -> Option<i64> {
         let positions = consumer.position().ok()?;
         match positions.find_partition(&self.watermark_topic, 0)?.offset() {
             Offset::Offset(o) => Some(o),

@@ -1,14 +1,16 @@
 //! The Kafka side of the bridge: the consumer thread and its rebalance callbacks
 //! ([`consumer`]), one task per assigned input partition ([`partition`]), input decoding
 //! ([`input`]), the records written ([`records`]), commit discipline ([`offsets`]), client
-//! settings and topics ([`client`]), librdkafka's statistics as metrics ([`stats`]), and the
-//! embedded broker ([`embedded`]).
+//! settings, topics and the start's wait for the brokers ([`client`]), whether the brokers
+//! can be reached and librdkafka's errors and log lines ([`health`]), librdkafka's
+//! statistics as metrics ([`stats`]), and the embedded broker ([`embedded`]).
 
 pub mod client;
 pub mod consumer;
 pub mod durable;
 pub mod embedded;
 pub mod guarantee;
+pub mod health;
 pub mod input;
 pub mod lease;
 pub mod merged;

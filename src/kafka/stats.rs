@@ -4,8 +4,11 @@
 //! consumer ask for them: other clients (recovery reads, the watermark reader, admin) would
 //! log them instead.
 
+use super::health::KafkaContext;
 use crate::internal_events::KafkaStatistics;
 use crate::metrics::Metrics;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::KafkaError;
 use rdkafka::producer::FutureProducer;
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientConfig, ClientContext};
@@ -19,12 +22,22 @@ const DEFAULT_INTERVAL_MS: &str = "5000";
 /// The bridge's producer, shared by every partition task: its context feeds the metrics.
 pub type BridgeProducer = FutureProducer<ProducerStats>;
 
-/// The producer's context: its statistics become `watchbridge_producer_queue_messages`.
+/// The producer's context: its statistics become `watchbridge_producer_queue_messages`;
+/// its errors and log lines go to the bridge's broker health (`health.rs`).
 pub struct ProducerStats {
     pub metrics: Arc<Metrics>,
+    pub kafka: KafkaContext,
 }
 
 impl ClientContext for ProducerStats {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.kafka.health.log(level, fac, log_message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.kafka.health.error(error, reason);
+    }
+
     fn stats(&self, statistics: Statistics) {
         KafkaStatistics::Producer {
             queued_messages: statistics.msg_cnt,

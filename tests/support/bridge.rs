@@ -33,9 +33,13 @@ impl Bridge {
                 command.env_remove(name);
             }
         }
+        // The shared test broker, unless the test names brokers (and then the shared one is
+        // not even started).
+        if !env.iter().any(|(k, _)| *k == "WATCHBRIDGE_BROKERS") {
+            command.env("WATCHBRIDGE_BROKERS", broker().bootstrap());
+        }
         command
             .env("WATCHBRIDGE_LOG", "info,librdkafka=warn,rdkafka=warn")
-            .env("WATCHBRIDGE_BROKERS", broker().bootstrap())
             .env("WATCHBRIDGE_POLL_INTERVAL", "200ms")
             .env("WATCHBRIDGE_SHUTDOWN_TIMEOUT", "10s")
             .env("WATCHBRIDGE_WATERMARK_INTERVAL", "100ms")
@@ -70,22 +74,42 @@ impl Bridge {
 
     /// SIGTERM; returns the exit code and how long it took.
     pub fn terminate(&mut self) -> (Option<i32>, Duration) {
+        match self.terminate_within(Duration::from_secs(30)) {
+            Ok(ended) => ended,
+            Err(_) => panic!("bridge did not stop:\n{}", self.log()),
+        }
+    }
+
+    /// SIGTERM, then wait up to `within` for the process to exit: its exit code and how
+    /// long it took, or (`Err`) how long it had been running since the SIGTERM when the
+    /// wait gave up (it is still running then; dropping it kills it).
+    pub fn terminate_within(
+        &mut self,
+        within: Duration,
+    ) -> Result<(Option<i32>, Duration), Duration> {
         let started = Instant::now();
         Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
             .unwrap();
-        let deadline = started + Duration::from_secs(30);
+        self.wait_for_exit(started, within)
+    }
+
+    /// Wait until the process exits, at most until `since + within`: its exit code and the
+    /// time since `since`, or (`Err`) that time when it still runs.
+    pub fn wait_for_exit(
+        &mut self,
+        since: Instant,
+        within: Duration,
+    ) -> Result<(Option<i32>, Duration), Duration> {
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                return (status.code(), started.elapsed());
+                return Ok((status.code(), since.elapsed()));
             }
-            assert!(
-                Instant::now() < deadline,
-                "bridge did not stop:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
+            if since.elapsed() > within {
+                return Err(since.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }

@@ -29,6 +29,9 @@ pub struct Launch<'a> {
     pub start_timeout: Duration,
     /// Its command line, given its dir and ports. Run in the dir, output to `broker.log`.
     pub command: &'a dyn Fn(&Path, &[u16]) -> Vec<OsString>,
+    /// The ports to listen on (`ports` of them), when the caller chose them: e.g. a port a
+    /// client was pointed at before the broker started. `None`: free ones.
+    pub on: Option<&'a [u16]>,
 }
 
 /// A running broker under its watchdog (`watchdog.rs`: it cannot outlive this process; its
@@ -56,7 +59,18 @@ impl BrokerProcess {
                 .tempdir()
                 .unwrap_or_else(|e| panic!("create a temp dir for {name}: {e}"))
                 .keep();
-            let ports = free_ports(launch.ports);
+            let ports = match launch.on {
+                Some(ports) => {
+                    assert_eq!(
+                        ports.len(),
+                        launch.ports,
+                        "{name} listens on {} port(s)",
+                        launch.ports
+                    );
+                    ports.to_vec()
+                }
+                None => free_ports(launch.ports),
+            };
             let bootstrap = format!("127.0.0.1:{}", ports[0]);
             let command = (launch.command)(&dir, &ports);
             let mut process = BrokerProcess {
@@ -110,6 +124,17 @@ impl BrokerProcess {
     /// for a real broker restart. Clients reconnect on their own.
     pub fn restart(&mut self) {
         self.kill_keeping_dir();
+        self.start_again();
+    }
+
+    /// SIGKILLs the broker, keeping its dir: it is gone until [`BrokerProcess::start_again`].
+    pub fn kill(&mut self) {
+        self.kill_keeping_dir();
+    }
+
+    /// Starts the broker again (after [`BrokerProcess::kill`]) on the same ports with the
+    /// same dir, and waits until it answers.
+    pub fn start_again(&mut self) {
         let started = Instant::now();
         // The ports were just released; if one is briefly not bindable, try again for a
         // while: the address can't change.

@@ -97,12 +97,45 @@ impl Broker {
     /// The broker `WATCHBRIDGE_TEST_BROKER` names; Tansu with SQLite storage, so that
     /// [`Broker::restart`] keeps what it stored.
     fn start() -> Result<Broker, String> {
-        let kind = BrokerKind::from_env()?;
+        Self::launch(BrokerKind::from_env()?, None)
+    }
+
+    /// A broker of its own for one test (of the kind `WATCHBRIDGE_TEST_BROKER` names), for
+    /// tests that stop, pause or crash it: the shared [`broker()`] must stay up for the other
+    /// tests of the binary. Stopped, and its dir removed, when dropped.
+    pub fn own() -> Broker {
+        Self::launch(
+            BrokerKind::from_env().unwrap_or_else(|e| panic!("{e}")),
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Broker::own`] listening on `ports` ([`Broker::ports_needed`] of them: Kafka's
+    /// second one is its controller's), e.g. where a bridge already looks for it.
+    pub fn own_on(ports: &[u16]) -> Broker {
+        Self::launch(
+            BrokerKind::from_env().unwrap_or_else(|e| panic!("{e}")),
+            Some(ports),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// How many loopback ports a broker of `WATCHBRIDGE_TEST_BROKER`'s kind listens on (the
+    /// first is the clients' one).
+    pub fn ports_needed() -> usize {
+        match BrokerKind::from_env().unwrap_or_else(|e| panic!("{e}")) {
+            BrokerKind::Tansu => 1,
+            BrokerKind::Kafka => 2,
+        }
+    }
+
+    fn launch(kind: BrokerKind, on: Option<&[u16]>) -> Result<Broker, String> {
         let process = match kind {
             BrokerKind::Tansu => {
-                BrokerProcess::tansu(&tansu_bin(), Storage::Sqlite, "watchbridge-tansu-")?
+                BrokerProcess::tansu_on(&tansu_bin(), Storage::Sqlite, "watchbridge-tansu-", on)?
             }
-            BrokerKind::Kafka => BrokerProcess::kafka("watchbridge-kafka-")?,
+            BrokerKind::Kafka => BrokerProcess::kafka_on("watchbridge-kafka-", on)?,
         };
         Ok(Broker {
             bootstrap: process.bootstrap.clone(),
@@ -125,6 +158,17 @@ impl Broker {
     /// test binary whose tests share the broker must not call it while others run.
     pub fn restart(&self) {
         self.process.lock().unwrap().restart();
+    }
+
+    /// Crashes the broker (SIGKILL), keeping its dir: it is gone until
+    /// [`Broker::start_again`]. Only for a broker of a test's own ([`Broker::own`]).
+    pub fn kill(&self) {
+        self.process.lock().unwrap().kill();
+    }
+
+    /// Starts the broker again after [`Broker::kill`], on the same port(s) and data.
+    pub fn start_again(&self) {
+        self.process.lock().unwrap().start_again();
     }
 
     /// The broker's process id, for SIGSTOP and SIGCONT.

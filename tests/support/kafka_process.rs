@@ -15,6 +15,11 @@ impl BrokerProcess {
     /// new temp dir named `prefix…`, once it answers. The JVM takes ~7 s to start, more on a
     /// busy machine.
     pub fn kafka(prefix: &str) -> Result<BrokerProcess, String> {
+        Self::kafka_on(prefix, None)
+    }
+
+    /// [`BrokerProcess::kafka`] on the given ports (clients, controller) or free ones.
+    pub fn kafka_on(prefix: &str, on: Option<&[u16]>) -> Result<BrokerProcess, String> {
         // Installs the jars once (progress on the terminal), before the watchdog runs
         // `serve`, whose output goes to the broker's log.
         installed_path("kafka.sh", "or set KAFKA_LIBS to a dir of Kafka's jars");
@@ -34,6 +39,7 @@ impl BrokerProcess {
             ports: 2,
             start_timeout: Duration::from_secs(90),
             command: &command,
+            on,
         })
     }
 }

@@ -41,6 +41,16 @@ impl BrokerProcess {
     /// named `prefix…`, once it answers. (Tansu panics on a port already taken; another
     /// is tried.)
     pub fn tansu(bin: &Path, storage: Storage, prefix: &str) -> Result<BrokerProcess, String> {
+        Self::tansu_on(bin, storage, prefix, None)
+    }
+
+    /// [`BrokerProcess::tansu`] on the given port (`Some(&[port])`) or a free one.
+    pub fn tansu_on(
+        bin: &Path,
+        storage: Storage,
+        prefix: &str,
+        on: Option<&[u16]>,
+    ) -> Result<BrokerProcess, String> {
         eprintln!("tansu: starting with {}", storage.describe());
         let command = |_dir: &Path, ports: &[u16]| -> Vec<OsString> {
             let url = format!("tcp://127.0.0.1:{}", ports[0]);
@@ -64,6 +74,7 @@ impl BrokerProcess {
             ports: 1,
             start_timeout: Duration::from_secs(30),
             command: &command,
+            on,
         })
     }
 }

@@ -98,6 +98,8 @@ pub struct Shared<P: Resolve> {
     pub lease: Arc<super::lease::Lease>,
     /// The output topic's end offsets, read for every task (`kafka::output_ends`).
     pub output_ends: super::output_ends::OutputEnds,
+    /// Whether the brokers can be reached; the context of the bridge's Kafka clients.
+    pub kafka: crate::kafka::health::KafkaContext,
 }
 
 /// What the partition tasks need to keep their watches durable.
@@ -141,6 +143,9 @@ pub struct Stopped {
     pub position: Option<i64>,
     pub watches_stopped: usize,
     pub ending: Ending,
+    /// Records it sent that were not acknowledged when it ended (outputs, state records,
+    /// watermarks, dead letters): a stop that had to give up says how many.
+    pub undelivered: usize,
 }
 
 /// A command sent to the engine, waiting for its answer (the engine answers in order).
@@ -299,6 +304,7 @@ impl<P: Resolve> PartitionTask<P> {
                 position: None,
                 watches_stopped: 0,
                 ending,
+                undelivered: 0,
             };
         }
         let mut accepting = true;
@@ -368,6 +374,7 @@ impl<P: Resolve> PartitionTask<P> {
                 position: self.txn.as_ref().and_then(|t| t.committed),
                 watches_stopped: 0,
                 ending,
+                undelivered: self.deliveries.len(),
             };
         }
         let watches_stopped = self.durable.live();
@@ -393,6 +400,7 @@ impl<P: Resolve> PartitionTask<P> {
             position,
             watches_stopped,
             ending,
+            undelivered: self.deliveries.len(),
         }
     }
 

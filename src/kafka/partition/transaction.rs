@@ -42,6 +42,8 @@ pub struct TransactionSettings {
     pub id_prefix: String,
     /// The input group, for `send_offsets_to_transaction`.
     pub group: Arc<ConsumerGroupMetadata>,
+    /// The producers' errors and log lines go to the bridge's broker health.
+    pub kafka: crate::kafka::health::KafkaContext,
 }
 
 /// Why a task ended.
@@ -135,6 +137,7 @@ impl Transaction {
                 .set("transactional.id", &id)
                 .create_with_context(super::super::stats::ProducerStats {
                     metrics: metrics.clone(),
+                    kafka: settings.kafka.clone(),
                 })
                 .map_err(|e| Failure::Aborted(format!("cannot create the producer: {e}")))?;
             let init = producer.clone();
