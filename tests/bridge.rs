@@ -901,28 +901,13 @@ async fn sigterm_with_polls_and_outputs_in_flight_and_a_restart_emit_every_outpu
 /// and what was delivered is committed (the inputs, once their watches are on the state
 /// topic: the restart restores every watch instead of starting it again from its input).
 ///
-/// BUG (found by this test, not fixed): with a backlog of emitted outputs at SIGTERM, the
-/// stop is not bounded by `WATCHBRIDGE_SHUTDOWN_TIMEOUT`, and past the bound not orderly:
-/// each partition task first sends every output its engine had already handed it (its event
-/// channel, up to 256 events of a whole poll's outputs each) through the full producer
-/// queue, and only then starts its bounded drain and last checkpoint. Seen on Tansu: here
-/// (2 s timeout, 2,400 outputs, SIGTERM at ~100 acknowledged, a queue of 5) the stop took
-/// 4.7 s, the consumer thread giving up on the tasks after the timeout + 2 s (`partition
-/// released ... committed=None watches_stopped=0`: no last checkpoint); with a 5 s timeout
-/// it took 5.0-6.1 s alone and 12.4 s beside another test. With 12,000 outputs (a queue of 20) the consumer thread stopped waiting for
-/// the tasks after the timeout + 2 s (`partition released ... committed=None
-/// watches_stopped=0`) and the process exited after 7.9 s without their last checkpoint:
-/// committed input offsets [0, 0] for 16 inputs (no periodic checkpoint ran during the
-/// backlog either: the task is inside its sends); with 7,000 records still pending at the
-/// restart's SIGTERM, "the consumer did not stop in time; exiting anyway", "producer flush
-/// incomplete", and the process had not exited 30 s after the SIGTERM. Nothing is
-/// lost or emitted twice (the restart recovers from the output topic, the previous test),
-/// but the stop overruns its bound, and every input is read again. A fix: once stopping,
-/// send no more of the outputs the engine had queued (without recording those watches as
-/// finished: restored, they poll again and emit them), and bound the whole stop, not just
-/// its last drain.
+/// Found by this test (issue 15): with a backlog of emitted outputs at SIGTERM, each
+/// partition task first sent every output its engine had already handed it through the full
+/// producer queue, and only then its bounded drain and last checkpoint: with a 2 s timeout
+/// the stop took 4.7 s and skipped the last checkpoint (`committed=None`), so every input
+/// was read again. Now a stopping task sends no more of those outputs; their watches are
+/// saved live (not finished), so after the recovery they emit them again.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "bug: a SIGTERM with a backlog of outputs overruns WATCHBRIDGE_SHUTDOWN_TIMEOUT, skipping the last checkpoint (see the comment)"]
 async fn sigterm_with_polls_and_outputs_in_flight_stops_in_time_committing_what_was_delivered() {
     sigterm_in_flight(true, Duration::from_secs(2)).await;
 }

@@ -200,6 +200,12 @@ pub struct PartitionTask<P: Resolve> {
     output_ends: super::output_ends::OutputEnds,
     /// Whether an input whose watch key is not its record key was logged already.
     keyed_apart_seen: bool,
+    /// Stopping (the input channel closed): outputs the engine still hands over are not
+    /// sent (that could take longer than the stop may), and the watches they belong to
+    /// are saved live, not finished, so that after the recovery they emit them again.
+    stopping: bool,
+    /// Watches with outputs left unsent by the stop, and how many.
+    unsent: HashMap<Bytes, usize>,
     /// The input partition's end offset at recovery: once read up to it, outputs found for
     /// watches whose input did not come again are forgotten.
     recovery_input_end: Option<i64>,
@@ -278,6 +284,8 @@ impl<P: Resolve> PartitionTask<P> {
             lost,
             output_ends,
             keyed_apart_seen: false,
+            stopping: false,
+            unsent: HashMap::new(),
             recovery_input_end: None,
             deliveries: FuturesUnordered::new(),
             producer,
@@ -344,6 +352,7 @@ impl<P: Resolve> PartitionTask<P> {
                     }
                     None => {
                         accepting = false;
+                        self.stopping = true;
                         if let Some(commands) = self.commands.take() {
                             let _ = commands.send(Command::Shutdown).await;
                         }
@@ -376,6 +385,15 @@ impl<P: Resolve> PartitionTask<P> {
                 ending,
                 undelivered: self.deliveries.len(),
             };
+        }
+        if !self.unsent.is_empty() {
+            tracing::info!(
+                partition = self.partition,
+                watches = self.unsent.len(),
+                outputs = self.unsent.values().sum::<usize>(),
+                "stopping: outputs the watches had emitted but not handed over are not sent now; \
+                 those watches are saved live and emit them again after the partition's recovery"
+            );
         }
         let watches_stopped = self.durable.live();
         if self.bounds.is_some() {
@@ -688,6 +706,9 @@ impl<P: Resolve> PartitionTask<P> {
                 }
             }
             Event::Checkpoint(c) => self.durable.checkpoint(&c.key, c.progress, c.next_poll),
+            Event::Outputs { key, outputs, .. } if self.stopping => {
+                *self.unsent.entry(key).or_default() += outputs.len();
+            }
             Event::Outputs { key, outputs, .. } => {
                 let first_seen = self.shared.clock.now_ms();
                 for output in &outputs {
@@ -725,7 +746,10 @@ impl<P: Resolve> PartitionTask<P> {
             }
             Event::Terminated { key, reason } => {
                 let now = self.shared.clock.now_ms();
-                self.durable.terminated(&key, now, &reason);
+                // With outputs the stop left unsent, it stays live on the state topic.
+                if !self.unsent.contains_key(&key) {
+                    self.durable.terminated(&key, now, &reason);
+                }
                 self.ended.push(key);
             }
         }
