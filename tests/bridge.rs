@@ -533,3 +533,49 @@ async fn auto_picks_transactions_only_where_the_broker_keeps_their_promise() {
     assert!(log.contains(expected), "{expected}:\n{log}");
     assert_eq!(bridge.terminate().0, Some(0));
 }
+
+/// A state topic whose `cleanup.policy` does not compact (created by someone else, or by a
+/// broker's automatic creation with its default `delete`) would lose sealed seen chunks and
+/// the records of long-quiet watches when its retention runs: outputs emitted twice after a
+/// restart, watches forgotten. The bridge reads the topic's settings (DescribeConfigs) and
+/// refuses such a topic at start, naming it, the setting and the fix. Both test brokers
+/// describe a policy set at creation; where the broker describes none (Tansu, for a topic
+/// created without one: `tests/brokers.rs`), the bridge warns that it cannot check and goes
+/// on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_state_topic_that_is_not_compacted_is_refused_at_start() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("statepolicy", 1).await;
+    let state = format!("{}.state", s.group);
+    broker()
+        .create_topic_with(&state, 1, &[("cleanup.policy", "delete")])
+        .await;
+    let mut bridge = Bridge::spawn(&s.env(&server));
+    let code = bridge.exit_code(Duration::from_secs(60));
+    let log = bridge.log();
+    assert_ne!(code, Some(0), "{log}");
+    assert!(
+        log.contains("WATCHBRIDGE_STATE_TOPIC")
+            && log.contains(&format!("`{state}`"))
+            && log.contains("cleanup.policy=delete")
+            && log.contains("cleanup.policy=compact"),
+        "{log}"
+    );
+
+    if broker().kind() == support::kafka::BrokerKind::Tansu {
+        let s = Setup::new("statepolicy-unset", 1).await;
+        broker()
+            .create_topic(&format!("{}.state", s.group), 1)
+            .await;
+        let mut bridge = Bridge::start(&s.env(&server));
+        bridge.wait_for_log("partition state restored", Duration::from_secs(60));
+        assert!(
+            bridge
+                .log()
+                .contains("cannot read the state topic's cleanup.policy"),
+            "{}",
+            bridge.log()
+        );
+        assert_eq!(bridge.terminate().0, Some(0));
+    }
+}
