@@ -163,7 +163,7 @@ impl InputConsumed {
 pub struct InputDeadLettered<'a> {
     pub partition: i32,
     pub offset: i64,
-    /// `not_json`, `no_key` or `unresolvable`.
+    /// `not_json`, `no_key`, `unresolvable` or `too_large`.
     pub reason: &'static str,
     pub error: &'a str,
 }

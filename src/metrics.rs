@@ -127,7 +127,7 @@ impl Metrics {
         let inputs_dead_lettered = reg!(IntCounterVec::new(
             Opts::new(
                 "watchbridge_inputs_dead_lettered_total",
-                "Input records sent to the dead-letter topic, by reason (not_json, no_key, unresolvable)"
+                "Input records sent to the dead-letter topic, by reason (not_json, no_key, unresolvable, too_large)"
             ),
             &["reason"]
         ));

@@ -579,3 +579,79 @@ async fn a_state_topic_that_is_not_compacted_is_refused_at_start() {
         assert_eq!(bridge.terminate().0, Some(0));
     }
 }
+
+/// An input whose watch record would be larger than a state record may be (1,000,000 bytes:
+/// the record keeps the input's value) cannot be saved: its watch would run unsaved and be
+/// lost at the next restart while its input is committed. It goes to the dead-letter topic
+/// instead, with kind `too_large`, and starts no watch; the inputs after it are watched.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_input_too_large_to_save_goes_to_the_dead_letter_topic_and_starts_no_watch() {
+    let polled = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let server = {
+        let polled = polled.clone();
+        TestServer::start(move |seen| {
+            polled.lock().unwrap().push(seen.target.clone());
+            finished_feeds(seen)
+        })
+        .await
+    };
+    let s = Setup::new("toolarge", 1).await;
+    let mut env = s.env(&server);
+    // Its dead letter (the value plus the reason and source headers) is larger than
+    // librdkafka's default `message.max.bytes` (1,000,000); the broker's default limit is
+    // 1,048,588.
+    env.push(("KAFKA_MESSAGE_MAX_BYTES", "1048588".into()));
+    let mut bridge = Bridge::start(&env);
+    let pad = "x".repeat(999_900);
+    let big = json!({"id": 1, "pad": pad}).to_string();
+    broker()
+        .produce(&s.input, Some(0), Some(b"user-1"), big.as_bytes(), &[])
+        .await;
+    support::scenario::produce_user_to(&s.input, Some(0), 2).await;
+    let dead = broker().consume(&s.dlq, 1, Duration::from_secs(60)).await;
+    assert_eq!(
+        header(&dead[0], "watchbridge-error-kind").as_deref(),
+        Some("too_large"),
+        "{}",
+        bridge.log()
+    );
+    assert_eq!(
+        header(&dead[0], "watchbridge-source-offset").as_deref(),
+        Some("0")
+    );
+    assert!(
+        header(&dead[0], "watchbridge-error")
+            .unwrap()
+            .contains("1000000"),
+        "the reason names the limit: {:?}",
+        header(&dead[0], "watchbridge-error")
+    );
+    assert_eq!(
+        dead[0].payload(),
+        Some(big.as_bytes()),
+        "the original value"
+    );
+    let outputs = wait_for_outputs(&s.output, 2, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let outputs = wait_for_outputs(&s.output, outputs.len(), Duration::from_secs(10)).await;
+    assert!(
+        outputs.iter().all(|m| key(m) == "user-2"),
+        "only the second input was watched: {:?}",
+        outputs.iter().map(key).collect::<Vec<_>>()
+    );
+    assert!(
+        polled
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|t| !t.contains("/users/1/")),
+        "the too-large input's resource was never polled"
+    );
+    assert_eq!(bridge.terminate().0, Some(0));
+    assert_eq!(
+        broker().committed(&s.group, &s.input, 1)[0],
+        2,
+        "both inputs committed\n{}",
+        bridge.log()
+    );
+}

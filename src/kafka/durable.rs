@@ -389,10 +389,12 @@ impl Target {
         }
     }
 
-    /// A record as a state write. The state format refuses records above 1 MB (only a watch
-    /// record whose input value is itself near 1 MB can be); such a watch is not made
-    /// durable (logged), and its input commits as if it were, since nothing can be done
-    /// about it on a later try.
+    /// A record as a state write. The state format refuses records above 1 MB; only a watch
+    /// record whose input value is itself near 1 MB could be, and such an input starts no
+    /// watch (the partition task dead-letters it, kind `too_large`: see
+    /// [`Registration::check_size`]). Should one get here all the same, it is logged and
+    /// its input commits as if it were saved, since nothing can be done about it on a
+    /// later try.
     fn write(
         &self,
         entry: Result<StateEntry, crate::state::TooLarge>,

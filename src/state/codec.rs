@@ -455,12 +455,17 @@ impl WatchRecord {
     /// Key and value, unless together they exceed [`MAX_RECORD_BYTES`] (an input value near
     /// the input topic's own limit can do that).
     pub fn to_entry(&self) -> Result<StateEntry, TooLarge> {
-        let key = state_key(&self.watch_key, Part::Watch);
-        let bytes = key.len() + self.encoded_len();
+        self.check_size()?;
+        StateEntry::checked(state_key(&self.watch_key, Part::Watch), self.encode())
+    }
+
+    /// Whether [`WatchRecord::to_entry`] would succeed, computed without encoding.
+    pub fn check_size(&self) -> Result<(), TooLarge> {
+        let bytes = state_key(&self.watch_key, Part::Watch).len() + self.encoded_len();
         if bytes > MAX_RECORD_BYTES {
             return Err(TooLarge { bytes });
         }
-        StateEntry::checked(key, self.encode())
+        Ok(())
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {

@@ -40,7 +40,8 @@
 //! left over, naming what and at which byte ([`DecodeError`]); it never panics, whatever the
 //! bytes. A key plus value never exceeds [`MAX_RECORD_BYTES`] (1,000,000: under Kafka's
 //! default 1 MiB limit); the `to_entry` functions refuse to make a larger one (only a watch
-//! record whose input value is itself near 1 MB can be).
+//! record whose input value is itself near 1 MB can be, and the bridge starts no watch for
+//! such an input: [`Registration::check_size`]).
 //!
 //! - A **watch record** holds what the watch was started from (the input record's key,
 //!   value and timestamp; the value is decoded again on restore to re-resolve the
@@ -99,4 +100,4 @@ pub use codec::{
     Record, SeenChunk, StateEntry, TooLarge, TooManyHashes, WatchRecord, FORMAT_VERSION,
     MAX_HASHES_PER_CHUNK, MAX_RECORD_BYTES, OUTPUT_OFFSETS_KEY,
 };
-pub use snapshot::Registration;
+pub use snapshot::{Registration, FINISHED_REASON_ROOM};

@@ -400,10 +400,16 @@ impl<P: Resolve> PartitionTask<P> {
                 .poller
                 .resolve(&input.value, &input.key)
                 .map_err(|e| Rejected::Unresolvable(e.to_string()))?;
-            Ok((input, target))
+            // A watch whose record cannot be saved must not start: it would run unsaved,
+            // its input committed, and be lost at the next restart.
+            let registration = registration(&message, &input);
+            registration
+                .check_size(&input.key)
+                .map_err(|e| Rejected::TooLarge(e.to_string()))?;
+            Ok((input, target, registration))
         });
         match decoded {
-            Ok((input, _)) if self.durable.is_finished(&input.key) => {
+            Ok((input, _, _)) if self.durable.is_finished(&input.key) => {
                 InputForFinishedWatch {
                     key: &input.key,
                     partition: self.partition,
@@ -411,12 +417,7 @@ impl<P: Resolve> PartitionTask<P> {
                 }
                 .emit(&self.shared.metrics);
             }
-            Ok((input, target)) => {
-                let registration = Registration {
-                    key: message.key().map(Bytes::copy_from_slice),
-                    value: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
-                    time: input.timestamp,
-                };
+            Ok((input, target, registration)) => {
                 let progress = Progress::at_start(input.timestamp, now);
                 // Outputs an earlier run of this watch delivered before a crash (found by the
                 // read-back): it starts knowing them, so they are not emitted again.
@@ -591,5 +592,14 @@ impl<P: Resolve> PartitionTask<P> {
                 self.durable.terminated(&key, now, &reason);
             }
         }
+    }
+}
+
+/// The input record as a watch record keeps it.
+fn registration(message: &OwnedMessage, input: &super::input::Input) -> Registration {
+    Registration {
+        key: message.key().map(Bytes::copy_from_slice),
+        value: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
+        time: input.timestamp,
     }
 }
