@@ -655,3 +655,39 @@ async fn an_input_too_large_to_save_goes_to_the_dead_letter_topic_and_starts_no_
         bridge.log()
     );
 }
+
+/// The recovery tracks outputs it finds on the output topic for a watch of its partition
+/// that has no state record (its input, uncommitted, is read again and the watch starts
+/// knowing them) until every uncommitted input has been read again; outputs of a watch
+/// whose input does not come again are then forgotten, and until then they pin the saved
+/// output offsets (every later recovery reads the output topic back from there). "Read
+/// again" is the end of the input partition, also when that end is a transaction marker
+/// (Apache Kafka: inputs produced in a transaction), which no consumer is handed: the task
+/// waited for a record at `end - 1` and kept them forever. (On Tansu the inputs are produced
+/// one by one and the partition ends in a record.)
+#[tokio::test(flavor = "multi_thread")]
+async fn outputs_of_no_watch_are_forgotten_once_the_inputs_are_read_to_an_end_that_is_a_marker() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("preseen", 1).await;
+    let b = broker();
+    b.create_topic(&s.output, 1).await;
+    // An output of a watch with no record, as an instance that no longer owned the
+    // partition could have left.
+    b.produce(
+        &s.output,
+        Some(0),
+        Some(b"ghost"),
+        br#"{"id": "g1"}"#,
+        &[
+            ("watchbridge-output-key", b"g1"),
+            ("watchbridge-input-partition", b"0"),
+        ],
+    )
+    .await;
+    b.produce_in_transaction(&s.input, 0, &[(b"user-1", br#"{"id": 1}"#)])
+        .await;
+    let mut bridge = Bridge::start(&s.env(&server));
+    wait_for_outputs(&s.output, 3, Duration::from_secs(60)).await;
+    bridge.wait_for_log("neither saved nor coming again", Duration::from_secs(30));
+    assert_eq!(bridge.terminate().0, Some(0));
+}

@@ -128,6 +128,19 @@ pub struct Bounds {
     pub end: i64,
 }
 
+/// What the consumer thread hands a partition task.
+#[derive(Debug)]
+pub enum Feed {
+    /// An input record.
+    Record(OwnedMessage),
+    /// The consumer reached the end of the partition: every offset below `position` has
+    /// been handed over, or holds no record a consumer is handed (a transaction marker, an
+    /// aborted or compacted-away record). Offset arithmetic cannot tell (the last record
+    /// before the end need not be at `end - 1`); librdkafka's end-of-partition event and
+    /// the consumer's position can.
+    End { position: i64 },
+}
+
 /// A task's last word: what it committed, how many watches it stopped, and why it ended.
 #[derive(Debug, Clone, Copy)]
 pub struct Stopped {
@@ -155,7 +168,7 @@ enum Starting {
 pub struct PartitionTask<P: Resolve> {
     partition: i32,
     shared: Arc<Shared<P>>,
-    inputs: mpsc::Receiver<OwnedMessage>,
+    inputs: mpsc::Receiver<Feed>,
     /// Dropped when a bounded run has read its last input: the engine then ends once every
     /// watch has.
     commands: Option<mpsc::Sender<Command<P::Input>>>,
@@ -187,7 +200,7 @@ impl<P: Resolve> PartitionTask<P> {
     pub fn spawn(
         partition: i32,
         shared: Arc<Shared<P>>,
-        inputs: mpsc::Receiver<OwnedMessage>,
+        inputs: mpsc::Receiver<Feed>,
         bounds: Option<Bounds>,
     ) -> impl std::future::Future<Output = Stopped> + Send + 'static {
         let engine = Engine::new(
@@ -290,13 +303,22 @@ impl<P: Resolve> PartitionTask<P> {
                     None => break,
                 },
                 input = self.inputs.recv(), if accepting => match input {
-                    Some(message) => {
+                    Some(Feed::Record(message)) => {
                         let offset = message.offset();
                         if self.bounds.is_some_and(|b| offset >= b.end) {
-                            continue;
+                            // Past the bounded run's end: every input below it was read.
+                            self.read_to(offset);
+                        } else {
+                            self.on_input(message).await;
                         }
-                        self.on_input(message).await;
                         if self.bounds.is_some_and(|b| offset + 1 >= b.end) {
+                            accepting = false;
+                            self.commands = None;
+                        }
+                    }
+                    Some(Feed::End { position }) => {
+                        self.read_to(position);
+                        if self.bounds.is_some_and(|b| position >= b.end) {
                             accepting = false;
                             self.commands = None;
                         }
@@ -482,6 +504,26 @@ impl<P: Resolve> PartitionTask<P> {
         self.tracker.consumed(offset);
         if self.recovery_input_end.is_some_and(|end| offset + 1 >= end) {
             // Every input not committed before the recovery has been read again.
+            self.recovery_input_end = None;
+            self.forget_preseen();
+        }
+    }
+
+    /// Every input below `position` has been handed to this task (the consumer reached the
+    /// end of the partition there, or a bounded run read past its end): the offsets between
+    /// the last input and `position` hold no input (a transaction marker, a record compacted
+    /// away) and may be committed, and once past the end noted at recovery, no uncommitted
+    /// input is left to come again.
+    fn read_to(&mut self, position: i64) {
+        let position = match self.bounds {
+            // Inputs past a bounded run's end are not read: not committed either.
+            Some(b) => position.min(b.end),
+            None => position,
+        };
+        if position > 0 && self.tracker.next().is_none_or(|next| next < position) {
+            self.tracker.consumed(position - 1);
+        }
+        if self.recovery_input_end.is_some_and(|end| position >= end) {
             self.recovery_input_end = None;
             self.forget_preseen();
         }
