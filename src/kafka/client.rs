@@ -3,9 +3,9 @@
 use super::embedded::EmbeddedBroker;
 use crate::config::{is_secret, RunConfig};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::Producer;
 use rdkafka::ClientConfig;
 use std::collections::HashMap;
@@ -77,6 +77,33 @@ pub fn log_properties(config: &RunConfig) {
         tracing::info!(property = %key, value = %shown, "Kafka property from KAFKA_* environment");
     }
 }
+
+/// librdkafka's error callback, as rdkafka logs it, except for ends of partition: a consumer
+/// that asks for them (`enable.partition.eof`) gets them as events, but librdkafka also
+/// hands those still queued to this callback (when the consumer closes, say), and they are
+/// not errors.
+pub fn client_error(error: KafkaError, reason: &str) {
+    if matches!(
+        error,
+        KafkaError::Global(RDKafkaErrorCode::PartitionEOF) | KafkaError::PartitionEOF(_)
+    ) {
+        tracing::trace!(target: "rdkafka::client", %error, reason, "end of partition");
+    } else {
+        tracing::error!(target: "rdkafka::client", "librdkafka: {error}: {reason}");
+    }
+}
+
+/// The context of the readers that ask for ends of partition (the recovery's, the
+/// watermark reader's, the guarantee probe's): see [`client_error`].
+pub struct EofReader;
+
+impl ClientContext for EofReader {
+    fn error(&self, error: KafkaError, reason: &str) {
+        client_error(error, reason);
+    }
+}
+
+impl ConsumerContext for EofReader {}
 
 /// A topic the bridge reads or writes, and who names it.
 pub struct NeededTopic<'a> {

@@ -331,6 +331,10 @@ pub struct BridgeContext<P: Resolve> {
 }
 
 impl<P: Resolve> ClientContext for BridgeContext<P> {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        super::client::client_error(error, reason);
+    }
+
     /// The lag of the assigned partitions (`watchbridge_consumer_lag_messages`); a revoked
     /// partition's label goes with its revocation, and is not set again.
     fn stats(&self, statistics: Statistics) {

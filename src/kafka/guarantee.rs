@@ -186,14 +186,14 @@ pub fn probe_transaction(
     transactional_id: &str,
     topic: &str,
 ) -> Result<(), String> {
-    let consumer: BaseConsumer = consumer_config
+    let consumer: BaseConsumer<super::client::EofReader> = consumer_config
         .clone()
         .set("group.id", "watchbridge-transaction-probe")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "50")
-        .create()
+        .create_with_context(super::client::EofReader)
         .map_err(|e| e.to_string())?;
     let (_, before) = consumer
         .fetch_watermarks(topic, 0, PROBE_TIMEOUT)

@@ -43,7 +43,7 @@ pub struct MergedPublisher {
 impl MergedPublisher {
     /// Read the watermark topic and publish the merged value until `stop` resolves.
     pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
-        let consumer: StreamConsumer = match self
+        let consumer: StreamConsumer<super::client::EofReader> = match self
             .consumer_config
             .clone()
             // librdkafka wants a group id even for an assigned (not subscribed) consumer;
@@ -56,7 +56,7 @@ impl MergedPublisher {
             // The end is reported: in the exactly-once mode the topic ends with a
             // transaction marker, which is never handed over as a record (`read_upto`).
             .set("enable.partition.eof", "true")
-            .create()
+            .create_with_context(super::client::EofReader)
         {
             Ok(c) => c,
             Err(e) => {
@@ -130,7 +130,7 @@ impl MergedPublisher {
     }
 
     /// The reader's position on the watermark topic (the offset it reads next).
-    fn position(&self, consumer: &StreamConsumer) -> Option<i64> {
+    fn position(&self, consumer: &StreamConsumer<super::client::EofReader>) -> Option<i64> {
         let positions = consumer.position().ok()?;
         match positions.find_partition(&self.watermark_topic, 0)?.offset() {
             Offset::Offset(o) => Some(o),

@@ -13,6 +13,7 @@
 //! Steps 1 and 2 are blocking reads on a consumer of their own (no group: nothing is
 //! committed); the partition task runs them on a blocking thread.
 
+use super::client::EofReader;
 use super::durable::DurableState;
 use super::records::{INPUT_PARTITION, OUTPUT_KEY};
 use crate::clock::Millis;
@@ -84,7 +85,7 @@ pub struct Found {
 
 /// Steps 1 and 2, blocking.
 pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
-    let consumer: BaseConsumer = source
+    let consumer: BaseConsumer<EofReader> = source
         .consumer_config
         .clone()
         // Assigned, never subscribed: it does not join the group, and commits nothing.
@@ -97,7 +98,7 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         // offsets hold no record a consumer sees (transaction markers, compacted away).
         .set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "50")
-        .create()
+        .create_with_context(EofReader)
         .map_err(|e| format!("cannot create the recovery consumer: {e}"))?;
     let mut found = Found {
         input_end: uncommitted_end(&consumer, &source.input_topic, partition),
@@ -198,14 +199,18 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
 }
 
 /// The low and end (high watermark) offsets of `topic`/`partition` now.
-fn offsets_of(consumer: &BaseConsumer, topic: &str, partition: i32) -> Result<(i64, i64), String> {
+fn offsets_of(
+    consumer: &BaseConsumer<EofReader>,
+    topic: &str,
+    partition: i32,
+) -> Result<(i64, i64), String> {
     consumer
         .fetch_watermarks(topic, partition, Duration::from_secs(15))
         .map_err(|e| format!("cannot read the end offset of {topic}/{partition}: {e}"))
 }
 
 /// The input partition's end offset, unless the group has committed up to it.
-fn uncommitted_end(consumer: &BaseConsumer, topic: &str, partition: i32) -> Option<i64> {
+fn uncommitted_end(consumer: &BaseConsumer<EofReader>, topic: &str, partition: i32) -> Option<i64> {
     let timeout = Duration::from_secs(15);
     let (_, end) = consumer.fetch_watermarks(topic, partition, timeout).ok()?;
     let mut tpl = TopicPartitionList::new();
@@ -225,7 +230,7 @@ fn uncommitted_end(consumer: &BaseConsumer, topic: &str, partition: i32) -> Opti
 /// Read `topic`/`partition` from `start` up to `end` (its end offset when the recovery
 /// began).
 fn read_to_end(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<EofReader>,
     topic: &str,
     partition: i32,
     start: i64,
