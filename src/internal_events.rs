@@ -418,6 +418,23 @@ impl InputForFinishedWatch<'_> {
     }
 }
 
+/// An input whose watch failed (within the retention) came again: the watch starts again,
+/// knowing the `seen` outputs it had found, and emits only what is new.
+pub struct FailedWatchRestarted<'a> {
+    pub key: &'a [u8],
+    pub partition: i32,
+    pub offset: i64,
+    pub seen: usize,
+}
+
+impl FailedWatchRestarted<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::info!(key = %KeyDisplay(self.key), partition = self.partition, offset = self.offset,
+            seen = self.seen, "failed watch started again by its input; it emits only outputs it had not found");
+        m.failed_watches_restarted.inc();
+    }
+}
+
 /// The state topic acknowledged a record.
 pub struct StateRecordWritten;
 

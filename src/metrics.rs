@@ -36,6 +36,7 @@ pub struct Metrics {
     pub recovery_duration: Histogram,
     pub outputs_recovered: IntCounter,
     pub inputs_finished: IntCounter,
+    pub failed_watches_restarted: IntCounter,
     pub state_records_written: IntCounter,
     pub transactions: IntCounterVec,
     pub transaction_commit_duration: Histogram,
@@ -188,6 +189,10 @@ impl Metrics {
             "watchbridge_inputs_for_finished_watches_total",
             "Inputs whose watch already finished within WATCHBRIDGE_FINISHED_RETENTION (not started again)"
         ));
+        let failed_watches_restarted = reg!(IntCounter::new(
+            "watchbridge_failed_watches_restarted_total",
+            "Inputs whose watch had failed within WATCHBRIDGE_FINISHED_RETENTION: the watch started again, knowing the outputs it had found"
+        ));
         let state_records_written = reg!(IntCounter::new(
             "watchbridge_state_records_written_total",
             "Records acknowledged by the state topic (watch records, seen chunks, output offsets, tombstones)"
@@ -248,6 +253,7 @@ impl Metrics {
             recovery_duration,
             outputs_recovered,
             inputs_finished,
+            failed_watches_restarted,
             state_records_written,
             transactions,
             transaction_commit_duration,

@@ -693,3 +693,74 @@ async fn outputs_of_no_watch_are_forgotten_once_the_inputs_are_read_to_an_end_th
     // Ends of partition are events the bridge asks for, not errors to log.
     assert!(!bridge.log().contains("PartitionEOF"), "{}", bridge.log());
 }
+
+/// A short outage must not end watches for good. The retry limit and backoff are settings
+/// (`WATCHBRIDGE_RETRY_*`); a watch that reaches the limit ends `failed`, but its seen set is
+/// kept, like a finished watch's record, for `WATCHBRIDGE_FINISHED_RETENTION`: its input,
+/// delivered again, starts it again, and it emits only what is new — whether the input comes
+/// back to the same bridge (seen set in memory) or after a restart (from the state topic).
+/// (Before: the seen set was deleted and the input, within the retention, started nothing;
+/// after it, everything was emitted again.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_watch_started_again_by_its_input_emits_only_what_is_new() {
+    // 0: two events per user; 1: every poll fails (HTTP 500); 2: three events, final.
+    let phase = Arc::new(AtomicUsize::new(0));
+    let server = {
+        let phase = phase.clone();
+        TestServer::start(move |seen| {
+            let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
+            let event = |i: i64| json!({"id": format!("u{user}-{i}"), "at": T0 + i});
+            match phase.load(Ordering::SeqCst) {
+                0 => Reply::json(json!({"events": [event(0), event(1)], "done": false})),
+                1 => Reply::status(500, "down"),
+                _ => Reply::json(json!({"events": [event(0), event(1), event(2)], "done": true})),
+            }
+        })
+        .await
+    };
+    let s = Setup::new("failed", 1).await;
+    let mut env = s.env(&server);
+    // Fail after one retry, 100 ms after the first failure.
+    env.push(("WATCHBRIDGE_RETRY_LIMIT", "1".into()));
+    env.push(("WATCHBRIDGE_RETRY_INITIAL_BACKOFF", "100ms".into()));
+    let mut bridge = Bridge::start(&env);
+    produce_user(&s.input, 1).await;
+    produce_user(&s.input, 2).await;
+    wait_for_outputs(&s.output, 4, Duration::from_secs(60)).await;
+    phase.store(1, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while bridge.log().matches("watch failed").count() < 2 {
+        assert!(Instant::now() < deadline, "{}", bridge.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    phase.store(2, Ordering::SeqCst);
+
+    // User 1's input again, to the same bridge.
+    produce_user(&s.input, 1).await;
+    wait_for_outputs(&s.output, 5, Duration::from_secs(60)).await;
+    bridge.wait_for_log("failed watch started again", Duration::from_secs(5));
+    // User 2's after a restart: its seen set comes from the state topic.
+    assert_eq!(bridge.terminate().0, Some(0));
+    let bridge = Bridge::start(&env);
+    bridge.wait_for_log("partition state restored", Duration::from_secs(60));
+    produce_user(&s.input, 2).await;
+    let all = wait_for_outputs(&s.output, 6, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all = wait_for_outputs(&s.output, all.len(), Duration::from_secs(10)).await;
+    assert!(
+        bridge.log().contains("failed watch started again") && bridge.log().contains("seen=2"),
+        "{}",
+        bridge.log()
+    );
+    let mut keys: Vec<_> = all
+        .iter()
+        .map(|m| header(m, "watchbridge-output-key").unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["u1-0", "u1-1", "u1-2", "u2-0", "u2-1", "u2-2"],
+        "each output once\n{}",
+        bridge.log()
+    );
+}

@@ -40,9 +40,9 @@ use crate::clock::Clock;
 use crate::clock::Millis;
 use crate::engine::{Command, Engine, EngineConfig, Event, RestoreWatch};
 use crate::internal_events::{
-    AfterProduceFailure, InputConsumed, InputDeadLettered, InputForFinishedWatch, LateOutput,
-    OutputProduced, PartitionRecovered, PartitionRecovering, PartitionRecoveryAbandoned,
-    PartitionWatermarkChanged, ProduceFailed, StateRecordWritten,
+    AfterProduceFailure, FailedWatchRestarted, InputConsumed, InputDeadLettered,
+    InputForFinishedWatch, LateOutput, OutputProduced, PartitionRecovered, PartitionRecovering,
+    PartitionRecoveryAbandoned, PartitionWatermarkChanged, ProduceFailed, StateRecordWritten,
 };
 use crate::limits::Limits;
 use crate::metrics::Metrics;
@@ -160,6 +160,8 @@ enum Starting {
         registration: Registration,
         progress: Progress,
         seen: Vec<OutputHash>,
+        /// The seen chunks an earlier run of it (failed) left on the topic.
+        stale_chunks: u32,
     },
     /// A watch brought back by the recovery.
     Recovered,
@@ -442,8 +444,23 @@ impl<P: Resolve> PartitionTask<P> {
             Ok((input, target, registration)) => {
                 let progress = Progress::at_start(input.timestamp, now);
                 // Outputs an earlier run of this watch delivered before a crash (found by the
-                // read-back): it starts knowing them, so they are not emitted again.
-                let seen = self.durable.take_preseen(&input.key).unwrap_or_default();
+                // read-back), or found before it failed: it starts knowing them, so they are
+                // not emitted again.
+                let mut seen = self.durable.take_preseen(&input.key).unwrap_or_default();
+                let restart = self.durable.take_failed(&input.key);
+                let stale_chunks = restart.as_ref().map_or(0, |r| r.chunks);
+                if let Some(restart) = restart {
+                    FailedWatchRestarted {
+                        key: &input.key,
+                        partition: self.partition,
+                        offset,
+                        seen: restart.seen.len(),
+                    }
+                    .emit(&self.shared.metrics);
+                    seen.extend(restart.seen.iter());
+                    seen.sort_unstable();
+                    seen.dedup();
+                }
                 let command = if seen.is_empty() {
                     Command::Watch {
                         key: input.key.clone(),
@@ -468,6 +485,7 @@ impl<P: Resolve> PartitionTask<P> {
                         registration,
                         progress,
                         seen,
+                        stale_chunks,
                     });
                 }
             }
@@ -580,12 +598,20 @@ impl<P: Resolve> PartitionTask<P> {
                     registration,
                     progress,
                     seen,
+                    stale_chunks,
                 }) = self.starting.pop_front()
                 {
                     debug_assert_eq!(started, key);
                     let now = self.shared.clock.now_ms();
-                    self.durable
-                        .started(key, registration, progress, now, offset, &seen);
+                    self.durable.started(
+                        key,
+                        registration,
+                        progress,
+                        now,
+                        offset,
+                        &seen,
+                        stale_chunks,
+                    );
                 }
             }
             Event::AlreadyWatching { .. } | Event::RestoreRefused { .. } => {
@@ -629,9 +655,9 @@ impl<P: Resolve> PartitionTask<P> {
                     .await;
                 }
             }
-            Event::Terminated { key, reason } => {
+            Event::Terminated { key, reason, seen } => {
                 let now = self.shared.clock.now_ms();
-                self.durable.terminated(&key, now, &reason);
+                self.durable.terminated(&key, now, &reason, seen);
             }
         }
     }
