@@ -261,7 +261,14 @@ impl DurableState {
     /// output topic (from the read-back, or an earlier run that failed), acknowledged and so
     /// to be written. `stale_chunks`: the chunks an earlier run of it left on the topic;
     /// those past what this one writes are deleted after its first record.
+    ///
+    /// It may take the place of a run that failed before it was written failed (see
+    /// [`DurableState::take_failed`]), maybe even before its first record: then the input of
+    /// that run still waits for a record, and this record serves both. Returns the later
+    /// of the two inputs' offsets, whose commit need not wait (the earlier one holds the
+    /// commit position below both until the record is written).
     #[allow(clippy::too_many_arguments)]
+    #[must_use]
     pub fn started(
         &mut self,
         key: Bytes,
@@ -271,8 +278,9 @@ impl DurableState {
         origin: i64,
         seen: &[OutputHash],
         stale_chunks: u32,
-    ) {
+    ) -> Option<i64> {
         self.failing.remove(&key);
+        let displaced = self.live.get(&key).and_then(|w| w.origin);
         if stale_chunks > 0 {
             self.stale_chunks.insert(key.clone(), stale_chunks);
         }
@@ -291,10 +299,11 @@ impl DurableState {
                 dirty: true,
                 progressed: false,
                 written_at: next_poll,
-                origin: Some(origin),
+                origin: Some(displaced.map_or(origin, |d| d.min(origin))),
                 ending: None,
             }),
         );
+        displaced.map(|d| d.max(origin))
     }
 
     /// An output of `key`'s watch was handed to the producer.
@@ -566,7 +575,10 @@ mod tests {
     /// A watch started at T0 from the input at `origin`, knowing `seen`.
     fn start(s: &mut DurableState, key: &Bytes, origin: i64, seen: &[OutputHash]) {
         let at_start = Progress::at_start(T0, T0);
-        s.started(key.clone(), registration(), at_start, T0, origin, seen, 0);
+        assert_eq!(
+            s.started(key.clone(), registration(), at_start, T0, origin, seen, 0),
+            None
+        );
     }
 
     /// The writes as (decoded entry or None for a tombstone of a watch part, origin).
@@ -776,7 +788,7 @@ mod tests {
         let restart = s.take_failed(&key).expect("kept");
         assert_eq!((restart.seen.len(), restart.chunks), (2, 1));
         let hashes: Vec<OutputHash> = restart.seen.iter().collect();
-        s.started(
+        let released = s.started(
             key.clone(),
             registration(),
             Progress::at_start(T0, T0 + 20),
@@ -785,6 +797,7 @@ mod tests {
             &hashes,
             restart.chunks,
         );
+        assert_eq!(released, None);
         let w = decoded(&s.checkpoint_records(T0 + 21, false));
         assert!(
             matches!(&w[0].0, Entry::Seen { chunk, .. } if chunk.index() == 0 && chunk.hashes().len() == 2)
@@ -834,7 +847,7 @@ mod tests {
         let mut s = state();
         let key = Bytes::from_static(b"u1");
         // Its earlier run left 3 chunks; the hashes fit in one now.
-        s.started(
+        let _ = s.started(
             key.clone(),
             registration(),
             Progress::at_start(T0, T0),
@@ -894,5 +907,31 @@ mod tests {
             }
         ));
         assert!(s.take_failed(&key).is_none());
+    }
+
+    #[test]
+    fn a_run_that_failed_before_its_first_record_is_replaced_and_both_inputs_wait_for_one() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        start(&mut s, &key, 4, &[]);
+        s.terminated(&key, T0 + 1, &TerminatedReason::Failed, SeenSet::new());
+        // Its input again, before the failed run was written at all.
+        let restart = s.take_failed(&key).expect("a failing run");
+        assert_eq!(restart.chunks, 0);
+        let released = s.started(
+            key.clone(),
+            registration(),
+            Progress::at_start(T0, T0 + 2),
+            T0 + 2,
+            9,
+            &[],
+            restart.chunks,
+        );
+        assert_eq!(released, Some(9), "the later input need not wait");
+        let w = decoded(&s.checkpoint_records(T0 + 3, false));
+        assert!(
+            matches!(&w[0], (Entry::Watch(r), Some(4)) if r.finished.is_none()),
+            "one live record, carrying the earlier input: {w:?}"
+        );
     }
 }

@@ -216,7 +216,9 @@ pub struct WatchRecord {
     /// How many seen chunks (`/s/0` ..) the watch had when this record was written.
     pub seen_chunks: u32,
     /// Set once the watch has ended: it is kept (without its seen chunks) until the finished
-    /// retention passes, so a re-delivered input does not start it again.
+    /// retention passes, so a re-delivered input does not start it again. A watch that
+    /// ended `failed` keeps its seen chunks as long (`seen_chunks` lists them), so that a
+    /// re-delivered input starts it again knowing them.
     pub finished: Option<Finished>,
 }
 

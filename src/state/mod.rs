@@ -73,7 +73,11 @@
 //!    its chunks are deleted (tombstones: a key with no value). A finished watch's record
 //!    stays until the finished retention passes, so a re-delivered input does not start it
 //!    again; then it is deleted too. A restore deletes chunks it finds without a live watch
-//!    record (left by a crash during step 3).
+//!    record (left by a crash during step 3). A watch that ended `failed` is the exception:
+//!    its chunks are written first, then its record, finished as `failed` and listing them;
+//!    both stay for the retention (a re-delivered input starts it again knowing them), and
+//!    are deleted after. Started again, it writes its chunks from 0 again, then its record,
+//!    then deletes chunks of the earlier run past the new count.
 //!
 //! Tombstones read back as [`Entry::Tombstone`].
 //!

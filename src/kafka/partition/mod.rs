@@ -603,7 +603,7 @@ impl<P: Resolve> PartitionTask<P> {
                 {
                     debug_assert_eq!(started, key);
                     let now = self.shared.clock.now_ms();
-                    self.durable.started(
+                    let released = self.durable.started(
                         key,
                         registration,
                         progress,
@@ -612,6 +612,9 @@ impl<P: Resolve> PartitionTask<P> {
                         &seen,
                         stale_chunks,
                     );
+                    if let Some(offset) = released {
+                        self.tracker.acknowledged(offset);
+                    }
                 }
             }
             Event::AlreadyWatching { .. } | Event::RestoreRefused { .. } => {
