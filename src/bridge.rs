@@ -654,6 +654,10 @@ fn consumer_config(brokers: &str, config: &RunConfig, guarantee: Guarantee) -> C
         },
     );
     c.set("enable.auto.offset.store", "false");
+    // Each partition's end is reported (`Feed::End`): a bounded run ends there, and a
+    // recovered partition knows its uncommitted inputs were all read again, even when the
+    // last offsets hold no record a consumer is handed (a transaction marker).
+    c.set("enable.partition.eof", "true");
     c
 }
 

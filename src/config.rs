@@ -7,7 +7,7 @@ use crate::kafka::guarantee::GuaranteeSetting;
 use crate::limits::HostRate;
 use crate::pollers::builtin::PollerArgs;
 use crate::pollers::ConfigError;
-use crate::schedule::Schedule;
+use crate::schedule::{Retry, Schedule};
 use crate::termination::Termination;
 use crate::watch::WatchRules;
 use crate::watermark::WatermarkStrategy;
@@ -63,6 +63,33 @@ pub struct RunArgs {
     /// Time between polls of one watch (humantime: 500ms, 10s, 1m).
     #[arg(long, env = "WATCHBRIDGE_POLL_INTERVAL", value_name = "WATCHBRIDGE_POLL_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub poll_interval: Duration,
+    /// Failed polls in a row that are retried before a watch ends `failed`: a number (`0`:
+    /// fail on the first error), a duration (as many retries as the backoff takes to span
+    /// it, e.g. `10m`), or `unlimited`.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_RETRY_LIMIT",
+        value_name = "WATCHBRIDGE_RETRY_LIMIT",
+        default_value = "5"
+    )]
+    pub retry_limit: String,
+    /// Delay before the first retry of a failed poll; it doubles with each further failure
+    /// in a row.
+    #[arg(long, env = "WATCHBRIDGE_RETRY_INITIAL_BACKOFF", value_name = "WATCHBRIDGE_RETRY_INITIAL_BACKOFF", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub retry_initial_backoff: Duration,
+    /// Longest delay between two retries (a resource's `Retry-After` may ask for longer).
+    #[arg(long, env = "WATCHBRIDGE_RETRY_MAX_BACKOFF", value_name = "WATCHBRIDGE_RETRY_MAX_BACKOFF", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub retry_max_backoff: Duration,
+    /// Fraction by which every delay before a poll, retries included, is randomly moved
+    /// both ways (`0.1`: 10 s becomes 9 to 11 s), so that watches started together do not
+    /// poll together; from 0 (none) to below 1.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_POLL_JITTER",
+        value_name = "WATCHBRIDGE_POLL_JITTER",
+        default_value_t = 0.1
+    )]
+    pub poll_jitter: f64,
     /// When a watch ends besides the poller saying "final", e.g. `any(total(1h), stable(10m))`.
     #[arg(
         long,
@@ -329,13 +356,7 @@ impl RunArgs {
             .termination
             .parse()
             .map_err(|e| ConfigError::new("WATCHBRIDGE_TERMINATION", format!("{e}")))?;
-        let schedule = Schedule {
-            interval: self.poll_interval,
-            ..Schedule::default()
-        };
-        schedule
-            .validate()
-            .map_err(|e| ConfigError::new("WATCHBRIDGE_POLL_INTERVAL", e.to_string()))?;
+        let schedule = self.schedule()?;
         if self.max_in_flight == 0 {
             return Err(ConfigError::new(
                 "WATCHBRIDGE_MAX_IN_FLIGHT",
@@ -406,6 +427,82 @@ impl RunArgs {
             mode: self.mode,
             metrics_addr,
         })
+    }
+}
+
+impl RunArgs {
+    /// The poll schedule: `WATCHBRIDGE_POLL_INTERVAL`, `WATCHBRIDGE_POLL_JITTER` and the
+    /// retry policy (`WATCHBRIDGE_RETRY_*`), each checked under its own name.
+    fn schedule(&self) -> Result<Schedule, ConfigError> {
+        if self.poll_interval.is_zero() {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_POLL_INTERVAL",
+                "must be more than zero",
+            ));
+        }
+        if !(0.0..1.0).contains(&self.poll_jitter) {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_POLL_JITTER",
+                format!(
+                    "`{}` is not a fraction from 0 to below 1 (e.g. 0.1)",
+                    self.poll_jitter
+                ),
+            ));
+        }
+        let (initial, max) = (self.retry_initial_backoff, self.retry_max_backoff);
+        if initial.is_zero() {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_RETRY_INITIAL_BACKOFF",
+                "must be more than zero",
+            ));
+        }
+        if max < initial {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_RETRY_MAX_BACKOFF",
+                format!(
+                    "{} is below WATCHBRIDGE_RETRY_INITIAL_BACKOFF ({})",
+                    humantime::format_duration(max),
+                    humantime::format_duration(initial)
+                ),
+            ));
+        }
+        let limit = retry_limit(&self.retry_limit, initial, max)?;
+        let schedule = Schedule {
+            interval: self.poll_interval,
+            jitter: self.poll_jitter,
+            retry: Retry {
+                initial,
+                max,
+                limit,
+            },
+            ..Schedule::default()
+        };
+        schedule
+            .validate()
+            .map_err(|e| ConfigError::new("WATCHBRIDGE_POLL_INTERVAL", e.to_string()))?;
+        Ok(schedule)
+    }
+}
+
+/// `WATCHBRIDGE_RETRY_LIMIT`: a number of retries, a duration they must span (see
+/// [`Retry::limit_for`]), or `unlimited`.
+fn retry_limit(value: &str, initial: Duration, max: Duration) -> Result<u32, ConfigError> {
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("unlimited") {
+        return Ok(u32::MAX);
+    }
+    if let Ok(n) = value.parse::<u32>() {
+        return Ok(n);
+    }
+    match humantime::parse_duration(value) {
+        Ok(d) => Ok(Retry::limit_for(d, initial, max)),
+        Err(_) => Err(ConfigError::new(
+            "WATCHBRIDGE_RETRY_LIMIT",
+            format!(
+                "`{value}` is not a number of retries (e.g. 5), a duration for them to span \
+                 (e.g. 10m) or `unlimited`"
+            ),
+        )),
     }
 }
 
@@ -596,5 +693,80 @@ mod tests {
             "KAFKA_ACKS"
         );
         assert!(!is_secret("security.protocol"));
+    }
+
+    #[test]
+    fn the_retry_policy_is_set_from_the_environment_and_checked() {
+        let retry = |extra: &[&str]| {
+            let mut a = base();
+            a.extend_from_slice(extra);
+            parse(&a).unwrap().check([]).map(|c| c.rules.schedule)
+        };
+        let d = retry(&[]).unwrap();
+        assert_eq!(
+            (d.retry.limit, d.retry.initial, d.retry.max, d.jitter),
+            (5, Duration::from_secs(1), Duration::from_secs(60), 0.1),
+            "the defaults: about 31 s of retries"
+        );
+        let s = retry(&[
+            "--retry-limit",
+            "12",
+            "--retry-initial-backoff",
+            "250ms",
+            "--retry-max-backoff",
+            "2m",
+            "--poll-jitter",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(
+            (s.retry.limit, s.retry.initial, s.retry.max, s.jitter),
+            (
+                12,
+                Duration::from_millis(250),
+                Duration::from_secs(120),
+                0.0
+            )
+        );
+        // A duration: as many retries as the backoff takes to span it (1+2+4+8+16+32 s,
+        // then 60 s each: 15 retries reach 10 minutes).
+        assert_eq!(retry(&["--retry-limit", "10m"]).unwrap().retry.limit, 15);
+        assert_eq!(retry(&["--retry-limit", "0s"]).unwrap().retry.limit, 0);
+        assert_eq!(
+            retry(&["--retry-limit", "Unlimited"]).unwrap().retry.limit,
+            u32::MAX
+        );
+        for (args, var) in [
+            (&["--retry-limit", "soon"][..], "WATCHBRIDGE_RETRY_LIMIT"),
+            (&["--retry-limit=-1"], "WATCHBRIDGE_RETRY_LIMIT"),
+            (
+                &["--retry-initial-backoff", "0s"],
+                "WATCHBRIDGE_RETRY_INITIAL_BACKOFF",
+            ),
+            (
+                &["--retry-initial-backoff", "2m"],
+                "WATCHBRIDGE_RETRY_MAX_BACKOFF",
+            ),
+            (
+                &["--retry-max-backoff", "10ms"],
+                "WATCHBRIDGE_RETRY_MAX_BACKOFF",
+            ),
+            (&["--poll-jitter", "1"], "WATCHBRIDGE_POLL_JITTER"),
+            (&["--poll-jitter=-0.1"], "WATCHBRIDGE_POLL_JITTER"),
+            (&["--poll-jitter", "NaN"], "WATCHBRIDGE_POLL_JITTER"),
+        ] {
+            let e = retry(args).unwrap_err();
+            assert_eq!(e.var, var, "{args:?}: {e}");
+        }
+        let e = retry(&["--retry-limit", "soon"]).unwrap_err().to_string();
+        assert!(e.contains("unlimited") && e.contains("10m"), "{e}");
+        let e = retry(&["--retry-max-backoff", "10ms"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("WATCHBRIDGE_RETRY_INITIAL_BACKOFF"), "{e}");
+        let mut a = base();
+        a.extend_from_slice(&["--poll-jitter", "lots"]);
+        let e = parse(&a).unwrap_err().to_string();
+        assert!(e.contains("WATCHBRIDGE_POLL_JITTER"), "{e}");
     }
 }

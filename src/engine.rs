@@ -29,7 +29,8 @@
 //!   [`WatchRecord::from_watch`](crate::state::WatchRecord) and
 //!   [`SeenJournal::add`](crate::state::SeenJournal::add) need; the runtime decides when to
 //!   write (a hash only once its output is acknowledged). A poll that ends the watch sends
-//!   [`Event::Terminated`] instead: a finished record keeps no progress or seen chunks.
+//!   [`Event::Terminated`] instead: a finished record keeps no progress or seen chunks, but
+//!   a watch that ended `failed` hands over its seen set (kept to start it again).
 //!   Every poll changes progress (at least the poll or failure count), so every poll that
 //!   does not end the watch has a checkpoint. Deferrals by the host rate limit are not
 //!   reported: the saved next poll time is then earlier than the real one, and a restored
@@ -177,6 +178,9 @@ pub enum Event {
     Terminated {
         key: Bytes,
         reason: TerminatedReason,
+        /// A watch that ended `failed`: its seen set, so that its input, delivered again,
+        /// can start it again knowing what it found (empty for every other reason).
+        seen: SeenSet,
     },
 }
 
@@ -373,7 +377,7 @@ impl<P: Poller> Engine<P> {
             if let Some((key, reason)) = self.table.stop_if_done(id, now) {
                 *spare_permit = Some(permit);
                 self.publish_min_hold();
-                self.terminated(key, reason, events).await?;
+                self.terminated(key, reason, SeenSet::new(), events).await?;
                 continue;
             }
             let Some(input) = self.table.watch(id).map(|w| w.input().clone()) else {
@@ -448,14 +452,21 @@ impl<P: Poller> Engine<P> {
                     send(events, Event::Outputs { key, outputs, hold }).await?;
                 }
                 match polled.next {
-                    Next::Stop(reason) => self.terminated(key, reason, events).await?,
+                    Next::Stop(reason) => {
+                        self.terminated(key, reason, SeenSet::new(), events).await?
+                    }
                     Next::PollAt(at) => {
                         self.checkpoint(done.id, key, at, new_hashes, events)
                             .await?
                     }
                 }
             }
-            Completion::Failed { key, failed, error } => {
+            Completion::Failed {
+                key,
+                failed,
+                error,
+                seen,
+            } => {
                 let retry_in = match failed.next {
                     Next::PollAt(at) => Some(Duration::from_millis((at - now).max(0) as u64)),
                     Next::Stop(_) => None,
@@ -469,7 +480,7 @@ impl<P: Poller> Engine<P> {
                 }
                 .emit(&self.metrics);
                 match failed.next {
-                    Next::Stop(reason) => self.terminated(key, reason, events).await?,
+                    Next::Stop(reason) => self.terminated(key, reason, seen, events).await?,
                     Next::PollAt(at) => {
                         self.checkpoint(done.id, key, at, Vec::new(), events)
                             .await?
@@ -508,6 +519,7 @@ impl<P: Poller> Engine<P> {
         &mut self,
         key: Bytes,
         reason: TerminatedReason,
+        seen: SeenSet,
         events: &mpsc::Sender<Event>,
     ) -> Result<(), Ended> {
         WatchTerminated {
@@ -518,7 +530,7 @@ impl<P: Poller> Engine<P> {
         if let Some(ended) = self.ended.as_mut() {
             ended.insert(key.clone());
         }
-        send(events, Event::Terminated { key, reason }).await
+        send(events, Event::Terminated { key, reason, seen }).await
     }
 
     /// Whether `key`'s watch has ended and the runtime has not acknowledged it yet.

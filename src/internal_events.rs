@@ -163,7 +163,7 @@ impl InputConsumed {
 pub struct InputDeadLettered<'a> {
     pub partition: i32,
     pub offset: i64,
-    /// `not_json`, `no_key` or `unresolvable`.
+    /// `not_json`, `no_key`, `unresolvable` or `too_large`.
     pub reason: &'static str,
     pub error: &'a str,
 }
@@ -495,6 +495,23 @@ impl InputKeyedApart<'_> {
             );
         }
         m.inputs_keyed_apart.inc();
+    }
+}
+
+/// An input whose watch failed (within the retention) came again: the watch starts again,
+/// knowing the `seen` outputs it had found, and emits only what is new.
+pub struct FailedWatchRestarted<'a> {
+    pub key: &'a [u8],
+    pub partition: i32,
+    pub offset: i64,
+    pub seen: usize,
+}
+
+impl FailedWatchRestarted<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::info!(key = %KeyDisplay(self.key), partition = self.partition, offset = self.offset,
+            seen = self.seen, "failed watch started again by its input; it emits only outputs it had not found");
+        m.failed_watches_restarted.inc();
     }
 }
 

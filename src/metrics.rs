@@ -36,6 +36,7 @@ pub struct Metrics {
     pub recovery_duration: Histogram,
     pub outputs_recovered: IntCounter,
     pub inputs_finished: IntCounter,
+    pub failed_watches_restarted: IntCounter,
     pub state_records_written: IntCounter,
     pub transactions: IntCounterVec,
     pub partition_restarts: IntCounter,
@@ -132,7 +133,7 @@ impl Metrics {
         let inputs_dead_lettered = reg!(IntCounterVec::new(
             Opts::new(
                 "watchbridge_inputs_dead_lettered_total",
-                "Input records sent to the dead-letter topic, by reason (not_json, no_key, unresolvable)"
+                "Input records sent to the dead-letter topic, by reason (not_json, no_key, unresolvable, too_large)"
             ),
             &["reason"]
         ));
@@ -192,6 +193,10 @@ impl Metrics {
         let inputs_finished = reg!(IntCounter::new(
             "watchbridge_inputs_for_finished_watches_total",
             "Inputs whose watch already finished within WATCHBRIDGE_FINISHED_RETENTION (not started again)"
+        ));
+        let failed_watches_restarted = reg!(IntCounter::new(
+            "watchbridge_failed_watches_restarted_total",
+            "Inputs whose watch had failed within WATCHBRIDGE_FINISHED_RETENTION: the watch started again, knowing the outputs it had found"
         ));
         let state_records_written = reg!(IntCounter::new(
             "watchbridge_state_records_written_total",
@@ -273,6 +278,7 @@ impl Metrics {
             recovery_duration,
             outputs_recovered,
             inputs_finished,
+            failed_watches_restarted,
             state_records_written,
             transactions,
             partition_restarts,

@@ -26,8 +26,43 @@ pub struct Retry {
     /// The retry delay never grows past this (a `Retry-After` from the resource still wins).
     pub max: Duration,
     /// How many retries in a row are allowed; the failure after them ends the watch as
-    /// `failed`. `0` fails the watch on its first error.
+    /// `failed`. `0` fails the watch on its first error; `u32::MAX` never does.
     pub limit: u32,
+}
+
+impl Retry {
+    /// The retry limit whose retries span `duration`: the fewest retries whose delays
+    /// (`initial` doubling up to `max`, before jitter and `Retry-After`) add up to at least
+    /// `duration`; a watch that keeps failing then ends `failed` about `duration` after its
+    /// first failure (plus the polls' own time). `u32::MAX` (no limit) when that is more
+    /// retries than a `u32` counts.
+    pub fn limit_for(duration: Duration, initial: Duration, max: Duration) -> u32 {
+        let (target, max) = (duration.as_secs_f64(), max.as_secs_f64());
+        let mut delay = initial.as_secs_f64().min(max);
+        if target <= 0.0 {
+            return 0;
+        }
+        if delay <= 0.0 {
+            return u32::MAX;
+        }
+        let mut spanned = 0.0;
+        let mut retries: u32 = 0;
+        while spanned < target {
+            if delay >= max {
+                // Every further delay is `max`.
+                let more = ((target - spanned) / max).ceil();
+                return if more >= f64::from(u32::MAX - retries) {
+                    u32::MAX
+                } else {
+                    retries + more as u32
+                };
+            }
+            spanned += delay;
+            retries += 1;
+            delay = (delay * 2.0).min(max);
+        }
+        retries
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -322,5 +357,27 @@ mod tests {
         .contains("backoff max"));
         assert!(with(|s| s.retry.max = Duration::from_millis(1)).contains("retry max"));
         assert!(Schedule::default().validate().is_ok());
+    }
+
+    #[test]
+    fn a_retry_duration_becomes_the_retries_whose_delays_span_it() {
+        let (initial, max) = (secs(1.0), secs(60.0));
+        let limit = |d: f64| Retry::limit_for(secs(d), initial, max);
+        assert_eq!(limit(0.0), 0);
+        assert_eq!(limit(1.0), 1);
+        assert_eq!(limit(1.5), 2);
+        assert_eq!(limit(31.0), 5, "the default limit spans 31 s");
+        assert_eq!(limit(32.0), 6);
+        // 1+2+4+8+16+32 = 63 s after 6 retries, then 60 s each.
+        assert_eq!(limit(600.0), 15);
+        assert_eq!(
+            Retry::limit_for(
+                Duration::MAX,
+                Duration::from_nanos(1),
+                Duration::from_nanos(1)
+            ),
+            u32::MAX,
+            "too many to count: unlimited"
+        );
     }
 }

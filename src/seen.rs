@@ -53,6 +53,15 @@ struct Lists {
     recent: Vec<OutputHash>,
 }
 
+/// Two sets are equal when they hold the same hashes (however they are laid out).
+impl PartialEq for SeenSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().all(|h| other.contains(h))
+    }
+}
+
+impl Eq for SeenSet {}
+
 /// Most entries `recent` may hold (and its most capacity) for a base of `base_len` entries.
 fn recent_limit(base_len: usize) -> usize {
     // f64 is exact enough here: the limit only needs to be deterministic and about sqrt(2n).

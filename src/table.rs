@@ -57,6 +57,8 @@ pub enum Completion {
         key: Bytes,
         failed: Failed,
         error: PollError,
+        /// The watch's seen set when this failure ended it as `failed` (empty otherwise).
+        seen: SeenSet,
     },
 }
 
@@ -244,7 +246,16 @@ impl<I> WatchTable<I> {
                 let failed = watch.on_failure(&error, now, &self.rules, &mut self.rng);
                 let next = failed.next.clone();
                 let key = watch.key().clone();
-                (Completion::Failed { key, failed, error }, next)
+                let seen = SeenSet::new();
+                (
+                    Completion::Failed {
+                        key,
+                        failed,
+                        error,
+                        seen,
+                    },
+                    next,
+                )
             }
         };
         let new_hold = watch.hold();
@@ -252,10 +263,16 @@ impl<I> WatchTable<I> {
             self.remove_hold(old_hold);
             self.add_hold(new_hold);
         }
+        let mut completion = completion;
         match next {
             Next::PollAt(at) => self.schedule(id, at),
-            Next::Stop(_) => {
-                self.remove(id);
+            Next::Stop(reason) => {
+                let removed = self.remove(id);
+                if let (Completion::Failed { seen, .. }, TerminatedReason::Failed, Some(watch)) =
+                    (&mut completion, reason, removed)
+                {
+                    *seen = watch.into_seen();
+                }
             }
         }
         Some(completion)

@@ -176,6 +176,11 @@ impl<I> Watch<I> {
         &self.seen
     }
 
+    /// Its seen set, the watch gone (a failed watch's is kept, to start it again).
+    pub fn into_seen(self) -> SeenSet {
+        self.seen
+    }
+
     /// Checked when a poll falls due: a time-based condition may have fired while waiting,
     /// in which case the watch ends without polling again.
     pub fn stop_before_poll(&self, now: Millis, rules: &WatchRules) -> Option<TerminatedReason> {

@@ -1176,3 +1176,234 @@ async fn inputs_redelivered_as_their_watch_ends_start_nothing_and_are_all_commit
         bridge.log()
     );
 }
+
+/// A state topic whose `cleanup.policy` does not compact (created by someone else, or by a
+/// broker's automatic creation with its default `delete`) would lose sealed seen chunks and
+/// the records of long-quiet watches when its retention runs: outputs emitted twice after a
+/// restart, watches forgotten. The bridge reads the topic's settings (DescribeConfigs) and
+/// refuses such a topic at start, naming it, the setting and the fix. Both test brokers
+/// describe a policy set at creation; where the broker describes none (Tansu, for a topic
+/// created without one: `tests/brokers.rs`), the bridge warns that it cannot check and goes
+/// on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_state_topic_that_is_not_compacted_is_refused_at_start() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("statepolicy", 1).await;
+    let state = format!("{}.state", s.group);
+    broker()
+        .create_topic_with(&state, 1, &[("cleanup.policy", "delete")])
+        .await;
+    let mut bridge = Bridge::spawn(&s.env(&server));
+    let code = bridge.exit_code(Duration::from_secs(60));
+    let log = bridge.log();
+    assert_ne!(code, Some(0), "{log}");
+    assert!(
+        log.contains("WATCHBRIDGE_STATE_TOPIC")
+            && log.contains(&format!("`{state}`"))
+            && log.contains("cleanup.policy=delete")
+            && log.contains("cleanup.policy=compact"),
+        "{log}"
+    );
+
+    if broker().kind() == support::kafka::BrokerKind::Tansu {
+        let s = Setup::new("statepolicy-unset", 1).await;
+        broker()
+            .create_topic(&format!("{}.state", s.group), 1)
+            .await;
+        let mut bridge = Bridge::start(&s.env(&server));
+        bridge.wait_for_log("partition state restored", Duration::from_secs(60));
+        assert!(
+            bridge
+                .log()
+                .contains("cannot read the state topic's cleanup.policy"),
+            "{}",
+            bridge.log()
+        );
+        assert_eq!(bridge.terminate().0, Some(0));
+    }
+}
+
+/// An input whose watch record would be larger than a state record may be (1,000,000 bytes:
+/// the record keeps the input's value) cannot be saved: its watch would run unsaved and be
+/// lost at the next restart while its input is committed. It goes to the dead-letter topic
+/// instead, with kind `too_large`, and starts no watch; the inputs after it are watched.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_input_too_large_to_save_goes_to_the_dead_letter_topic_and_starts_no_watch() {
+    let polled = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let server = {
+        let polled = polled.clone();
+        TestServer::start(move |seen| {
+            polled.lock().unwrap().push(seen.target.clone());
+            finished_feeds(seen)
+        })
+        .await
+    };
+    let s = Setup::new("toolarge", 1).await;
+    let mut env = s.env(&server);
+    // Its dead letter (the value plus the reason and source headers) is larger than
+    // librdkafka's default `message.max.bytes` (1,000,000); the broker's default limit is
+    // 1,048,588.
+    env.push(("KAFKA_MESSAGE_MAX_BYTES", "1048588".into()));
+    let mut bridge = Bridge::start(&env);
+    let pad = "x".repeat(999_900);
+    let big = json!({"id": 1, "pad": pad}).to_string();
+    broker()
+        .produce(&s.input, Some(0), Some(b"user-1"), big.as_bytes(), &[])
+        .await;
+    support::scenario::produce_user_to(&s.input, Some(0), 2).await;
+    let dead = broker().consume(&s.dlq, 1, Duration::from_secs(60)).await;
+    assert_eq!(
+        header(&dead[0], "watchbridge-error-kind").as_deref(),
+        Some("too_large"),
+        "{}",
+        bridge.log()
+    );
+    assert_eq!(
+        header(&dead[0], "watchbridge-source-offset").as_deref(),
+        Some("0")
+    );
+    assert!(
+        header(&dead[0], "watchbridge-error")
+            .unwrap()
+            .contains("1000000"),
+        "the reason names the limit: {:?}",
+        header(&dead[0], "watchbridge-error")
+    );
+    assert_eq!(
+        dead[0].payload(),
+        Some(big.as_bytes()),
+        "the original value"
+    );
+    let outputs = wait_for_outputs(&s.output, 2, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let outputs = wait_for_outputs(&s.output, outputs.len(), Duration::from_secs(10)).await;
+    assert!(
+        outputs.iter().all(|m| key(m) == "user-2"),
+        "only the second input was watched: {:?}",
+        outputs.iter().map(key).collect::<Vec<_>>()
+    );
+    assert!(
+        polled
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|t| !t.contains("/users/1/")),
+        "the too-large input's resource was never polled"
+    );
+    assert_eq!(bridge.terminate().0, Some(0));
+    assert_eq!(
+        broker().committed(&s.group, &s.input, 1)[0],
+        2,
+        "both inputs committed\n{}",
+        bridge.log()
+    );
+}
+
+/// The recovery tracks outputs it finds on the output topic for a watch of its partition
+/// that has no state record (its input, uncommitted, is read again and the watch starts
+/// knowing them) until every uncommitted input has been read again; outputs of a watch
+/// whose input does not come again are then forgotten, and until then they pin the saved
+/// output offsets (every later recovery reads the output topic back from there). "Read
+/// again" is the end of the input partition, also when that end is a transaction marker
+/// (Apache Kafka: inputs produced in a transaction), which no consumer is handed: the task
+/// waited for a record at `end - 1` and kept them forever. (On Tansu the inputs are produced
+/// one by one and the partition ends in a record.)
+#[tokio::test(flavor = "multi_thread")]
+async fn outputs_of_no_watch_are_forgotten_once_the_inputs_are_read_to_an_end_that_is_a_marker() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("preseen", 1).await;
+    let b = broker();
+    b.create_topic(&s.output, 1).await;
+    // An output of a watch with no record, as an instance that no longer owned the
+    // partition could have left.
+    b.produce(
+        &s.output,
+        Some(0),
+        Some(b"ghost"),
+        br#"{"id": "g1"}"#,
+        &[
+            ("watchbridge-output-key", b"g1"),
+            ("watchbridge-input-partition", b"0"),
+        ],
+    )
+    .await;
+    b.produce_in_transaction(&s.input, 0, &[(b"user-1", br#"{"id": 1}"#)])
+        .await;
+    let mut bridge = Bridge::start(&s.env(&server));
+    wait_for_outputs(&s.output, 3, Duration::from_secs(60)).await;
+    bridge.wait_for_log("neither saved nor coming again", Duration::from_secs(30));
+    assert_eq!(bridge.terminate().0, Some(0));
+    // Ends of partition are events the bridge asks for, not errors to log.
+    assert!(!bridge.log().contains("PartitionEOF"), "{}", bridge.log());
+}
+
+/// A short outage must not end watches for good. The retry limit and backoff are settings
+/// (`WATCHBRIDGE_RETRY_*`); a watch that reaches the limit ends `failed`, but its seen set is
+/// kept, like a finished watch's record, for `WATCHBRIDGE_FINISHED_RETENTION`: its input,
+/// delivered again, starts it again, and it emits only what is new — whether the input comes
+/// back to the same bridge (seen set in memory) or after a restart (from the state topic).
+/// (Before: the seen set was deleted and the input, within the retention, started nothing;
+/// after it, everything was emitted again.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_watch_started_again_by_its_input_emits_only_what_is_new() {
+    // 0: two events per user; 1: every poll fails (HTTP 500); 2: three events, final.
+    let phase = Arc::new(AtomicUsize::new(0));
+    let server = {
+        let phase = phase.clone();
+        TestServer::start(move |seen| {
+            let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
+            let event = |i: i64| json!({"id": format!("u{user}-{i}"), "at": T0 + i});
+            match phase.load(Ordering::SeqCst) {
+                0 => Reply::json(json!({"events": [event(0), event(1)], "done": false})),
+                1 => Reply::status(500, "down"),
+                _ => Reply::json(json!({"events": [event(0), event(1), event(2)], "done": true})),
+            }
+        })
+        .await
+    };
+    let s = Setup::new("failed", 1).await;
+    let mut env = s.env(&server);
+    // Fail after one retry, 100 ms after the first failure.
+    env.push(("WATCHBRIDGE_RETRY_LIMIT", "1".into()));
+    env.push(("WATCHBRIDGE_RETRY_INITIAL_BACKOFF", "100ms".into()));
+    let mut bridge = Bridge::start(&env);
+    produce_user(&s.input, 1).await;
+    produce_user(&s.input, 2).await;
+    wait_for_outputs(&s.output, 4, Duration::from_secs(60)).await;
+    phase.store(1, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while bridge.log().matches("watch failed").count() < 2 {
+        assert!(Instant::now() < deadline, "{}", bridge.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    phase.store(2, Ordering::SeqCst);
+
+    // User 1's input again, to the same bridge.
+    produce_user(&s.input, 1).await;
+    wait_for_outputs(&s.output, 5, Duration::from_secs(60)).await;
+    bridge.wait_for_log("failed watch started again", Duration::from_secs(5));
+    // User 2's after a restart: its seen set comes from the state topic.
+    assert_eq!(bridge.terminate().0, Some(0));
+    let bridge = Bridge::start(&env);
+    bridge.wait_for_log("partition state restored", Duration::from_secs(60));
+    produce_user(&s.input, 2).await;
+    let all = wait_for_outputs(&s.output, 6, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all = wait_for_outputs(&s.output, all.len(), Duration::from_secs(10)).await;
+    assert!(
+        bridge.log().contains("failed watch started again") && bridge.log().contains("seen=2"),
+        "{}",
+        bridge.log()
+    );
+    let mut keys: Vec<_> = all
+        .iter()
+        .map(|m| header(m, "watchbridge-output-key").unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["u1-0", "u1-1", "u1-2", "u2-0", "u2-1", "u2-2"],
+        "each output once\n{}",
+        bridge.log()
+    );
+}

@@ -9,6 +9,8 @@
 //!   yet a `read_committed` consumer reads the record of that failed transaction.
 //! - Compaction: on Apache Kafka the log cleaner removes superseded values and, after
 //!   `delete.retention.ms`, tombstones; on Tansu nothing is removed.
+//! - DescribeConfigs: both describe a topic's `cleanup.policy` as created; for a topic
+//!   created without one, Kafka describes its default (`delete`), Tansu nothing.
 
 mod support;
 
@@ -257,4 +259,41 @@ async fn the_log_cleaner_compacts_on_kafka_and_never_runs_on_tansu() {
             assert_eq!(tombstones, 5, "every tombstone is still there");
         }
     }
+}
+
+/// DescribeConfigs, which the bridge uses to refuse a state topic that is not compacted
+/// (`src/kafka/client.rs`): both brokers describe a topic's `cleanup.policy` as it was
+/// created; for a topic created without one, Kafka describes its default (`delete`), Tansu
+/// 0.6 nothing (the bridge then warns that it cannot check, and goes on).
+#[tokio::test(flavor = "multi_thread")]
+async fn both_brokers_describe_a_topics_cleanup_policy() {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    let b = broker();
+    let admin: AdminClient<DefaultClientContext> = b.config().create().unwrap();
+    let mut policies = Vec::new();
+    for created in [Some("compact"), Some("delete"), None] {
+        let topic = b.unique_topic("describe");
+        match created {
+            Some(policy) => {
+                b.create_topic_with(&topic, 1, &[("cleanup.policy", policy)])
+                    .await
+            }
+            None => b.create_topic(&topic, 1).await,
+        }
+        let described = admin
+            .describe_configs(
+                [&ResourceSpecifier::Topic(&topic)],
+                &AdminOptions::new().request_timeout(Some(Duration::from_secs(15))),
+            )
+            .await
+            .expect("DescribeConfigs");
+        let resource = described.into_iter().next().unwrap().expect("the topic");
+        policies.push(resource.get("cleanup.policy").and_then(|e| e.value.clone()));
+    }
+    println!("{:?}: {policies:?}", b.kind());
+    assert_eq!(
+        policies[..2],
+        [Some("compact".into()), Some("delete".into())]
+    );
 }

@@ -238,7 +238,7 @@ fn outputs_of(events: &[Event], name: &str) -> Vec<(String, Millis)> {
 
 fn reason_of(events: &[Event], name: &str) -> Option<TerminatedReason> {
     events.iter().find_map(|e| match e {
-        Event::Terminated { key, reason } if key == name.as_bytes() => Some(reason.clone()),
+        Event::Terminated { key, reason, .. } if key == name.as_bytes() => Some(reason.clone()),
         _ => None,
     })
 }
@@ -372,6 +372,43 @@ async fn poll_errors_retry_with_backoff_then_fail_the_watch() {
         .with_label_values(&["error", "http_5xx"])
         .get();
     assert_eq!(errors, 7);
+}
+
+/// A watch that fails hands its seen set over with its end (to be started again knowing
+/// it); a watch that ends for any other reason hands over nothing.
+#[tokio::test(start_paused = true)]
+async fn a_failed_watch_hands_over_its_seen_set() {
+    let err = || Err(PollError::transient("http_5xx", "503 from upstream"));
+    let poller = Arc::new(Scripted::with(vec![
+        (
+            "outage",
+            vec![
+                Ok(PollResult::incomplete(vec![out("a", T0), out("b", T0)])),
+                err(),
+                err(),
+                err(),
+                err(),
+            ],
+        ),
+        ("done", vec![Ok(PollResult::complete(vec![out("c", T0)]))]),
+    ]));
+    let r = start(poller, rules("never"), unlimited(), 64);
+    r.watch("outage", T0).await;
+    r.watch("done", T0).await;
+    let events = r.drain().await;
+    let seen_of = |name: &str| {
+        events.iter().find_map(|e| match e {
+            Event::Terminated { key, seen, .. } if key == name.as_bytes() => Some(seen.clone()),
+            _ => None,
+        })
+    };
+    let outage = seen_of("outage").expect("ended");
+    assert_eq!(reason_of(&events, "outage"), Some(TerminatedReason::Failed));
+    assert_eq!(
+        outage,
+        SeenSet::from_hashes([hash_key(b"a"), hash_key(b"b")])
+    );
+    assert_eq!(seen_of("done"), Some(SeenSet::new()));
 }
 
 #[tokio::test(start_paused = true)]
@@ -662,7 +699,9 @@ struct Observed {
 fn observed(events: &Timed, poller: &Scripted, name: &str) -> Observed {
     let plain: Vec<Event> = events.iter().map(|(_, e)| e.clone()).collect();
     let terminated = events.iter().find_map(|(t, e)| match e {
-        Event::Terminated { key, reason } if key == name.as_bytes() => Some((*t, reason.clone())),
+        Event::Terminated { key, reason, .. } if key == name.as_bytes() => {
+            Some((*t, reason.clone()))
+        }
         _ => None,
     });
     Observed {

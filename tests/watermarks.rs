@@ -512,3 +512,52 @@ async fn the_watermark_reader_reaches_an_end_that_is_a_transaction_marker() {
         "the reader saw the end of {topic}"
     );
 }
+
+/// A bounded run ends when it has read each input partition to its end, also when the
+/// last offset before that end holds no record a consumer is handed: on Apache Kafka,
+/// inputs produced in a transaction end in its commit marker. (The run waited for a record
+/// at `end - 1`, which never came, and never ended.) On Tansu, which has no transactions,
+/// the inputs are produced one by one and the partition ends in a record.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bounded_run_ends_when_its_input_ends_in_a_transaction_marker() {
+    let server = TestServer::start(live_feeds()).await;
+    let t = topics("wm-bounded-txn", 1).await;
+    let inputs: Vec<(Vec<u8>, Vec<u8>)> = (0..2)
+        .map(|user| {
+            (
+                format!("user-{user}").into_bytes(),
+                json!({ "id": user }).to_string().into_bytes(),
+            )
+        })
+        .collect();
+    let records: Vec<(&[u8], &[u8])> = inputs.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+    let transactional = broker().produce_in_transaction(&t.input, 0, &records).await;
+    let (_, end) = broker().offsets(&t.input, 0);
+    assert_eq!(end, if transactional { 3 } else { 2 });
+    let mut e = env(&t, &server);
+    e.push(("WATCHBRIDGE_MODE", "bounded".into()));
+    e.push(("WATCHBRIDGE_TERMINATION", "total(30s)".into()));
+    let mut bridge = Bridge::start(&e);
+    assert_eq!(
+        exit_code(&mut bridge, Duration::from_secs(60)),
+        Some(0),
+        "{}",
+        bridge.log()
+    );
+    assert_eq!(
+        output_count(&t.output).await,
+        12,
+        "every watch ran to its end"
+    );
+    // Its inputs are committed past the marker: a second run has nothing to read.
+    let group = format!("{}-group", t.input);
+    assert_eq!(broker().committed(&group, &t.input, 1), [end]);
+    let mut again = Bridge::start(&e);
+    assert_eq!(
+        exit_code(&mut again, Duration::from_secs(60)),
+        Some(0),
+        "{}",
+        again.log()
+    );
+    assert_eq!(output_count(&t.output).await, 12);
+}

@@ -22,7 +22,6 @@ use crate::metrics::Metrics;
 use crate::pollers::builtin::{PollerArgs, PollerKind};
 use crate::pollers::http::{HttpArgs, HttpConfig, HttpPoller};
 use crate::pollers::ConfigError;
-use crate::schedule::Retry;
 use feeds::{Feed, FeedServer, Feeds};
 use prometheus::core::Collector;
 use prometheus::IntCounterVec;
@@ -140,6 +139,12 @@ fn bridge_config(args: &DemoArgs) -> Result<RunConfig, ConfigError> {
         dlq_topic: Some(DLQ_TOPIC.into()),
         watch_key: None,
         poll_interval: args.poll_interval,
+        // Retries at the pace of polling (production waits seconds to minutes), so the user
+        // whose feed does not exist ends `failed` within the run instead of as `stable`.
+        retry_limit: "3".into(),
+        retry_initial_backoff: (args.poll_interval / 2).max(Duration::from_millis(1)),
+        retry_max_backoff: args.poll_interval.saturating_mul(2),
+        poll_jitter: 0.1,
         termination: args.termination.clone(),
         max_in_flight: args.max_in_flight,
         host_rate: args.host_rate,
@@ -170,19 +175,7 @@ fn bridge_config(args: &DemoArgs) -> Result<RunConfig, ConfigError> {
         },
     };
     // No `KAFKA_*` from the environment: they are for a real cluster, not the embedded one.
-    let mut config = run.check(std::iter::empty())?;
-    // Retries at the pace of polling (production waits seconds to minutes), so the user
-    // whose feed does not exist ends `failed` within the run instead of as `stable`.
-    let schedule = &mut config.rules.schedule;
-    schedule.retry = Retry {
-        initial: (schedule.interval / 2).max(Duration::from_millis(1)),
-        max: schedule.interval.saturating_mul(2),
-        limit: 3,
-    };
-    schedule
-        .validate()
-        .map_err(|e| ConfigError::new("WATCHBRIDGE_POLL_INTERVAL", e.to_string()))?;
-    Ok(config)
+    run.check(std::iter::empty())
 }
 
 /// The HTTP poller pointed at the demo's feeds (fixed: the feeds' shape is the demo's).

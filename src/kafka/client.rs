@@ -4,7 +4,7 @@ use super::embedded::EmbeddedBroker;
 use super::health::KafkaContext;
 use crate::config::{is_secret, RunConfig};
 use crate::internal_events::{BrokersAnswered, WaitReport, WaitingForBrokers};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
@@ -57,6 +57,16 @@ pub enum KafkaSetupError {
         found: i32,
         expected: i32,
     },
+    #[error(
+        "WATCHBRIDGE_STATE_TOPIC: topic `{topic}` has {setting}, so the broker deletes its old \
+         records: sealed seen chunks and the records of long-quiet watches would be lost when \
+         its retention runs (outputs emitted again after a restart, watches forgotten). Make \
+         it compacted only (cleanup.policy=compact, e.g. `kafka-configs.sh --bootstrap-server \
+         <brokers> --alter --entity-type topics --entity-name {topic} --add-config \
+         cleanup.policy=compact`), or name another state topic (a missing one is created \
+         compacted)"
+    )]
+    StateNotCompacted { topic: String, setting: String },
 }
 
 /// The settings every client shares: the brokers and the user's `KAFKA_*` properties, but
@@ -279,10 +289,115 @@ pub async fn ensure_topics(
             expected,
         });
     }
+    if embedded.is_none() {
+        check_state_cleanup(brokers, config).await?;
+    }
     Ok(TopicLayout {
         input_partitions: layout[&config.input_topic],
         output_partitions: layout[&config.output_topic],
     })
+}
+
+/// Refuse a state topic whose records the broker deletes by time or size (see
+/// [`KafkaSetupError::StateNotCompacted`]), where the broker can describe the topic's
+/// configuration; where it cannot (Tansu 0.6 answers DescribeConfigs without the topic's
+/// settings), say so once and go on.
+async fn check_state_cleanup(brokers: &str, config: &RunConfig) -> Result<(), KafkaSetupError> {
+    let topic = config.state_topic.as_str();
+    let described = describe_topic(brokers, config, topic).await;
+    let entries = match described.and_then(|entries| {
+        if entries.contains_key("cleanup.policy") {
+            Ok(entries)
+        } else {
+            Err("the broker's answer has no cleanup.policy".to_string())
+        }
+    }) {
+        Ok(entries) => entries,
+        Err(error) => {
+            cleanup_unknown(topic, &error);
+            return Ok(());
+        }
+    };
+    let get = |name: &str| entries.get(name).and_then(|v| v.as_deref());
+    match deleting_setting(
+        get("cleanup.policy"),
+        get("retention.ms"),
+        get("retention.bytes"),
+    ) {
+        Some(setting) => Err(KafkaSetupError::StateNotCompacted {
+            topic: topic.to_string(),
+            setting,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn cleanup_unknown(topic: &str, why: &str) {
+    tracing::warn!(
+        topic,
+        reason = why,
+        "cannot read the state topic's cleanup.policy (WATCHBRIDGE_STATE_TOPIC); going on \
+         unchecked: it must be compacted, or retention will delete watch state"
+    );
+}
+
+/// What in a topic's settings makes the broker delete records other than by compaction
+/// (`None`: nothing; only a superseded value or a tombstone goes). `cleanup.policy` without
+/// `compact` deletes every record past its retention; `compact,delete` also does, unless
+/// both retention limits are off (`-1`).
+pub fn deleting_setting(
+    policy: Option<&str>,
+    retention_ms: Option<&str>,
+    retention_bytes: Option<&str>,
+) -> Option<String> {
+    let policy = policy.unwrap_or("delete");
+    let policies: Vec<String> = policy
+        .split(',')
+        .map(|p| p.trim().to_ascii_lowercase())
+        .collect();
+    if !policies.iter().any(|p| p == "compact") {
+        return Some(format!("cleanup.policy={policy}"));
+    }
+    if !policies.iter().any(|p| p == "delete") {
+        return None;
+    }
+    let limited = |value: Option<&str>| value.is_some_and(|v| v.trim() != "-1");
+    match (limited(retention_ms), limited(retention_bytes)) {
+        (true, _) => Some(format!(
+            "cleanup.policy={policy} with retention.ms={}",
+            retention_ms.unwrap_or_default()
+        )),
+        (false, true) => Some(format!(
+            "cleanup.policy={policy} with retention.bytes={}",
+            retention_bytes.unwrap_or_default()
+        )),
+        (false, false) => None,
+    }
+}
+
+/// The configuration of `topic` as the broker describes it (name → value).
+async fn describe_topic(
+    brokers: &str,
+    config: &RunConfig,
+    topic: &str,
+) -> Result<HashMap<String, Option<String>>, String> {
+    let admin: AdminClient<DefaultClientContext> = base_config(brokers, config)
+        .create()
+        .map_err(|e| e.to_string())?;
+    let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
+    let results = admin
+        .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
+        .await
+        .map_err(|e| e.to_string())?;
+    match results.into_iter().next() {
+        Some(Ok(resource)) => Ok(resource
+            .entries
+            .into_iter()
+            .map(|e| (e.name, e.value))
+            .collect()),
+        Some(Err(code)) => Err(code.to_string()),
+        None => Err("no answer for the topic".into()),
+    }
 }
 
 /// Every topic on the cluster with its partition count (listing all topics, because
@@ -398,4 +513,40 @@ async fn auto_create(brokers: &str, config: &RunConfig, topic: &str) -> Result<(
     })
     .await
     .map_err(|e| e.to_string())?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::deleting_setting;
+
+    #[test]
+    fn only_a_topic_that_deletes_nothing_but_by_compaction_keeps_watch_state() {
+        let verdict = |p, ms, bytes| deleting_setting(p, ms, bytes);
+        assert_eq!(
+            verdict(Some("compact"), Some("604800000"), Some("-1")),
+            None
+        );
+        assert_eq!(verdict(Some("Compact"), None, None), None);
+        assert_eq!(
+            verdict(Some("delete"), Some("-1"), Some("-1")).as_deref(),
+            Some("cleanup.policy=delete")
+        );
+        assert_eq!(
+            verdict(None, None, None).as_deref(),
+            Some("cleanup.policy=delete"),
+            "Kafka's default"
+        );
+        assert_eq!(
+            verdict(Some("compact,delete"), Some("604800000"), Some("-1")).as_deref(),
+            Some("cleanup.policy=compact,delete with retention.ms=604800000")
+        );
+        assert_eq!(
+            verdict(Some("delete, compact"), Some("-1"), Some("1000")).as_deref(),
+            Some("cleanup.policy=delete, compact with retention.bytes=1000")
+        );
+        assert_eq!(
+            verdict(Some("compact,delete"), Some("-1"), Some("-1")),
+            None
+        );
+    }
 }

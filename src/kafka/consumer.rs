@@ -9,14 +9,13 @@
 //! offsets are committed. Blocking there is what librdkafka's rebalance callback is for.
 
 use super::health::is_connection_error;
-use super::partition::{Bounds, Ending, PartitionTask, Shared, Stopped};
+use super::partition::{Bounds, Ending, Feed, PartitionTask, Shared, Stopped};
 use super::stats::consumer_lag;
 use crate::internal_events::{KafkaStatistics, PartitionAssigned, PartitionRevoked};
 use crate::pollers::Resolve;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::OwnedMessage;
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use std::collections::{HashMap, VecDeque};
@@ -30,9 +29,10 @@ const INPUT_BUFFER: usize = 512;
 
 /// One assigned partition, as the consumer thread sees it.
 struct Assigned {
-    inputs: mpsc::Sender<OwnedMessage>,
-    /// Inputs the task had no room for; the partition is paused while any wait here.
-    held: VecDeque<OwnedMessage>,
+    inputs: mpsc::Sender<Feed>,
+    /// Inputs (and ends of partition) the task had no room for; the partition is paused
+    /// while any wait here.
+    held: VecDeque<Feed>,
     stopped: std_mpsc::Receiver<Stopped>,
     /// A bounded run's range (a restarted task reads the rest of it).
     bounds: Option<Bounds>,
@@ -268,9 +268,25 @@ impl<P: Resolve> Partitions<P> {
         assigned.keys().copied().collect()
     }
 
+    /// The consumer reached the end of `partition`: tell its task where (after the records
+    /// routed before, in order).
+    fn end_of_partition(&self, consumer: &BaseConsumer<BridgeContext<P>>, partition: i32) {
+        let position = consumer.position().ok().and_then(|tpl| {
+            match tpl
+                .find_partition(&self.shared.input_topic, partition)?
+                .offset()
+            {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            }
+        });
+        if let Some(position) = position {
+            self.route(consumer, partition, Feed::End { position });
+        }
+    }
+
     /// Hand a record to its partition's task; if the task is full, hold it and pause.
-    fn route(&self, consumer: &BaseConsumer<BridgeContext<P>>, message: OwnedMessage) {
-        let partition = message.partition();
+    fn route(&self, consumer: &BaseConsumer<BridgeContext<P>>, partition: i32, message: Feed) {
         let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
         let Some(a) = assigned.get_mut(&partition) else {
             // Not ours (any more): not committed either, so its new owner reads it.
@@ -544,7 +560,14 @@ pub fn consume<P: Resolve>(
         };
         match consumer.poll(wait) {
             None => {}
-            Some(Ok(message)) => partitions.route(&consumer, message.detach()),
+            Some(Ok(message)) => partitions.route(
+                &consumer,
+                message.partition(),
+                Feed::Record(message.detach()),
+            ),
+            Some(Err(KafkaError::PartitionEOF(partition))) => {
+                partitions.end_of_partition(&consumer, partition)
+            }
             // A lost connection is the broker health's to report (once per outage); the
             // context has it already.
             Some(Err(e)) if e.rdkafka_error_code().is_some_and(is_connection_error) => {

@@ -24,6 +24,13 @@
 //!   emits what did not arrive), then its seen chunks are deleted; the finished record
 //!   stays for [`WATCHBRIDGE_FINISHED_RETENTION`](crate::config) so a re-delivered input does
 //!   not start the watch again, and is deleted after.
+//! - **A failed watch keeps its seen chunks** (its record, written as failed, lists them)
+//!   for the same retention, and its seen set stays in memory: a failure may be an outage
+//!   of the resource, so its input, delivered again, starts it again knowing every output it
+//!   had found ([`DurableState::take_failed`]), and it emits only what is new. Its new
+//!   journal writes those hashes as chunks from 0 again; chunks of the earlier run past the
+//!   new count are deleted after the new record. Past the retention, its record and chunks
+//!   are deleted.
 //! - **Progress alone is written lazily.** Every poll changes a watch's progress (its poll
 //!   count and next poll time, at least), and most polls find nothing new: rewriting every
 //!   polled watch at every checkpoint would cost a record per poll. A watch whose only
@@ -39,13 +46,12 @@
 use super::records::OutRecord;
 use crate::clock::Millis;
 use crate::reason::TerminatedReason;
-use crate::seen::OutputHash;
+use crate::seen::{OutputHash, SeenSet};
 use crate::state::{
     state_key, Finished, OutputOffsets, Part, Registration, SeenJournal, StateEntry, WatchRecord,
 };
 use crate::watch::Progress;
 use bytes::Bytes;
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -111,6 +117,33 @@ pub struct DurableState {
     /// Outputs the read-back found for watches with no live record (their first record was
     /// never written; their input comes again, uncommitted), until that input arrives.
     preseen: HashMap<Bytes, Vec<OutputHash>>,
+    /// Failed watches whose record (with their chunks) is on the topic, until their input
+    /// starts them again or the retention passes.
+    failed: HashMap<Bytes, FailedWatch>,
+    /// The seen sets of live watches that failed, until they are written as failed.
+    failing: HashMap<Bytes, SeenSet>,
+    /// Watches started again whose earlier run left more chunks than their journal will
+    /// write → that count: the rest are deleted after their next record.
+    stale_chunks: HashMap<Bytes, u32>,
+}
+
+/// A failed watch as kept for the retention.
+#[derive(Debug)]
+struct FailedWatch {
+    /// When it was written as failed.
+    at: Millis,
+    /// Its seen chunks on the topic.
+    chunks: u32,
+    seen: SeenSet,
+}
+
+/// What a failed watch's input starts it again with.
+#[derive(Debug)]
+pub struct Restart {
+    /// Every output the watch had found.
+    pub seen: SeenSet,
+    /// Its seen chunks on the topic (see [`DurableState::started`]).
+    pub chunks: u32,
 }
 
 impl DurableState {
@@ -133,6 +166,9 @@ impl DurableState {
             covered,
             sends: Sends::default(),
             preseen: HashMap::new(),
+            failed: HashMap::new(),
+            failing: HashMap::new(),
+            stale_chunks: HashMap::new(),
         }
     }
 
@@ -169,6 +205,36 @@ impl DurableState {
         self.finished.insert(key, at);
     }
 
+    /// A failed watch's record found by the recovery, with its `chunks` on the topic and the
+    /// outputs they (and the read-back) hold.
+    pub fn failed_on_topic(&mut self, key: Bytes, at: Millis, chunks: u32, seen: SeenSet) {
+        self.failed.insert(key, FailedWatch { at, chunks, seen });
+    }
+
+    /// `key`'s watch failed and its input came again: what it starts with, once. (Also for
+    /// a watch that failed but waits for outputs in flight before it is written failed: its
+    /// new run takes its place, and the outputs' acknowledgements go to the new journal.)
+    pub fn take_failed(&mut self, key: &[u8]) -> Option<Restart> {
+        if let Some(f) = self.failed.remove(key) {
+            return Some(Restart {
+                seen: f.seen,
+                chunks: f.chunks,
+            });
+        }
+        let live = self.live.get(key)?;
+        let failing = live
+            .ending
+            .as_ref()
+            .is_some_and(|f| f.reason == TerminatedReason::Failed.as_str());
+        if !failing {
+            return None;
+        }
+        Some(Restart {
+            seen: self.failing.remove(key).unwrap_or_default(),
+            chunks: live.journal.chunks(),
+        })
+    }
+
     /// Outputs the read-back found for a watch with no live record.
     pub fn preseen(&mut self, key: Bytes, hashes: Vec<OutputHash>) {
         self.preseen.insert(key, hashes);
@@ -188,9 +254,15 @@ impl DurableState {
     }
 
     /// Whether `key` finished within the retention (or has ended and waits for its last
-    /// outputs before it is written finished): its input must not start it again.
+    /// outputs before it is written finished): its input must not start it again. A failed
+    /// watch is not finished: see [`DurableState::take_failed`].
     pub fn is_finished(&self, key: &[u8]) -> bool {
-        self.finished.contains_key(key) || self.live.get(key).is_some_and(|w| w.ending.is_some())
+        self.finished.contains_key(key)
+            || self.live.get(key).is_some_and(|w| {
+                w.ending
+                    .as_ref()
+                    .is_some_and(|f| f.reason != TerminatedReason::Failed.as_str())
+            })
     }
 
     pub fn live(&self) -> usize {
@@ -198,10 +270,20 @@ impl DurableState {
     }
 
     /// A watch started from the input at `origin`; `seen` are outputs it already had on the
-    /// output topic (from the read-back), acknowledged and so to be written. Never replaces
-    /// a live or ending watch (that would lose its origin, holding the commit position
-    /// forever, or its end): returns false and changes nothing if `key` has one.
-    #[must_use]
+    /// output topic (from the read-back, or an earlier run that failed), acknowledged and so
+    /// to be written. `stale_chunks`: the chunks an earlier run of it left on the topic;
+    /// those past what this one writes are deleted after its first record.
+    ///
+    /// It may take the place of a run that failed before it was written failed (see
+    /// [`DurableState::take_failed`]), maybe even before its first record: then the input of
+    /// that run still waits for a record, and this record serves both. Returns the later
+    /// of the two inputs' offsets, whose commit need not wait (the earlier one holds the
+    /// commit position below both until the record is written).
+    ///
+    /// Never replaces a live or ending watch other than a failed run's (that would lose
+    /// its origin, holding the commit position forever, or its end): `Err` and nothing
+    /// changes then.
+    #[allow(clippy::too_many_arguments)]
     pub fn started(
         &mut self,
         key: Bytes,
@@ -210,27 +292,41 @@ impl DurableState {
         next_poll: Millis,
         origin: i64,
         seen: &[OutputHash],
-    ) -> bool {
-        let Entry::Vacant(slot) = self.live.entry(key) else {
-            return false;
-        };
+        stale_chunks: u32,
+    ) -> Result<Option<i64>, AlreadyLive> {
+        let replaces_failed_run = self.live.get(&key).is_some_and(|w| {
+            w.ending
+                .as_ref()
+                .is_some_and(|f| f.reason == TerminatedReason::Failed.as_str())
+        });
+        if self.live.contains_key(&key) && !replaces_failed_run {
+            return Err(AlreadyLive);
+        }
+        self.failing.remove(&key);
+        let displaced = self.live.get(&key).and_then(|w| w.origin);
+        if stale_chunks > 0 {
+            self.stale_chunks.insert(key.clone(), stale_chunks);
+        }
         let mut journal = SeenJournal::new();
         for &hash in seen {
             journal.add(hash);
         }
-        slot.insert(Box::new(LiveWatch {
-            registration,
-            journal,
-            progress,
-            next_poll,
-            in_flight: 0,
-            dirty: true,
-            progressed: false,
-            written_at: next_poll,
-            origin: Some(origin),
-            ending: None,
-        }));
-        true
+        self.live.insert(
+            key,
+            Box::new(LiveWatch {
+                registration,
+                journal,
+                progress,
+                next_poll,
+                in_flight: 0,
+                dirty: true,
+                progressed: false,
+                written_at: next_poll,
+                origin: Some(displaced.map_or(origin, |d| d.min(origin))),
+                ending: None,
+            }),
+        );
+        Ok(displaced.map(|d| d.max(origin)))
     }
 
     /// An output of `key`'s watch was handed to the producer: its ticket, for its
@@ -288,10 +384,13 @@ impl DurableState {
         }
     }
 
-    /// `key`'s watch ended at `at`.
-    pub fn terminated(&mut self, key: &[u8], at: Millis, reason: &TerminatedReason) {
+    /// `key`'s watch ended at `at`; `seen` is its seen set, kept if it failed.
+    pub fn terminated(&mut self, key: &[u8], at: Millis, reason: &TerminatedReason, seen: SeenSet) {
         if let Some(w) = self.live.get_mut(key) {
             w.ending = Some(Finished::new(at, reason));
+            if *reason == TerminatedReason::Failed {
+                self.failing.insert(Bytes::copy_from_slice(key), seen);
+            }
         }
     }
 
@@ -318,8 +417,13 @@ impl DurableState {
                 continue;
             }
             let origin = w.origin.take();
-            if done {
-                let chunks = w.journal.chunks();
+            let stale = self.stale_chunks.remove(key).unwrap_or(0);
+            let failed = done
+                && w.ending
+                    .as_ref()
+                    .is_some_and(|f| f.reason == TerminatedReason::Failed.as_str());
+            if done && !failed {
+                let chunks = w.journal.chunks().max(stale);
                 let mut record = WatchRecord::from_progress(
                     key.clone(),
                     &w.registration,
@@ -333,27 +437,46 @@ impl DurableState {
                     let key = state_key(key, Part::Seen(n));
                     writes.push(to.tombstone(key));
                 }
-                ended.push((key.clone(), now));
+                ended.push((key.clone(), now, None));
                 continue;
             }
+            // Live, or failed: its chunks first, then its record listing them.
             for chunk in w.journal.checkpoint() {
                 writes.push(to.write(chunk.to_entry(key), None));
             }
-            let record = WatchRecord::from_progress(
+            let mut record = WatchRecord::from_progress(
                 key.clone(),
                 &w.registration,
                 w.progress,
                 w.next_poll,
                 w.journal.chunks(),
             );
+            if failed {
+                record.finished = w.ending.take();
+            }
             writes.push(to.write(record.to_entry(), origin));
+            for n in w.journal.chunks()..stale {
+                writes.push(to.tombstone(state_key(key, Part::Seen(n))));
+            }
+            if failed {
+                let seen = self.failing.remove(key).unwrap_or_default();
+                ended.push((key.clone(), now, Some((w.journal.chunks(), seen))));
+                continue;
+            }
             w.dirty = false;
             w.progressed = false;
             w.written_at = now;
         }
-        for (key, at) in ended {
+        for (key, at, failed) in ended {
             self.live.remove(&key);
-            self.finished.insert(key, at);
+            match failed {
+                Some((chunks, seen)) => {
+                    self.failed.insert(key, FailedWatch { at, chunks, seen });
+                }
+                None => {
+                    self.finished.insert(key, at);
+                }
+            }
         }
         let retention = self.retention_ms;
         let expired: Vec<Bytes> = self
@@ -366,6 +489,20 @@ impl DurableState {
             self.finished.remove(&key);
             let key = state_key(&key, Part::Watch);
             writes.push(to.tombstone(key));
+        }
+        let expired: Vec<Bytes> = self
+            .failed
+            .iter()
+            .filter(|(_, f)| now.saturating_sub(f.at) >= retention)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in expired {
+            if let Some(f) = self.failed.remove(&key) {
+                writes.push(to.tombstone(state_key(&key, Part::Watch)));
+                for n in 0..f.chunks {
+                    writes.push(to.tombstone(state_key(&key, Part::Seen(n))));
+                }
+            }
         }
         // Outputs found by the read-back for watches not started again yet are in no chunk:
         // until they are, the offsets may not pass them.
@@ -401,6 +538,10 @@ impl DurableState {
         }
     }
 }
+
+/// [`DurableState::started`] for a key with a live or ending watch (not a failed run's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlreadyLive;
 
 /// An output's place in its partition task's send order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -503,10 +644,12 @@ impl Target {
         }
     }
 
-    /// A record as a state write. The state format refuses records above 1 MB (only a watch
-    /// record whose input value is itself near 1 MB can be); such a watch is not made
-    /// durable (logged), and its input commits as if it were, since nothing can be done
-    /// about it on a later try.
+    /// A record as a state write. The state format refuses records above 1 MB; only a watch
+    /// record whose input value is itself near 1 MB could be, and such an input starts no
+    /// watch (the partition task dead-letters it, kind `too_large`: see
+    /// [`Registration::check_size`]). Should one get here all the same, it is logged and
+    /// its input commits as if it were saved, since nothing can be done about it on a
+    /// later try.
     fn write(
         &self,
         entry: Result<StateEntry, crate::state::TooLarge>,
@@ -558,7 +701,10 @@ mod tests {
     /// A watch started at T0 from the input at `origin`, knowing `seen`.
     fn start(s: &mut DurableState, key: &Bytes, origin: i64, seen: &[OutputHash]) {
         let at_start = Progress::at_start(T0, T0);
-        assert!(s.started(key.clone(), registration(), at_start, T0, origin, seen));
+        assert_eq!(
+            s.started(key.clone(), registration(), at_start, T0, origin, seen, 0),
+            Ok(None)
+        );
     }
 
     /// The writes as (decoded entry or None for a tombstone of a watch part, origin).
@@ -642,7 +788,7 @@ mod tests {
         s.output_acknowledged(&key, hash_key(b"e1"), sent, 0, 5);
         s.checkpoint_records(T0, false);
         let sent = s.output_sent(&key);
-        s.terminated(&key, T0 + 10, &TerminatedReason::Final);
+        s.terminated(&key, T0 + 10, &TerminatedReason::Final, SeenSet::new());
         // Its last output is in flight: still live, nothing to say yet; but it has ended,
         // so its input does not start it again.
         assert!(s.checkpoint_records(T0 + 11, false).is_empty());
@@ -759,7 +905,7 @@ mod tests {
         start(&mut s, &key, 0, &[]);
         s.checkpoint_records(T0, false);
         let sent = s.output_sent(&key);
-        s.terminated(&key, T0 + 1, &TerminatedReason::Final);
+        s.terminated(&key, T0 + 1, &TerminatedReason::Final, SeenSet::new());
         s.output_given_up(&key, sent);
         let w = decoded(&s.checkpoint_records(T0 + 2, false));
         assert!(matches!(&w[0].0, Entry::Watch(r) if r.finished.is_some()));
@@ -798,15 +944,200 @@ mod tests {
         let key = Bytes::from_static(b"u1");
         start(&mut s, &key, 3, &[]);
         let at_start = Progress::at_start(T0, T0);
-        assert!(!s.started(key.clone(), registration(), at_start, T0, 9, &[]));
+        assert_eq!(
+            s.started(key.clone(), registration(), at_start, T0, 9, &[], 0),
+            Err(AlreadyLive)
+        );
         // Ended before its first record was written: the ending keeps its origin.
-        s.terminated(&key, T0 + 1, &TerminatedReason::Final);
-        assert!(!s.started(key.clone(), registration(), at_start, T0, 9, &[]));
+        s.terminated(&key, T0 + 1, &TerminatedReason::Final, SeenSet::new());
+        assert_eq!(
+            s.started(key.clone(), registration(), at_start, T0, 9, &[], 0),
+            Err(AlreadyLive)
+        );
         let w = decoded(&s.checkpoint_records(T0 + 2, false));
         assert!(
             matches!(&w[0], (Entry::Watch(r), Some(3)) if r.finished.is_some()),
             "{w:?}"
         );
         assert_eq!(s.live(), 0);
+    }
+
+    #[test]
+    fn a_failed_watch_keeps_its_seen_chunks_for_the_retention_and_its_input_starts_it_again() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        start(&mut s, &key, 0, &[]);
+        let sent1 = s.output_sent(&key);
+        s.output_acknowledged(&key, hash_key(b"e1"), sent1, 0, 5);
+        s.checkpoint_records(T0, false);
+        let sent2 = s.output_sent(&key);
+        s.output_acknowledged(&key, hash_key(b"e2"), sent2, 0, 6);
+        let seen = SeenSet::from_hashes([hash_key(b"e1"), hash_key(b"e2")]);
+        s.terminated(&key, T0 + 10, &TerminatedReason::Failed, seen);
+        assert!(!s.is_finished(&key), "its input may start it again");
+        // Its last chunk, then its record, failed, listing it: no chunk is deleted.
+        let w = decoded(&s.checkpoint_records(T0 + 11, false));
+        assert!(
+            matches!(&w[0].0, Entry::Seen { chunk, .. } if chunk.index() == 0 && chunk.hashes().len() == 2),
+            "{w:?}"
+        );
+        assert!(
+            matches!(&w[1].0, Entry::Watch(r) if r.finished.as_ref().is_some_and(|f| f.reason == "failed") && r.seen_chunks == 1),
+            "{w:?}"
+        );
+        assert!(matches!(&w[2].0, Entry::OutputOffsets(_)), "{w:?}");
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert_eq!(s.live(), 0);
+        assert!(!s.is_finished(&key));
+
+        // Its input again: it starts knowing both outputs, from new chunks.
+        let restart = s.take_failed(&key).expect("kept");
+        assert_eq!((restart.seen.len(), restart.chunks), (2, 1));
+        let hashes: Vec<OutputHash> = restart.seen.iter().collect();
+        let released = s.started(
+            key.clone(),
+            registration(),
+            Progress::at_start(T0, T0 + 20),
+            T0 + 20,
+            7,
+            &hashes,
+            restart.chunks,
+        );
+        assert_eq!(released, Ok(None));
+        let w = decoded(&s.checkpoint_records(T0 + 21, false));
+        assert!(
+            matches!(&w[0].0, Entry::Seen { chunk, .. } if chunk.index() == 0 && chunk.hashes().len() == 2)
+        );
+        assert!(
+            matches!(&w[1], (Entry::Watch(r), Some(7)) if r.finished.is_none() && r.seen_chunks == 1)
+        );
+        assert!(s.take_failed(&key).is_none());
+
+        // A failed watch whose input does not come again: its record and chunks are deleted
+        // once the retention has passed.
+        let other = Bytes::from_static(b"u2");
+        start(&mut s, &other, 8, &[]);
+        for (n, e) in [b"a", b"b", b"c"].iter().enumerate() {
+            let sent3 = s.output_sent(&other);
+            s.output_acknowledged(&other, hash_key(*e), sent3, 0, 10 + n as i64);
+            // A chunk each: nothing new for the progress interval releases the tail.
+            s.checkpoint_records(T0 + 30 + n as Millis * PROGRESS_WRITE_INTERVAL_MS, false);
+            s.checkpoint_records(
+                T0 + 30 + (n as Millis + 1) * PROGRESS_WRITE_INTERVAL_MS,
+                false,
+            );
+        }
+        let at = T0 + 10 * PROGRESS_WRITE_INTERVAL_MS;
+        s.terminated(&other, at, &TerminatedReason::Failed, SeenSet::new());
+        s.checkpoint_records(at, false);
+        assert!(s.checkpoint_records(at + 59_999, false).is_empty());
+        let w = decoded(&s.checkpoint_records(at + 60_000, false));
+        let mut deleted: Vec<Part> = w
+            .iter()
+            .filter_map(|(e, _)| match e {
+                Entry::Tombstone { watch_key, part } if watch_key == &other => Some(*part),
+                _ => None,
+            })
+            .collect();
+        deleted.sort_by_key(|p| format!("{p:?}"));
+        assert_eq!(
+            deleted,
+            [Part::Seen(0), Part::Seen(1), Part::Seen(2), Part::Watch],
+            "{w:?}"
+        );
+        assert!(s.take_failed(&other).is_none());
+    }
+
+    #[test]
+    fn a_watch_started_again_with_fewer_chunks_than_before_deletes_the_rest() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        // Its earlier run left 3 chunks; the hashes fit in one now.
+        let _ = s.started(
+            key.clone(),
+            registration(),
+            Progress::at_start(T0, T0),
+            T0,
+            0,
+            &[hash_key(b"a"), hash_key(b"b")],
+            3,
+        );
+        let w = decoded(&s.checkpoint_records(T0, false));
+        assert!(matches!(&w[0].0, Entry::Seen { chunk, .. } if chunk.index() == 0));
+        assert!(matches!(&w[1].0, Entry::Watch(r) if r.seen_chunks == 1));
+        assert!(
+            matches!(
+                &w[2].0,
+                Entry::Tombstone {
+                    part: Part::Seen(1),
+                    ..
+                }
+            ),
+            "{w:?}"
+        );
+        assert!(
+            matches!(
+                &w[3].0,
+                Entry::Tombstone {
+                    part: Part::Seen(2),
+                    ..
+                }
+            ),
+            "{w:?}"
+        );
+        assert!(matches!(&w[4].0, Entry::OutputOffsets(_)), "{w:?}");
+    }
+
+    #[test]
+    fn a_finished_watch_still_deletes_its_chunks_and_is_not_started_again() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        start(&mut s, &key, 0, &[]);
+        let sent4 = s.output_sent(&key);
+        s.output_acknowledged(&key, hash_key(b"e1"), sent4, 0, 5);
+        s.checkpoint_records(T0, false);
+        s.terminated(
+            &key,
+            T0 + 1,
+            &TerminatedReason::Total,
+            SeenSet::from_hashes([hash_key(b"e1")]),
+        );
+        assert!(s.is_finished(&key));
+        let w = decoded(&s.checkpoint_records(T0 + 2, false));
+        assert!(matches!(&w[0].0, Entry::Watch(r) if r.seen_chunks == 0 && r.finished.is_some()));
+        assert!(matches!(
+            &w[1].0,
+            Entry::Tombstone {
+                part: Part::Seen(0),
+                ..
+            }
+        ));
+        assert!(s.take_failed(&key).is_none());
+    }
+
+    #[test]
+    fn a_run_that_failed_before_its_first_record_is_replaced_and_both_inputs_wait_for_one() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        start(&mut s, &key, 4, &[]);
+        s.terminated(&key, T0 + 1, &TerminatedReason::Failed, SeenSet::new());
+        // Its input again, before the failed run was written at all.
+        let restart = s.take_failed(&key).expect("a failing run");
+        assert_eq!(restart.chunks, 0);
+        let released = s.started(
+            key.clone(),
+            registration(),
+            Progress::at_start(T0, T0 + 2),
+            T0 + 2,
+            9,
+            &[],
+            restart.chunks,
+        );
+        assert_eq!(released, Ok(Some(9)), "the later input need not wait");
+        let w = decoded(&s.checkpoint_records(T0 + 3, false));
+        assert!(
+            matches!(&w[0], (Entry::Watch(r), Some(4)) if r.finished.is_none()),
+            "one live record, carrying the earlier input: {w:?}"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! Input records → what a watch is started from: the watch key (the record key, or the
 //! field `WATCHBRIDGE_WATCH_KEY` points at), the decoded JSON value, and the record's
 //! timestamp. A record that cannot be decoded or has no key is [`Rejected`], with the reason
-//! the dead-letter record carries.
+//! the dead-letter record carries (the partition task adds `unresolvable` and `too_large`).
 
 use crate::clock::Millis;
 use bytes::Bytes;
@@ -25,6 +25,10 @@ pub enum Rejected {
     /// The poller cannot derive a resource from it (a missing field, an unsafe value).
     #[error("{0}")]
     Unresolvable(String),
+    /// Its watch record would be larger than a state record may be: its watch could not be
+    /// saved (and would be lost at the next restart while its input is committed).
+    #[error("its watch cannot be saved to the state topic: {0}")]
+    TooLarge(String),
 }
 
 impl Rejected {
@@ -34,6 +38,7 @@ impl Rejected {
             Rejected::NotJson(_) => "not_json",
             Rejected::NoKey(_) => "no_key",
             Rejected::Unresolvable(_) => "unresolvable",
+            Rejected::TooLarge(_) => "too_large",
         }
     }
 }

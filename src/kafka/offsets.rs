@@ -42,6 +42,11 @@ impl OffsetTracker {
         }
     }
 
+    /// The offset after the last input handed over, if any.
+    pub fn next(&self) -> Option<i64> {
+        self.next
+    }
+
     /// The last position handed out by [`to_commit`](Self::to_commit).
     pub fn committed(&self) -> Option<i64> {
         self.committed

@@ -19,6 +19,7 @@ use super::records::{INPUT_PARTITION, OUTPUT_KEY};
 use crate::clock::Millis;
 use crate::engine::RestoreWatch;
 use crate::pollers::Resolve;
+use crate::reason::TerminatedReason;
 use crate::seen::{hash_key, OutputHash, SeenSet};
 use crate::state::{
     decode_entry, Entry, OutputOffsets, Part, SeenChunk, SeenJournal, WatchRecord,
@@ -61,8 +62,10 @@ pub struct RecoverySource {
 pub struct Found {
     /// Live watch records and the seen chunks under their keys.
     pub live: Vec<(WatchRecord, Vec<SeenChunk>)>,
-    /// Finished watch records (their retention has not been checked).
-    pub finished: Vec<WatchRecord>,
+    /// Finished watch records (their retention has not been checked) and the seen chunks
+    /// under their keys (a failed watch keeps its chunks; any other's are left by a crash
+    /// before their deletion).
+    pub finished: Vec<(WatchRecord, Vec<SeenChunk>)>,
     /// The last checkpoint's output offsets, if the partition ever had one.
     pub offsets: Option<OutputOffsets>,
     /// Outputs found by the read-back, by watch key.
@@ -135,7 +138,7 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
     let mut chunks: HashMap<Bytes, Vec<SeenChunk>> = HashMap::new();
     for (key, value) in &latest {
         match decode_entry(key, value.as_deref()) {
-            Ok(Entry::Watch(w)) if w.finished.is_some() => found.finished.push(w),
+            Ok(Entry::Watch(w)) if w.finished.is_some() => found.finished.push((w, Vec::new())),
             Ok(Entry::Watch(w)) => found.live.push((w, Vec::new())),
             Ok(Entry::Seen { watch_key, chunk }) => {
                 chunks.entry(watch_key).or_default().push(chunk)
@@ -153,7 +156,7 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
             }
         }
     }
-    for (record, mine) in &mut found.live {
+    for (record, mine) in found.live.iter_mut().chain(found.finished.iter_mut()) {
         *mine = chunks.remove(&record.watch_key).unwrap_or_default();
     }
     for (watch_key, orphans) in chunks {
@@ -293,8 +296,8 @@ pub struct Plan<I> {
     /// Whether the partition has no output offsets on the topic yet (the task writes them
     /// before anything else).
     pub first_time: bool,
-    /// State records to delete now: chunks of finished or missing watches, finished records
-    /// past the retention.
+    /// State records to delete now: chunks of finished (not failed) or missing watches,
+    /// finished and failed records past the retention, with a failed one's chunks.
     pub tombstones: Vec<Vec<u8>>,
 }
 
@@ -328,14 +331,46 @@ pub fn plan<P: Resolve>(
     };
     let mut state = DurableState::new(state_topic, partition, retention_ms, written, read_to);
     let mut tombstones = orphans;
-    for record in finished {
+    for (record, chunks) in finished {
+        let key = record.watch_key.clone();
         let at = record.finished.as_ref().map_or(now, |f| f.at);
-        outputs.remove(&record.watch_key);
-        if now.saturating_sub(at) >= retention_ms {
-            tombstones.push(crate::state::state_key(&record.watch_key, Part::Watch));
-        } else {
-            state.finished_on_topic(record.watch_key, at);
+        let failed = record
+            .finished
+            .as_ref()
+            .is_some_and(|f| f.reason == TerminatedReason::Failed.as_str());
+        let found_outputs = outputs.remove(&key).unwrap_or_default();
+        // Chunks 0..count are on the topic: those listed and those found.
+        let count = chunks
+            .iter()
+            .map(|c| c.index() + 1)
+            .max()
+            .unwrap_or(0)
+            .max(record.seen_chunks);
+        let expired = now.saturating_sub(at) >= retention_ms;
+        if expired {
+            tombstones.push(crate::state::state_key(&key, Part::Watch));
         }
+        if expired || !failed {
+            // A finished watch keeps no chunks (these were left by a crash before their
+            // deletion), a failed one only for the retention.
+            tombstones.extend(
+                chunks
+                    .iter()
+                    .map(|c| crate::state::state_key(&key, Part::Seen(c.index()))),
+            );
+            if !expired {
+                state.finished_on_topic(key, at);
+            }
+            continue;
+        }
+        // A failed watch: its input, delivered again, starts it again knowing these.
+        let seen = SeenSet::from_hashes(
+            chunks
+                .into_iter()
+                .flat_map(SeenChunk::into_hashes)
+                .chain(found_outputs),
+        );
+        state.failed_on_topic(key, at, count, seen);
     }
     let mut restores = Vec::new();
     for (record, chunks) in live {
@@ -482,8 +517,14 @@ mod tests {
                 (record("c", r#"{"name":"x"}"#, 0, None), vec![]),
             ],
             finished: vec![
-                record("f-recent", r#"{"id":5}"#, 0, Some(T0 - 1000)),
-                record("f-old", r#"{"id":6}"#, 0, Some(T0 - 2 * DAY)),
+                (
+                    record("f-recent", r#"{"id":5}"#, 0, Some(T0 - 1000)),
+                    vec![],
+                ),
+                (
+                    record("f-old", r#"{"id":6}"#, 0, Some(T0 - 2 * DAY)),
+                    vec![],
+                ),
             ],
             offsets: Some(OutputOffsets {
                 offsets: vec![(0, 10), (1, 20)],
@@ -563,5 +604,62 @@ mod tests {
                 offsets: vec![(0, 7)]
             })
         );
+    }
+
+    #[test]
+    fn a_failed_watch_keeps_its_chunks_for_the_retention_and_comes_back_knowing_them() {
+        let failed = |key: &str, at: Millis, chunks: u32| {
+            let mut r = record(key, r#"{"id":7}"#, chunks, Some(at));
+            r.finished.as_mut().unwrap().reason = "failed".into();
+            r
+        };
+        let found = Found {
+            finished: vec![
+                (
+                    failed("x", T0 - 1000, 2),
+                    vec![
+                        SeenChunk::new(0, vec![h("x1"), h("x2")]).unwrap(),
+                        SeenChunk::new(1, vec![h("x3")]).unwrap(),
+                    ],
+                ),
+                (
+                    failed("old", T0 - 2 * DAY, 1),
+                    vec![SeenChunk::new(0, vec![h("o1")]).unwrap()],
+                ),
+                // A finished (not failed) watch's chunk left by a crash: deleted.
+                (
+                    record("f", r#"{"id":8}"#, 0, Some(T0 - 1000)),
+                    vec![SeenChunk::new(0, vec![h("f1")]).unwrap()],
+                ),
+            ],
+            offsets: Some(OutputOffsets {
+                offsets: vec![(0, 0)],
+            }),
+            // An output of x's found past the checkpoint counts too.
+            outputs: HashMap::from([(Bytes::from_static(b"x"), vec![h("x4")])]),
+            read_to: vec![0],
+            ..Found::default()
+        };
+        let mut plan = plan(found, &Ids, "st".into(), 0, DAY, T0);
+        assert!(plan.restores.is_empty(), "a failed watch does not run");
+        let mut tombstones: Vec<String> = plan
+            .tombstones
+            .iter()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect();
+        tombstones.sort();
+        assert_eq!(tombstones, ["1:f/s/0", "3:old/s/0", "3:old/w"]);
+        assert!(
+            !plan.state.is_finished(b"x"),
+            "its input may start it again"
+        );
+        assert!(plan.state.is_finished(b"f"));
+        let restart = plan.state.take_failed(b"x").expect("kept");
+        assert_eq!(restart.chunks, 2);
+        assert_eq!(restart.seen.len(), 4);
+        for e in ["x1", "x2", "x3", "x4"] {
+            assert!(restart.seen.contains(h(e)), "{e}");
+        }
+        assert!(plan.state.take_failed(b"old").is_none());
     }
 }

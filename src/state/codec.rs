@@ -216,7 +216,9 @@ pub struct WatchRecord {
     /// How many seen chunks (`/s/0` ..) the watch had when this record was written.
     pub seen_chunks: u32,
     /// Set once the watch has ended: it is kept (without its seen chunks) until the finished
-    /// retention passes, so a re-delivered input does not start it again.
+    /// retention passes, so a re-delivered input does not start it again. A watch that
+    /// ended `failed` keeps its seen chunks as long (`seen_chunks` lists them), so that a
+    /// re-delivered input starts it again knowing them.
     pub finished: Option<Finished>,
 }
 
@@ -455,12 +457,17 @@ impl WatchRecord {
     /// Key and value, unless together they exceed [`MAX_RECORD_BYTES`] (an input value near
     /// the input topic's own limit can do that).
     pub fn to_entry(&self) -> Result<StateEntry, TooLarge> {
-        let key = state_key(&self.watch_key, Part::Watch);
-        let bytes = key.len() + self.encoded_len();
+        self.check_size()?;
+        StateEntry::checked(state_key(&self.watch_key, Part::Watch), self.encode())
+    }
+
+    /// Whether [`WatchRecord::to_entry`] would succeed, computed without encoding.
+    pub fn check_size(&self) -> Result<(), TooLarge> {
+        let bytes = state_key(&self.watch_key, Part::Watch).len() + self.encoded_len();
         if bytes > MAX_RECORD_BYTES {
             return Err(TooLarge { bytes });
         }
-        StateEntry::checked(key, self.encode())
+        Ok(())
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {

@@ -40,7 +40,8 @@
 //! left over, naming what and at which byte ([`DecodeError`]); it never panics, whatever the
 //! bytes. A key plus value never exceeds [`MAX_RECORD_BYTES`] (1,000,000: under Kafka's
 //! default 1 MiB limit); the `to_entry` functions refuse to make a larger one (only a watch
-//! record whose input value is itself near 1 MB can be).
+//! record whose input value is itself near 1 MB can be, and the bridge starts no watch for
+//! such an input: [`Registration::check_size`]).
 //!
 //! - A **watch record** holds what the watch was started from (the input record's key,
 //!   value and timestamp; the value is decoded again on restore to re-resolve the
@@ -72,7 +73,11 @@
 //!    its chunks are deleted (tombstones: a key with no value). A finished watch's record
 //!    stays until the finished retention passes, so a re-delivered input does not start it
 //!    again; then it is deleted too. A restore deletes chunks it finds without a live watch
-//!    record (left by a crash during step 3).
+//!    record (left by a crash during step 3). A watch that ended `failed` is the exception:
+//!    its chunks are written first, then its record, finished as `failed` and listing them;
+//!    both stay for the retention (a re-delivered input starts it again knowing them), and
+//!    are deleted after. Started again, it writes its chunks from 0 again, then its record,
+//!    then deletes chunks of the earlier run past the new count.
 //!
 //! 4. A checkpoint's output-offsets record goes last, and is produced only once every other
 //!    record of its checkpoint is acknowledged (in the exactly-once mode: in the same
@@ -108,4 +113,4 @@ pub use codec::{
     Record, SeenChunk, StateEntry, TooLarge, TooManyHashes, WatchRecord, FORMAT_VERSION,
     MAX_HASHES_PER_CHUNK, MAX_RECORD_BYTES, OUTPUT_OFFSETS_KEY,
 };
-pub use snapshot::Registration;
+pub use snapshot::{Registration, FINISHED_REASON_ROOM};

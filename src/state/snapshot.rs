@@ -40,6 +40,27 @@ pub struct Registration {
     pub time: Millis,
 }
 
+/// Room a watch record keeps for its finished reason: built-in reasons are at most 7 bytes,
+/// a user condition's name is assumed to be at most this.
+pub const FINISHED_REASON_ROOM: usize = 64;
+
+impl Registration {
+    /// Whether every watch record of the watch `watch_key` started from this input fits in
+    /// a state record ([`MAX_RECORD_BYTES`](super::MAX_RECORD_BYTES)): live, and finished
+    /// with a reason of up to [`FINISHED_REASON_ROOM`] bytes. (Its size does not depend on
+    /// its progress: every other field has a fixed width.) An input that fails this must not
+    /// start a watch, which could never be saved.
+    pub fn check_size(&self, watch_key: &Bytes) -> Result<(), super::TooLarge> {
+        let mut record =
+            WatchRecord::from_progress(watch_key.clone(), self, Progress::at_start(0, 0), 0, 0);
+        record.finished = Some(Finished {
+            at: 0,
+            reason: " ".repeat(FINISHED_REASON_ROOM),
+        });
+        record.check_size()
+    }
+}
+
 impl WatchRecord {
     /// The record of a live watch whose next poll is due at `next_poll`, with `seen_chunks`
     /// chunks on the topic (its journal's [`SeenJournal::chunks`] after the checkpoint that
@@ -87,6 +108,7 @@ impl WatchRecord {
 
     /// Mark the watch ended at `at` for `reason`. A finished watch keeps no seen chunks
     /// (`seen_chunks` becomes 0): it is kept only so that its input does not start it again.
+    /// (The bridge writes a `failed` one with its chunks: see `kafka/durable.rs`.)
     pub fn finish(&mut self, at: Millis, reason: &TerminatedReason) {
         self.finished = Some(Finished::new(at, reason));
         self.seen_chunks = 0;
@@ -453,5 +475,24 @@ mod tests {
                 reason: "mine".into()
             })
         );
+    }
+
+    #[test]
+    fn an_input_fits_only_if_its_finished_record_would_too() {
+        let input = |len: usize| Registration {
+            key: Some(Bytes::from_static(b"k")),
+            value: Bytes::from(vec![b'x'; len]),
+            time: 0,
+        };
+        let key = Bytes::from_static(b"k");
+        let max = crate::state::MAX_RECORD_BYTES;
+        assert!(input(max - 200).check_size(&key).is_ok());
+        // Its live record fits, but not once it ends (with a reason of the room kept).
+        let near = input(max - 100);
+        let live = WatchRecord::from_progress(key.clone(), &near, Progress::at_start(0, 0), 0, 0);
+        assert!(live.to_entry().is_ok());
+        let e = near.check_size(&key).unwrap_err();
+        assert!(e.bytes > max, "{e}");
+        assert!(e.to_string().contains("1000000"), "{e}");
     }
 }

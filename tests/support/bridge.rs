@@ -72,6 +72,23 @@ impl Bridge {
         panic!("bridge log never said {text:?}:\n{}", self.log());
     }
 
+    /// Wait for a bridge that ends by itself (a bounded run, a refused start); its exit code
+    /// (panics with the log if it runs past `within`).
+    pub fn exit_code(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the bridge did not end within {within:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// SIGTERM; returns the exit code and how long it took.
     pub fn terminate(&mut self) -> (Option<i32>, Duration) {
         match self.terminate_within(Duration::from_secs(30)) {

@@ -336,6 +336,67 @@ impl Broker {
         }
     }
 
+    /// Produces `records` (key, value) to `partition` of `topic` in one committed transaction
+    /// on Apache Kafka, so that the partition ends in a transaction marker (an offset no
+    /// reader is handed); on Tansu, which has no transactions, one by one. Returns whether
+    /// they went in a transaction.
+    pub async fn produce_in_transaction(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: &[(&[u8], &[u8])],
+    ) -> bool {
+        if self.kind == BrokerKind::Tansu {
+            for (key, value) in records {
+                self.produce(topic, Some(partition), Some(key), value, &[])
+                    .await;
+            }
+            return false;
+        }
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let id = format!(
+            "watchbridge-test-txn-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let producer: BaseProducer = self
+            .config()
+            .set("transactional.id", &id)
+            .create()
+            .expect("create a transactional producer");
+        let timeout = Duration::from_secs(30);
+        let records: Vec<(Vec<u8>, Vec<u8>)> = records
+            .iter()
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect();
+        let topic = topic.to_string();
+        tokio::task::spawn_blocking(move || {
+            producer
+                .init_transactions(timeout)
+                .expect("init_transactions");
+            producer.begin_transaction().expect("begin_transaction");
+            for (key, value) in &records {
+                producer
+                    .send(
+                        BaseRecord::to(&topic)
+                            .partition(partition)
+                            .key(&key[..])
+                            .payload(&value[..]),
+                    )
+                    .map_err(|(e, _)| e)
+                    .expect("send in a transaction");
+            }
+            producer.flush(timeout).expect("flush");
+            producer
+                .commit_transaction(timeout)
+                .expect("commit_transaction");
+        })
+        .await
+        .unwrap();
+        true
+    }
+
     /// Reads every partition of `topic` from its beginning until `n` records have arrived,
     /// in arrival order (ordered within a partition only). Panics at `timeout` with what it
     /// read so far. Partitions are assigned directly (no group join, so no rebalance delay);
@@ -377,6 +438,13 @@ impl Broker {
                 _ => -1,
             })
             .collect()
+    }
+
+    /// The low and end (high watermark) offsets of `topic`/`partition`.
+    pub fn offsets(&self, topic: &str, partition: i32) -> (i64, i64) {
+        self.base_consumer("watchbridge-test-offsets")
+            .fetch_watermarks(topic, partition, Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("offsets of {topic}/{partition}: {e}"))
     }
 
     /// A consumer that isn't a group member (nothing subscribed or committed).

@@ -40,10 +40,10 @@ use crate::clock::Clock;
 use crate::clock::Millis;
 use crate::engine::{Command, Engine, EngineConfig, Event, RestoreWatch};
 use crate::internal_events::{
-    AfterProduceFailure, InputConsumed, InputDeadLettered, InputForFinishedWatch, InputKeyedApart,
-    LateOutput, OutputProduced, PartitionRecovered, PartitionRecovering,
-    PartitionRecoveryAbandoned, PartitionRestarting, PartitionWatermarkChanged, ProduceFailed,
-    StateRecordWritten,
+    AfterProduceFailure, FailedWatchRestarted, InputConsumed, InputDeadLettered,
+    InputForFinishedWatch, InputKeyedApart, LateOutput, OutputProduced, PartitionRecovered,
+    PartitionRecovering, PartitionRecoveryAbandoned, PartitionRestarting,
+    PartitionWatermarkChanged, ProduceFailed, StateRecordWritten,
 };
 use crate::limits::Limits;
 use crate::metrics::Metrics;
@@ -136,6 +136,19 @@ pub struct Bounds {
     pub end: i64,
 }
 
+/// What the consumer thread hands a partition task.
+#[derive(Debug)]
+pub enum Feed {
+    /// An input record.
+    Record(OwnedMessage),
+    /// The consumer reached the end of the partition: every offset below `position` has
+    /// been handed over, or holds no record a consumer is handed (a transaction marker, an
+    /// aborted or compacted-away record). Offset arithmetic cannot tell (the last record
+    /// before the end need not be at `end - 1`); librdkafka's end-of-partition event and
+    /// the consumer's position can.
+    End { position: i64 },
+}
+
 /// A task's last word: what it committed, how many watches it stopped, and why it ended.
 #[derive(Debug, Clone, Copy)]
 pub struct Stopped {
@@ -158,6 +171,8 @@ enum Starting {
         registration: Registration,
         progress: Progress,
         seen: Vec<OutputHash>,
+        /// The seen chunks an earlier run of it (failed) left on the topic.
+        stale_chunks: u32,
     },
     /// A watch brought back by the recovery.
     Recovered,
@@ -166,7 +181,7 @@ enum Starting {
 pub struct PartitionTask<P: Resolve> {
     partition: i32,
     shared: Arc<Shared<P>>,
-    inputs: mpsc::Receiver<OwnedMessage>,
+    inputs: mpsc::Receiver<Feed>,
     /// Dropped when a bounded run has read its last input: the engine then ends once every
     /// watch has.
     commands: Option<mpsc::Sender<Command<P::Input>>>,
@@ -223,7 +238,7 @@ impl<P: Resolve> PartitionTask<P> {
     pub fn spawn(
         partition: i32,
         shared: Arc<Shared<P>>,
-        inputs: mpsc::Receiver<OwnedMessage>,
+        inputs: mpsc::Receiver<Feed>,
         bounds: Option<Bounds>,
         lost: Arc<std::sync::atomic::AtomicBool>,
     ) -> impl std::future::Future<Output = Stopped> + Send + 'static {
@@ -339,13 +354,22 @@ impl<P: Resolve> PartitionTask<P> {
                     None => break,
                 },
                 input = self.inputs.recv(), if accepting => match input {
-                    Some(message) => {
+                    Some(Feed::Record(message)) => {
                         let offset = message.offset();
                         if self.bounds.is_some_and(|b| offset >= b.end) {
-                            continue;
+                            // Past the bounded run's end: every input below it was read.
+                            self.read_to(offset);
+                        } else {
+                            self.on_input(message).await;
                         }
-                        self.on_input(message).await;
                         if self.bounds.is_some_and(|b| offset + 1 >= b.end) {
+                            accepting = false;
+                            self.commands = None;
+                        }
+                    }
+                    Some(Feed::End { position }) => {
+                        self.read_to(position);
+                        if self.bounds.is_some_and(|b| position >= b.end) {
                             accepting = false;
                             self.commands = None;
                         }
@@ -501,9 +525,15 @@ impl<P: Resolve> PartitionTask<P> {
                 .poller
                 .resolve(&input.value, &input.key)
                 .map_err(|e| Rejected::Unresolvable(e.to_string()))?;
-            Ok((input, target))
+            // A watch whose record cannot be saved must not start: it would run unsaved,
+            // its input committed, and be lost at the next restart.
+            let registration = registration(&message, &input);
+            registration
+                .check_size(&input.key)
+                .map_err(|e| Rejected::TooLarge(e.to_string()))?;
+            Ok((input, target, registration))
         });
-        if let Ok((input, _)) = &decoded {
+        if let Ok((input, ..)) = &decoded {
             if self.shared.watch_key.is_some() && message.key() != Some(&input.key[..]) {
                 InputKeyedApart {
                     watch_key: &input.key,
@@ -515,7 +545,7 @@ impl<P: Resolve> PartitionTask<P> {
             }
         }
         match decoded {
-            Ok((input, _)) if self.durable.is_finished(&input.key) => {
+            Ok((input, _, _)) if self.durable.is_finished(&input.key) => {
                 InputForFinishedWatch {
                     key: &input.key,
                     partition: self.partition,
@@ -523,16 +553,26 @@ impl<P: Resolve> PartitionTask<P> {
                 }
                 .emit(&self.shared.metrics);
             }
-            Ok((input, target)) => {
-                let registration = Registration {
-                    key: message.key().map(Bytes::copy_from_slice),
-                    value: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
-                    time: input.timestamp,
-                };
+            Ok((input, target, registration)) => {
                 let progress = Progress::at_start(input.timestamp, now);
                 // Outputs an earlier run of this watch delivered before a crash (found by the
-                // read-back): it starts knowing them, so they are not emitted again.
-                let seen = self.durable.take_preseen(&input.key).unwrap_or_default();
+                // read-back), or found before it failed: it starts knowing them, so they are
+                // not emitted again.
+                let mut seen = self.durable.take_preseen(&input.key).unwrap_or_default();
+                let restart = self.durable.take_failed(&input.key);
+                let stale_chunks = restart.as_ref().map_or(0, |r| r.chunks);
+                if let Some(restart) = restart {
+                    FailedWatchRestarted {
+                        key: &input.key,
+                        partition: self.partition,
+                        offset,
+                        seen: restart.seen.len(),
+                    }
+                    .emit(&self.shared.metrics);
+                    seen.extend(restart.seen.iter());
+                    seen.sort_unstable();
+                    seen.dedup();
+                }
                 let command = if seen.is_empty() {
                     Command::Watch {
                         key: input.key.clone(),
@@ -557,6 +597,7 @@ impl<P: Resolve> PartitionTask<P> {
                         registration,
                         progress,
                         seen,
+                        stale_chunks,
                     });
                 }
             }
@@ -593,6 +634,26 @@ impl<P: Resolve> PartitionTask<P> {
         self.tracker.consumed(offset);
         if self.recovery_input_end.is_some_and(|end| offset + 1 >= end) {
             // Every input not committed before the recovery has been read again.
+            self.recovery_input_end = None;
+            self.forget_preseen();
+        }
+    }
+
+    /// Every input below `position` has been handed to this task (the consumer reached the
+    /// end of the partition there, or a bounded run read past its end): the offsets between
+    /// the last input and `position` hold no input (a transaction marker, a record compacted
+    /// away) and may be committed, and once past the end noted at recovery, no uncommitted
+    /// input is left to come again.
+    fn read_to(&mut self, position: i64) {
+        let position = match self.bounds {
+            // Inputs past a bounded run's end are not read: not committed either.
+            Some(b) => position.min(b.end),
+            None => position,
+        };
+        if position > 0 && self.tracker.next().is_none_or(|next| next < position) {
+            self.tracker.consumed(position - 1);
+        }
+        if self.recovery_input_end.is_some_and(|end| position >= end) {
             self.recovery_input_end = None;
             self.forget_preseen();
         }
@@ -660,28 +721,36 @@ impl<P: Resolve> PartitionTask<P> {
                     registration,
                     progress,
                     seen,
+                    stale_chunks,
                 }) = self.starting.pop_front()
                 {
                     debug_assert_eq!(started, key);
                     let now = self.shared.clock.now_ms();
-                    let new = self.durable.started(
+                    let started = self.durable.started(
                         key.clone(),
                         registration,
                         progress,
                         now,
                         offset,
                         &seen,
+                        stale_chunks,
                     );
-                    if !new {
-                        // Cannot happen (the engine refuses a key until its end is taken
-                        // in): the watch already known keeps its origin and its ending.
-                        tracing::error!(
-                            partition = self.partition,
-                            offset,
-                            key = %String::from_utf8_lossy(&key),
-                            "the engine started a watch for a key with a live or ending watch; \
-                             this input is not made durable"
-                        );
+                    let release = match started {
+                        Ok(released) => released,
+                        Err(_) => {
+                            // Cannot happen (the engine refuses a key until its end is taken
+                            // in): the watch already known keeps its origin and its ending.
+                            tracing::error!(
+                                partition = self.partition,
+                                offset,
+                                key = %String::from_utf8_lossy(&key),
+                                "the engine started a watch for a key with a live or ending \
+                                 watch; this input is not made durable"
+                            );
+                            Some(offset)
+                        }
+                    };
+                    if let Some(offset) = release {
                         self.tracker.acknowledged(offset);
                     }
                 }
@@ -744,14 +813,23 @@ impl<P: Resolve> PartitionTask<P> {
                     .await;
                 }
             }
-            Event::Terminated { key, reason } => {
+            Event::Terminated { key, reason, seen } => {
                 let now = self.shared.clock.now_ms();
                 // With outputs the stop left unsent, it stays live on the state topic.
                 if !self.unsent.contains_key(&key) {
-                    self.durable.terminated(&key, now, &reason);
+                    self.durable.terminated(&key, now, &reason, seen);
                 }
                 self.ended.push(key);
             }
         }
+    }
+}
+
+/// The input record as a watch record keeps it.
+fn registration(message: &OwnedMessage, input: &super::input::Input) -> Registration {
+    Registration {
+        key: message.key().map(Bytes::copy_from_slice),
+        value: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
+        time: input.timestamp,
     }
 }
