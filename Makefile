@@ -89,12 +89,13 @@ bench-peer-install: broker-install
 	scripts/java-peer.sh install
 
 # Proves the benchmarks still run, with tiny sizes; not a performance measurement. The e2e
-# one runs against the test broker (Tansu), vs_java against Apache Kafka, hence
-# broker-install first.
+# one runs against the test broker (Tansu), vs_java, guarantee and recovery_cost against
+# Apache Kafka, hence broker-install first.
 bench-smoke: setup broker-install bench-peer-install
 	BENCH_SMOKE=1 $(CARGO) bench --bench engine
 	BENCH_SMOKE=1 $(CARGO) bench --bench scale
 	BENCH_SMOKE=1 $(CARGO) bench --bench restore
+	BENCH_SMOKE=1 $(CARGO) bench --bench recovery_cost
 	BENCH_SMOKE=1 $(CARGO) bench --bench e2e
 	BENCH_SMOKE=1 $(CARGO) bench --bench vs_python
 	BENCH_SMOKE=1 $(CARGO) bench --bench vs_java
@@ -154,12 +155,13 @@ chaos-short: broker-install
 # The real figures, written to bench/RESULTS.md (one summary table of every target, then a
 # section per bench, kept in bench/results/) and the summary printed: the engine with
 # 1,000,000 watches (memory, no-op polls/s, poll start lateness), the whole bridge's memory
-# per watch and per seen output, restoring 100,000 watches x 100 seen outputs, end-to-end
-# throughput against a plain producer on Tansu, and the same job written in Python with
-# confluent-kafka (its venv is made once by scripts/python-venv.sh), and the same job on the
-# plain Kafka Java client against Apache Kafka, with a SIGKILL and restart of each (vs_java;
-# castorm's Kafka Connect HTTP source, the peer first meant, is not on Maven Central). About
-# 25 minutes. `make bench BENCHES="e2e vs_python"` runs some of them.
+# per watch and per seen output, restoring 100,000 watches x 100 seen outputs, what a
+# partition's recovery reads back after its neighbours wrote 1,000,000 outputs (recovery_cost,
+# on Apache Kafka), end-to-end throughput against a plain producer on Tansu, and the same
+# job written in Python with confluent-kafka (its venv is made once by
+# scripts/python-venv.sh), and the same job on the plain Kafka Java client against Apache
+# Kafka, with a SIGKILL and restart of each (vs_java; castorm's Kafka Connect HTTP source,
+# the peer first meant, is not on Maven Central). About 27 minutes. `make bench BENCHES="e2e vs_python"` runs some of them.
 BENCHES ?=
 bench: setup broker-install bench-peer-install
 	scripts/bench.sh $(BENCHES)
