@@ -740,6 +740,12 @@ fn main() {
         consumer_config.set("bootstrap.servers", &bootstrap);
         RecoverySource {
             consumer_config,
+            kafka: watchbridge::kafka::health::KafkaContext::new(
+                watchbridge::kafka::health::BrokerHealth::new(
+                    &bootstrap,
+                    Arc::new(watchbridge::metrics::Metrics::new()),
+                ),
+            ),
             input_topic: config.input_topic.as_str().into(),
             group_id: config.group_id.clone(),
             watermark_topic: config.watermark_topic.as_str().into(),

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use support::bridge::Bridge;
 use support::http_server::{Reply, TestServer};
 use support::kafka::Broker;
+use support::ops_client::Ops;
 use support::scenario::{data_records, finished_feeds, free_port, T0};
 
 /// `WATCHBRIDGE_SHUTDOWN_TIMEOUT` as `Bridge::spawn` sets it.
@@ -25,34 +26,7 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 const STOP_MARGIN: Duration = Duration::from_secs(5);
 
 /// The bridge's operations server.
-struct Ops {
-    base: String,
-    client: reqwest::Client,
-}
-
 impl Ops {
-    fn new(port: u16) -> Self {
-        Self {
-            base: format!("http://127.0.0.1:{port}"),
-            client: reqwest::Client::builder()
-                .timeout(Duration::from_secs(5))
-                .build()
-                .unwrap(),
-        }
-    }
-
-    /// Status and body, or `None` when nothing answers.
-    async fn get(&self, path: &str) -> Option<(u16, String)> {
-        let response = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .ok()?;
-        let status = response.status().as_u16();
-        Some((status, response.text().await.ok()?))
-    }
-
     /// Poll `path` until it answers `status` (or panic with the bridge's log).
     async fn wait_for(&self, bridge: &Bridge, path: &str, status: u16, within: Duration) -> String {
         let deadline = Instant::now() + within;

@@ -8,6 +8,7 @@ use serde_json::Value;
 use std::time::{Duration, Instant};
 use support::bridge::Bridge;
 use support::http_server::{Seen, TestServer};
+use support::ops_client::Ops;
 use support::scenario::{
     assert_each_once, feeds, finished_feeds, free_port, output_key_counts, outputs_to_end,
     produce_user_to, user_output_keys, wait_for_outputs, Setup,
@@ -21,34 +22,7 @@ fn env_on(s: &Setup, server: &TestServer, port: u16) -> Vec<(&'static str, Strin
 }
 
 /// The bridge's operations server.
-struct Ops {
-    base: String,
-    client: reqwest::Client,
-}
-
 impl Ops {
-    fn new(port: u16) -> Self {
-        Self {
-            base: format!("http://127.0.0.1:{port}"),
-            client: reqwest::Client::builder()
-                .timeout(Duration::from_secs(5))
-                .build()
-                .unwrap(),
-        }
-    }
-
-    /// Status and body, or `None` when nothing answers.
-    async fn get(&self, path: &str) -> Option<(u16, String)> {
-        let response = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .ok()?;
-        let status = response.status().as_u16();
-        Some((status, response.text().await.ok()?))
-    }
-
     /// The value of one sample of `/metrics`, e.g. `watchbridge_ready` or
     /// `watchbridge_consumer_lag_messages{partition="0"}`.
     async fn metric(&self, sample: &str) -> Option<f64> {
