@@ -124,6 +124,20 @@ async fn output_count(topic: &str) -> usize {
 }
 
 /// Wait for a bridge that ends by itself (a bounded run); its exit code.
+/// `env` as a bounded run (each watch `total(30s)` at most).
+fn bounded(mut env: Vec<(&'static str, String)>) -> Vec<(&'static str, String)> {
+    env.push(("WATCHBRIDGE_MODE", "bounded".into()));
+    env.push(("WATCHBRIDGE_TERMINATION", "total(30s)".into()));
+    env
+}
+
+/// Run the bridge with `env` until it exits, which must be with code 0 within `within`.
+fn run_to_success(env: &[(&str, String)], within: Duration) -> Bridge {
+    let mut bridge = Bridge::start(env);
+    assert_eq!(exit_code(&mut bridge, within), Some(0), "{}", bridge.log());
+    bridge
+}
+
 fn exit_code(bridge: &mut Bridge, within: Duration) -> Option<i32> {
     let deadline = Instant::now() + within;
     loop {
@@ -315,16 +329,8 @@ async fn a_bounded_run_reads_to_the_end_finishes_every_watch_and_exits_with_a_fi
     for user in 0..4 {
         produce_user(&t.input, (user % 2) as i32, user).await;
     }
-    let mut e = env(&t, &server);
-    e.push(("WATCHBRIDGE_MODE", "bounded".into()));
-    e.push(("WATCHBRIDGE_TERMINATION", "total(30s)".into()));
-    let mut bridge = Bridge::start(&e);
-    assert_eq!(
-        exit_code(&mut bridge, Duration::from_secs(90)),
-        Some(0),
-        "{}",
-        bridge.log()
-    );
+    let e = bounded(env(&t, &server));
+    run_to_success(&e, Duration::from_secs(90));
     let data = output_count(&t.output).await;
     assert_eq!(data, 24, "every watch ran to its end (6 outputs each)");
     let messages: Vec<WatermarkMessage> = watermark_messages(&t.watermarks).await;
@@ -342,13 +348,7 @@ async fn a_bounded_run_reads_to_the_end_finishes_every_watch_and_exits_with_a_fi
         }
     )));
     // A second bounded run has nothing left to read and ends at once.
-    let mut again = Bridge::start(&e);
-    assert_eq!(
-        exit_code(&mut again, Duration::from_secs(60)),
-        Some(0),
-        "{}",
-        again.log()
-    );
+    run_to_success(&e, Duration::from_secs(60));
     let data = output_count(&t.output).await;
     assert_eq!(data, 24, "committed inputs are not read again");
 }
@@ -534,16 +534,8 @@ async fn a_bounded_run_ends_when_its_input_ends_in_a_transaction_marker() {
     let transactional = broker().produce_in_transaction(&t.input, 0, &records).await;
     let (_, end) = broker().offsets(&t.input, 0);
     assert_eq!(end, if transactional { 3 } else { 2 });
-    let mut e = env(&t, &server);
-    e.push(("WATCHBRIDGE_MODE", "bounded".into()));
-    e.push(("WATCHBRIDGE_TERMINATION", "total(30s)".into()));
-    let mut bridge = Bridge::start(&e);
-    assert_eq!(
-        exit_code(&mut bridge, Duration::from_secs(60)),
-        Some(0),
-        "{}",
-        bridge.log()
-    );
+    let e = bounded(env(&t, &server));
+    run_to_success(&e, Duration::from_secs(60));
     assert_eq!(
         output_count(&t.output).await,
         12,
