@@ -77,7 +77,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::broker_process::BrokerProcess;
 use support::cpu::{cpu_seconds, machine_cpu_seconds};
-use support::kafka::{bridge_args, create_topic, input_id, producer, InFlight};
+use support::kafka::{bridge_args, create_topic, create_topic_with, input_id, producer, InFlight};
 use support::report::{
     command_output, disturbed_note, env_or, machine, median, min_max, now_ms, rate, summary_line,
     utc_now,
@@ -731,7 +731,14 @@ fn main() {
             .collect(),
     };
     runtime.block_on(async {
-        create_topic(&bootstrap, &before_topic, PARTITIONS).await;
+        // A state topic: compacted, or the bridge refuses it at start.
+        create_topic_with(
+            &bootstrap,
+            &before_topic,
+            PARTITIONS,
+            &[("cleanup.policy", "compact")],
+        )
+        .await;
         write_state_copy(&bootstrap, &before_topic, &state, &before).await;
     });
     // 6: the reader alone, interleaved.

@@ -19,11 +19,25 @@ use super::tansu_process::Storage;
 /// Creates `name` with `partitions` partitions and waits until metadata shows them all
 /// (Tansu never creates topics on its own).
 pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
+    create_topic_with(bootstrap, name, partitions, &[]).await
+}
+
+/// [`create_topic`] with topic settings (e.g. `cleanup.policy=compact` for a state topic,
+/// which the bridge refuses without it).
+pub async fn create_topic_with(
+    bootstrap: &str,
+    name: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()
         .expect("create a Kafka admin client");
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    for (key, value) in configs {
+        topic = topic.set(key, value);
+    }
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     for result in admin
         .create_topics([&topic], &options)
