@@ -909,7 +909,7 @@ async fn sigterm_with_polls_and_outputs_in_flight_and_a_restart_emit_every_outpu
 /// saved live (not finished), so after the recovery they emit them again.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_with_polls_and_outputs_in_flight_stops_in_time_committing_what_was_delivered() {
-    sigterm_in_flight(true, Duration::from_secs(2)).await;
+    sigterm_in_flight(true, Duration::from_secs(5)).await;
 }
 
 /// Users 0..FAST answer at once with ITEMS items each; users FAST.. answer only after two

@@ -780,7 +780,14 @@ impl<P: Resolve> PartitionTask<P> {
             }
             Event::Outputs { key, outputs, .. } => {
                 let first_seen = self.shared.clock.now_ms();
-                for output in &outputs {
+                for (n, output) in outputs.iter().enumerate() {
+                    if self.inputs.is_closed() {
+                        // Told to stop while this poll's outputs wait for room in the
+                        // producer's queue: the rest are left for after the recovery.
+                        self.stopping = true;
+                        *self.unsent.entry(key.clone()).or_default() += outputs.len() - n;
+                        break;
+                    }
                     let mut record = OutRecord::output(
                         &self.shared.output_topic,
                         &key,
