@@ -22,6 +22,9 @@ use support::scenario::{data_records, produce_user, Setup, T0};
 /// What the resumed instance logs once the broker has rejected its writes.
 const FENCED: &str = "fenced: another instance took this partition over";
 
+/// What it logs when the group tells it the partition is lost (before it writes anything).
+const LOST: &str = "partitions lost";
+
 /// The session timeout of both instances: a paused one loses its partitions after this.
 const SESSION_TIMEOUT_MS: u64 = 6000;
 
@@ -111,9 +114,18 @@ async fn a_paused_instance_is_fenced_and_nothing_it_writes_after_resuming_is_vis
     })
     .await;
     signal(&a, "-CONT");
-    // A's next write is rejected: the broker fenced its transactional id when B started.
-    // (At the latest its revocation writes a last checkpoint of its stale watches.)
-    a.wait_for_log(FENCED, Duration::from_secs(30));
+    // A writes nothing more for the partition: its lease (`kafka::lease`) holds its writes
+    // after the stall until the group says the partition is lost; and any write that gets
+    // out is rejected: the broker fenced its transactional id when B started.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !(a.log().contains(FENCED) || a.log().contains(LOST)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A neither lost its partition nor was fenced:\n{}",
+            a.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // Both crash; C recovers the partition from what is on the state topic: whatever A
     // wrote there after B took over must not count.
     for bridge in [&mut a, &mut b] {
