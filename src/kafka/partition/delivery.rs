@@ -75,8 +75,11 @@ impl<P: Resolve> PartitionTask<P> {
     /// Hand a record to the producer. While its queue is full, wait for deliveries to make
     /// room (and read no input meanwhile: that is the backpressure).
     pub(super) async fn send(&mut self, pending: Pending) {
-        let (lease, lost) = (self.shared.lease.clone(), self.lost.clone());
-        if self.abandoned.is_some() || !may_write(lease, lost).await {
+        // The usual case answered here; only a wait (after a stall) needs the handles.
+        let free =
+            !self.lost.load(std::sync::atomic::Ordering::SeqCst) && self.shared.lease.may_write();
+        let writable = free || may_write(self.shared.lease.clone(), self.lost.clone()).await;
+        if self.abandoned.is_some() || !writable {
             // Nothing more from this task: its successor starts from the topics.
             return;
         }
