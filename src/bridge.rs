@@ -17,7 +17,6 @@
 //! says "stopping"; the operations server ([`OpsServer`]) answers until the end.
 
 use crate::clock::Clock;
-use crate::clock::Millis;
 use crate::config::{Mode, RunConfig};
 use crate::internal_events::StopGaveUp;
 use crate::kafka::client::{
@@ -42,6 +41,7 @@ use crate::ops_server::OpsServer;
 use crate::pollers::builtin::UsePoller;
 use crate::pollers::Resolve;
 use crate::readiness::Readiness;
+use crate::watermark::END_OF_TIME;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::Producer;
 use rdkafka::{ClientConfig, TopicPartitionList};
@@ -242,7 +242,7 @@ pub async fn run_bridge<P: Resolve>(
             topic: config.watermark_topic.as_str().into(),
             output_partitions: layout.output_partitions,
             latest: latest_watermarks.clone(),
-            read_upto: (config.mode != Mode::Bounded).then(|| watermarks_read.clone()),
+            read_upto: watermarks_read.clone(),
         },
         state: StateSettings {
             recovery: RecoverySource {
@@ -264,6 +264,7 @@ pub async fn run_bridge<P: Resolve>(
         kafka: kafka.clone(),
     });
     let partitions = Arc::new(Partitions::new(shared, tokio::runtime::Handle::current()));
+    let bounded_incomplete = partitions.clone();
     let consumer: BaseConsumer<BridgeContext<P>> = consumer_config(brokers, config, guarantee)
         .create_with_context(BridgeContext {
             partitions: partitions.clone(),
@@ -279,10 +280,11 @@ pub async fn run_bridge<P: Resolve>(
         })?;
     }
 
-    // The merged watermark over every input partition (streaming runs; a bounded run
-    // publishes its final one below).
+    // The watermark topic read back, and the merged watermark over every input partition
+    // published (streaming runs; a bounded run only reads, for its partitions' floors, and
+    // publishes its final value below).
     let stop_merged = Arc::new(StopSignal::default());
-    let merged = (!bounded).then(|| {
+    let merged = {
         let publisher = MergedPublisher {
             consumer_config: base_config(brokers, config),
             kafka: kafka.clone(),
@@ -292,6 +294,7 @@ pub async fn run_bridge<P: Resolve>(
             watermark_topic: config.watermark_topic.as_str().into(),
             interval: config.watermark_interval,
             owns_first: partitions.owns_first.clone(),
+            publishes: !bounded,
             metrics: metrics.clone(),
             clock,
             latest: latest_watermarks,
@@ -303,7 +306,7 @@ pub async fn run_bridge<P: Resolve>(
                 .run(async move { stop_merged.stopped().await })
                 .await
         })
-    });
+    };
 
     let stop_consumer = Arc::new(AtomicBool::new(false));
     let stop_deadline = Arc::new(OnceLock::new());
@@ -324,14 +327,25 @@ pub async fn run_bridge<P: Resolve>(
     let deadline = Instant::now() + config.shutdown_timeout;
     let consumer_stopped = match finished {
         Some(joined) => {
-            tracing::info!("bounded run complete: every input read, every watch ended");
-            publish_merged(
-                &producer,
-                &Arc::from(config.watermark_topic.as_str()),
-                &config.input_topic,
-                Millis::MAX,
-            )
-            .await;
+            let incomplete = bounded_incomplete.incomplete();
+            if incomplete.is_empty() {
+                tracing::info!("bounded run complete: every input read, every watch ended");
+                publish_merged(
+                    &producer,
+                    &Arc::from(config.watermark_topic.as_str()),
+                    &config.input_topic,
+                    END_OF_TIME,
+                )
+                .await;
+            } else {
+                // No end of time for the merged value: not every partition got there.
+                tracing::warn!(
+                    partitions = ?incomplete,
+                    "bounded run over, but these partitions did not finish (left to another \
+                     instance, or could not be read again); their watermark and the merged \
+                     one are not at the end of time"
+                );
+            }
             joined.ok().and_then(Result::ok)
         }
         None => {
@@ -348,7 +362,7 @@ pub async fn run_bridge<P: Resolve>(
         }
     };
     stop_merged.stop();
-    if let Some(merged) = merged {
+    {
         let left = deadline.saturating_duration_since(Instant::now());
         let _ = tokio::time::timeout(left.max(Duration::from_millis(200)), merged).await;
     }

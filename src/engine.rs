@@ -3,7 +3,9 @@
 //!
 //! It is one task that alone owns its [`WatchTable`] — no locks on watch state. Inputs come
 //! in as [`Command`]s; new outputs, terminations and hold changes go out as [`Event`]s on a
-//! bounded channel, so a slow consumer of events (a full producer queue) stops the engine
+//! bounded channel (a change of the minimum hold as [`Event::Hold`], after the events of the
+//! change it follows: a watermark computed from the holds the runtime has taken in never
+//! passes an output it has not taken in yet, as Beam holds the watermark at pending outputs), so a slow consumer of events (a full producer queue) stops the engine
 //! from dispatching more polls instead of buffering without bound. Polls run as their own
 //! tokio tasks (so a slow or CPU-heavy poller uses the other cores and a panicking one
 //! fails its poll, not the engine), each under the global in-flight limit, the per-host
@@ -74,7 +76,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -175,6 +177,15 @@ pub enum Event {
         outputs: Vec<Output>,
         hold: Millis,
     },
+    /// The earliest watermark hold among the running watches changed (`None`: no watch holds
+    /// anything back). A hold released or moved up comes after the events of the same
+    /// change (a poll's `Outputs` and `Terminated`), never before: a runtime that applies
+    /// holds in event order has taken in every output the old hold covered. A new watch's
+    /// hold comes before its `Started` or `Restored` (the runtime counts the hold of a
+    /// command not answered yet itself).
+    Hold {
+        min: Option<Millis>,
+    },
     Terminated {
         key: Bytes,
         reason: TerminatedReason,
@@ -193,7 +204,8 @@ pub struct Engine<P: Poller> {
     poll_timeout: Duration,
     checkpoints: bool,
     in_flight: FuturesUnordered<InFlight>,
-    min_hold: watch::Sender<Option<Millis>>,
+    /// The minimum hold last reported ([`Event::Hold`]).
+    min_hold: Option<Millis>,
     /// With [`EngineConfig::remember_ended`]: keys of ended watches not forgotten yet.
     ended: Option<HashSet<Bytes>>,
 }
@@ -226,15 +238,9 @@ impl<P: Poller> Engine<P> {
             poll_timeout: config.poll_timeout,
             checkpoints: config.checkpoints,
             in_flight: FuturesUnordered::new(),
-            min_hold: watch::channel(None).0,
+            min_hold: None,
             ended: config.remember_ended.then(HashSet::new),
         }
-    }
-
-    /// The earliest watermark hold among this engine's running watches (`None`: no watch
-    /// holds anything back), updated as it changes.
-    pub fn min_hold(&self) -> watch::Receiver<Option<Millis>> {
-        self.min_hold.subscribe()
     }
 
     /// Run until shut down, until nobody listens, or — once `commands` is closed — until
@@ -318,7 +324,9 @@ impl<P: Poller> Engine<P> {
                 Event::AlreadyWatching { key }
             }
         };
-        self.publish_min_hold();
+        // A new hold is reported before the answer, so that a runtime that counts the
+        // watch's hold itself until the answer never goes without it.
+        self.report_min_hold(events).await?;
         send(events, event).await
     }
 
@@ -350,7 +358,7 @@ impl<P: Poller> Engine<P> {
                 Event::RestoreRefused { key }
             }
         };
-        self.publish_min_hold();
+        self.report_min_hold(events).await?;
         send(events, event).await
     }
 
@@ -376,8 +384,8 @@ impl<P: Poller> Engine<P> {
             };
             if let Some((key, reason)) = self.table.stop_if_done(id, now) {
                 *spare_permit = Some(permit);
-                self.publish_min_hold();
                 self.terminated(key, reason, SeenSet::new(), events).await?;
+                self.report_min_hold(events).await?;
                 continue;
             }
             let Some(input) = self.table.watch(id).map(|w| w.input().clone()) else {
@@ -428,8 +436,6 @@ impl<P: Poller> Engine<P> {
         let Some(completion) = self.table.complete(done.id, done.outcome, now) else {
             return Ok(());
         };
-        // The poll may have moved this watch's hold or ended it: either can move the minimum.
-        self.publish_min_hold();
         match completion {
             Completion::Polled { key, polled, hold } => {
                 PollSucceeded {
@@ -488,7 +494,9 @@ impl<P: Poller> Engine<P> {
                 }
             }
         }
-        Ok(())
+        // The poll may have moved this watch's hold or ended it: either can move the
+        // minimum, reported after its outputs.
+        self.report_min_hold(events).await
     }
 
     /// With checkpoints on, report where a watch that goes on stands after a poll.
@@ -538,13 +546,14 @@ impl<P: Poller> Engine<P> {
         self.ended.as_ref().is_some_and(|e| e.contains(key))
     }
 
-    fn publish_min_hold(&self) {
+    /// Send [`Event::Hold`] if the minimum hold changed since the last one.
+    async fn report_min_hold(&mut self, events: &mpsc::Sender<Event>) -> Result<(), Ended> {
         let min = self.table.min_hold();
-        self.min_hold.send_if_modified(|current| {
-            let changed = *current != min;
-            *current = min;
-            changed
-        });
+        if min == self.min_hold {
+            return Ok(());
+        }
+        self.min_hold = min;
+        send(events, Event::Hold { min }).await
     }
 }
 

@@ -212,6 +212,8 @@ pub enum AfterProduceFailure {
     /// sending it could lose it. The partition starts again from its durable state, whose
     /// read-back of the output topic finds it if it landed.
     RestartPartition,
+    /// A watermark record: the partition's state is published again at the next tick.
+    PublishAgain,
 }
 
 impl ProduceFailed<'_> {
@@ -239,6 +241,12 @@ impl ProduceFailed<'_> {
                 error = self.error,
                 "output not delivered (it may still be on the topic); the partition starts \
                  again from its durable state, which finds it if it landed"
+            ),
+            AfterProduceFailure::PublishAgain => tracing::warn!(
+                topic = self.topic,
+                error = self.error,
+                "watermark record not delivered; the partition's watermark is published again \
+                 at the next tick"
             ),
         }
         m.produce_failures.with_label_values(&[label]).inc();

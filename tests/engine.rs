@@ -132,7 +132,6 @@ struct Running {
     events: mpsc::Receiver<Event>,
     task: tokio::task::JoinHandle<Ended>,
     metrics: Arc<Metrics>,
-    min_hold: tokio::sync::watch::Receiver<Option<Millis>>,
 }
 
 fn start(
@@ -179,7 +178,6 @@ fn start_with(
         Clock::starting_at(now),
         metrics.clone(),
     );
-    let min_hold = engine.min_hold();
     let (commands, rx) = mpsc::channel(1024);
     let (tx, events) = mpsc::channel(event_capacity);
     let task = tokio::spawn(engine.run(rx, tx));
@@ -188,7 +186,6 @@ fn start_with(
         events,
         task,
         metrics,
-        min_hold,
     }
 }
 
@@ -241,6 +238,17 @@ fn reason_of(events: &[Event], name: &str) -> Option<TerminatedReason> {
         Event::Terminated { key, reason, .. } if key == name.as_bytes() => Some(reason.clone()),
         _ => None,
     })
+}
+
+/// The minimum holds the engine reported, in order.
+fn holds_reported(events: &[Event]) -> Vec<Option<Millis>> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Hold { min } => Some(*min),
+            _ => None,
+        })
+        .collect()
 }
 
 fn unlimited() -> Limits {
@@ -595,10 +603,8 @@ async fn holds_follow_the_rules_and_finished_watches_release_them() {
         ),
     ]));
     let r = start(poller.clone(), rules("polls(3)"), unlimited(), 64);
-    let mut min_hold = r.min_hold.clone();
     r.watch("wm", T0 - 1_000).await;
     r.watch("ev", T0 - 2_000).await;
-    min_hold.changed().await.unwrap();
     let events = r.drain().await;
     let holds: Vec<(String, Millis)> = events
         .iter()
@@ -613,7 +619,7 @@ async fn holds_follow_the_rules_and_finished_watches_release_them() {
     assert!(holds.contains(&("wm".into(), T0 + 300)), "{holds:?}");
     assert!(holds.contains(&("ev".into(), T0 + 700)), "{holds:?}");
     // Both watches finished, so nothing holds the partition back any more.
-    assert_eq!(*min_hold.borrow(), None);
+    assert_eq!(holds_reported(&events).last(), Some(&None));
 }
 
 #[tokio::test(start_paused = true)]
@@ -773,7 +779,10 @@ async fn interrupted(
             key: Bytes::from_static(b"w")
         }
     );
-    let hold_after_restore = *b.min_hold.borrow();
+    let hold_after_restore = match b.events.recv().await {
+        Some(Event::Hold { min }) => min,
+        other => panic!("the restored watch's hold follows its Restored: {other:?}"),
+    };
     events.extend(drain_timed(b, base).await);
     (observed(&events, &poller, "w"), last, hold_after_restore)
 }
@@ -927,6 +936,7 @@ async fn checkpoints_follow_every_poll_a_watch_survives_and_only_when_asked_for(
             Event::Outputs { .. } => "outputs",
             Event::Checkpoint(_) => "checkpoint",
             Event::Terminated { .. } => "terminated",
+            Event::Hold { .. } => "hold",
             _ => "other",
         })
         .collect();
@@ -934,14 +944,19 @@ async fn checkpoints_follow_every_poll_a_watch_survives_and_only_when_asked_for(
         kinds,
         vec![
             "started",
+            "hold",
             "outputs",
             "checkpoint",
+            "hold",
             "checkpoint",
             "outputs",
             "checkpoint",
+            "hold",
             "outputs",
-            "terminated"
-        ]
+            "terminated",
+            "hold"
+        ],
+        "a hold moved by a poll is reported after that poll's outputs (a failed poll moves none)"
     );
 }
 
@@ -949,9 +964,14 @@ async fn checkpoints_follow_every_poll_a_watch_survives_and_only_when_asked_for(
 async fn a_restore_for_a_live_key_is_refused_and_changes_nothing() {
     let poller = Arc::new(Scripted::with(vec![]));
     let mut r = start(poller.clone(), rules("polls(3)"), unlimited(), 64);
-    let min_hold = r.min_hold.clone();
     r.watch("u1", T0 - 1_000).await;
     assert!(matches!(r.events.recv().await, Some(Event::Started { .. })));
+    assert_eq!(
+        r.events.recv().await,
+        Some(Event::Hold {
+            min: Some(T0 - 1_000)
+        })
+    );
     let progress = watchbridge::watch::Progress {
         arrived: T0 - 50_000,
         last_new: T0 - 50_000,
@@ -976,13 +996,16 @@ async fn a_restore_for_a_live_key_is_refused_and_changes_nothing() {
             key: Bytes::from_static(b"u1")
         })
     );
-    assert_eq!(
-        *min_hold.borrow(),
-        Some(T0 - 1_000),
-        "the live watch's hold only"
-    );
     let metrics = r.metrics.clone();
     let events = r.drain().await;
+    // The refused restore did not report a hold of its own: the live watch's only, until
+    // it ended.
+    assert!(
+        holds_reported(&events)
+            .iter()
+            .all(|h| h.is_none() || *h >= Some(T0 - 1_000)),
+        "{events:?}"
+    );
     // Three polls of the live watch, on its own schedule (the restore would have made it
     // one more poll, due at 1 s).
     assert_eq!(poller.poll_times("u1"), vec![0, 10_000, 20_000]);
@@ -1023,8 +1046,9 @@ async fn an_input_for_a_key_whose_end_the_runtime_has_not_taken_in_starts_nothin
     );
     let u1 = Bytes::from_static(b"u1");
     r.watch("u1", T0).await;
+    // Up to its end, and the release of its hold that follows.
     let mut first = Vec::new();
-    while reason_of(&first, "u1").is_none() {
+    while !matches!(first.last(), Some(Event::Hold { min: None })) {
         first.push(r.events.recv().await.unwrap());
     }
     assert_eq!(outputs_of(&first, "u1").len(), 2);
@@ -1075,11 +1099,54 @@ async fn without_remember_ended_an_ended_key_starts_again_and_nothing_is_kept() 
     // polls(1): the second run's poll (the script is spent) ends it too.
     let mut r = start(poller.clone(), rules("polls(1)"), unlimited(), 64);
     r.watch("u1", T0).await;
+    // Up to its end, and the release of its hold that follows.
     let mut first = Vec::new();
-    while reason_of(&first, "u1").is_none() {
+    while !matches!(first.last(), Some(Event::Hold { min: None })) {
         first.push(r.events.recv().await.unwrap());
     }
     r.watch("u1", T0).await;
     assert!(matches!(r.events.recv().await, Some(Event::Started { .. })));
     r.drain().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_poll_that_moves_the_hold_reports_it_after_its_outputs() {
+    // Issue 16, case 2: the outputs of a poll are below the hold it moves to (the
+    // resource's watermark passed them). A runtime that applies holds in event order must
+    // still hold the watermark at the old hold when it takes the outputs in, or a tick in
+    // between would publish past them and flag them late.
+    let poller = Arc::new(Scripted::with(vec![(
+        "u1",
+        vec![Ok(PollResult::incomplete(vec![
+            out("a", T0 + 100),
+            out("b", T0 + 200),
+        ])
+        .with_watermark(T0 + 300))],
+    )]));
+    let r = start(poller.clone(), rules("polls(2)"), unlimited(), 64);
+    r.watch("u1", T0 - 1_000).await;
+    let events = r.drain().await;
+    let mut applied = None;
+    let mut checked = 0;
+    for e in &events {
+        match e {
+            Event::Hold { min } => applied = *min,
+            Event::Outputs { outputs, .. } => {
+                for o in outputs {
+                    assert!(
+                        applied.is_none_or(|h| o.event_time >= h),
+                        "output at {} taken in under a hold of {applied:?}: {events:?}",
+                        o.event_time - T0
+                    );
+                    checked += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(checked, 2);
+    assert_eq!(
+        holds_reported(&events),
+        vec![Some(T0 - 1_000), Some(T0 + 300), None]
+    );
 }

@@ -491,6 +491,7 @@ async fn the_watermark_reader_reaches_an_end_that_is_a_transaction_marker() {
         watermark_topic: topic.as_str().into(),
         interval: Duration::from_millis(100),
         owns_first: Arc::new(AtomicBool::new(false)),
+        publishes: true,
         metrics,
         clock: watchbridge::clock::Clock::system(),
         latest: Default::default(),

@@ -56,6 +56,10 @@ pub struct Partitions<P: Resolve> {
     stopping: AtomicBool,
     /// Commit failures reported while stopping (the final commit's among them).
     commit_failures: Mutex<Vec<String>>,
+    /// A bounded run's partitions whose task ended without reaching the end of time (its
+    /// watches did not all end, or it could not go on): the run's merged watermark may not
+    /// be the end of time.
+    incomplete: Mutex<Vec<i32>>,
 }
 
 /// How the consumer thread's stop went: what the bridge's stop reports when it gives up.
@@ -80,6 +84,7 @@ impl<P: Resolve> Partitions<P> {
             owns_first: Arc::new(AtomicBool::new(false)),
             stopping: AtomicBool::new(false),
             commit_failures: Mutex::new(Vec::new()),
+            incomplete: Mutex::new(Vec::new()),
         }
     }
 
@@ -182,6 +187,21 @@ impl<P: Resolve> Partitions<P> {
         Instant::now() + self.shared.stop_timeout + Duration::from_secs(2)
     }
 
+    /// A bounded run's partitions that ended without reaching the end of time.
+    pub fn incomplete(&self) -> Vec<i32> {
+        self.incomplete
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn note_incomplete(&self, partition: i32) {
+        self.incomplete
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(partition);
+    }
+
     /// Handle the tasks that ended on their own: in a bounded run, done (every input read,
     /// every watch ended): forget them; an aborted transaction, or a delivery whose outcome
     /// is unknown: read the partition again from its last committed position with a new
@@ -194,6 +214,10 @@ impl<P: Resolve> Partitions<P> {
             let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
             assigned.retain(|&partition, a| match a.stopped.try_recv() {
                 Ok(report) => {
+                    if a.bounds.is_some() && !report.end_of_time && report.ending != Ending::Restart
+                    {
+                        self.note_incomplete(partition);
+                    }
                     match report.ending {
                         Ending::Done | Ending::Fenced => PartitionRevoked {
                             topic: &self.shared.input_topic,
@@ -219,10 +243,16 @@ impl<P: Resolve> Partitions<P> {
                     partition,
                     "not restarting the partition: the assignment was lost"
                 );
+                if bounds.is_some() {
+                    self.note_incomplete(partition);
+                }
                 continue;
             }
             let Some(start) = position.or_else(|| self.committed(consumer, partition)) else {
                 tracing::error!(partition, "cannot read the partition's committed offset; it is left until the group assigns it again");
+                if bounds.is_some() {
+                    self.note_incomplete(partition);
+                }
                 continue;
             };
             let topic = &self.shared.input_topic;
@@ -233,6 +263,9 @@ impl<P: Resolve> Partitions<P> {
                 Duration::from_secs(10),
             ) {
                 tracing::error!(partition, error = %e, "cannot read the partition again from its last commit; it is left until the group assigns it again");
+                if bounds.is_some() {
+                    self.note_incomplete(partition);
+                }
                 continue;
             }
             let _ = consumer.resume(&self.one(partition));

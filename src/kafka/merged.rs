@@ -3,10 +3,15 @@
 //! Each instance publishes only the partitions it owns. The merged value must cover all of
 //! them, so every instance reads the watermark topic back (it is small: one partition,
 //! compacted, a record per change) and merges the latest value of each input partition
-//! (min over the non-idle ones, never backwards; see `watermark::merged`). Every instance
-//! exports that value as `watchbridge_watermark_ms`; the owner of input partition 0 also
-//! publishes it, as the `merged` record, so there is one writer however the partitions
-//! move.
+//! (min over the non-idle ones, never backwards, never below the last `merged` record; see
+//! `watermark::topic`). Every instance exports that value as `watchbridge_watermark_ms`;
+//! the owner of input partition 0 also publishes it, as the `merged` record, so there is one
+//! writer however the partitions move.
+//!
+//! Nothing is published while the reader replays the topic (until it reaches the end it
+//! found at its start: the last `merged` record may still come), nor by a new owner of
+//! partition 0 before it has read what the previous writer wrote: either could publish a
+//! value below one already on the topic.
 
 use crate::clock::Clock;
 use crate::internal_events::{MergedWatermarkChanged, WatermarkLag};
@@ -14,7 +19,7 @@ use crate::kafka::health::KafkaContext;
 use crate::kafka::records::OutRecord;
 use crate::kafka::stats::BridgeProducer;
 use crate::metrics::Metrics;
-use crate::watermark::{MergedWatermark, WatermarkMessage};
+use crate::watermark::{PartitionState, WatermarkMessage, WatermarkTopic};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
@@ -32,10 +37,15 @@ pub struct MergedPublisher {
     pub watermark_topic: Arc<str>,
     pub interval: Duration,
     pub owns_first: Arc<AtomicBool>,
+    /// Whether it publishes the merged value (record and metric) at all: not in a bounded
+    /// run, which only reads the topic (for its partitions' floors) and publishes its final
+    /// value itself.
+    pub publishes: bool,
     pub metrics: Arc<Metrics>,
     pub clock: Clock,
-    /// Shared with the partition tasks: the latest value of each partition on the topic.
-    pub latest: Arc<std::sync::Mutex<std::collections::HashMap<i32, crate::clock::Millis>>>,
+    /// Shared with the partition tasks: the state of each partition on the topic (the
+    /// floor of a partition taken over).
+    pub latest: Arc<std::sync::Mutex<std::collections::HashMap<i32, PartitionState>>>,
     /// The offset after the last watermark record read (or the end the reader reached,
     /// past transaction markers and aborted records): a partition task taking a partition
     /// over waits until this passes the topic's end at its recovery, so that its floor is
@@ -43,10 +53,20 @@ pub struct MergedPublisher {
     pub read_upto: Arc<std::sync::atomic::AtomicI64>,
 }
 
+/// How far the reader has got, which decides whether it may publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// Replaying what was on the topic at the start: the values derived so far may be below
+    /// what was already published (the last `merged` record may come later).
+    Replaying,
+    /// Caught up with the topic's end as it was at the start.
+    CaughtUp,
+}
+
 impl MergedPublisher {
     /// Read the watermark topic and publish the merged value until `stop` resolves.
     pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
-        let consumer: StreamConsumer<KafkaContext> = match self
+        let consumer: Arc<StreamConsumer<KafkaContext>> = match self
             .consumer_config
             .clone()
             // librdkafka wants a group id even for an assigned (not subscribed) consumer;
@@ -57,11 +77,12 @@ impl MergedPublisher {
             .set("isolation.level", "read_committed")
             .set("fetch.wait.max.ms", "100")
             // The end is reported: in the exactly-once mode the topic ends with a
-            // transaction marker, which is never handed over as a record (`read_upto`).
+            // transaction marker, which is never handed over as a record (`read_upto`); and
+            // the replay is over only at the end.
             .set("enable.partition.eof", "true")
             .create_with_context(self.kafka.clone())
         {
-            Ok(c) => c,
+            Ok(c) => Arc::new(c),
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the watermark topic; no merged watermark");
                 return;
@@ -75,10 +96,12 @@ impl MergedPublisher {
             tracing::error!(error = %e, "cannot read the watermark topic; no merged watermark");
             return;
         }
-        let mut merged = MergedWatermark::new();
-        for p in 0..self.input_partitions {
-            merged.assign(p);
-        }
+        let mut topic = WatermarkTopic::new(&self.input_topic, self.input_partitions);
+        let mut reading = Reading::Replaying;
+        // While this instance owns input partition 0 (it writes the `merged` records): from
+        // which offset of the watermark topic on it may, i.e. once it has read every record
+        // the previous writer wrote (`None`: not the writer, or not known yet).
+        let mut writer_from: Option<WriterFrom> = None;
         let mut ticks = tokio::time::interval(self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut published = None;
@@ -89,17 +112,9 @@ impl MergedPublisher {
                 message = consumer.recv() => match message {
                     Ok(m) => {
                         self.read_upto.fetch_max(m.offset() + 1, Ordering::SeqCst);
-                        let Ok(WatermarkMessage::Partition { topic, partition, watermark_ms, idle }) =
-                            WatermarkMessage::parse(m.payload().unwrap_or_default())
-                        else {
-                            continue;
-                        };
-                        if *topic == *self.input_topic && partition < self.input_partitions {
-                            merged.set(partition, Some(watermark_ms), idle);
-                            if let Ok(mut latest) = self.latest.lock() {
-                                let value = latest.entry(partition).or_insert(watermark_ms);
-                                *value = (*value).max(watermark_ms);
-                            }
+                        match WatermarkMessage::parse(m.payload().unwrap_or_default()) {
+                            Ok(message) => self.take_in(&mut topic, &message),
+                            Err(e) => tracing::warn!(offset = m.offset(), error = %e, "skipping a record on the watermark topic"),
                         }
                     }
                     // At the end: past what no record stands for (markers, aborted records).
@@ -107,29 +122,102 @@ impl MergedPublisher {
                         if let Some(position) = self.position(&consumer) {
                             self.read_upto.fetch_max(position, Ordering::SeqCst);
                         }
+                        reading = Reading::CaughtUp;
                     }
                     Err(e) => tracing::debug!(error = %e, "reading the watermark topic"),
                 },
                 _ = ticks.tick() => {
-                    let current = merged.current();
+                    if !self.publishes || reading == Reading::Replaying {
+                        continue;
+                    }
+                    let current = topic.merged();
                     // `Millis::MIN`: only partitions that never had a watermark; nothing to say.
                     if current.is_none_or(|c| c == crate::clock::Millis::MIN) {
                         continue;
                     }
+                    let writer = self.writer(&consumer, &mut writer_from).await;
                     if current == published {
                         // Unchanged, but event time falls further behind as time passes.
                         WatermarkLag { watermark: current.unwrap_or_default(), now: self.clock.now_ms() }.emit(&self.metrics);
                         continue;
                     }
-                    published = current;
                     let watermark = current.unwrap_or_default();
-                    MergedWatermarkChanged { watermark, now: self.clock.now_ms() }.emit(&self.metrics);
-                    if self.owns_first.load(Ordering::SeqCst) {
-                        self.publish(watermark).await;
+                    if writer {
+                        if !self.publish(watermark).await {
+                            // Not on the topic: try again at the next tick.
+                            continue;
+                        }
+                    } else if self.owns_first.load(Ordering::SeqCst) {
+                        // Not the writer yet: neither record nor metric until it is.
+                        continue;
                     }
+                    published = current;
+                    MergedWatermarkChanged { watermark, now: self.clock.now_ms() }.emit(&self.metrics);
                 }
             }
         }
+    }
+
+    /// One record read back from the topic.
+    fn take_in(&self, topic: &mut WatermarkTopic, message: &WatermarkMessage) {
+        topic.apply(message);
+        if let WatermarkMessage::Partition { partition, .. } = message {
+            if let Ok(mut latest) = self.latest.lock() {
+                match topic.partition(*partition) {
+                    Some(state) => latest.insert(*partition, state),
+                    None => latest.remove(partition),
+                };
+            }
+        }
+    }
+
+    /// Whether this instance writes the `merged` record now: it owns input partition 0 and
+    /// has read the topic up to where it stood when it became the owner (so it has seen the
+    /// last value the previous writer published; a value derived before could be below it).
+    async fn writer(
+        &self,
+        consumer: &Arc<StreamConsumer<KafkaContext>>,
+        writer_from: &mut Option<WriterFrom>,
+    ) -> bool {
+        if !self.owns_first.load(Ordering::SeqCst) {
+            *writer_from = None;
+            return false;
+        }
+        let from = match writer_from {
+            Some(from) => *from,
+            None => {
+                let (consumer, topic) = (consumer.clone(), self.watermark_topic.clone());
+                let end = tokio::task::spawn_blocking(move || {
+                    consumer
+                        .fetch_watermarks(&topic, 0, Duration::from_secs(5))
+                        .map(|(_, high)| high)
+                })
+                .await;
+                let from = match end {
+                    Ok(Ok(end)) => WriterFrom {
+                        offset: end,
+                        since: tokio::time::Instant::now(),
+                    },
+                    _ => return false,
+                };
+                *writer_from = Some(from);
+                from
+            }
+        };
+        if self.read_upto.load(Ordering::SeqCst) >= from.offset {
+            return true;
+        }
+        // An open transaction of the previous owner (exactly-once mode) ends within its
+        // timeout; a topic that stays unreadable longer is logged and published anyway.
+        if from.since.elapsed() > Duration::from_secs(60) {
+            tracing::warn!(
+                "the watermark topic was not read to its end in 60 s; publishing the merged \
+                 watermark without the previous writer's last value"
+            );
+            *writer_from = Some(WriterFrom { offset: 0, ..from });
+            return true;
+        }
+        false
     }
 
     /// The reader's position on the watermark topic (the offset it reads next).
@@ -141,15 +229,21 @@ impl MergedPublisher {
         }
     }
 
-    async fn publish(&self, watermark: crate::clock::Millis) {
+    async fn publish(&self, watermark: crate::clock::Millis) -> bool {
         publish_merged(
             &self.producer,
             &self.watermark_topic,
             &self.input_topic,
             watermark,
         )
-        .await;
+        .await
     }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct WriterFrom {
+    offset: i64,
+    since: tokio::time::Instant,
 }
 
 /// One `merged` record on the watermark topic.
@@ -158,16 +252,20 @@ pub async fn publish_merged(
     watermark_topic: &Arc<str>,
     input_topic: &str,
     watermark: crate::clock::Millis,
-) {
+) -> bool {
     let message = WatermarkMessage::Merged {
         topic: input_topic.to_string(),
         watermark_ms: watermark,
     };
     let record = OutRecord::watermark(watermark_topic, None, message.key(), message.to_json());
-    if let Err((e, _)) = producer
+    match producer
         .send(record.to_future_record(), Duration::from_secs(10))
         .await
     {
-        tracing::warn!(error = %e, "the merged watermark could not be published");
+        Ok(_) => true,
+        Err((e, _)) => {
+            tracing::warn!(error = %e, "the merged watermark could not be published");
+            false
+        }
     }
 }

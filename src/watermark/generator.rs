@@ -81,6 +81,13 @@ impl InputWatermark {
         self.last_activity = self.last_activity.max(now);
     }
 
+    /// Count `now` as the last activity (not a record): the idle timeout runs from here.
+    pub fn activity_at(&mut self, now: Millis) {
+        if !self.disabled {
+            self.last_activity = self.last_activity.max(now);
+        }
+    }
+
     /// The watermark of the records seen so far, whether or not the input is idle.
     pub fn watermark(&self) -> Option<Millis> {
         let lag = self.lag?;

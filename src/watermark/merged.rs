@@ -73,6 +73,35 @@ impl MergedWatermark {
         self.republish()
     }
 
+    /// A merged value already published (the last `merged` record on the watermark topic):
+    /// never publish below it. Returns the merged watermark when it changed.
+    pub fn floor(&mut self, published: Millis) -> Option<Millis> {
+        let next = self.published.max(Some(published));
+        if next == self.published {
+            return None;
+        }
+        self.published = next;
+        next
+    }
+
+    /// A partition starts afresh (a run ended there, see `watermark::topic`): back to "no
+    /// watermark, active", which holds the merged value where it is until it reports.
+    pub fn reset(&mut self, partition: i32) {
+        self.partitions.insert(
+            partition,
+            Reported {
+                watermark: None,
+                idle: false,
+            },
+        );
+    }
+
+    /// A run ended everywhere (its end-of-time `merged` record): the next run's merged
+    /// value starts afresh, below it. The partitions keep what they reported.
+    pub fn end_of_run(&mut self) {
+        self.published = None;
+    }
+
     /// The merged watermark published so far (`None`: there has not been one yet).
     pub fn current(&self) -> Option<Millis> {
         self.published

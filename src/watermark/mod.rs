@@ -9,6 +9,8 @@
 //!   watches' holds (Beam's watermark holds), never moving backwards.
 //! * [`merged`]: [`MergedWatermark`], the minimum over the partitions that are not idle.
 //! * [`message`]: the watermark topic's records.
+//! * [`topic`]: [`WatermarkTopic`], those records read back (the state every reader of the
+//!   topic derives, floors for takeovers and the merged value, runs that ended).
 //!
 //! All of it is pure: state machines handed `now` and the engine's minimum hold, returning
 //! only changes, so the caller publishes exactly what moved.
@@ -17,10 +19,14 @@ pub mod generator;
 pub mod merged;
 pub mod message;
 pub mod partition;
+#[cfg(test)]
+mod properties;
 pub mod strategy;
+pub mod topic;
 
 pub use generator::InputWatermark;
 pub use merged::MergedWatermark;
 pub use message::WatermarkMessage;
 pub use partition::{PartitionWatermark, Update};
 pub use strategy::WatermarkStrategy;
+pub use topic::{PartitionState, WatermarkTopic, END_OF_TIME};

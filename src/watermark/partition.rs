@@ -58,6 +58,9 @@ pub struct PartitionWatermark {
     /// does in Flink) — a partition that starts behind the others must not find the merged
     /// watermark already past its records.
     idle: bool,
+    /// The next update returns the state even if unchanged: what was published may not
+    /// have reached the topic ([`republish`](Self::republish)).
+    stale: bool,
 }
 
 impl PartitionWatermark {
@@ -68,6 +71,7 @@ impl PartitionWatermark {
             input,
             published: None,
             idle: false,
+            stale: false,
         }
     }
 
@@ -91,18 +95,45 @@ impl PartitionWatermark {
         };
         let watermark = self.published.max(candidate);
         let idle = input_idle && min_hold.is_none();
-        if watermark == self.published && idle == self.idle {
+        if watermark == self.published && idle == self.idle && !self.stale {
             return None;
         }
         self.published = watermark;
         self.idle = idle;
+        self.stale = false;
         Some(Update { watermark, idle })
     }
 
     /// A watermark this partition already published under a previous owner (read back from
-    /// the watermark topic): never publish below it. Takes effect at the next update.
+    /// the watermark topic): never publish below it, and judge outputs against it from now
+    /// on. Takes effect at once for [`is_late`](Self::is_late), at the next update for what
+    /// is published.
     pub fn resume_from(&mut self, floor: Millis) {
         self.published = self.published.max(Some(floor));
+    }
+
+    /// Take the partition over from the state its previous owner left on the watermark
+    /// topic (`watermark`, `idle`): [`resume_from`](Self::resume_from) the value, and count
+    /// the topic's idle flag as the one last published, so that the next update publishes
+    /// whatever differs from it — a stale `idle: true` while restored watches are live is
+    /// corrected at once, though the value did not change.
+    pub fn take_over(&mut self, watermark: Millis, idle: bool) {
+        self.resume_from(watermark);
+        self.idle = idle;
+    }
+
+    /// The partition starts reading its input at `now` (after its recovery, which may have
+    /// taken longer than the idle timeout): its input is not idle before `now` plus the
+    /// timeout.
+    pub fn start_reading(&mut self, now: Millis) {
+        self.input.activity_at(now);
+    }
+
+    /// What was last published may not have reached the topic (its delivery failed): the
+    /// next update returns the state again even if nothing changed. (Sending the failed
+    /// record again could land it after a later, higher one.)
+    pub fn republish(&mut self) {
+        self.stale = true;
     }
 
     /// The watermark last returned by [`update`](Self::update).

@@ -4,8 +4,9 @@
 //! broker refused for good goes to the dead-letter topic, any other failure starts the
 //! partition again from its durable state (`PartitionTask::abandon`). State records are
 //! retried until delivered (a retried chunk is harmless: the checkpoint's offsets record,
-//! which vouches for it, waits for its acknowledgement), dead letters and watermarks with
-//! backoff.
+//! which vouches for it, waits for its acknowledgement), dead letters with backoff;
+//! a watermark is published again at the next tick (a retried one could land after a later
+//! one).
 
 use super::*;
 use crate::kafka::durable::SendTicket;
@@ -182,6 +183,19 @@ impl<P: Resolve> PartitionTask<P> {
             self.abandoned.get_or_insert(error);
             return;
         }
+        if matches!(pending.kind, Kind::Watermark) {
+            // Not sent again: it could land after a later, higher value. The partition's
+            // state is published again at the next tick instead (never below this one).
+            ProduceFailed {
+                topic: &pending.record.topic,
+                error: &error.to_string(),
+                attempt: pending.attempt,
+                then: AfterProduceFailure::PublishAgain,
+            }
+            .emit(&self.shared.metrics, &failure_label(&error));
+            self.watermark.republish();
+            return;
+        }
         // A state record is never given up: a watch whose record is lost could not be
         // restored. (Its checkpoint stays in flight, so no later one overtakes it.) An
         // output the broker refused for good goes to the dead-letter topic at once.
@@ -216,11 +230,6 @@ impl<P: Resolve> PartitionTask<P> {
             return;
         }
         match &pending.kind {
-            Kind::Watermark => {
-                // A later one supersedes it.
-                tracing::warn!(error = %error, "a watermark record could not be delivered");
-                return;
-            }
             Kind::DeadLetter if is_too_large(&error) && pending.record.value.is_some() => {
                 // A dead letter carries the refused record's value, so a record refused for
                 // its size (by the producer's `message.max.bytes`, or a topic's
@@ -241,6 +250,8 @@ impl<P: Resolve> PartitionTask<P> {
                     .push(async move { Delivery::RetryDue(dead_letter) }.boxed());
                 return;
             }
+            // Published again instead (above).
+            Kind::Watermark => return,
             Kind::DeadLetter => {
                 tracing::error!(error = %error, "a dead letter could not be delivered either; it is lost");
                 if let Some(origin) = pending.origin {

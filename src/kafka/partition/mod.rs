@@ -52,7 +52,10 @@ use crate::readiness::Readiness;
 use crate::seen::{hash_key, OutputHash, SeenSet};
 use crate::state::Registration;
 use crate::watch::{Progress, WatchRules};
-use crate::watermark::{InputWatermark, PartitionWatermark, WatermarkMessage, WatermarkStrategy};
+use crate::watermark::{
+    InputWatermark, PartitionState, PartitionWatermark, WatermarkMessage, WatermarkStrategy,
+    END_OF_TIME,
+};
 use bytes::Bytes;
 use delivery::{Delivery, Kind, Pending};
 use futures::future::BoxFuture;
@@ -64,7 +67,7 @@ use rdkafka::Message;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 /// What every partition task of one bridge shares.
 pub struct Shared<P: Resolve> {
@@ -119,13 +122,13 @@ pub struct WatermarkSettings {
     pub topic: Arc<str>,
     /// In-band copies go to every one of the output topic's partitions.
     pub output_partitions: i32,
-    /// The latest watermark of each input partition on the watermark topic, whoever
-    /// published it (kept by the merged-watermark reader): a partition taken over from
-    /// another instance continues from there instead of starting lower.
-    pub latest: Arc<Mutex<HashMap<i32, Millis>>>,
-    /// How far the merged-watermark reader has read the watermark topic (`None` in a
-    /// bounded run, which has no reader and publishes only its final watermark).
-    pub read_upto: Option<Arc<std::sync::atomic::AtomicI64>>,
+    /// The state of each input partition on the watermark topic in the current run,
+    /// whoever published it (kept by the watermark topic's reader): a partition taken over
+    /// from another instance (or from an earlier run) continues from there instead of
+    /// starting lower, and a bounded run flags outputs below it late.
+    pub latest: Arc<Mutex<HashMap<i32, PartitionState>>>,
+    /// How far the watermark topic's reader has read it.
+    pub read_upto: Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// In a bounded run, the offsets a partition task reads: from `start` up to `end` (the end
@@ -159,6 +162,10 @@ pub struct Stopped {
     /// Records it sent that were not acknowledged when it ended (outputs, state records,
     /// watermarks, dead letters): a stop that had to give up says how many.
     pub undelivered: usize,
+    /// A bounded run's task that read its inputs to the end and saw every watch end, and so
+    /// published the end of time for its partition. (Only then may the run publish the
+    /// merged end of time.)
+    pub end_of_time: bool,
 }
 
 /// A command sent to the engine, waiting for its answer (the engine answers in order).
@@ -174,8 +181,19 @@ enum Starting {
         /// The seen chunks an earlier run of it (failed) left on the topic.
         stale_chunks: u32,
     },
-    /// A watch brought back by the recovery.
-    Recovered,
+    /// A watch brought back by the recovery, holding at `hold`.
+    Recovered { hold: Millis },
+}
+
+impl Starting {
+    /// The watermark hold of the watch it starts: counted by the task itself until the
+    /// engine has answered (the engine reports the new hold just before its answer).
+    fn hold(&self) -> Millis {
+        match self {
+            Self::Input { progress, .. } => progress.hold,
+            Self::Recovered { hold } => *hold,
+        }
+    }
 }
 
 pub struct PartitionTask<P: Resolve> {
@@ -187,7 +205,10 @@ pub struct PartitionTask<P: Resolve> {
     commands: Option<mpsc::Sender<Command<P::Input>>>,
     events: mpsc::Receiver<Event>,
     watermark: PartitionWatermark,
-    min_hold: watch::Receiver<Option<Millis>>,
+    /// The engine's minimum hold as of the last [`Event::Hold`] taken in: in event order,
+    /// so it never covers less than the outputs taken in so far. (With the holds of the
+    /// watches in `starting`, it is what holds the partition's watermark back.)
+    min_hold: Option<Millis>,
     bounds: Option<Bounds>,
     tracker: OffsetTracker,
     /// Watch and restore commands sent, in order, waiting for the engine's answer.
@@ -256,7 +277,6 @@ impl<P: Resolve> PartitionTask<P> {
             shared.metrics.clone(),
         );
         PartitionRecovering { partition }.emit(&shared.metrics);
-        let min_hold = engine.min_hold();
         let (commands, engine_commands) = mpsc::channel(256);
         let (engine_events, events) = mpsc::channel(256);
         tokio::spawn(engine.run(engine_commands, engine_events));
@@ -287,7 +307,7 @@ impl<P: Resolve> PartitionTask<P> {
             commands: Some(commands),
             events,
             watermark: PartitionWatermark::new(generator),
-            min_hold,
+            min_hold: None,
             bounds,
             tracker: OffsetTracker::default(),
             starting: VecDeque::new(),
@@ -328,6 +348,7 @@ impl<P: Resolve> PartitionTask<P> {
                 watches_stopped: 0,
                 ending,
                 undelivered: 0,
+                end_of_time: false,
             };
         }
         let mut accepting = true;
@@ -382,7 +403,9 @@ impl<P: Resolve> PartitionTask<P> {
                         }
                     }
                 },
-                _ = ticks.tick(), if periodic => self.tick_watermark().await,
+                // Not once stopping: outputs left unsent then are emitted again after the
+                // recovery, and the hold of their watches must still cover them.
+                _ = ticks.tick(), if periodic && !self.stopping => self.tick_watermark().await,
                 _ = checkpoints.tick() => {
                     if self.output_ends.has_changed().unwrap_or(false) {
                         if let Some(ends) = self.output_ends.borrow_and_update().clone() {
@@ -408,6 +431,7 @@ impl<P: Resolve> PartitionTask<P> {
                 watches_stopped: 0,
                 ending,
                 undelivered: self.deliveries.len(),
+                end_of_time: false,
             };
         }
         if !self.unsent.is_empty() {
@@ -420,9 +444,13 @@ impl<P: Resolve> PartitionTask<P> {
             );
         }
         let watches_stopped = self.durable.live();
-        if self.bounds.is_some() {
-            // Every watch of the bounded run has ended: event time is complete here.
-            self.publish_watermark(Millis::MAX, false).await;
+        // A bounded run whose inputs were all read and whose watches all ended (the engine
+        // drained, not shut down: a stop interrupts it): event time is complete here. An
+        // interrupted one publishes nothing: its watches did not finish, and a later run
+        // must not read the end of time back.
+        let end_of_time = self.bounds.is_some() && !self.stopping && self.unsent.is_empty();
+        if end_of_time {
+            self.publish_watermark(END_OF_TIME, false).await;
         }
         // Deliver what the watches already emitted, then their last checkpoint, within the
         // bound.
@@ -443,6 +471,7 @@ impl<P: Resolve> PartitionTask<P> {
             watches_stopped,
             ending,
             undelivered: self.deliveries.len(),
+            end_of_time,
         }
     }
 
@@ -775,6 +804,7 @@ impl<P: Resolve> PartitionTask<P> {
                 }
             }
             Event::Checkpoint(c) => self.durable.checkpoint(&c.key, c.progress, c.next_poll),
+            Event::Hold { min } => self.min_hold = min,
             Event::Outputs { key, outputs, .. } if self.stopping => {
                 *self.unsent.entry(key).or_default() += outputs.len();
             }

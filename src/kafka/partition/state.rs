@@ -46,9 +46,10 @@ impl<P: Resolve> PartitionTask<P> {
                 return Err(transaction::Ending::Done);
             }
         };
-        if let (Some(end), Some(read)) = (found.watermark_end, &self.shared.watermarks.read_upto) {
+        if let Some(end) = found.watermark_end {
             // The floor must be the previous owner's last value before this partition
-            // publishes one, or its watermark could go back.
+            // publishes one or judges an output, or its watermark could go back.
+            let read = &self.shared.watermarks.read_upto;
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
             while read.load(std::sync::atomic::Ordering::SeqCst) < end && !self.inputs.is_closed() {
                 if tokio::time::Instant::now() > deadline {
@@ -62,6 +63,7 @@ impl<P: Resolve> PartitionTask<P> {
             // Revoked while reading: the partition is someone else's now; start nothing.
             return Err(transaction::Ending::Done);
         }
+        self.take_over_watermark();
         let (state_records, outputs_read, undecodable) =
             (found.state_records, found.outputs_read, found.undecodable);
         self.recovery_input_end = found.input_end;
@@ -87,11 +89,16 @@ impl<P: Resolve> PartitionTask<P> {
         self.send_state(writes).await;
         let watches = plan.restores.len();
         for restore in plan.restores {
-            self.starting.push_back(Starting::Recovered);
+            self.starting.push_back(Starting::Recovered {
+                hold: restore.progress.hold,
+            });
             if !self.send_command(Command::Restore(Box::new(restore))).await {
                 break;
             }
         }
+        // Its input is read from now on: the idle timeout runs from here, not from the
+        // assignment (a recovery can take longer than the timeout).
+        self.watermark.start_reading(self.shared.clock.now_ms());
         PartitionRecovered {
             partition: self.partition,
             watches,

@@ -14,15 +14,40 @@ impl<P: Resolve> PartitionTask<P> {
             .ok()
             .and_then(|l| l.get(&self.partition).copied());
         if let Some(floor) = floor {
-            self.watermark.resume_from(floor);
+            // Normally applied at the recovery already; here in case the topic could not be
+            // read back in time then.
+            self.watermark.resume_from(floor.watermark);
         }
-        let min_hold = *self.min_hold.borrow();
+        // The engine's, and those of the watches it has not answered for yet.
+        let min_hold = self
+            .starting
+            .iter()
+            .map(Starting::hold)
+            .chain(self.min_hold)
+            .min();
         let now = self.shared.clock.now_ms();
         if let Some(update) = self.watermark.update(min_hold, now) {
             // A partition that never had a watermark still says when it goes idle, so the
             // merged watermark stops waiting for it; its value is then the beginning of time.
             let watermark = update.watermark.unwrap_or(Millis::MIN);
             self.publish_watermark(watermark, update.idle).await;
+        }
+    }
+
+    /// Take the partition over from the state the watermark topic holds for it (its previous
+    /// owner's, or an earlier run's): called by the recovery once the topic is read back,
+    /// before any watch is restored or input read, so that every output is judged against
+    /// it.
+    pub(super) fn take_over_watermark(&mut self) {
+        let state = self
+            .shared
+            .watermarks
+            .latest
+            .lock()
+            .ok()
+            .and_then(|l| l.get(&self.partition).copied());
+        if let Some(state) = state {
+            self.watermark.take_over(state.watermark, state.idle);
         }
     }
 
