@@ -112,6 +112,9 @@ pub enum Command<I> {
     /// The runtime has taken in the [`Event::Terminated`] of `key`'s watch: a `Watch` or
     /// `Restore` for `key` may start it again (with [`EngineConfig::remember_ended`]).
     Forget { key: Bytes },
+    /// No more watches will come: end once every watch has finished (as closing the command
+    /// channel does, but a later [`Command::Shutdown`] can still interrupt them).
+    Drain,
     /// Stop every watch at once and end the engine (the partition was revoked or the bridge
     /// is shutting down). Watches are not reported as terminated: they did not finish.
     Shutdown,
@@ -243,14 +246,15 @@ impl<P: Poller> Engine<P> {
         }
     }
 
-    /// Run until shut down, until nobody listens, or — once `commands` is closed — until
-    /// every watch has finished.
+    /// Run until shut down, until nobody listens, or — once `commands` is closed or asked to
+    /// [`Command::Drain`] — until every watch has finished.
     pub async fn run(
         mut self,
         mut commands: mpsc::Receiver<Command<P::Input>>,
         events: mpsc::Sender<Event>,
     ) -> Ended {
         let mut commands_open = true;
+        let mut draining = false;
         let mut spare_permit: Option<OwnedSemaphorePermit> = None;
         let ended = loop {
             let now = self.clock.now_ms();
@@ -258,7 +262,8 @@ impl<P: Poller> Engine<P> {
                 Ok(blocked) => blocked,
                 Err(ended) => break ended,
             };
-            if !commands_open && self.table.is_empty() && self.in_flight.is_empty() {
+            if (!commands_open || draining) && self.table.is_empty() && self.in_flight.is_empty()
+            {
                 break Ended::Drained;
             }
             let wake = match (blocked, self.table.next_due()) {
@@ -271,6 +276,7 @@ impl<P: Poller> Engine<P> {
                 command = commands.recv(), if commands_open => match command {
                     None => commands_open = false,
                     Some(Command::Shutdown) => break Ended::Shutdown,
+                    Some(Command::Drain) => draining = true,
                     Some(Command::Watch { key, input, input_time }) => {
                         if let Err(ended) = self.start(key, input, input_time, &events).await {
                             break ended;

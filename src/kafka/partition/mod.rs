@@ -200,9 +200,10 @@ pub struct PartitionTask<P: Resolve> {
     partition: i32,
     shared: Arc<Shared<P>>,
     inputs: mpsc::Receiver<Feed>,
-    /// Dropped when a bounded run has read its last input: the engine then ends once every
-    /// watch has.
+    /// Taken when the task tells the engine to shut down.
     commands: Option<mpsc::Sender<Command<P::Input>>>,
+    /// A bounded run has read its last input and told the engine to drain.
+    draining: bool,
     events: mpsc::Receiver<Event>,
     watermark: PartitionWatermark,
     /// The engine's minimum hold as of the last [`Event::Hold`] taken in: in event order,
@@ -305,6 +306,7 @@ impl<P: Resolve> PartitionTask<P> {
             shared,
             inputs,
             commands: Some(commands),
+            draining: false,
             events,
             watermark: PartitionWatermark::new(generator),
             min_hold: None,
@@ -354,8 +356,7 @@ impl<P: Resolve> PartitionTask<P> {
         let mut accepting = true;
         if self.bounds.is_some_and(|b| b.start >= b.end) {
             // Nothing to read in this bounded run.
-            accepting = false;
-            self.commands = None;
+            self.drain_engine().await;
         }
         let mut ticks = tokio::time::interval(self.shared.watermarks.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -384,15 +385,13 @@ impl<P: Resolve> PartitionTask<P> {
                             self.on_input(message).await;
                         }
                         if self.bounds.is_some_and(|b| offset + 1 >= b.end) {
-                            accepting = false;
-                            self.commands = None;
+                            self.drain_engine().await;
                         }
                     }
                     Some(Feed::End { position }) => {
                         self.read_to(position);
                         if self.bounds.is_some_and(|b| position >= b.end) {
-                            accepting = false;
-                            self.commands = None;
+                            self.drain_engine().await;
                         }
                     }
                     None => {
@@ -700,6 +699,14 @@ impl<P: Resolve> PartitionTask<P> {
                  neither saved nor coming again (written by an instance that no longer owned the \
                  partition?); they are not tracked further"
             );
+        }
+    }
+
+    /// A bounded run has read its last input: the engine ends once every watch has (the
+    /// input channel stays read, so that a stop still interrupts them).
+    async fn drain_engine(&mut self) {
+        if !std::mem::replace(&mut self.draining, true) {
+            self.send_command(Command::Drain).await;
         }
     }
 
