@@ -45,14 +45,6 @@ impl Ops {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-
-    /// The value of one sample of `/metrics`.
-    async fn metric(&self, sample: &str) -> Option<f64> {
-        let (_, body) = self.get("/metrics").await?;
-        body.lines()
-            .filter(|l| !l.starts_with('#'))
-            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
-    }
 }
 
 /// `n` distinct free loopback ports.

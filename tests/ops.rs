@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::time::{Duration, Instant};
 use support::bridge::Bridge;
 use support::http_server::{Seen, TestServer};
-use support::ops_client::Ops;
+use support::ops_client::{sample_value, Ops};
 use support::scenario::{
     assert_each_once, feeds, finished_feeds, free_port, output_key_counts, outputs_to_end,
     produce_user_to, user_output_keys, wait_for_outputs, Setup,
@@ -23,14 +23,6 @@ fn env_on(s: &Setup, server: &TestServer, port: u16) -> Vec<(&'static str, Strin
 
 /// The bridge's operations server.
 impl Ops {
-    /// The value of one sample of `/metrics`, e.g. `watchbridge_ready` or
-    /// `watchbridge_consumer_lag_messages{partition="0"}`.
-    async fn metric(&self, sample: &str) -> Option<f64> {
-        let (status, body) = self.get("/metrics").await?;
-        assert_eq!(status, 200, "{body}");
-        sample_value(&body, sample)
-    }
-
     /// Poll `path` until `done` holds for its answer (or panic with the bridge's log).
     async fn wait_until(
         &self,
@@ -76,12 +68,6 @@ impl Ops {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-}
-
-fn sample_value(text: &str, sample: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
 }
 
 /// The log's lines, each a JSON object (panics on any other line).

@@ -6,12 +6,20 @@ mod support;
 use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::Message;
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use support::bridge::Bridge;
 use support::http_server::{Reply, Seen, TestServer};
 use support::kafka::broker;
+use support::ops_client::Ops;
+use support::scenario::{free_port, wait_for_outputs};
 use watchbridge::watermark::WatermarkMessage;
+
+/// "End of time": the watermark a bounded run publishes once every watch of it ended.
+const END_OF_TIME: i64 = i64::MAX;
+/// An hour, in ms.
+const HOUR: i64 = 3_600_000;
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -77,13 +85,19 @@ fn live_feeds() -> impl Fn(&Seen) -> Reply {
 }
 
 async fn produce_user(topic: &str, partition: i32, user: i64) {
+    produce_user_at(topic, partition, user, now_ms()).await;
+}
+
+/// [`produce_user`] with the record timestamp `timestamp_ms`.
+async fn produce_user_at(topic: &str, partition: i32, user: i64, timestamp_ms: i64) {
     broker()
-        .produce(
+        .produce_at(
             topic,
             Some(partition),
             Some(format!("user-{user}").as_bytes()),
             json!({ "id": user }).to_string().as_bytes(),
             &[],
+            timestamp_ms,
         )
         .await;
 }
@@ -155,12 +169,222 @@ fn exit_code(bridge: &mut Bridge, within: Duration) -> Option<i32> {
 
 /// Everything on the watermark topic up to its end offsets, parsed, in topic order.
 async fn watermark_messages(topic: &str) -> Vec<WatermarkMessage> {
+    watermark_records(topic)
+        .await
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect()
+}
+
+/// Everything on the watermark topic up to its end offsets, parsed, with its offset, in
+/// topic order (the topic has one partition).
+async fn watermark_records(topic: &str) -> Vec<(i64, WatermarkMessage)> {
     broker()
         .read_to_end(topic)
         .await
         .iter()
+        .map(|m| (m.offset(), parse(m)))
+        .collect()
+}
+
+/// The records of input partition `partition` among `records`: (offset, value, idle), in
+/// topic order.
+fn partition_values(records: &[(i64, WatermarkMessage)], partition: i32) -> Vec<(i64, i64, bool)> {
+    records
+        .iter()
+        .filter_map(|(offset, m)| match m {
+            WatermarkMessage::Partition {
+                partition: p,
+                watermark_ms,
+                idle,
+                ..
+            } if *p == partition => Some((*offset, *watermark_ms, *idle)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `merged` records among `records`: (offset, value), in topic order.
+fn merged_values(records: &[(i64, WatermarkMessage)]) -> Vec<(i64, i64)> {
+    records
+        .iter()
+        .filter_map(|(offset, m)| match m {
+            WatermarkMessage::Merged { watermark_ms, .. } => Some((*offset, *watermark_ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Writes `messages` to the watermark topic as a bridge would (key `partition-<p>` or
+/// `merged`), creating it first as the bridge does (one partition, compacted); returns the
+/// offset after the last.
+async fn write_watermarks(topic: &str, messages: &[WatermarkMessage]) -> i64 {
+    broker()
+        .create_topic_with(topic, 1, &[("cleanup.policy", "compact")])
+        .await;
+    let mut end = 0;
+    for m in messages {
+        let (_, offset) = broker()
+            .produce(
+                topic,
+                Some(0),
+                Some(m.key().as_bytes()),
+                m.to_json().as_bytes(),
+                &[],
+            )
+            .await;
+        end = offset + 1;
+    }
+    end
+}
+
+/// Polls `check` every 200 ms until it gives a value, for at most `within`; panics with
+/// `what`, the last answer and the bridge's log if it never does.
+async fn eventually<T, S: std::fmt::Debug>(
+    bridge: &Bridge,
+    within: Duration,
+    what: &str,
+    check: impl AsyncFnMut() -> Result<T, S>,
+) -> T {
+    match poll_until(within, check).await {
+        Ok(value) => value,
+        Err(state) => panic!(
+            "{what}: not within {within:?}; last seen: {state:?}\nbridge log:\n{}",
+            bridge.log()
+        ),
+    }
+}
+
+/// Polls `check` every 200 ms until it gives a value, for at most `within`; its last
+/// answer. Only a wait: assert on what the topics hold once the bridge stopped.
+async fn poll_until<T, S>(
+    within: Duration,
+    mut check: impl AsyncFnMut() -> Result<T, S>,
+) -> Result<T, S> {
+    let deadline = Instant::now() + within;
+    loop {
+        let answer = check().await;
+        if answer.is_ok() || Instant::now() >= deadline {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until input partition `partition` has a watermark of at least `at_least` (and
+/// below the end of time) on the watermark topic; returns it.
+async fn wait_for_partition_watermark(
+    bridge: &Bridge,
+    watermarks: &str,
+    partition: i32,
+    at_least: i64,
+) -> i64 {
+    eventually(
+        bridge,
+        Duration::from_secs(20),
+        &format!("a watermark of partition {partition} at or above {at_least}"),
+        async || {
+            let values = partition_values(&watermark_records(watermarks).await, partition);
+            values
+                .iter()
+                .map(|&(_, v, _)| v)
+                .find(|&v| v >= at_least && v < END_OF_TIME)
+                .ok_or(values)
+        },
+    )
+    .await
+}
+
+/// A resource whose feeds the test sets, user by user: user `u`'s feed (at `/users/<u>`)
+/// has the items `u<u>-<i>` at the event times given, final or not. A user without a feed
+/// is 404.
+#[derive(Clone, Default)]
+struct Resource {
+    feeds: Arc<Mutex<HashMap<i64, Feed>>>,
+}
+
+/// One user's feed in a [`Resource`]: its items' event times, and whether it is final.
+struct Feed {
+    times: Vec<i64>,
+    done: bool,
+}
+
+impl Resource {
+    /// Serves the feeds (with [`env`]'s URL template).
+    async fn serve(&self) -> TestServer {
+        let feeds = self.feeds.clone();
+        TestServer::start(move |seen| {
+            let user: Option<i64> = seen.target.rsplit('/').next().and_then(|u| u.parse().ok());
+            let feeds = feeds.lock().unwrap();
+            match user.and_then(|u| Some((u, feeds.get(&u)?))) {
+                Some((user, Feed { times, done })) => {
+                    let events: Vec<Value> = times
+                        .iter()
+                        .enumerate()
+                        .map(|(i, at)| json!({"id": item_key(user, i), "at": at}))
+                        .collect();
+                    Reply::json(json!({"events": events, "done": done}))
+                }
+                None => Reply::status(404, "{}"),
+            }
+        })
+        .await
+    }
+
+    /// User `user`'s feed from now on: items at `times`, `done` if final.
+    fn set(&self, user: i64, times: &[i64], done: bool) {
+        self.feeds.lock().unwrap().insert(
+            user,
+            Feed {
+                times: times.to_vec(),
+                done,
+            },
+        );
+    }
+}
+
+/// The output key of item `i` of `user`'s feed in a [`Resource`].
+fn item_key(user: i64, i: usize) -> String {
+    format!("u{user}-{i}")
+}
+
+/// The output records of the watch of `user` (key `user-<n>`), in topic order.
+fn outputs_of(records: &[OwnedMessage], user: i64) -> Vec<&OwnedMessage> {
+    let key = format!("user-{user}");
+    records
+        .iter()
+        .filter(|m| header(m, "watchbridge-control").is_none() && m.key() == Some(key.as_bytes()))
+        .collect()
+}
+
+/// An output record readably: output key, event time, late header.
+fn describe(m: &OwnedMessage) -> String {
+    format!(
+        "{} at {:?} late={:?}",
+        header(m, "watchbridge-output-key").unwrap_or_default(),
+        m.timestamp().to_millis(),
+        header(m, "watchbridge-late")
+    )
+}
+
+fn is_late(m: &OwnedMessage) -> bool {
+    header(m, "watchbridge-late").as_deref() == Some("true")
+}
+
+/// The in-band watermark records of the output topic (`watchbridge-control: watermark`).
+fn in_band(records: &[OwnedMessage]) -> Vec<WatermarkMessage> {
+    records
+        .iter()
+        .filter(|m| header(m, "watchbridge-control").as_deref() == Some("watermark"))
         .map(parse)
         .collect()
+}
+
+fn value_of(m: &WatermarkMessage) -> i64 {
+    match m {
+        WatermarkMessage::Partition { watermark_ms, .. }
+        | WatermarkMessage::Merged { watermark_ms, .. } => *watermark_ms,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -196,7 +420,8 @@ async fn markers_never_regress_and_no_on_time_output_falls_below_one() {
     let records = broker().read_to_end(&t.output).await;
 
     // On the watermark topic, each partition's value never decreases.
-    let on_topic = watermark_messages(&t.watermarks).await;
+    let records_on_topic = watermark_records(&t.watermarks).await;
+    let on_topic: Vec<WatermarkMessage> = records_on_topic.iter().map(|(_, m)| m.clone()).collect();
     let last = latest_never_going_back(&on_topic, "");
     assert!(on_topic.iter().all(|m| match m {
         WatermarkMessage::Partition { topic, .. } | WatermarkMessage::Merged { topic, .. } =>
@@ -208,6 +433,19 @@ async fn markers_never_regress_and_no_on_time_output_falls_below_one() {
         .count();
     assert!(last.len() == 2, "both partitions published: {last:?}");
     assert!(merged_seen > 0, "a merged watermark was published");
+    // The watermark moved: markers that never change would pass every check below.
+    for p in 0..2 {
+        let values: Vec<i64> = partition_values(&records_on_topic, p)
+            .iter()
+            .map(|&(_, v, _)| v)
+            .filter(|&v| v != i64::MIN)
+            .collect();
+        let distinct: BTreeSet<i64> = values.iter().copied().collect();
+        assert!(
+            distinct.len() > 1 && values.last() > values.first(),
+            "partition {p}'s watermark advanced on the watermark topic: {values:?}"
+        );
+    }
 
     // In each output partition: markers for every input partition, never decreasing, and
     // no output that is not marked late has an event time below a marker already seen
@@ -217,6 +455,9 @@ async fn markers_never_regress_and_no_on_time_output_falls_below_one() {
         by_partition.entry(m.partition()).or_default().push(m);
     }
     let mut outputs_checked = 0;
+    // Outputs that came after a marker of their input partition: what the check is about.
+    let mut outputs_against_a_marker = 0;
+    let mut markers_read: HashMap<i32, Vec<i64>> = HashMap::new();
     for (output_partition, mut messages) in by_partition {
         messages.sort_by_key(|m| m.offset());
         let mut marker: HashMap<i32, i64> = HashMap::new();
@@ -235,6 +476,10 @@ async fn markers_never_regress_and_no_on_time_output_falls_below_one() {
                     watermark_ms >= previous,
                     "marker went back in output partition {output_partition}"
                 );
+                markers_read
+                    .entry(partition)
+                    .or_default()
+                    .push(watermark_ms);
                 continue;
             }
             let key = String::from_utf8(m.key().unwrap().to_vec()).unwrap();
@@ -246,6 +491,9 @@ async fn markers_never_regress_and_no_on_time_output_falls_below_one() {
                     late || event_time >= w,
                     "output {key} at {event_time} after a marker {w} of its input partition {input}, not marked late"
                 );
+                if !late && w != i64::MIN {
+                    outputs_against_a_marker += 1;
+                }
             }
             outputs_checked += 1;
         }
@@ -260,6 +508,23 @@ async fn markers_never_regress_and_no_on_time_output_falls_below_one() {
         "every watch's 6 outputs, nothing more:\n{}",
         bridge.log()
     );
+    assert!(
+        outputs_against_a_marker > 0,
+        "some on-time output came after a marker of its input partition (else nothing was \
+         checked against one)"
+    );
+    // The in-band markers moved too, for each input partition.
+    for p in 0..2 {
+        let values: Vec<i64> = markers_read
+            .get(&p)
+            .map(|v| v.iter().copied().filter(|&v| v != i64::MIN).collect())
+            .unwrap_or_default();
+        let distinct: BTreeSet<i64> = values.iter().copied().collect();
+        assert!(
+            distinct.len() > 1 && values.iter().max() > values.iter().min(),
+            "input partition {p}'s in-band markers advanced: {values:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -385,29 +650,64 @@ async fn a_partition_taken_over_by_another_instance_continues_from_its_last_wate
     let mut second = Bridge::start(&e);
     let (code, _) = first.terminate();
     assert_eq!(code, Some(0));
+    // Everything from here on is the second instance's: the first has stopped.
+    let (_, first_stopped_at) = broker().offsets(&t.watermarks, 0);
+    let before = watermark_messages(&t.watermarks).await;
+    let floor = latest_never_going_back(&before, &first.log());
+    assert_eq!(floor.len(), 2, "both partitions had a value: {floor:?}");
     second.wait_for_log("partition assigned", Duration::from_secs(60));
     // Records stamped a minute ago: a fresh generator alone would publish far below what
     // the first instance already did.
     for user in 4..8i64 {
-        broker()
-            .produce_at(
-                &t.input,
-                Some((user % 2) as i32),
-                Some(format!("user-{user}").as_bytes()),
-                json!({ "id": user }).to_string().as_bytes(),
-                &[],
-                now_ms() - 60_000,
-            )
-            .await;
+        produce_user_at(&t.input, (user % 2) as i32, user, now_ms() - 60_000).await;
     }
-    // Let the second instance work on them (its watches poll, its partitions publish),
-    // then stop it: the watermark topic holds everything either owner published.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Then, once the second instance had time to publish that, records stamped now, which
+    // move the watermark past the first instance's: the second must publish then.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for user in 8..10i64 {
+        produce_user(&t.input, (user % 2) as i32, user).await;
+    }
+    let published_by_second = async || {
+        let after: Vec<(i64, WatermarkMessage)> = watermark_records(&t.watermarks)
+            .await
+            .into_iter()
+            .filter(|(offset, _)| *offset >= first_stopped_at)
+            .collect();
+        (0..2)
+            .map(|p| partition_values(&after, p))
+            .collect::<Vec<_>>()
+    };
+    eventually(
+        &second,
+        Duration::from_secs(20),
+        "the second instance published both partitions above the first's last values",
+        async || {
+            let by_second = published_by_second().await;
+            let done = (0..2).all(|p| by_second[p].iter().any(|&(_, v, _)| v > floor[&(p as i32)]));
+            if done {
+                Ok(())
+            } else {
+                Err((&floor, by_second))
+            }
+        },
+    )
+    .await;
     assert_eq!(second.terminate().0, Some(0), "{}", second.log());
-    // Across both owners, each partition's published value never went back.
+    // Across both owners, each partition's published value never went back; what the
+    // second instance published for each partition starts at or above the first's last.
     let messages = watermark_messages(&t.watermarks).await;
     let last = latest_never_going_back(&messages, &second.log());
     assert_eq!(last.len(), 2);
+    let by_second = published_by_second().await;
+    for p in 0..2 {
+        let floor = floor[&(p as i32)];
+        assert!(
+            !by_second[p].is_empty() && by_second[p].iter().all(|&(_, v, _)| v >= floor),
+            "partition {p}: the second instance published {:?}, the first's last was {floor}\n{}",
+            by_second[p],
+            second.log()
+        );
+    }
 }
 
 /// A partition taken over waits until the watermark reader has read the topic to the end
@@ -553,4 +853,361 @@ async fn a_bounded_run_ends_when_its_input_ends_in_a_transaction_marker() {
         again.log()
     );
     assert_eq!(output_count(&t.output).await, 12);
+}
+
+/// The merged value a reader starts from is the last `merged` record on the watermark
+/// topic, not what the partition records alone give, and nothing (record or metric) is
+/// published before the topic is replayed: once every partition was idle the merged value
+/// was their maximum, F; a partition that resumed lower must not pull it back for a reader
+/// that starts later. The topic is written as compaction leaves that history (`p0 idle
+/// F-8s, p1 idle F, merged F, p0 active F-8s`: the last record of each key, in their
+/// order), where the partition records alone give F-8s.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merged_watermark_never_starts_below_the_last_merged_record() {
+    let resource = Resource::default();
+    let server = resource.serve().await;
+    let t = topics("wm-merged-floor", 2).await;
+    let floor = now_ms() - 10 * 60_000;
+    let history = [
+        WatermarkMessage::Partition {
+            topic: t.input.clone(),
+            partition: 1,
+            watermark_ms: floor,
+            idle: true,
+        },
+        WatermarkMessage::Merged {
+            topic: t.input.clone(),
+            watermark_ms: floor,
+        },
+        WatermarkMessage::Partition {
+            topic: t.input.clone(),
+            partition: 0,
+            watermark_ms: floor - 8_000,
+            idle: false,
+        },
+    ];
+    let history_end = write_watermarks(&t.watermarks, &history).await;
+    let port = free_port();
+    let mut e = env(&t, &server);
+    e.push(("WATCHBRIDGE_METRICS_ADDR", format!("127.0.0.1:{port}")));
+    e.push(("WATCHBRIDGE_IDLE_TIMEOUT", "2s".into()));
+    let ops = Ops::new(port);
+    // One instance: it owns partition 0, so it writes the `merged` records.
+    let mut bridge = Bridge::start(&e);
+    resource.set(0, &[now_ms()], true);
+    let input_time = now_ms();
+    produce_user_at(&t.input, 0, 0, input_time).await;
+    // The metric, sampled until the inputs moved the merged value past the floor (partition
+    // 1 idle, partition 0 at its input's watermark). 0: nothing published yet.
+    let mut samples = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(25);
+    loop {
+        let value = ops.metric("watchbridge_watermark_ms").await;
+        if let Some(v) = value.filter(|v| *v != 0.0) {
+            samples.push(v as i64);
+        }
+        if samples.last().is_some_and(|&v| v >= input_time - 6_000) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the merged watermark never passed {}: metric samples {samples:?}\n{}",
+            input_time - 6_000,
+            bridge.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let records = watermark_records(&t.watermarks).await;
+    let merged = merged_values(&records);
+    let by_bridge: Vec<(i64, i64)> = merged
+        .iter()
+        .copied()
+        .filter(|&(offset, _)| offset >= history_end)
+        .collect();
+    assert!(
+        !by_bridge.is_empty(),
+        "the bridge published merged records: {records:?}\n{}",
+        bridge.log()
+    );
+    assert!(
+        by_bridge.iter().all(|&(_, v)| v >= floor),
+        "merged records (offset, value) the bridge published: {by_bridge:?}; the last merged \
+         record before it started was {floor}\n{}",
+        bridge.log()
+    );
+    assert!(
+        merged.windows(2).all(|w| w[0].1 <= w[1].1),
+        "the merged values in topic order never go back: {merged:?}"
+    );
+    assert!(
+        samples.iter().all(|&v| v >= floor),
+        "watchbridge_watermark_ms went below the last merged record {floor}: {samples:?}"
+    );
+}
+
+/// A partition's state on the watermark topic says idle, but its new owner restores a live
+/// watch (which can still emit at its hold): the new owner publishes `idle: false`, even
+/// though the value itself does not change.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_taken_over_with_live_watches_is_published_active_though_the_topic_says_idle() {
+    let resource = Resource::default();
+    let server = resource.serve().await;
+    let t = topics("wm-takeover-idle", 1).await;
+    let mut e = env(&t, &server);
+    // The partition's watermark is its watch's hold alone (the input does not drive it), so
+    // the new owner derives exactly the value the first published: only the idle flag can
+    // differ.
+    e.push(("WATCHBRIDGE_WATERMARK_STRATEGY", "none".into()));
+    // A watch that stays live: its feed is never final.
+    e.push(("WATCHBRIDGE_TERMINATION", "total(10m)".into()));
+    let input_time = now_ms();
+    resource.set(0, &[input_time + 1_000], false);
+    let mut first = Bridge::start(&e);
+    produce_user_at(&t.input, 0, 0, input_time).await;
+    wait_for_outputs(&t.output, 1, Duration::from_secs(20)).await;
+    wait_for_partition_watermark(&first, &t.watermarks, 0, input_time).await;
+    assert_eq!(first.terminate().0, Some(0), "{}", first.log());
+    let values = partition_values(&watermark_records(&t.watermarks).await, 0);
+    let &(_, last, idle) = values.last().unwrap();
+    assert!(
+        !idle,
+        "a partition with a live watch is not idle: {values:?}"
+    );
+    // The state as a stale or lagging writer could have left it: the same value, idle.
+    let crafted_at = write_watermarks(
+        &t.watermarks,
+        &[WatermarkMessage::Partition {
+            topic: t.input.clone(),
+            partition: 0,
+            watermark_ms: last,
+            idle: true,
+        }],
+    )
+    .await;
+    let mut second = Bridge::start(&e);
+    second.wait_for_log("partition state restored", Duration::from_secs(30));
+    assert!(
+        second.log().contains("watches=1"),
+        "the second instance restored the live watch:\n{}",
+        second.log()
+    );
+    let latest = eventually(
+        &second,
+        Duration::from_secs(10),
+        "the partition's latest record on the watermark topic says idle: false",
+        async || {
+            let values = partition_values(&watermark_records(&t.watermarks).await, 0);
+            match values.last() {
+                Some(&(offset, v, false)) if offset >= crafted_at => Ok(v),
+                _ => Err(values),
+            }
+        },
+    )
+    .await;
+    assert_eq!(second.terminate().0, Some(0), "{}", second.log());
+    assert!(latest >= last, "{latest} < {last}");
+}
+
+/// A bounded run stopped before its watches ended has not completed event time: nothing it
+/// publishes says "end of time", neither on the watermark topic nor in-band — not for the
+/// partition whose watch was stopped, nor for one that had nothing to read (the run as a
+/// whole is not complete).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupted_bounded_run_never_publishes_the_end_of_time() {
+    let resource = Resource::default();
+    let server = resource.serve().await;
+    // Input on partition 0 only.
+    let t = topics("wm-bounded-stopped", 2).await;
+    let now = now_ms();
+    resource.set(0, &[now, now + 500], false);
+    produce_user(&t.input, 0, 0).await;
+    let mut e = env(&t, &server);
+    e.push(("WATCHBRIDGE_MODE", "bounded".into()));
+    // The watch cannot end soon.
+    e.push(("WATCHBRIDGE_TERMINATION", "total(10m)".into()));
+    let mut bridge = Bridge::start(&e);
+    wait_for_outputs(&t.output, 2, Duration::from_secs(30)).await;
+    let (code, _) = bridge.terminate();
+    let log = bridge.log();
+    let outputs = broker().read_to_end(&t.output).await;
+    let emitted = outputs_of(&outputs, 0);
+    assert_eq!(
+        emitted.len(),
+        2,
+        "the watch polled and emitted before the stop"
+    );
+    let end_of_time = |ms: &mut dyn Iterator<Item = &WatermarkMessage>| -> Vec<WatermarkMessage> {
+        ms.filter(|m| value_of(m) == END_OF_TIME).cloned().collect()
+    };
+    let on_topic = end_of_time(&mut watermark_messages(&t.watermarks).await.iter());
+    let in_band = end_of_time(&mut in_band(&outputs).iter());
+    assert!(
+        on_topic.is_empty() && in_band.is_empty(),
+        "a bounded run stopped (exit {code:?}) before its watch ended published the end of \
+         time: on the watermark topic {on_topic:?}, in-band {in_band:?}\n{log}"
+    );
+}
+
+/// After a bounded run finished (and published the end of time), a streaming run of the
+/// same group is a new run: its outputs are judged against its own watermarks, not the end
+/// of time, and it publishes its own values after the end-of-time record.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streaming_run_after_a_finished_bounded_run_is_not_pinned_at_the_end_of_time() {
+    let resource = Resource::default();
+    let server = resource.serve().await;
+    let t = topics("wm-after-bounded", 1).await;
+    let now = now_ms();
+    resource.set(0, &[now - 2_000, now - 1_500], true);
+    produce_user(&t.input, 0, 0).await;
+    run_to_success(&bounded(env(&t, &server)), Duration::from_secs(60));
+    let records = watermark_records(&t.watermarks).await;
+    let ended_at = partition_values(&records, 0)
+        .iter()
+        .rev()
+        .find(|&&(_, v, _)| v == END_OF_TIME)
+        .map(|&(offset, _, _)| offset)
+        .unwrap_or_else(|| panic!("the bounded run published the end of time: {records:?}"));
+    assert!(
+        merged_values(&records)
+            .iter()
+            .any(|&(_, v)| v == END_OF_TIME),
+        "{records:?}"
+    );
+
+    // A streaming run of the same group, with a new input whose items are on time.
+    let mut bridge = Bridge::start(&env(&t, &server));
+    let now = now_ms();
+    resource.set(1, &[now + 2_000, now + 2_500], true);
+    produce_user(&t.input, 0, 1).await;
+    wait_for_outputs(&t.output, 4, Duration::from_secs(30)).await;
+    let after_the_end = async || {
+        let values = partition_values(&watermark_records(&t.watermarks).await, 0);
+        let after: Vec<(i64, i64, bool)> = values
+            .into_iter()
+            .filter(|&(offset, _, _)| offset > ended_at)
+            .collect();
+        if after.iter().any(|&(_, v, _)| v < END_OF_TIME) {
+            Ok(after)
+        } else {
+            Err(after)
+        }
+    };
+    let _ = poll_until(Duration::from_secs(10), after_the_end).await;
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let outputs = broker().read_to_end(&t.output).await;
+    let new = outputs_of(&outputs, 1);
+    assert_eq!(
+        new.len(),
+        2,
+        "{:?}",
+        new.iter().map(|m| describe(m)).collect::<Vec<_>>()
+    );
+    assert!(
+        new.iter().all(|m| !is_late(m)),
+        "outputs of the streaming run, on time, marked late: {:?}\n{}",
+        new.iter().map(|m| describe(m)).collect::<Vec<_>>(),
+        bridge.log()
+    );
+    let after = after_the_end().await;
+    assert!(
+        after.is_ok(),
+        "the streaming run published a watermark of its own (below the end of time) after the \
+         bounded run's end of time (offset {ended_at}); after it: {after:?}\n{}",
+        bridge.log()
+    );
+}
+
+/// A bounded run judges its outputs against the watermark already published for its
+/// partition (here by a streaming run of the same group): outputs below it are late.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bounded_run_marks_outputs_below_the_published_watermark_late() {
+    let resource = Resource::default();
+    let server = resource.serve().await;
+    let t = topics("wm-bounded-late", 1).await;
+    let now = now_ms();
+    resource.set(0, &[now, now + 500], true);
+    let mut streaming = Bridge::start(&env(&t, &server));
+    produce_user(&t.input, 0, 0).await;
+    wait_for_partition_watermark(&streaming, &t.watermarks, 0, now - 6_000).await;
+    assert_eq!(streaming.terminate().0, Some(0), "{}", streaming.log());
+    let values = partition_values(&watermark_records(&t.watermarks).await, 0);
+    let &(_, published, _) = values.last().unwrap();
+    assert!(
+        published >= now - 6_000 && published < END_OF_TIME,
+        "{values:?}"
+    );
+
+    // An input an hour old, whose items are an hour old: below what was published.
+    resource.set(1, &[now - HOUR, now - HOUR + 500], true);
+    produce_user_at(&t.input, 0, 1, now - HOUR).await;
+    let bounded_run = run_to_success(&bounded(env(&t, &server)), Duration::from_secs(60));
+    let outputs = broker().read_to_end(&t.output).await;
+    let old = outputs_of(&outputs, 1);
+    assert_eq!(old.len(), 2, "the bounded run emitted the old items");
+    assert!(
+        old.iter().all(|m| is_late(m)),
+        "outputs below the published watermark {published}: {:?}\n{}",
+        old.iter().map(|m| describe(m)).collect::<Vec<_>>(),
+        bounded_run.log()
+    );
+}
+
+/// In a streaming run, outputs below the watermark their partition already published (an
+/// input that arrives an hour late, with items as old) are marked late and counted; its
+/// on-time outputs, and earlier watches', are not marked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streaming_run_marks_outputs_below_its_published_watermark_late_and_counts_them() {
+    let resource = Resource::default();
+    let server = resource.serve().await;
+    let t = topics("wm-late", 1).await;
+    let port = free_port();
+    let mut e = env(&t, &server);
+    e.push(("WATCHBRIDGE_METRICS_ADDR", format!("127.0.0.1:{port}")));
+    e.push(("WATCHBRIDGE_WATERMARK_STRATEGY", "bounded(5s)".into()));
+    let ops = Ops::new(port);
+    let now = now_ms();
+    resource.set(0, &[now, now + 500], true);
+    let mut bridge = Bridge::start(&e);
+    produce_user(&t.input, 0, 0).await;
+    let published = wait_for_partition_watermark(&bridge, &t.watermarks, 0, now - 6_000).await;
+    // Two items an hour old (late) and one a minute ahead (on time).
+    resource.set(1, &[now - HOUR, now - HOUR + 500, now + 60_000], true);
+    produce_user_at(&t.input, 0, 1, now - HOUR).await;
+    wait_for_outputs(&t.output, 5, Duration::from_secs(30)).await;
+    let counted = ops
+        .metric("watchbridge_late_outputs_total")
+        .await
+        .unwrap_or_else(|| panic!("no watchbridge_late_outputs_total\n{}", bridge.log()));
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let outputs = broker().read_to_end(&t.output).await;
+    let show = |ms: &[&OwnedMessage]| ms.iter().map(|m| describe(m)).collect::<Vec<_>>();
+    let (first, second) = (outputs_of(&outputs, 0), outputs_of(&outputs, 1));
+    assert_eq!(
+        (first.len(), second.len()),
+        (2, 3),
+        "{:?}",
+        show(&outputs.iter().collect::<Vec<_>>())
+    );
+    assert!(
+        first.iter().all(|m| !is_late(m)),
+        "the first watch's outputs are on time: {:?}",
+        show(&first)
+    );
+    for m in &second {
+        let event_time = m.timestamp().to_millis().unwrap();
+        assert_eq!(
+            is_late(m),
+            event_time < published,
+            "{} (the partition's watermark was {published}): late exactly when below it\n{}",
+            describe(m),
+            bridge.log()
+        );
+    }
+    let marked = outputs.iter().filter(|m| is_late(m)).count();
+    assert_eq!(marked, 2, "{:?}", show(&second));
+    assert_eq!(
+        counted, marked as f64,
+        "watchbridge_late_outputs_total counts the outputs marked late"
+    );
 }

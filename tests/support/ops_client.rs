@@ -30,4 +30,20 @@ impl Ops {
         let status = response.status().as_u16();
         Some((status, response.text().await.ok()?))
     }
+
+    /// The value of one sample of `/metrics`, e.g. `watchbridge_ready` or
+    /// `watchbridge_consumer_lag_messages{partition="0"}` (`None` when nothing answers or
+    /// there is no such sample).
+    pub async fn metric(&self, sample: &str) -> Option<f64> {
+        let (status, body) = self.get("/metrics").await?;
+        assert_eq!(status, 200, "{body}");
+        sample_value(&body, sample)
+    }
+}
+
+/// The value of `sample` in a Prometheus text exposition.
+pub fn sample_value(text: &str, sample: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
 }
