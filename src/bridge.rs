@@ -27,7 +27,7 @@ use crate::kafka::embedded::EmbeddedBroker;
 use crate::kafka::guarantee::{self, Guarantee, GuaranteeSetting};
 use crate::kafka::health::{BrokerHealth, KafkaContext};
 use crate::kafka::lease::Lease;
-use crate::kafka::merged::{publish_merged, MergedPublisher};
+use crate::kafka::merged::{publish_end_of_time, EndOfTimeTopics, MergedPublisher};
 use crate::kafka::output_ends;
 use crate::kafka::partition::Ending;
 use crate::kafka::partition::{
@@ -41,7 +41,6 @@ use crate::ops_server::OpsServer;
 use crate::pollers::builtin::UsePoller;
 use crate::pollers::Resolve;
 use crate::readiness::Readiness;
-use crate::watermark::END_OF_TIME;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::Producer;
 use rdkafka::{ClientConfig, TopicPartitionList};
@@ -330,13 +329,14 @@ pub async fn run_bridge<P: Resolve>(
             let incomplete = bounded_incomplete.incomplete();
             if incomplete.is_empty() {
                 tracing::info!("bounded run complete: every input read, every watch ended");
-                publish_merged(
-                    &producer,
-                    &Arc::from(config.watermark_topic.as_str()),
-                    &config.input_topic,
-                    END_OF_TIME,
-                )
-                .await;
+                let topics = EndOfTimeTopics {
+                    input_topic: config.input_topic.as_str().into(),
+                    input_partitions: layout.input_partitions,
+                    watermark_topic: config.watermark_topic.as_str().into(),
+                    output_topic: config.output_topic.as_str().into(),
+                    output_partitions: layout.output_partitions,
+                };
+                publish_end_of_time(&producer, &topics).await;
             } else {
                 // No end of time for the merged value: not every partition got there.
                 tracing::warn!(

@@ -262,8 +262,7 @@ impl<P: Poller> Engine<P> {
                 Ok(blocked) => blocked,
                 Err(ended) => break ended,
             };
-            if (!commands_open || draining) && self.table.is_empty() && self.in_flight.is_empty()
-            {
+            if (!commands_open || draining) && self.table.is_empty() && self.in_flight.is_empty() {
                 break Ended::Drained;
             }
             let wake = match (blocked, self.table.next_due()) {

@@ -19,7 +19,7 @@ use crate::kafka::health::KafkaContext;
 use crate::kafka::records::OutRecord;
 use crate::kafka::stats::BridgeProducer;
 use crate::metrics::Metrics;
-use crate::watermark::{PartitionState, WatermarkMessage, WatermarkTopic};
+use crate::watermark::{PartitionState, WatermarkMessage, WatermarkTopic, END_OF_TIME};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
@@ -268,4 +268,52 @@ pub async fn publish_merged(
             false
         }
     }
+}
+
+/// A bounded run that finished (every partition read to its end, every watch ended): the
+/// end of time for each input partition (on the watermark topic and in-band) and then for
+/// the merged value. Only then: a partition's end of time while another was still running,
+/// or in a run that was then interrupted, would promise what did not happen.
+pub async fn publish_end_of_time(producer: &BridgeProducer, topics: &EndOfTimeTopics) -> bool {
+    let mut all = true;
+    for partition in 0..topics.input_partitions {
+        let message = WatermarkMessage::Partition {
+            topic: topics.input_topic.to_string(),
+            partition,
+            watermark_ms: END_OF_TIME,
+            idle: false,
+        };
+        let records = OutRecord::watermark_copies(
+            &message,
+            &topics.watermark_topic,
+            &topics.output_topic,
+            topics.output_partitions,
+        );
+        for record in records {
+            if let Err((e, _)) = producer
+                .send(record.to_future_record(), Duration::from_secs(10))
+                .await
+            {
+                tracing::warn!(partition, error = %e, "the end of time could not be published");
+                all = false;
+            }
+        }
+    }
+    // The merged value last, and only after every partition's.
+    all && publish_merged(
+        producer,
+        &topics.watermark_topic,
+        &topics.input_topic,
+        END_OF_TIME,
+    )
+    .await
+}
+
+/// Where a bounded run's end of time goes.
+pub struct EndOfTimeTopics {
+    pub input_topic: Arc<str>,
+    pub input_partitions: i32,
+    pub watermark_topic: Arc<str>,
+    pub output_topic: Arc<str>,
+    pub output_partitions: i32,
 }

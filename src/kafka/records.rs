@@ -143,6 +143,21 @@ impl OutRecord {
         }
     }
 
+    /// A partition's watermark as it is published: one record on the watermark topic and a
+    /// copy in each of the output topic's `output_partitions` partitions (in-band).
+    pub fn watermark_copies(
+        message: &crate::watermark::WatermarkMessage,
+        watermark_topic: &Arc<str>,
+        output_topic: &Arc<str>,
+        output_partitions: i32,
+    ) -> Vec<Self> {
+        let (key, json) = (message.key(), message.to_json());
+        std::iter::once((watermark_topic, None))
+            .chain((0..output_partitions).map(|p| (output_topic, Some(p))))
+            .map(|(topic, partition)| Self::watermark(topic, partition, key.clone(), json.clone()))
+            .collect()
+    }
+
     /// A state-topic record (`value` `None`: a tombstone) on state partition `partition`,
     /// the number of the input partition whose watches it describes.
     pub fn state(topic: &Arc<str>, partition: i32, key: Vec<u8>, value: Option<Vec<u8>>) -> Self {

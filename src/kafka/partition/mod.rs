@@ -54,7 +54,6 @@ use crate::state::Registration;
 use crate::watch::{Progress, WatchRules};
 use crate::watermark::{
     InputWatermark, PartitionState, PartitionWatermark, WatermarkMessage, WatermarkStrategy,
-    END_OF_TIME,
 };
 use bytes::Bytes;
 use delivery::{Delivery, Kind, Pending};
@@ -162,9 +161,9 @@ pub struct Stopped {
     /// Records it sent that were not acknowledged when it ended (outputs, state records,
     /// watermarks, dead letters): a stop that had to give up says how many.
     pub undelivered: usize,
-    /// A bounded run's task that read its inputs to the end and saw every watch end, and so
-    /// published the end of time for its partition. (Only then may the run publish the
-    /// merged end of time.)
+    /// A bounded run's task that read its inputs to the end and saw every watch end: event
+    /// time is complete for its partition. (When every partition's is, the run publishes
+    /// the end of time.)
     pub end_of_time: bool,
 }
 
@@ -444,13 +443,11 @@ impl<P: Resolve> PartitionTask<P> {
         }
         let watches_stopped = self.durable.live();
         // A bounded run whose inputs were all read and whose watches all ended (the engine
-        // drained, not shut down: a stop interrupts it): event time is complete here. An
-        // interrupted one publishes nothing: its watches did not finish, and a later run
-        // must not read the end of time back.
+        // drained, not shut down: a stop interrupts it): event time is complete here. The
+        // bridge publishes the end of time once every partition got here (an interrupted
+        // run publishes nothing: its watches did not finish, and a later run must not read
+        // the end of time back).
         let end_of_time = self.bounds.is_some() && !self.stopping && self.unsent.is_empty();
-        if end_of_time {
-            self.publish_watermark(END_OF_TIME, false).await;
-        }
         // Deliver what the watches already emitted, then their last checkpoint, within the
         // bound.
         let deadline = tokio::time::Instant::now() + self.shared.stop_timeout;

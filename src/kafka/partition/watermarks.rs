@@ -65,15 +65,13 @@ impl<P: Resolve> PartitionTask<P> {
             watermark_ms: watermark,
             idle,
         };
-        let (key, json) = (message.key(), message.to_json());
-        let settings = self.shared.watermarks.clone();
-        let targets = std::iter::once((&settings.topic, None))
-            .chain((0..settings.output_partitions).map(|p| (&self.shared.output_topic, Some(p))));
-        let records: Vec<OutRecord> = targets
-            .map(|(topic, partition)| {
-                OutRecord::watermark(topic, partition, key.clone(), json.clone())
-            })
-            .collect();
+        let settings = &self.shared.watermarks;
+        let records = OutRecord::watermark_copies(
+            &message,
+            &settings.topic,
+            &self.shared.output_topic,
+            settings.output_partitions,
+        );
         for record in records {
             self.send(Pending {
                 record,
