@@ -637,7 +637,7 @@ async fn a_slow_event_reader_applies_backpressure_and_nothing_is_lost() {
         "engine kept polling with nobody reading: {polled_while_blocked}"
     );
     let first = r.events.recv().await.unwrap();
-    assert!(matches!(first, Event::Started { .. }));
+    assert!(matches!(first, Event::Hold { .. }));
     let events = r.drain().await;
     assert_eq!(outputs_of(&events, "u").len(), 50);
 }
@@ -772,17 +772,17 @@ async fn interrupted(
         })))
         .await
         .unwrap();
-    let first = b.events.recv().await.unwrap();
-    assert_eq!(
-        first,
-        Event::Restored {
-            key: Bytes::from_static(b"w")
-        }
-    );
+    // The restored watch's hold comes first, then the answer.
     let hold_after_restore = match b.events.recv().await {
         Some(Event::Hold { min }) => min,
-        other => panic!("the restored watch's hold follows its Restored: {other:?}"),
+        other => panic!("the restored watch's hold before its Restored: {other:?}"),
     };
+    assert_eq!(
+        b.events.recv().await,
+        Some(Event::Restored {
+            key: Bytes::from_static(b"w")
+        })
+    );
     events.extend(drain_timed(b, base).await);
     (observed(&events, &poller, "w"), last, hold_after_restore)
 }
@@ -943,8 +943,8 @@ async fn checkpoints_follow_every_poll_a_watch_survives_and_only_when_asked_for(
     assert_eq!(
         kinds,
         vec![
-            "started",
             "hold",
+            "started",
             "outputs",
             "checkpoint",
             "hold",
@@ -956,7 +956,8 @@ async fn checkpoints_follow_every_poll_a_watch_survives_and_only_when_asked_for(
             "terminated",
             "hold"
         ],
-        "a hold moved by a poll is reported after that poll's outputs (a failed poll moves none)"
+        "a new watch's hold comes before its answer; a hold moved by a poll after that poll's \
+         outputs (a failed poll moves none)"
     );
 }
 
@@ -965,13 +966,13 @@ async fn a_restore_for_a_live_key_is_refused_and_changes_nothing() {
     let poller = Arc::new(Scripted::with(vec![]));
     let mut r = start(poller.clone(), rules("polls(3)"), unlimited(), 64);
     r.watch("u1", T0 - 1_000).await;
-    assert!(matches!(r.events.recv().await, Some(Event::Started { .. })));
     assert_eq!(
         r.events.recv().await,
         Some(Event::Hold {
             min: Some(T0 - 1_000)
         })
     );
+    assert!(matches!(r.events.recv().await, Some(Event::Started { .. })));
     let progress = watchbridge::watch::Progress {
         arrived: T0 - 50_000,
         last_new: T0 - 50_000,
@@ -1083,7 +1084,7 @@ async fn an_input_for_a_key_whose_end_the_runtime_has_not_taken_in_starts_nothin
         .unwrap();
     r.watch("u1", T0).await;
     let events = r.drain().await;
-    assert_eq!(events[0], Event::Started { key: u1 });
+    assert_eq!(events[1], Event::Started { key: u1 });
     assert_eq!(
         outputs_of(&events, "u1"),
         vec![("a".into(), T0), ("c".into(), T0 + 2)]
@@ -1105,6 +1106,7 @@ async fn without_remember_ended_an_ended_key_starts_again_and_nothing_is_kept() 
         first.push(r.events.recv().await.unwrap());
     }
     r.watch("u1", T0).await;
+    assert!(matches!(r.events.recv().await, Some(Event::Hold { .. })));
     assert!(matches!(r.events.recv().await, Some(Event::Started { .. })));
     r.drain().await;
 }
