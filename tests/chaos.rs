@@ -45,11 +45,14 @@
 
 mod support;
 
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::OwnedMessage;
-use rdkafka::Message;
+use rdkafka::{Message, Offset, TopicPartitionList};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::bridge::Bridge;
 use support::feeds::{input_key, now_ms, Feeds, Tally};
@@ -225,6 +228,8 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
             .unwrap_or(0)
     });
     let mut current = Bridge::start(&env);
+    // The bridge has created its topics.
+    let tail = Tail::start(&watermarks);
     for i in 0..kills_wanted {
         if Some(i) == pause_at {
             // Under load: outputs and state records in flight when the broker stops; they
@@ -377,9 +382,13 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     let duplicated = tally.duplicated();
     let extra_copies: usize = duplicated.iter().map(|(_, c)| c.len() - 1).sum();
 
-    // The watermarks: on the watermark topic (in topic order) and in-band in every output
-    // partition (in offset order), each checked against what came before it.
-    let watermark_records = broker().read_to_end(&watermarks).await;
+    // The watermarks: on the watermark topic (in topic order: what the tail read during the
+    // run and what is left at the end, as the topic is compacted) and in-band in every
+    // output partition (in offset order), each checked against what came before it.
+    let at_end = broker().read_to_end(&watermarks).await;
+    let (tailed, tail_errors) = tail.stop();
+    let tailed_count = tailed.len();
+    let (watermark_records, compacted) = union(tailed, &at_end);
     let output_partitions = broker()
         .partitions(&output)
         .unwrap_or_else(|| panic!("no output topic {output}"));
@@ -414,7 +423,21 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     if !examples.is_empty() {
         println!("{examples}");
     }
-    println!("{}", marks.read("chaos:"));
+    // What the tail saw that compaction had removed by the end.
+    let topic_offsets: Vec<(i64, i64)> = (0..broker().partitions(&watermarks).unwrap_or(1))
+        .map(|p| broker().offsets(&watermarks, p))
+        .collect();
+    println!(
+        "{}; watermark topic: offsets (low, end) {topic_offsets:?}, records read at the end {}, \
+         by the tail during the run {tailed_count}, only by the tail (compacted by the end) \
+         {compacted}, tail errors {}{}",
+        marks.read("chaos:"),
+        at_end.len(),
+        tail_errors.len(),
+        tail_errors
+            .first()
+            .map_or(String::new(), |e| format!(" (first: {e})"))
+    );
     let violations = marks.examples("chaos:");
     if !violations.is_empty() {
         println!("{violations}");
@@ -514,6 +537,11 @@ struct Watermarks {
     outputs: usize,
     /// Outputs with `watchbridge-late: true`.
     late_outputs: usize,
+    /// Outputs not flagged late that came after a marker of their input partition in their
+    /// output partition (those the late check judged), and the least margin of their event
+    /// time over it: (ms, the output's partition and offset).
+    judged: usize,
+    closest: Option<(i64, i32, i64)>,
     /// Records on the watermark topic, or marked `watchbridge-control` in the output topic,
     /// that are not watermark records.
     unparseable: Vec<String>,
@@ -675,6 +703,11 @@ impl Watermarks {
             };
             if let Some(&Highest(Some((marker, idle, marker_at)))) = markers.get(&(out, partition))
             {
+                w.judged += 1;
+                let margin = event_time.saturating_sub(marker);
+                if w.closest.is_none_or(|(least, ..)| margin < least) {
+                    w.closest = Some((margin, out, at));
+                }
                 if event_time < marker {
                     w.unflagged_late.push(format!(
                         "unflagged late output {name} (input partition {partition}) in output \
@@ -728,8 +761,15 @@ impl Watermarks {
         let in_band: usize = self.in_band.values().sum();
         format!(
             "{prefix} watermarks: topic partition_records={:?} merged_records={}; in-band \
-             markers={in_band} outputs={} late_outputs={}",
-            self.partition_records, self.merged_records, self.outputs, self.late_outputs
+             markers={in_band} outputs={} late_outputs={} judged_against_a_marker={} \
+             least_margin={}",
+            self.partition_records,
+            self.merged_records,
+            self.outputs,
+            self.late_outputs,
+            self.judged,
+            self.closest
+                .map_or("-".to_owned(), |(ms, p, at)| format!("{ms}ms (p{p}@{at})"))
         )
     }
 
@@ -905,4 +945,79 @@ fn the_watermark_checks_find_each_violation() {
     assert!(!found.is_clean());
     let nothing = Watermarks::check("in", &[], &[], 1);
     assert_eq!(count(&nothing.missing), 2 * PARTITIONS as usize + 1);
+}
+
+/// A reader of `topic` from its beginning, as it is written, through the whole run: the
+/// watermark topic is compacted (Tansu was seen to compact it during a run, Kafka may), so
+/// what is left at the end need not hold the records that went back. Reads
+/// `read_committed`, as the end's read does (what an aborted transaction wrote is not
+/// published).
+struct Tail {
+    stop: Arc<AtomicBool>,
+    reader: std::thread::JoinHandle<(Vec<OwnedMessage>, Vec<String>)>,
+}
+
+impl Tail {
+    /// Start reading `topic` (it must exist).
+    fn start(topic: &str) -> Self {
+        let consumer: BaseConsumer = broker()
+            .config()
+            .set("group.id", format!("{topic}-tail"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .set("fetch.wait.max.ms", "100")
+            .create()
+            .expect("create the watermark topic's tail");
+        let partitions = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("metadata for {topic}: {e}"))
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .map(|t| t.partitions().len() as i32)
+            .unwrap_or_else(|| panic!("no topic {topic} to tail"));
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&tpl).expect("assign the tail");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let reader = std::thread::spawn(move || {
+            let (mut read, mut errors) = (Vec::new(), Vec::new());
+            while !stopped.load(Ordering::Relaxed) {
+                match consumer.poll(Duration::from_millis(200)) {
+                    Some(Ok(m)) => read.push(m.detach()),
+                    // Through a broker's restart or pause: librdkafka reconnects.
+                    Some(Err(e)) => errors.push(e.to_string()),
+                    None => {}
+                }
+            }
+            (read, errors)
+        });
+        Tail { stop, reader }
+    }
+
+    /// Stop; what it read, and the errors it met on the way (what it had not read yet, the
+    /// final read has).
+    fn stop(self) -> (Vec<OwnedMessage>, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.reader.join().expect("the watermark topic's tail")
+    }
+}
+
+/// The records of `tail` and `end` (both read from the same topic), each offset once, in
+/// partition then offset order; and how many only the tail had (gone by the end: compacted).
+fn union(tail: Vec<OwnedMessage>, end: &[OwnedMessage]) -> (Vec<OwnedMessage>, usize) {
+    let mut all: BTreeMap<(i32, i64), OwnedMessage> = BTreeMap::new();
+    for m in end {
+        all.insert((m.partition(), m.offset()), m.clone());
+    }
+    let before = all.len();
+    for m in tail {
+        all.entry((m.partition(), m.offset())).or_insert(m);
+    }
+    let only_tail = all.len() - before;
+    (all.into_values().collect(), only_tail)
 }
