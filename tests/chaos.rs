@@ -23,9 +23,10 @@
 //! there, the lowest. Late-flagged outputs are counted in the summary line.
 //!
 //! It measures, it doesn't excuse: it fails on any output lost or duplicated, any wrong event
-//! time, any of those watermark violations (each on a `chaos:` line). `#[ignore]`d because it takes a while: `make chaos`
-//! runs it in full (~100 s), `make test` in a short form (`make chaos-short`: 3 kills, still
-//! with the two-instance kill and the broker restart, ~40 s), on each broker.
+//! time, any of those watermark violations (each on a `chaos:` line). `#[ignore]`d because it
+//! takes a while: `make chaos` runs it in full (~100 s), `make test` in a short form (`make
+//! chaos-short`: 3 kills, still with the two-instance kill and the broker restart, ~40 s), on
+//! each broker.
 //!
 //! Knobs (environment): `CHAOS_KILLS` (default 10) bridge SIGKILLs, `CHAOS_USERS` (default 20)
 //! watches, `CHAOS_SEED` (default 6) for the random kill moments, `CHAOS_GUARANTEE` (the
