@@ -4,13 +4,29 @@
 //! random moments and restarted, two instances run at once and one is killed, and the broker
 //! itself is crashed and restarted. At the end the output topic is compared with the
 //! resource's ground truth by (input key, output key): every expected output exactly once,
-//! each with its event time as the record timestamp, and the per-partition watermarks on the
-//! watermark topic never decreasing.
+//! each with its event time as the record timestamp. And the watermarks (issue 16), across
+//! all of it:
+//!
+//! - every record on the watermark topic is a watermark record (it parses, its key is its
+//!   value's, its topic the input topic), and there is at least one per input partition and
+//!   at least one `merged`; every output partition carries at least one in-band marker
+//!   (`watchbridge-control: watermark`) of each input partition, and each parses too;
+//! - on the watermark topic, in topic order, no input partition's watermark goes below one
+//!   published before it, nor does the `merged` one;
+//! - in each output partition, in offset order, no input partition's in-band marker goes
+//!   below one before it;
+//! - no output without `watchbridge-late: true` has an event time (its record timestamp)
+//!   below a marker of its own input partition (header `watchbridge-input-partition`, which
+//!   must be its key's partition) that its output partition carried before it.
+//!
+//! `"watermark_ms":i64::MIN` (no watermark yet, with `"idle":true`) is a value like any other
+//! there, the lowest. Late-flagged outputs are counted in the summary line.
 //!
 //! It measures, it doesn't excuse: it fails on any output lost or duplicated, any wrong event
-//! time, any watermark that went back. `#[ignore]`d because it takes a while: `make chaos`
-//! runs it in full (~100 s), `make test` in a short form (`make chaos-short`: 3 kills, still
-//! with the two-instance kill and the broker restart, ~40 s), on each broker.
+//! time, any of those watermark violations (each on a `chaos:` line). `#[ignore]`d because it
+//! takes a while: `make chaos` runs it in full (~100 s), `make test` in a short form (`make
+//! chaos-short`: 3 kills, still with the two-instance kill and the broker restart, ~40 s), on
+//! each broker.
 //!
 //! Knobs (environment): `CHAOS_KILLS` (default 10) bridge SIGKILLs, `CHAOS_USERS` (default 20)
 //! watches, `CHAOS_SEED` (default 6) for the random kill moments, `CHAOS_GUARANTEE` (the
@@ -30,14 +46,18 @@
 
 mod support;
 
-use rdkafka::Message;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::OwnedMessage;
+use rdkafka::{Message, Offset, TopicPartitionList};
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::bridge::Bridge;
 use support::feeds::{input_key, now_ms, Feeds, Tally};
-use support::kafka::{broker, BrokerKind};
+use support::kafka::{broker, header, BrokerKind};
 use watchbridge::watermark::WatermarkMessage;
 
 /// The bridge's `session.timeout.ms`; a killed member is replaced only after it has passed.
@@ -209,6 +229,8 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
             .unwrap_or(0)
     });
     let mut current = Bridge::start(&env);
+    // The bridge has created its topics.
+    let tail = Tail::start(&watermarks);
     for i in 0..kills_wanted {
         if Some(i) == pause_at {
             // Under load: outputs and state records in flight when the broker stops; they
@@ -361,39 +383,30 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     let duplicated = tally.duplicated();
     let extra_copies: usize = duplicated.iter().map(|(_, c)| c.len() - 1).sum();
 
-    // Each input partition's watermark on the watermark topic, in topic order (one
-    // partition), never goes back.
-    let mut last_watermark: HashMap<i32, i64> = HashMap::new();
-    let mut regressions = Vec::new();
-    let watermark_records = broker().read_to_end(&watermarks).await;
-    for m in &watermark_records {
-        let Some(Ok(WatermarkMessage::Partition {
-            partition,
-            watermark_ms,
-            ..
-        })) = m.payload().map(WatermarkMessage::parse)
-        else {
-            continue;
-        };
-        if let Some(&previous) = last_watermark.get(&partition) {
-            if watermark_ms < previous {
-                regressions.push((partition, previous, watermark_ms, m.offset()));
-            }
-        }
-        let entry = last_watermark.entry(partition).or_insert(watermark_ms);
-        *entry = (*entry).max(watermark_ms);
-    }
+    // The watermarks: on the watermark topic (in topic order: what the tail read during the
+    // run and what is left at the end, as the topic is compacted) and in-band in every
+    // output partition (in offset order), each checked against what came before it.
+    let at_end = broker().read_to_end(&watermarks).await;
+    let (tailed, tail_errors) = tail.stop();
+    let tailed_count = tailed.len();
+    let (watermark_records, compacted) = union(tailed, &at_end);
+    let output_partitions = broker()
+        .partitions(&output)
+        .unwrap_or_else(|| panic!("no output topic {output}"));
+    let marks = Watermarks::check(&input, &watermark_records, &records, output_partitions);
 
     println!(
         "chaos: broker={} guarantee={guarantee} expected={} exactly_once={} lost={} duplicated={} restarts={restarts} \
-         broker_restarts={broker_restarts} zombies={zombies} broker_pauses={broker_pauses} wrong_event_time={} watermark_regressions={}",
+         broker_restarts={broker_restarts} zombies={zombies} broker_pauses={broker_pauses} wrong_event_time={} \
+         late_outputs={} {}",
         broker().kind().name(),
         expected.len(),
         tally.exactly_once(),
         tally.lost.len(),
         duplicated.len(),
         tally.wrong_time.len(),
-        regressions.len()
+        marks.late_outputs,
+        marks.counts(),
     );
     // Where the group stands on the input: a committed input is not read again after a
     // crash, so (without durable state) its watch is not resumed.
@@ -411,17 +424,601 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     if !examples.is_empty() {
         println!("{examples}");
     }
-    for (partition, previous, value, offset) in regressions.iter().take(5) {
-        println!(
-            "chaos: watermark regression partition {partition}: {previous} then {value} (offset {offset})"
-        );
+    // What the tail saw that compaction had removed by the end.
+    let topic_offsets: Vec<(i64, i64)> = (0..broker().partitions(&watermarks).unwrap_or(1))
+        .map(|p| broker().offsets(&watermarks, p))
+        .collect();
+    println!(
+        "{}; watermark topic: offsets (low, end) {topic_offsets:?}, records read at the end {}, \
+         by the tail during the run {tailed_count}, only by the tail (compacted by the end) \
+         {compacted}, tail errors {}{}",
+        marks.read("chaos:"),
+        at_end.len(),
+        tail_errors.len(),
+        tail_errors
+            .first()
+            .map_or(String::new(), |e| format!(" (first: {e})"))
+    );
+    let violations = marks.examples("chaos:");
+    if !violations.is_empty() {
+        println!("{violations}");
     }
 
     assert!(
-        tally.is_exact() && regressions.is_empty(),
-        "not every output exactly once with its event time, or a watermark went back (see the chaos: lines)"
+        tally.is_exact() && marks.is_clean(),
+        "not every output exactly once with its event time, or a watermark check failed (see \
+         the chaos: lines)"
     );
     if let Err(message) = last_stop {
         panic!("{message}");
     }
+}
+
+/// The input partition of input key `user-<u>`, as the test produces them (user % PARTITIONS).
+fn input_partition_of_key(key: &[u8]) -> Option<i32> {
+    let user: i64 = std::str::from_utf8(key)
+        .ok()?
+        .strip_prefix("user-")?
+        .parse()
+        .ok()?;
+    Some((user % PARTITIONS as i64) as i32)
+}
+
+/// A watermark value for the `chaos:` lines: `i64::MIN` (no watermark yet) as `MIN`, and
+/// `idle` after it where the record said so.
+fn show(value: i64, idle: bool) -> String {
+    let value = if value == i64::MIN {
+        "MIN".to_owned()
+    } else {
+        value.to_string()
+    };
+    if idle {
+        format!("{value} idle")
+    } else {
+        value
+    }
+}
+
+/// A watermark record read back, or why it is not one: it must parse, its key must be the
+/// one its value gives (`partition-<p>`, `merged`), its topic the input topic, its partition
+/// an input partition.
+fn watermark_of(m: &OwnedMessage, input: &str) -> Result<WatermarkMessage, String> {
+    let message =
+        WatermarkMessage::parse(m.payload().ok_or("no value")?).map_err(|e| e.to_string())?;
+    let key = m.key().map(String::from_utf8_lossy);
+    if key.as_deref() != Some(message.key().as_str()) {
+        return Err(format!(
+            "key {key:?}, but the value is {:?}'s",
+            message.key()
+        ));
+    }
+    let topic = match &message {
+        WatermarkMessage::Partition { topic, .. } | WatermarkMessage::Merged { topic, .. } => topic,
+    };
+    if topic != input {
+        return Err(format!("topic {topic:?}, not the input topic {input:?}"));
+    }
+    if let WatermarkMessage::Partition { partition, .. } = message {
+        if partition >= PARTITIONS {
+            return Err(format!(
+                "partition {partition}: the input topic has {PARTITIONS}"
+            ));
+        }
+    }
+    Ok(message)
+}
+
+/// The highest value of one watermark sequence so far, with its idle flag and offset.
+#[derive(Default)]
+struct Highest(Option<(i64, bool, i64)>);
+
+impl Highest {
+    /// Take the next value of the sequence; the highest before it if the value is below that
+    /// (`i64::MIN`, "no watermark yet", is the lowest value of all).
+    fn next(&mut self, value: i64, idle: bool, offset: i64) -> Option<(i64, bool, i64)> {
+        match self.0 {
+            Some(highest) if value < highest.0 => Some(highest),
+            Some(highest) if value == highest.0 => None,
+            _ => {
+                self.0 = Some((value, idle, offset));
+                None
+            }
+        }
+    }
+}
+
+/// What the watermark checks read and found. Each violation is one `chaos:` line.
+#[derive(Default)]
+struct Watermarks {
+    /// Partition records on the watermark topic, by input partition.
+    partition_records: BTreeMap<i32, usize>,
+    merged_records: usize,
+    /// In-band markers, by (output partition, input partition).
+    in_band: BTreeMap<(i32, i32), usize>,
+    outputs: usize,
+    /// Outputs with `watchbridge-late: true`.
+    late_outputs: usize,
+    /// Outputs not flagged late that came after a marker of their input partition in their
+    /// output partition (those the late check judged), and the least margin of their event
+    /// time over it: (ms, the output's partition and offset).
+    judged: usize,
+    closest: Option<(i64, i32, i64)>,
+    /// Records on the watermark topic, or marked `watchbridge-control` in the output topic,
+    /// that are not watermark records.
+    unparseable: Vec<String>,
+    /// Expected records of which none was read.
+    missing: Vec<String>,
+    /// A partition watermark below an earlier one of the same input partition on the topic.
+    regressions: Vec<String>,
+    /// A `merged` record below an earlier one.
+    merged_regressions: Vec<String>,
+    /// An in-band marker below an earlier one of the same input partition in the same
+    /// output partition.
+    in_band_regressions: Vec<String>,
+    /// An output not flagged late whose event time is below a marker of its input partition
+    /// that its output partition carried before it.
+    unflagged_late: Vec<String>,
+    /// An output whose input partition header is missing or is not its key's partition.
+    wrong_input_partition: Vec<String>,
+}
+
+impl Watermarks {
+    /// `topic_records`: the watermark topic; `output_records`: the output topic, in
+    /// partition then offset order.
+    fn check(
+        input: &str,
+        topic_records: &[OwnedMessage],
+        output_records: &[OwnedMessage],
+        output_partitions: i32,
+    ) -> Self {
+        let mut w = Watermarks::default();
+
+        // The watermark topic, in topic order.
+        let mut partitions: HashMap<i32, Highest> = HashMap::new();
+        let mut merged = Highest::default();
+        for m in topic_records {
+            let at = m.offset();
+            match watermark_of(m, input) {
+                Err(why) => w.unparseable.push(format!(
+                    "unparseable record on the watermark topic at offset {at} (p{}): {why}; \
+                     value {:?}",
+                    m.partition(),
+                    m.payload().map(String::from_utf8_lossy)
+                )),
+                Ok(WatermarkMessage::Partition {
+                    partition,
+                    watermark_ms,
+                    idle,
+                    ..
+                }) => {
+                    *w.partition_records.entry(partition).or_default() += 1;
+                    let highest = partitions.entry(partition).or_default();
+                    if let Some((before, was_idle, before_at)) =
+                        highest.next(watermark_ms, idle, at)
+                    {
+                        w.regressions.push(format!(
+                            "watermark regression partition {partition}: {} then {} \
+                             (offsets {before_at}, {at})",
+                            show(before, was_idle),
+                            show(watermark_ms, idle)
+                        ));
+                    }
+                }
+                Ok(WatermarkMessage::Merged { watermark_ms, .. }) => {
+                    w.merged_records += 1;
+                    if let Some((before, _, before_at)) = merged.next(watermark_ms, false, at) {
+                        w.merged_regressions.push(format!(
+                            "merged watermark regression: {} then {} (offsets {before_at}, {at})",
+                            show(before, false),
+                            show(watermark_ms, false)
+                        ));
+                    }
+                }
+            }
+        }
+        for p in 0..PARTITIONS {
+            if !w.partition_records.contains_key(&p) {
+                w.missing.push(format!(
+                    "no watermark record for input partition {p} on the watermark topic"
+                ));
+            }
+        }
+        if w.merged_records == 0 {
+            w.missing
+                .push("no merged watermark record on the watermark topic".to_owned());
+        }
+
+        // Each output partition, in offset order: its markers per input partition, and each
+        // output against the markers of its input partition before it.
+        let mut markers: HashMap<(i32, i32), Highest> = HashMap::new();
+        for m in output_records {
+            let (out, at) = (m.partition(), m.offset());
+            if header(m, "watchbridge-control").is_some() {
+                let marker = match watermark_of(m, input) {
+                    Ok(WatermarkMessage::Partition {
+                        partition,
+                        watermark_ms,
+                        idle,
+                        ..
+                    }) => Ok((partition, watermark_ms, idle)),
+                    Ok(WatermarkMessage::Merged { .. }) => {
+                        Err("a merged watermark in-band".to_owned())
+                    }
+                    Err(why) => Err(why),
+                }
+                .and_then(|marker| match header(m, "watchbridge-control") {
+                    Some(b"watermark") => Ok(marker),
+                    other => Err(format!(
+                        "watchbridge-control: {:?}",
+                        other.map(String::from_utf8_lossy)
+                    )),
+                });
+                let (partition, watermark_ms, idle) = match marker {
+                    Ok(marker) => marker,
+                    Err(why) => {
+                        w.unparseable.push(format!(
+                            "unparseable in-band watermark in output partition {out} at \
+                             offset {at}: {why}; value {:?}",
+                            m.payload().map(String::from_utf8_lossy)
+                        ));
+                        continue;
+                    }
+                };
+                *w.in_band.entry((out, partition)).or_default() += 1;
+                let highest = markers.entry((out, partition)).or_default();
+                if let Some((before, was_idle, before_at)) = highest.next(watermark_ms, idle, at) {
+                    w.in_band_regressions.push(format!(
+                        "in-band watermark regression in output partition {out}, input \
+                         partition {partition}: {} then {} (offsets {before_at}, {at})",
+                        show(before, was_idle),
+                        show(watermark_ms, idle)
+                    ));
+                }
+                continue;
+            }
+            w.outputs += 1;
+            let key = m.key().unwrap_or_default();
+            let name = format!(
+                "{} {}",
+                String::from_utf8_lossy(key),
+                String::from_utf8_lossy(header(m, "watchbridge-output-key").unwrap_or_default())
+            );
+            let by_key = input_partition_of_key(key);
+            let by_header: Option<i32> = header(m, "watchbridge-input-partition")
+                .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok());
+            if by_header != by_key {
+                w.wrong_input_partition.push(format!(
+                    "output {name} in output partition {out} at offset {at}: input partition \
+                     header {by_header:?}, its key's partition {by_key:?}"
+                ));
+            }
+            let Some(partition) = by_header.or(by_key) else {
+                continue;
+            };
+            if header(m, "watchbridge-late") == Some(b"true") {
+                w.late_outputs += 1;
+                continue;
+            }
+            let Some(event_time) = m.timestamp().to_millis() else {
+                continue;
+            };
+            if let Some(&Highest(Some((marker, idle, marker_at)))) = markers.get(&(out, partition))
+            {
+                w.judged += 1;
+                let margin = event_time.saturating_sub(marker);
+                if w.closest.is_none_or(|(least, ..)| margin < least) {
+                    w.closest = Some((margin, out, at));
+                }
+                if event_time < marker {
+                    w.unflagged_late.push(format!(
+                        "unflagged late output {name} (input partition {partition}) in output \
+                         partition {out}: event time {event_time} below marker {} (offsets \
+                         {marker_at}, {at})",
+                        show(marker, idle)
+                    ));
+                }
+            }
+        }
+        for out in 0..output_partitions {
+            for p in 0..PARTITIONS {
+                if !w.in_band.contains_key(&(out, p)) {
+                    w.missing.push(format!(
+                        "no in-band watermark for input partition {p} in output partition {out}"
+                    ));
+                }
+            }
+        }
+        w
+    }
+
+    /// Every kind of violation, by name.
+    fn violations(&self) -> [(&'static str, &Vec<String>); 7] {
+        [
+            ("watermark_unparseable", &self.unparseable),
+            ("watermark_missing", &self.missing),
+            ("watermark_regressions", &self.regressions),
+            ("merged_regressions", &self.merged_regressions),
+            ("in_band_regressions", &self.in_band_regressions),
+            ("unflagged_late", &self.unflagged_late),
+            ("wrong_input_partition", &self.wrong_input_partition),
+        ]
+    }
+
+    fn is_clean(&self) -> bool {
+        self.violations().iter().all(|(_, v)| v.is_empty())
+    }
+
+    /// `name=count` of each kind of violation, for the summary line.
+    fn counts(&self) -> String {
+        self.violations()
+            .iter()
+            .map(|(name, v)| format!("{name}={}", v.len()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// What was read, one line.
+    fn read(&self, prefix: &str) -> String {
+        let in_band: usize = self.in_band.values().sum();
+        format!(
+            "{prefix} watermarks: topic partition_records={:?} merged_records={}; in-band \
+             markers={in_band} outputs={} late_outputs={} judged_against_a_marker={} \
+             least_margin={}",
+            self.partition_records,
+            self.merged_records,
+            self.outputs,
+            self.late_outputs,
+            self.judged,
+            self.closest
+                .map_or("-".to_owned(), |(ms, p, at)| format!("{ms}ms (p{p}@{at})"))
+        )
+    }
+
+    /// Up to five of each kind of violation, one per line, each starting with `prefix`.
+    fn examples(&self, prefix: &str) -> String {
+        let mut lines = Vec::new();
+        for (name, found) in self.violations() {
+            for line in found.iter().take(5) {
+                lines.push(format!("{prefix} {line}"));
+            }
+            if found.len() > 5 {
+                lines.push(format!("{prefix} ... {} more {name}", found.len() - 5));
+            }
+        }
+        lines.join("\n")
+    }
+}
+
+/// The watermark checks on hand-made records: clean records pass, and each kind of violation
+/// is found (without a broker; the chaos test itself needs one).
+#[test]
+fn the_watermark_checks_find_each_violation() {
+    use rdkafka::message::{Header, OwnedHeaders, Timestamp};
+    let record = |partition: i32,
+                  offset: i64,
+                  key: &str,
+                  value: &str,
+                  ts: Option<i64>,
+                  headers: &[(&str, &str)]| {
+        let headers = headers.iter().fold(OwnedHeaders::new(), |h, (k, v)| {
+            h.insert(Header {
+                key: k,
+                value: Some(v.as_bytes()),
+            })
+        });
+        OwnedMessage::new(
+            Some(value.as_bytes().to_vec()),
+            Some(key.as_bytes().to_vec()),
+            "t".into(),
+            ts.map_or(Timestamp::NotAvailable, Timestamp::CreateTime),
+            partition,
+            offset,
+            Some(headers),
+        )
+    };
+    let mark = |p: i32, ms: i64, idle: bool| {
+        WatermarkMessage::Partition {
+            topic: "in".into(),
+            partition: p,
+            watermark_ms: ms,
+            idle,
+        }
+        .to_json()
+    };
+    let merged = |ms: i64| {
+        WatermarkMessage::Merged {
+            topic: "in".into(),
+            watermark_ms: ms,
+        }
+        .to_json()
+    };
+    let control = [("watchbridge-control", "watermark")];
+    // A clean run: every partition, a merged record, markers of each input partition in the
+    // one output partition, an output above its marker, a late one below it.
+    let mut topic: Vec<OwnedMessage> = (0..PARTITIONS)
+        .map(|p| {
+            record(
+                0,
+                p as i64,
+                &format!("partition-{p}"),
+                &mark(p, 100, false),
+                None,
+                &[],
+            )
+        })
+        .collect();
+    topic.push(record(0, 10, "merged", &merged(100), None, &[]));
+    let mut out: Vec<OwnedMessage> = (0..PARTITIONS)
+        .map(|p| {
+            let idle = p == 3;
+            let ms = if idle { i64::MIN } else { 100 };
+            record(
+                0,
+                p as i64,
+                &format!("partition-{p}"),
+                &mark(p, ms, idle),
+                None,
+                &control,
+            )
+        })
+        .collect();
+    let output = |offset, user: i64, ts, late: bool| {
+        let p = (user % PARTITIONS as i64).to_string();
+        let mut headers = vec![
+            ("watchbridge-output-key", "x"),
+            ("watchbridge-input-partition", p.as_str()),
+        ];
+        if late {
+            headers.push(("watchbridge-late", "true"));
+        }
+        record(0, offset, &format!("user-{user}"), "{}", Some(ts), &headers)
+    };
+    out.push(output(10, 1, 150, false));
+    out.push(output(11, 1, 50, true));
+    // Partition 3's marker is MIN (idle, no watermark yet): nothing is below it.
+    out.push(output(12, 3, 5, false));
+    let clean = Watermarks::check("in", &topic, &out, 1);
+    assert!(clean.is_clean(), "{}", clean.examples("clean:"));
+    assert_eq!(clean.late_outputs, 1);
+
+    // Now each violation.
+    let mut topic = topic;
+    topic.push(record(0, 11, "partition-2", &mark(2, 90, false), None, &[]));
+    topic.push(record(
+        0,
+        12,
+        "partition-1",
+        &mark(1, i64::MIN, true),
+        None,
+        &[],
+    ));
+    topic.push(record(0, 13, "merged", &merged(99), None, &[]));
+    topic.push(record(0, 14, "partition-1", "{oops", None, &[]));
+    topic.push(record(
+        0,
+        15,
+        "partition-0",
+        &mark(1, 200, false),
+        None,
+        &[],
+    ));
+    let mut out = out;
+    out.push(record(
+        0,
+        20,
+        "partition-0",
+        &mark(0, 80, false),
+        None,
+        &control,
+    ));
+    out.push(output(21, 2, 99, false));
+    out.push(output(22, 1, 101, false));
+    // user-2's output, its header saying input partition 1.
+    out.push(record(
+        0,
+        23,
+        "user-2",
+        "{}",
+        Some(200),
+        &[
+            ("watchbridge-output-key", "x"),
+            ("watchbridge-input-partition", "1"),
+        ],
+    ));
+    let found = Watermarks::check("in", &topic, &out, 2);
+    let count = |v: &Vec<String>| v.len();
+    assert_eq!(count(&found.regressions), 2, "{:?}", found.regressions);
+    assert!(found.regressions[1].contains("100 then MIN idle"));
+    assert_eq!(count(&found.merged_regressions), 1);
+    assert_eq!(count(&found.unparseable), 2, "{:?}", found.unparseable);
+    assert!(found.unparseable[0].contains("offset 14"));
+    assert_eq!(count(&found.in_band_regressions), 1);
+    assert_eq!(
+        count(&found.unflagged_late),
+        1,
+        "{:?}",
+        found.unflagged_late
+    );
+    assert!(found.unflagged_late[0].contains("event time 99 below marker 100"));
+    assert_eq!(count(&found.wrong_input_partition), 1);
+    // Output partition 1 carried nothing.
+    assert_eq!(count(&found.missing), PARTITIONS as usize);
+    assert!(!found.is_clean());
+    let nothing = Watermarks::check("in", &[], &[], 1);
+    assert_eq!(count(&nothing.missing), 2 * PARTITIONS as usize + 1);
+}
+
+/// A reader of `topic` from its beginning, as it is written, through the whole run: the
+/// watermark topic is compacted (Tansu was seen to compact it during a run, Kafka may), so
+/// what is left at the end need not hold the records that went back. Reads
+/// `read_committed`, as the end's read does (what an aborted transaction wrote is not
+/// published).
+struct Tail {
+    stop: Arc<AtomicBool>,
+    reader: std::thread::JoinHandle<(Vec<OwnedMessage>, Vec<String>)>,
+}
+
+impl Tail {
+    /// Start reading `topic` (it must exist).
+    fn start(topic: &str) -> Self {
+        let consumer: BaseConsumer = broker()
+            .config()
+            .set("group.id", format!("{topic}-tail"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .set("fetch.wait.max.ms", "100")
+            .create()
+            .expect("create the watermark topic's tail");
+        let partitions = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("metadata for {topic}: {e}"))
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .map(|t| t.partitions().len() as i32)
+            .unwrap_or_else(|| panic!("no topic {topic} to tail"));
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&tpl).expect("assign the tail");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let reader = std::thread::spawn(move || {
+            let (mut read, mut errors) = (Vec::new(), Vec::new());
+            while !stopped.load(Ordering::Relaxed) {
+                match consumer.poll(Duration::from_millis(200)) {
+                    Some(Ok(m)) => read.push(m.detach()),
+                    // Through a broker's restart or pause: librdkafka reconnects.
+                    Some(Err(e)) => errors.push(e.to_string()),
+                    None => {}
+                }
+            }
+            (read, errors)
+        });
+        Tail { stop, reader }
+    }
+
+    /// Stop; what it read, and the errors it met on the way (what it had not read yet, the
+    /// final read has).
+    fn stop(self) -> (Vec<OwnedMessage>, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.reader.join().expect("the watermark topic's tail")
+    }
+}
+
+/// The records of `tail` and `end` (both read from the same topic), each offset once, in
+/// partition then offset order; and how many only the tail had (gone by the end: compacted).
+fn union(tail: Vec<OwnedMessage>, end: &[OwnedMessage]) -> (Vec<OwnedMessage>, usize) {
+    let mut all: BTreeMap<(i32, i64), OwnedMessage> = BTreeMap::new();
+    for m in end {
+        all.insert((m.partition(), m.offset()), m.clone());
+    }
+    let before = all.len();
+    for m in tail {
+        all.entry((m.partition(), m.offset())).or_insert(m);
+    }
+    let only_tail = all.len() - before;
+    (all.into_values().collect(), only_tail)
 }
