@@ -269,6 +269,12 @@ impl DurableState {
         self.live.len()
     }
 
+    /// Live watches that have not ended (an ended one stays live until its finished record
+    /// is written): what a stop interrupts.
+    pub fn running(&self) -> usize {
+        self.live.values().filter(|w| w.ending.is_none()).count()
+    }
+
     /// A watch started from the input at `origin`; `seen` are outputs it already had on the
     /// output topic (from the read-back, or an earlier run that failed), acknowledged and so
     /// to be written. `stale_chunks`: the chunks an earlier run of it left on the topic;

@@ -391,6 +391,41 @@ mod tests {
     }
 
     #[test]
+    fn a_recovery_longer_than_the_idle_timeout_does_not_make_the_input_idle() {
+        // Created at the assignment (T0); the recovery took two minutes.
+        let mut p = bounded_5s();
+        p.start_reading(T0 + 120_000);
+        assert!(!p.input().is_idle(T0 + 120_000));
+        assert_eq!(p.input().idle_at(), Some(T0 + 180_000));
+        assert_eq!(p.update(Some(T0 + 1_000), T0 + 120_000), up(T0 + 1_000, false));
+        assert_eq!(p.update(None, T0 + 179_999), None, "still active");
+        assert_eq!(p.update(None, T0 + 180_000), up(T0 + 1_000, true));
+    }
+
+    #[test]
+    fn a_takeover_corrects_a_stale_idle_flag_though_the_value_did_not_change() {
+        let mut p = bounded_5s();
+        // The topic says: 5 s, idle. The new owner has restored a watch holding at 5 s.
+        p.take_over(T0 + 5_000, true);
+        assert!(p.is_late(T0 + 4_999), "the floor judges outputs at once");
+        assert_eq!(p.update(Some(T0 + 5_000), T0), up(T0 + 5_000, false));
+        // The same state as the topic's: nothing to publish.
+        let mut q = bounded_5s();
+        q.take_over(T0 + 5_000, false);
+        assert_eq!(q.update(Some(T0 + 5_000), T0), None);
+    }
+
+    #[test]
+    fn a_watermark_whose_delivery_failed_is_published_again_unchanged() {
+        let mut p = bounded_5s();
+        assert_eq!(p.update(Some(T0), T0), up(T0, false));
+        assert_eq!(p.update(Some(T0), T0), None);
+        p.republish();
+        assert_eq!(p.update(Some(T0), T0), up(T0, false));
+        assert_eq!(p.update(Some(T0), T0), None);
+    }
+
+    #[test]
     fn a_new_owner_never_publishes_below_what_the_previous_owner_did() {
         let input = InputWatermark::new(WatermarkStrategy::Monotonic, Duration::from_secs(30), T0);
         let mut w = PartitionWatermark::new(input);

@@ -441,7 +441,7 @@ impl<P: Resolve> PartitionTask<P> {
                  those watches are saved live and emit them again after the partition's recovery"
             );
         }
-        let watches_stopped = self.durable.live();
+        let watches_stopped = self.durable.running();
         // A bounded run whose inputs were all read and whose watches all ended (the engine
         // drained, not shut down: a stop interrupts it): event time is complete here. The
         // bridge publishes the end of time once every partition got here (an interrupted
