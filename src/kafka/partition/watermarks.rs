@@ -6,14 +6,7 @@ use super::*;
 impl<P: Resolve> PartitionTask<P> {
     /// Publish the partition's watermark if it changed since the last tick.
     pub(super) async fn tick_watermark(&mut self) {
-        let floor = self
-            .shared
-            .watermarks
-            .latest
-            .lock()
-            .ok()
-            .and_then(|l| l.get(&self.partition).copied());
-        if let Some(floor) = floor {
+        if let Some(floor) = self.state_on_topic() {
             // Normally applied at the recovery already; here in case the topic could not be
             // read back in time then.
             self.watermark.resume_from(floor.watermark);
@@ -39,16 +32,15 @@ impl<P: Resolve> PartitionTask<P> {
     /// before any watch is restored or input read, so that every output is judged against
     /// it.
     pub(super) fn take_over_watermark(&mut self) {
-        let state = self
-            .shared
-            .watermarks
-            .latest
-            .lock()
-            .ok()
-            .and_then(|l| l.get(&self.partition).copied());
-        if let Some(state) = state {
+        if let Some(state) = self.state_on_topic() {
             self.watermark.take_over(state.watermark, state.idle);
         }
+    }
+
+    /// The partition's state on the watermark topic in the current run, as read back.
+    fn state_on_topic(&self) -> Option<PartitionState> {
+        let latest = self.shared.watermarks.latest.lock().ok()?;
+        latest.get(&self.partition).copied()
     }
 
     /// One watermark message on the watermark topic, and a copy in every output partition.
