@@ -20,7 +20,7 @@ use crate::clock::Clock;
 use crate::config::{Mode, RunConfig};
 use crate::internal_events::StopGaveUp;
 use crate::kafka::client::{
-    base_config, ensure_topics, log_properties, wait_for_brokers, KafkaSetupError,
+    client_config, ensure_topics, log_properties, wait_for_brokers, KafkaSetupError,
 };
 use crate::kafka::consumer::{consume, BridgeContext, ConsumerStopped, Partitions};
 use crate::kafka::embedded::EmbeddedBroker;
@@ -33,6 +33,7 @@ use crate::kafka::partition::Ending;
 use crate::kafka::partition::{
     Bounds, Shared, StateSettings, TransactionSettings, WatermarkSettings,
 };
+use crate::kafka::properties::ClientKind;
 use crate::kafka::recovery::RecoverySource;
 use crate::kafka::stats::{self, BridgeProducer, ProducerStats};
 use crate::limits::Limits;
@@ -177,7 +178,7 @@ pub async fn run_bridge<P: Resolve>(
     readiness.waiting_for_brokers(None, &metrics);
     {
         // Outages from now on: reported once each way (`kafka/health.rs`).
-        let probe_config = base_config(brokers, config);
+        let probe_config = client_config(brokers, config, ClientKind::Consumer);
         let probe_context = kafka.clone();
         background.spawn(health.clone().watch(move |timeout| {
             let client: BaseConsumer<KafkaContext> = probe_config
@@ -229,7 +230,7 @@ pub async fn run_bridge<P: Resolve>(
         transaction_positions: Arc::new(Mutex::new(HashMap::new())),
         lease: group_lease(&consumer_config(brokers, config, guarantee), &metrics),
         output_ends: output_ends::start(
-            base_config(brokers, config),
+            client_config(brokers, config, ClientKind::Consumer),
             config.output_topic.as_str().into(),
             layout.output_partitions,
         ),
@@ -245,7 +246,7 @@ pub async fn run_bridge<P: Resolve>(
         },
         state: StateSettings {
             recovery: RecoverySource {
-                consumer_config: base_config(brokers, config),
+                consumer_config: client_config(brokers, config, ClientKind::Consumer),
                 kafka: kafka.clone(),
                 input_topic: config.input_topic.as_str().into(),
                 group_id: config.group_id.clone(),
@@ -285,7 +286,7 @@ pub async fn run_bridge<P: Resolve>(
     let stop_merged = Arc::new(StopSignal::default());
     let merged = {
         let publisher = MergedPublisher {
-            consumer_config: base_config(brokers, config),
+            consumer_config: client_config(brokers, config, ClientKind::Consumer),
             kafka: kafka.clone(),
             producer: producer.clone(),
             input_topic: config.input_topic.as_str().into(),
@@ -560,7 +561,7 @@ fn producer_config(brokers: &str, config: &RunConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("linger.ms", "5");
     c.set("compression.type", "lz4");
-    override_with(&mut c, base_config(brokers, config));
+    override_with(&mut c, client_config(brokers, config, ClientKind::Producer));
     stats::enable(&mut c, &config.kafka);
     // Required for "nothing lost, nothing twice" on the producer side.
     c.set("enable.idempotence", "true");
@@ -587,7 +588,7 @@ async fn choose_guarantee(
                 .is_none_or(|(_, v)| v.eq_ignore_ascii_case("plaintext"));
             let brokers = brokers.to_string();
             let producer = producer_config(&brokers, config);
-            let consumer = base_config(&brokers, config);
+            let consumer = client_config(&brokers, config, ClientKind::Consumer);
             let id = format!(
                 "watchbridge-{}-probe-{}-{}",
                 config.group_id,
@@ -621,7 +622,7 @@ fn transaction_settings(
 ) -> Result<TransactionSettings, BridgeError> {
     // Group metadata without a generation: fencing rests on the transactional id of the
     // input partition (see `kafka/partition/transaction.rs`).
-    let group: BaseConsumer = base_config(brokers, config)
+    let group: BaseConsumer = client_config(brokers, config, ClientKind::Consumer)
         .set("group.id", &config.group_id)
         .create()
         .map_err(|e| BridgeError::Start(format!("cannot create a client: {e}")))?;
@@ -654,7 +655,7 @@ fn consumer_config(brokers: &str, config: &RunConfig, guarantee: Guarantee) -> C
     c.set("auto.offset.reset", "earliest");
     c.set("partition.assignment.strategy", "cooperative-sticky");
     c.set("auto.commit.interval.ms", "1000");
-    override_with(&mut c, base_config(brokers, config));
+    override_with(&mut c, client_config(brokers, config, ClientKind::Consumer));
     stats::enable(&mut c, &config.kafka);
     c.set("group.id", &config.group_id);
     // Offsets are stored by us, only once what an input caused is acknowledged; in the

@@ -240,8 +240,13 @@ pub struct RunConfig {
     /// How long the start waits for the brokers (`WATCHBRIDGE_START_TIMEOUT`).
     pub start_timeout: Duration,
     pub poll_timeout: Duration,
-    /// librdkafka properties from `KAFKA_*` variables.
+    /// librdkafka properties from `KAFKA_*` variables (each client takes those of its
+    /// kind: `kafka::properties`).
     pub kafka: Vec<(String, String)>,
+    /// From `KAFKA_CONSUMER_*`: for the consumers only (over the plain form).
+    pub kafka_consumer: Vec<(String, String)>,
+    /// From `KAFKA_PRODUCER_*`: for the producers only (over the plain form).
+    pub kafka_producer: Vec<(String, String)>,
     pub watermark_strategy: WatermarkStrategy,
     pub watermark_interval: Duration,
     pub idle_timeout: Duration,
@@ -389,8 +394,13 @@ impl RunArgs {
         }
         let metrics_addr = metrics_addr(&self.metrics_addr)?;
         let brokers = self.brokers.clone().filter(|b| !b.trim().is_empty());
-        let kafka = kafka_properties(env);
-        check_kafka_properties(&kafka)?;
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let kafka = kafka_properties(env.iter().cloned());
+        let kafka_consumer = kafka_properties_for("CONSUMER", env.iter().cloned());
+        let kafka_producer = kafka_properties_for("PRODUCER", env.iter().cloned());
+        check_kafka_properties("KAFKA", &kafka)?;
+        check_kafka_properties("KAFKA_CONSUMER", &kafka_consumer)?;
+        check_kafka_properties("KAFKA_PRODUCER", &kafka_producer)?;
         let guarantee = GuaranteeSetting::parse(&self.guarantee)
             .map_err(|e| ConfigError::new("WATCHBRIDGE_GUARANTEE", e))?;
         Ok(RunConfig {
@@ -416,6 +426,8 @@ impl RunArgs {
             start_timeout: self.start_timeout,
             poll_timeout: self.poller.poll_timeout,
             kafka,
+            kafka_consumer,
+            kafka_producer,
             watermark_strategy,
             watermark_interval: self.watermark_interval,
             idle_timeout: self.idle_timeout,
@@ -523,12 +535,32 @@ fn metrics_addr(value: &str) -> Result<Option<SocketAddr>, ConfigError> {
 }
 
 /// `KAFKA_SECURITY_PROTOCOL=SASL_SSL` → (`security.protocol`, `SASL_SSL`): every `KAFKA_*`
-/// variable becomes a librdkafka property (lower case, `_` → `.`).
+/// variable becomes a librdkafka property (lower case, `_` → `.`), except
+/// `KAFKA_CONSUMER_*` and `KAFKA_PRODUCER_*` ([`kafka_properties_for`]).
 pub fn kafka_properties(env: impl IntoIterator<Item = (String, String)>) -> Vec<(String, String)> {
+    properties_with_prefix("KAFKA_", env)
+        .into_iter()
+        .filter(|(key, _)| !key.starts_with("consumer.") && !key.starts_with("producer."))
+        .collect()
+}
+
+/// `KAFKA_CONSUMER_FETCH_MAX_BYTES` → (`fetch.max.bytes`, …) for `kind` `CONSUMER` (or
+/// `PRODUCER`): properties for the clients of one kind only.
+pub fn kafka_properties_for(
+    kind: &str,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Vec<(String, String)> {
+    properties_with_prefix(&format!("KAFKA_{kind}_"), env)
+}
+
+fn properties_with_prefix(
+    prefix: &str,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Vec<(String, String)> {
     let mut props: Vec<(String, String)> = env
         .into_iter()
         .filter_map(|(name, value)| {
-            let rest = name.strip_prefix("KAFKA_")?;
+            let rest = name.strip_prefix(prefix)?;
             (!rest.is_empty()).then(|| (rest.to_ascii_lowercase().replace('_', "."), value))
         })
         .collect();
@@ -537,12 +569,12 @@ pub fn kafka_properties(env: impl IntoIterator<Item = (String, String)>) -> Vec<
 }
 
 /// librdkafka refuses unknown properties and bad values; say which variable it was.
-fn check_kafka_properties(props: &[(String, String)]) -> Result<(), ConfigError> {
+fn check_kafka_properties(prefix: &str, props: &[(String, String)]) -> Result<(), ConfigError> {
     for (key, value) in props {
         let mut one = rdkafka::ClientConfig::new();
         one.set(key, value);
         if let Err(e) = one.create_native_config() {
-            let var = format!("KAFKA_{}", key.to_ascii_uppercase().replace('.', "_"));
+            let var = format!("{prefix}_{}", key.to_ascii_uppercase().replace('.', "_"));
             // librdkafka's message may quote the value: not for secrets.
             let why = if is_secret(key) {
                 "the value is refused".to_string()
@@ -561,6 +593,9 @@ fn check_kafka_properties(props: &[(String, String)]) -> Result<(), ConfigError>
 /// librdkafka properties whose values are secrets: never logged.
 pub fn is_secret(property: &str) -> bool {
     property.contains("password")
+        || property.contains("passphrase")
+        // `sasl.oauthbearer.config` carries client secrets inline.
+        || property.contains("oauthbearer.config")
         || property.contains("secret")
         || property.ends_with(".key.pem")
         || property.contains("token")
@@ -671,8 +706,18 @@ mod tests {
             ("KAFKA_SASL_PASSWORD", "pw"),
             ("KAFKA_", "ignored"),
             ("PATH", "/bin"),
+            ("KAFKA_CONSUMER_FETCH_MAX_BYTES", "1000000"),
+            ("KAFKA_PRODUCER_LINGER_MS", "20"),
         ]
         .map(|(a, b)| (a.to_string(), b.to_string()));
+        assert_eq!(
+            kafka_properties_for("CONSUMER", env.clone()),
+            [("fetch.max.bytes".to_string(), "1000000".to_string())]
+        );
+        assert_eq!(
+            kafka_properties_for("PRODUCER", env.clone()),
+            [("linger.ms".to_string(), "20".to_string())]
+        );
         let props = kafka_properties(env);
         assert_eq!(
             props,
@@ -683,6 +728,10 @@ mod tests {
             ]
         );
         assert!(is_secret("sasl.password"));
+        assert!(is_secret("sasl.oauthbearer.config"));
+        assert!(is_secret(
+            "sasl.oauthbearer.assertion.private.key.passphrase"
+        ));
         let bad = [("KAFKA_NO_SUCH_THING".to_string(), "1".to_string())];
         let e = parse(&base()).unwrap().check(bad).unwrap_err();
         assert_eq!(e.var, "KAFKA_NO_SUCH_THING");

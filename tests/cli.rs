@@ -335,13 +335,14 @@ fn sigterm(child: &mut std::process::Child) -> Option<i32> {
     None
 }
 
-#[test]
-fn without_brokers_the_bridge_runs_on_an_embedded_broker_and_says_so() {
+/// The bridge on the embedded broker with `extra` settings, its stderr going to a file;
+/// returns it and its log once the log says `until` (or after 60 s).
+fn embedded_bridge(extra: &[(&str, &str)], until: &str) -> (Running, String) {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
     for (name, _) in std::env::vars() {
-        if name.starts_with("WATCHBRIDGE_") {
+        if name.starts_with("WATCHBRIDGE_") || name.starts_with("KAFKA_") {
             command.env_remove(name);
         }
     }
@@ -352,18 +353,25 @@ fn without_brokers_the_bridge_runs_on_an_embedded_broker_and_says_so() {
             ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
             ("WATCHBRIDGE_METRICS_ADDR", "127.0.0.1:0"),
         ])
+        .envs(extra.iter().copied())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let mut running = Running(child);
+    let running = Running(child);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let text = loop {
         let text = std::fs::read_to_string(&log).unwrap();
-        if text.contains("WATCHBRIDGE_GUARANTEE") || std::time::Instant::now() > deadline {
+        if text.contains(until) || std::time::Instant::now() > deadline {
             break text;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
+    (running, text)
+}
+
+#[test]
+fn without_brokers_the_bridge_runs_on_an_embedded_broker_and_says_so() {
+    let (mut running, text) = embedded_bridge(&[], "WATCHBRIDGE_GUARANTEE");
     assert!(text.contains("EMBEDDED in-memory broker"), "{text}");
     assert!(text.contains("bridge starting"), "{text}");
     // librdkafka's mock cluster hands aborted records to read_committed readers.
@@ -376,6 +384,43 @@ fn without_brokers_the_bridge_runs_on_an_embedded_broker_and_says_so() {
         "{text}"
     );
     assert_eq!(sigterm(&mut running.0), Some(0));
+}
+
+/// `KAFKA_*` properties go only to the clients they are for (a consumer property is not
+/// given to the producer, nor a producer one to the consumers), and `KAFKA_CONSUMER_*` /
+/// `KAFKA_PRODUCER_*` target one kind: a correct configuration starts without librdkafka
+/// warning about properties it ignores.
+#[test]
+fn kafka_properties_reach_only_the_clients_they_are_for() {
+    let (mut running, text) = embedded_bridge(
+        &[
+            ("KAFKA_SESSION_TIMEOUT_MS", "7000"),
+            ("KAFKA_FETCH_WAIT_MAX_MS", "100"),
+            ("KAFKA_LINGER_MS", "5"),
+            ("KAFKA_ENABLE_IDEMPOTENCE", "true"),
+            ("KAFKA_CONSUMER_QUEUED_MIN_MESSAGES", "1000"),
+            ("KAFKA_PRODUCER_BATCH_NUM_MESSAGES", "5000"),
+        ],
+        "partition state restored",
+    );
+    // Every client of the start has been created by the first restored partition.
+    assert!(text.contains("partition state restored"), "{text}");
+    assert_eq!(sigterm(&mut running.0), Some(0));
+    let warnings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("CONFWARN") || l.contains("will be ignored"))
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:#?}");
+    for property in [
+        "queued.min.messages",
+        "batch.num.messages",
+        "session.timeout.ms",
+    ] {
+        assert!(
+            text.contains(&format!("property={property}")),
+            "{property} logged as taken: {text}"
+        );
+    }
 }
 
 /// A port already taken is a start error naming the variable, before anything else runs.

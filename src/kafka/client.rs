@@ -2,6 +2,7 @@
 
 use super::embedded::EmbeddedBroker;
 use super::health::KafkaContext;
+use super::properties::{is_for, ClientKind};
 use crate::config::{is_secret, RunConfig};
 use crate::internal_events::{BrokersAnswered, WaitReport, WaitingForBrokers};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -69,33 +70,53 @@ pub enum KafkaSetupError {
     StateNotCompacted { topic: String, setting: String },
 }
 
-/// The settings every client shares: the brokers and the user's `KAFKA_*` properties, but
+/// The settings every client of `kind` starts from: the brokers and the user's `KAFKA_*`
+/// properties of that kind (`kafka::properties`: a consumer property given to a producer
+/// only makes librdkafka warn), then its `KAFKA_CONSUMER_*` / `KAFKA_PRODUCER_*` ones; but
 /// not `statistics.interval.ms`: only the clients whose statistics become metrics ask for
 /// them ([`super::stats::enable`]); any other would log them.
-pub fn base_config(brokers: &str, config: &RunConfig) -> ClientConfig {
+pub fn client_config(brokers: &str, config: &RunConfig, kind: ClientKind) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", brokers);
     c.set(
         "client.id",
         concat!("watchbridge-", env!("CARGO_PKG_VERSION")),
     );
-    for (key, value) in &config.kafka {
-        if key != super::stats::INTERVAL_PROPERTY {
+    let own = match kind {
+        ClientKind::Consumer => config.kafka_consumer.as_slice(),
+        ClientKind::Producer => config.kafka_producer.as_slice(),
+        ClientKind::Other => &[],
+    };
+    for (key, value) in config.kafka.iter().chain(own) {
+        if key != super::stats::INTERVAL_PROPERTY && is_for(key, kind) {
             c.set(key, value);
         }
     }
     c
 }
 
-/// Log the user's Kafka properties once, secrets masked.
+/// Log the user's Kafka properties once, secrets masked, each with the clients it goes to.
 pub fn log_properties(config: &RunConfig) {
-    for (key, value) in &config.kafka {
+    let all = config.kafka.iter().map(|p| (p, None));
+    let consumer = config.kafka_consumer.iter().map(|p| (p, Some("consumers")));
+    let producer = config.kafka_producer.iter().map(|p| (p, Some("producers")));
+    for ((key, value), only) in all.chain(consumer).chain(producer) {
         let shown = if is_secret(key) {
             "<redacted>"
         } else {
             value.as_str()
         };
-        tracing::info!(property = %key, value = %shown, "Kafka property from KAFKA_* environment");
+        let clients = only.unwrap_or(
+            match (
+                is_for(key, ClientKind::Consumer),
+                is_for(key, ClientKind::Producer),
+            ) {
+                (true, true) => "all",
+                (true, false) => "consumers",
+                _ => "producers",
+            },
+        );
+        tracing::info!(property = %key, value = %shown, clients, "Kafka property from KAFKA_* environment");
     }
 }
 
@@ -125,7 +146,7 @@ pub async fn wait_for_brokers(
         let slot = try_timeout
             .min(deadline.saturating_duration_since(began))
             .max(Duration::from_millis(100));
-        let client_config = base_config(brokers, config);
+        let client_config = client_config(brokers, config, ClientKind::Consumer);
         let try_context = context.clone();
         let answer = tokio::task::spawn_blocking(move || {
             let consumer: BaseConsumer<KafkaContext> = client_config
@@ -381,9 +402,10 @@ async fn describe_topic(
     config: &RunConfig,
     topic: &str,
 ) -> Result<HashMap<String, Option<String>>, String> {
-    let admin: AdminClient<DefaultClientContext> = base_config(brokers, config)
-        .create()
-        .map_err(|e| e.to_string())?;
+    let admin: AdminClient<DefaultClientContext> =
+        client_config(brokers, config, ClientKind::Other)
+            .create()
+            .map_err(|e| e.to_string())?;
     let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
     let results = admin
         .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
@@ -406,7 +428,7 @@ async fn topic_partitions(
     brokers: &str,
     config: &RunConfig,
 ) -> Result<HashMap<String, i32>, KafkaSetupError> {
-    let client_config = base_config(brokers, config);
+    let client_config = client_config(brokers, config, ClientKind::Consumer);
     let brokers = brokers.to_string();
     tokio::task::spawn_blocking(move || {
         let unreachable = |error: String| KafkaSetupError::Unreachable {
@@ -467,9 +489,10 @@ async fn create_with_admin(
     partitions: i32,
     compacted: bool,
 ) -> Result<(), String> {
-    let admin: AdminClient<DefaultClientContext> = base_config(brokers, config)
-        .create()
-        .map_err(|e| e.to_string())?;
+    let admin: AdminClient<DefaultClientContext> =
+        client_config(brokers, config, ClientKind::Other)
+            .create()
+            .map_err(|e| e.to_string())?;
     let mut new = NewTopic::new(
         topic,
         partitions,
@@ -497,7 +520,7 @@ async fn create_with_admin(
 /// Ask for `topic`'s metadata by name with a producer, which lets a broker with automatic
 /// topic creation create it; succeed only if it then exists.
 async fn auto_create(brokers: &str, config: &RunConfig, topic: &str) -> Result<(), String> {
-    let client_config = base_config(brokers, config);
+    let client_config = client_config(brokers, config, ClientKind::Producer);
     let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
         let producer: rdkafka::producer::BaseProducer =

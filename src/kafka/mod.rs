@@ -17,6 +17,7 @@ pub mod merged;
 pub mod offsets;
 pub mod output_ends;
 pub mod partition;
+pub mod properties;
 pub mod records;
 pub mod recovery;
 pub mod stats;
