@@ -186,6 +186,32 @@ pub(crate) fn check_origin_placeholders(
     Ok(())
 }
 
+/// With `WATCHBRIDGE_HTTP_ALLOWED_HOSTS` set, a watch's URL must name one of its hosts: when
+/// the template's host and port are its own text, check that at start rather than
+/// dead-letter every input (a port-less entry means the default port, not any port).
+fn check_own_host_allowed(url: &Template, allowed: &[AllowedHost]) -> Result<(), ConfigError> {
+    if !url.origin_placeholders().is_empty() {
+        return Ok(());
+    }
+    let Ok(sample) = url::Url::parse(&url.with_placeholders_as("x")) else {
+        return Ok(());
+    };
+    let (Some(host), Some(port)) = (sample.host_str(), sample.port_or_known_default()) else {
+        return Ok(());
+    };
+    if allowed.iter().any(|h| h.matches(&sample)) {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        "WATCHBRIDGE_HTTP_ALLOWED_HOSTS",
+        format!(
+            "does not name `{host}:{port}`, the host and port of WATCHBRIDGE_HTTP_URL (an entry without a port means port {} for {})",
+            if sample.scheme() == "https" { 443 } else { 80 },
+            sample.scheme()
+        ),
+    ))
+}
+
 /// One entry of `WATCHBRIDGE_HTTP_ALLOWED_HOSTS`: `host` or `host:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllowedHost {
@@ -272,6 +298,14 @@ impl HttpArgs {
                 "must be more than zero",
             ));
         }
+        let allowed_hosts = self
+            .allowed_hosts
+            .as_deref()
+            .map(parse_allowed_hosts)
+            .transpose()?;
+        if let Some(allowed) = &allowed_hosts {
+            check_own_host_allowed(&url, allowed)?;
+        }
         Ok(HttpConfig {
             url,
             items: pointer("WATCHBRIDGE_HTTP_ITEMS", &self.items)?,
@@ -288,11 +322,7 @@ impl HttpArgs {
             },
             max_bytes: parse_bytes(&self.max_bytes)
                 .map_err(|m| ConfigError::new("WATCHBRIDGE_HTTP_MAX_BYTES", m))?,
-            allowed_hosts: self
-                .allowed_hosts
-                .as_deref()
-                .map(parse_allowed_hosts)
-                .transpose()?,
+            allowed_hosts,
             timeout,
         })
     }
@@ -566,6 +596,28 @@ mod tests {
                 "{template}"
             );
         }
+    }
+
+    #[test]
+    fn allowed_hosts_must_name_the_templates_own_host_and_port() {
+        let with = |url: &str, hosts: &str| {
+            HttpArgs {
+                allowed_hosts: Some(hosts.into()),
+                ..args(url)
+            }
+            .config(Duration::from_secs(5), &env)
+        };
+        assert!(with("http://api.example/{key}", "api.example").is_ok());
+        assert!(with("https://api.example/{key}", "api.example").is_ok());
+        assert!(with("http://api.example:8080/{key}", "other, api.example:8080").is_ok());
+        let e = with("http://api.example:8080/{key}", "api.example").unwrap_err();
+        assert_eq!(e.var, "WATCHBRIDGE_HTTP_ALLOWED_HOSTS");
+        assert!(
+            e.message.contains("`api.example:8080`") && e.message.contains("port 80 for http"),
+            "{e}"
+        );
+        // A host from the input is checked per input instead.
+        assert!(with("http://{key}:8080/", "api.example").is_ok());
     }
 
     #[test]
