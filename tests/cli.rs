@@ -481,3 +481,94 @@ fn broker_prints_an_address_that_clients_can_use() {
         "{out}"
     );
 }
+
+/// Run the binary, killing it if it has not ended within `limit` (code -1 then).
+fn watchbridge_within(
+    limit: std::time::Duration,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (i32, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("WATCHBRIDGE_") {
+            command.env_remove(name);
+        }
+    }
+    let stderr = tempfile::NamedTempFile::new().unwrap();
+    let mut child = Running(
+        command
+            .args(args)
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr.reopen().unwrap())
+            .spawn()
+            .expect("run watchbridge"),
+    );
+    let deadline = std::time::Instant::now() + limit;
+    let code = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status.code().unwrap_or(-1);
+        }
+        if std::time::Instant::now() > deadline {
+            break -1;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    drop(child);
+    (code, std::fs::read_to_string(stderr.path()).unwrap())
+}
+
+/// A placeholder in the URL's host or port lets the input choose the host (`0x7f000002` is
+/// 127.0.0.2): without WATCHBRIDGE_HTTP_ALLOWED_HOSTS the start is refused, naming the
+/// setting and the placeholder; with it, only the allowed hosts, in their normal form.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_whose_input_picks_the_host_is_refused_at_start() {
+    let server = TestServer::start(|_| Reply::json(serde_json::json!([{"id": "x"}]))).await;
+    let port = server.addr.port().to_string();
+    let url = format!("http://{{key}}:{port}/feed");
+    let outcome = tokio::task::spawn_blocking(move || {
+        let limit = std::time::Duration::from_secs(30);
+        let template = [("WATCHBRIDGE_HTTP_URL", url.as_str())];
+        let poll_once = ["poll-once", "--input", "{}", "--key", "0x7f000002"];
+        let refused_once = watchbridge_within(limit, &poll_once, &template);
+        let mut run_env = template.to_vec();
+        run_env.extend([
+            ("WATCHBRIDGE_INPUT_TOPIC", "users"),
+            ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
+            ("WATCHBRIDGE_METRICS_ADDR", "off"),
+        ]);
+        let refused_run = watchbridge_within(limit, &["run"], &run_env);
+        let by_name = format!("localhost:{port}");
+        let mut allowed_env = template.to_vec();
+        allowed_env.push(("WATCHBRIDGE_HTTP_ALLOWED_HOSTS", by_name.as_str()));
+        let not_allowed = watchbridge_within(limit, &poll_once, &allowed_env);
+        let by_ip = format!("127.0.0.1:{port}");
+        allowed_env[1].1 = by_ip.as_str();
+        let numeric = ["poll-once", "--input", "{}", "--key", "2130706433"];
+        let allowed = watchbridge_within(limit, &numeric, &allowed_env);
+        (refused_once, refused_run, not_allowed, allowed)
+    })
+    .await
+    .unwrap();
+    let (refused_once, refused_run, not_allowed, allowed) = outcome;
+    for (what, (code, err)) in [("poll-once", refused_once), ("run", refused_run)] {
+        assert_eq!(code, 2, "{what}: {err}");
+        assert!(
+            err.contains("WATCHBRIDGE_HTTP_URL")
+                && err.contains("`{key}`")
+                && err.contains("WATCHBRIDGE_HTTP_ALLOWED_HOSTS"),
+            "{what}: {err}"
+        );
+    }
+    assert_eq!(not_allowed.0, 1, "{}", not_allowed.1);
+    assert!(
+        not_allowed.1.contains("input refused")
+            && not_allowed
+                .1
+                .contains("not in WATCHBRIDGE_HTTP_ALLOWED_HOSTS"),
+        "{}",
+        not_allowed.1
+    );
+    assert_eq!(allowed.0, 0, "{}", allowed.1);
+    assert_eq!(server.requests().len(), 1, "2130706433 is 127.0.0.1");
+}

@@ -433,6 +433,20 @@ async fn redirects_stay_on_the_watched_host_unless_allowed() {
     assert_eq!(keys(&poll(&p, &away).await.unwrap()), ["elsewhere"]);
 }
 
+#[tokio::test]
+async fn a_redirect_loop_ends_after_ten_redirects() {
+    let server = TestServer::start(|seen| {
+        let n: usize = seen.target.trim_start_matches("/r").parse().unwrap_or(0);
+        Reply::status(302, "").header("location", format!("/r{}", n + 1))
+    })
+    .await;
+    let p = poller(HttpConfig::new(&server.url("/r0")).unwrap());
+    let e = poll(&p, &target(&p, json!({}))).await.unwrap_err();
+    assert_eq!(e.kind, "redirect_refused", "{e}");
+    assert!(e.message.contains("more than 10 redirects"), "{e}");
+    assert_eq!(server.requests().len(), 11);
+}
+
 fn allowed(host_port: &str) -> watchbridge::pollers::http::config::AllowedHost {
     let (host, port) = host_port.rsplit_once(':').unwrap();
     watchbridge::pollers::http::config::AllowedHost {
@@ -528,9 +542,15 @@ async fn inputs_that_cannot_name_a_url_are_refused_with_the_reason() {
         p.resolve(&json!({"name": "x"}), b"k").unwrap_err(),
         RenderError::Missing("/id".into())
     );
-    let mut c = HttpConfig::new("http://{/host}/x").unwrap();
-    c.allowed_hosts = Some(vec![allowed("api.example:80")]);
-    let p = poller(c);
+    let p = poller(
+        HttpArgs {
+            url: Some("http://{/host}/x".into()),
+            allowed_hosts: Some("api.example:80".into()),
+            ..HttpArgs::defaults()
+        }
+        .config(Duration::from_secs(5), &|_| None)
+        .unwrap(),
+    );
     assert!(p.resolve(&json!({"host": "api.example"}), b"k").is_ok());
     let e = p
         .resolve(&json!({"host": "internal.example"}), b"k")
@@ -547,6 +567,169 @@ async fn polls_are_rate_limited_per_host() {
     let p = poller(HttpConfig::new("http://API.example:8080/{key}").unwrap());
     let a = p.resolve(&json!({}), b"a").unwrap();
     assert_eq!(p.rate_key(&a).as_deref(), Some("api.example"));
+}
+
+/// Secret headers a template's origin needs and no other origin may see.
+const SECRET_HEADERS: &str = "Authorization: Bearer s3cret\nX-Api-Key: k3y";
+
+/// Settings with [`SECRET_HEADERS`], items at `/items`, next pages at `/next`.
+fn with_secrets(url: &str, allowed_hosts: &str) -> HttpConfig {
+    HttpArgs {
+        url: Some(url.into()),
+        items: "/items".into(),
+        next: Some("/next".into()),
+        headers: Some(Redacted(SECRET_HEADERS.into())),
+        allowed_hosts: Some(allowed_hosts.into()),
+        ..HttpArgs::defaults()
+    }
+    .config(Duration::from_secs(5), &|_| None)
+    .unwrap()
+}
+
+/// Which configured or leaking headers one request carried.
+fn leaked(seen: &support::http_server::Seen) -> Vec<&'static str> {
+    ["authorization", "x-api-key", "referer"]
+        .into_iter()
+        .filter(|h| seen.headers.contains_key(*h))
+        .collect()
+}
+
+/// Two loopback servers on different ports are two origins. Both are allowed, so the next
+/// page on the other one is read, but without the template origin's headers.
+#[tokio::test]
+async fn configured_headers_go_only_to_the_templates_own_origin_on_next_pages() {
+    let other = TestServer::start(|_| Reply::json(json!({"items": ["b"]}))).await;
+    let next = other.url("/b");
+    let server =
+        TestServer::start(move |_| Reply::json(json!({"items": ["a"], "next": next.clone()})))
+            .await;
+    let p = poller(with_secrets(
+        &server.url("/a"),
+        &format!("{},{}", server.addr, other.addr),
+    ));
+    let r = poll(&p, &target(&p, json!({}))).await.unwrap();
+    assert_eq!(keys(&r), ["a", "b"]);
+    let own = &server.requests()[0];
+    assert_eq!(own.headers["authorization"], "Bearer s3cret");
+    assert_eq!(own.headers["x-api-key"], "k3y");
+    let seen = other.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        leaked(&seen[0]),
+        Vec::<&str>::new(),
+        "the other origin saw configured headers"
+    );
+}
+
+/// A redirect chain from the template's origin to another allowed origin and back: no hop
+/// after the chain left the origin carries a configured header or a `Referer`.
+#[tokio::test]
+async fn configured_headers_and_referer_do_not_follow_a_redirect_chain_across_origins() {
+    let server_addr = Arc::new(std::sync::OnceLock::<String>::new());
+    let back = server_addr.clone();
+    let other = TestServer::start(move |_| {
+        Reply::status(307, "").header("location", format!("http://{}/final", back.get().unwrap()))
+    })
+    .await;
+    let hop = other.url("/hop?from=start");
+    let server = TestServer::start(move |seen| match seen.target.as_str() {
+        "/start" => Reply::status(302, "").header("location", hop.clone()),
+        _ => Reply::json(json!({"items": ["final"]})),
+    })
+    .await;
+    server_addr.set(server.addr.to_string()).unwrap();
+    let p = poller(with_secrets(
+        &server.url("/start"),
+        &format!("{},{}", server.addr, other.addr),
+    ));
+    let r = poll(&p, &target(&p, json!({}))).await.unwrap();
+    assert_eq!(keys(&r), ["final"]);
+    let own = server.requests();
+    assert_eq!(own.len(), 2, "{own:?}");
+    assert_eq!(leaked(&own[0]), ["authorization", "x-api-key"]);
+    let hop = other.requests();
+    assert_eq!(hop.len(), 1);
+    assert_eq!(
+        leaked(&hop[0]),
+        Vec::<&str>::new(),
+        "the other origin saw configured headers or a Referer"
+    );
+    assert_eq!(
+        leaked(&own[1]),
+        Vec::<&str>::new(),
+        "once a chain has left the origin, what comes back carries nothing"
+    );
+}
+
+/// A port-less entry of WATCHBRIDGE_HTTP_ALLOWED_HOSTS means the scheme's default port, not
+/// every port: `localhost` allows `http://localhost/`, not `http://localhost:<any>/`.
+#[tokio::test]
+async fn an_allowed_host_without_a_port_allows_only_the_default_port() {
+    let other = TestServer::start(|_| Reply::json(json!({"items": ["b"]}))).await;
+    let next = format!("http://localhost:{}/b", other.addr.port());
+    let server = TestServer::start(move |seen| match seen.target.as_str() {
+        "/redirect" => Reply::status(302, "").header("location", next.clone()),
+        _ => Reply::json(json!({"items": ["a"], "next": next.clone()})),
+    })
+    .await;
+    let p = poller(with_secrets(
+        &server.url("/{key}"),
+        &format!("{},localhost", server.addr),
+    ));
+    let e = poll(&p, &Arc::new(p.resolve(&json!({}), b"a").unwrap()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, "next_refused", "{e}");
+    let e = poll(&p, &Arc::new(p.resolve(&json!({}), b"redirect").unwrap()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, "redirect_refused", "{e}");
+    assert!(other.requests().is_empty(), "{:?}", other.requests());
+}
+
+/// A host placeholder is allowed only with WATCHBRIDGE_HTTP_ALLOWED_HOSTS, and the host the
+/// input makes is matched after the URL parser has normalised it: numeric and hex IPv4 forms
+/// become dotted quads, so they match an IP entry and never a name.
+#[tokio::test]
+async fn a_host_from_the_input_is_matched_in_its_normal_form() {
+    let server = TestServer::start(|_| Reply::json(json!([]))).await;
+    let port = server.addr.port();
+    let config = |allowed: &str| {
+        HttpArgs {
+            url: Some(format!("http://{{key}}:{port}/x")),
+            allowed_hosts: Some(allowed.into()),
+            ..HttpArgs::defaults()
+        }
+        .config(Duration::from_secs(5), &|_| None)
+        .unwrap()
+    };
+    let by_name = poller(config(&format!("localhost:{port}")));
+    for numeric in [
+        "0x7f000001",
+        "2130706433",
+        "127.1",
+        "0177.0.0.1",
+        "127.0.0.1",
+    ] {
+        let e = by_name.resolve(&json!({}), numeric.as_bytes()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("not in WATCHBRIDGE_HTTP_ALLOWED_HOSTS"),
+            "{numeric}: {e}"
+        );
+    }
+    assert!(by_name.resolve(&json!({}), b"LOCALHOST").is_ok());
+    let by_ip = poller(config(&format!("127.0.0.1:{port}")));
+    for other in ["0x7f000002", "2130706434", "localhost"] {
+        assert!(
+            by_ip.resolve(&json!({}), other.as_bytes()).is_err(),
+            "{other}"
+        );
+    }
+    let t = Arc::new(by_ip.resolve(&json!({}), b"2130706433").unwrap());
+    assert_eq!(t.url().as_str(), format!("http://127.0.0.1:{port}/x"));
+    poll(&by_ip, &t).await.unwrap();
+    assert_eq!(server.requests().len(), 1);
 }
 
 /// The poller inside the engine: a growing feed is emitted once per item, in order, and the

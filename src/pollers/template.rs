@@ -3,8 +3,10 @@
 //! `http://127.0.0.1:8080/users/{/id}/events`.
 //!
 //! A substituted value is percent-encoded as one URL component (everything but RFC 3986's
-//! unreserved characters is encoded), so an input can never change the scheme, host, port
-//! or path structure: `../admin` becomes `..%2Fadmin`, one opaque segment.
+//! unreserved characters is encoded), so an input can never change the URL's structure:
+//! `../admin` becomes `..%2Fadmin`, one opaque segment. A placeholder placed in the scheme
+//! or host does let the input choose them; [`Template::origin_placeholders`] finds those so
+//! the HTTP poller can refuse them.
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::Value;
@@ -23,6 +25,14 @@ enum Part {
     /// A JSON pointer into the input value (RFC 6901, starts with `/`).
     Pointer(String),
     Key,
+}
+
+/// Where a placeholder sits in a URL template ([`Template::origin_placeholders`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OriginPart {
+    Scheme,
+    /// User info, host or port.
+    Authority,
 }
 
 /// A parsed template.
@@ -124,6 +134,47 @@ impl Template {
             text: text.to_string(),
             parts,
         })
+    }
+
+    /// The placeholders in the scheme or the authority (user info, host, port) of a URL
+    /// template, in order, each with where it sits: an input that fills one of them chooses
+    /// where a request goes. The authority starts after the first `://` and ends at the
+    /// first `/`, `?`, `#` or `\\` of the template's own text; without a `://`, everything
+    /// counts as the scheme.
+    pub fn origin_placeholders(&self) -> Vec<(String, OriginPart)> {
+        let mut found = Vec::new();
+        let mut part = OriginPart::Scheme;
+        let mut scheme = String::new();
+        for p in &self.parts {
+            match p {
+                Part::Literal(text) => {
+                    for c in text.chars() {
+                        match part {
+                            OriginPart::Scheme => {
+                                scheme.push(c);
+                                if scheme.ends_with("://") {
+                                    part = OriginPart::Authority;
+                                }
+                            }
+                            OriginPart::Authority if matches!(c, '/' | '?' | '#' | '\\') => {
+                                return found;
+                            }
+                            OriginPart::Authority => {}
+                        }
+                    }
+                }
+                Part::Pointer(pointer) => {
+                    found.push((format!("{{{pointer}}}"), part));
+                    // Not part of a literal `://`.
+                    scheme.push('\0');
+                }
+                Part::Key => {
+                    found.push(("{key}".to_string(), part));
+                    scheme.push('\0');
+                }
+            }
+        }
+        found
     }
 
     /// Whether the template reads the input value at all (if not, only the key matters).
@@ -331,6 +382,30 @@ mod tests {
             host.render(&json!({}), b"a/b@c").unwrap(),
             "http://a%2Fb%40c.example/x"
         );
+    }
+
+    #[test]
+    fn placeholders_in_the_scheme_or_authority_are_found() {
+        use OriginPart::*;
+        let found = |s: &str| t(s).origin_placeholders();
+        assert_eq!(found("http://h:8080/{key}?a={/a}#{/f}"), []);
+        assert_eq!(found("http://h?{key}"), []);
+        assert_eq!(found("http://h\\{key}"), []);
+        assert_eq!(found("http://{{h}}/{key}"), []);
+        assert_eq!(found("http://{key}:8080/"), [("{key}".into(), Authority)]);
+        assert_eq!(
+            found("http://u:{/pw}@h-{/region}.example:{/port}/x/{/id}"),
+            [
+                ("{/pw}".into(), Authority),
+                ("{/region}".into(), Authority),
+                ("{/port}".into(), Authority)
+            ]
+        );
+        assert_eq!(
+            found("{/scheme}://{key}/"),
+            [("{/scheme}".into(), Scheme), ("{key}".into(), Authority)]
+        );
+        assert_eq!(found("http{key}://h/"), [("{key}".into(), Scheme)]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `WATCHBRIDGE_HTTP_*`: the HTTP poller's settings, as flags and environment variables,
 //! checked once at start into an [`HttpConfig`]. Every error names its variable.
 
-use crate::pollers::template::Template;
+use crate::pollers::template::{OriginPart, Template};
 use crate::pollers::ConfigError;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use std::fmt;
@@ -153,21 +153,101 @@ impl HttpConfig {
     }
 }
 
-/// One entry of `WATCHBRIDGE_HTTP_ALLOWED_HOSTS`.
+/// A placeholder in the URL's scheme is always refused (the input would choose http or
+/// https); one in its user info, host or port only when `WATCHBRIDGE_HTTP_ALLOWED_HOSTS` is
+/// set, which then bounds the hosts an input can name. Without this, `http://{key}:8080/`
+/// lets an input reach any host (`0x7f000002` is 127.0.0.2).
+pub(crate) fn check_origin_placeholders(
+    url: &Template,
+    allowed_hosts: bool,
+) -> Result<(), ConfigError> {
+    const URL: &str = "WATCHBRIDGE_HTTP_URL";
+    for (placeholder, part) in url.origin_placeholders() {
+        match part {
+            OriginPart::Scheme => {
+                return Err(ConfigError::new(
+                    URL,
+                    format!(
+                        "`{placeholder}` is in the scheme of `{url}`: an input must not choose it; write http:// or https://"
+                    ),
+                ))
+            }
+            OriginPart::Authority if !allowed_hosts => {
+                return Err(ConfigError::new(
+                    URL,
+                    format!(
+                        "`{placeholder}` is in the host or port of `{url}`, so an input would choose which host is contacted (any host: `0x7f000001` is 127.0.0.1); move it into the path or query, or set WATCHBRIDGE_HTTP_ALLOWED_HOSTS to the hosts an input may name"
+                    ),
+                ))
+            }
+            OriginPart::Authority => {}
+        }
+    }
+    Ok(())
+}
+
+/// With `WATCHBRIDGE_HTTP_ALLOWED_HOSTS` set, a watch's URL must name one of its hosts: when
+/// the template's host and port are its own text, check that at start rather than
+/// dead-letter every input (a port-less entry means the default port, not any port).
+fn check_own_host_allowed(url: &Template, allowed: &[AllowedHost]) -> Result<(), ConfigError> {
+    if !url.origin_placeholders().is_empty() {
+        return Ok(());
+    }
+    let Ok(sample) = url::Url::parse(&url.with_placeholders_as("x")) else {
+        return Ok(());
+    };
+    let (Some(host), Some(port)) = (sample.host_str(), sample.port_or_known_default()) else {
+        return Ok(());
+    };
+    if allowed.iter().any(|h| h.matches(&sample)) {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        "WATCHBRIDGE_HTTP_ALLOWED_HOSTS",
+        format!(
+            "does not name `{host}:{port}`, the host and port of WATCHBRIDGE_HTTP_URL (an entry without a port means port {} for {})",
+            if sample.scheme() == "https" { 443 } else { 80 },
+            sample.scheme()
+        ),
+    ))
+}
+
+/// One entry of `WATCHBRIDGE_HTTP_ALLOWED_HOSTS`: `host` or `host:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllowedHost {
+    /// As a URL parser writes it: lowercase, an IPv4 address as a dotted quad (`0x7f000001`
+    /// and `2130706433` are `127.0.0.1`), IPv6 in brackets.
     pub host: String,
-    /// `None`: any port.
+    /// `None`: the default port of the URL's scheme (80 for http, 443 for https), not any
+    /// port.
     pub port: Option<u16>,
 }
 
 impl AllowedHost {
+    /// Parse one entry, normalising the host as a URL's host is normalised.
+    pub fn parse(entry: &str) -> Option<Self> {
+        // Parse as the authority of a URL so IPv6 (`[::1]:8080`) and ports work.
+        let url = url::Url::parse(&format!("http://{entry}/"))
+            .ok()
+            .filter(|u| u.username().is_empty() && u.password().is_none() && u.path() == "/")?;
+        let host = url.host_str()?.to_string();
+        // The parser drops a port that is http's default: `h:80` still names port 80.
+        let explicit = entry
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        let port = url.port().or(explicit.then_some(80));
+        Some(Self { host, port })
+    }
+
+    /// `url`'s host (in its normal form, as the URL parser wrote it) is this entry's, on this
+    /// entry's port, or on its scheme's default port when the entry names none.
     pub fn matches(&self, url: &url::Url) -> bool {
         url.host_str()
             .is_some_and(|h| h.eq_ignore_ascii_case(&self.host))
-            && self
-                .port
-                .is_none_or(|p| url.port_or_known_default() == Some(p))
+            && match self.port {
+                Some(p) => url.port_or_known_default() == Some(p),
+                None => url.port().is_none() && url.port_or_known_default().is_some(),
+            }
     }
 }
 
@@ -193,6 +273,7 @@ impl HttpArgs {
             ConfigError::new(URL, "is required when WATCHBRIDGE_POLLER=http (e.g. http://127.0.0.1:8080/users/{/id}/events)")
         })?;
         let url = Template::parse(text).map_err(|e| ConfigError::new(URL, e.to_string()))?;
+        check_origin_placeholders(&url, self.allowed_hosts.is_some())?;
         if !(text.starts_with("http://") || text.starts_with("https://")) {
             return Err(ConfigError::new(
                 URL,
@@ -217,6 +298,14 @@ impl HttpArgs {
                 "must be more than zero",
             ));
         }
+        let allowed_hosts = self
+            .allowed_hosts
+            .as_deref()
+            .map(parse_allowed_hosts)
+            .transpose()?;
+        if let Some(allowed) = &allowed_hosts {
+            check_own_host_allowed(&url, allowed)?;
+        }
         Ok(HttpConfig {
             url,
             items: pointer("WATCHBRIDGE_HTTP_ITEMS", &self.items)?,
@@ -233,11 +322,7 @@ impl HttpArgs {
             },
             max_bytes: parse_bytes(&self.max_bytes)
                 .map_err(|m| ConfigError::new("WATCHBRIDGE_HTTP_MAX_BYTES", m))?,
-            allowed_hosts: self
-                .allowed_hosts
-                .as_deref()
-                .map(parse_allowed_hosts)
-                .transpose()?,
+            allowed_hosts,
             timeout,
         })
     }
@@ -363,18 +448,13 @@ fn parse_allowed_hosts(text: &str) -> Result<Vec<AllowedHost>, ConfigError> {
     const VAR: &str = "WATCHBRIDGE_HTTP_ALLOWED_HOSTS";
     let mut hosts = Vec::new();
     for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        // Parse as the authority of a URL so IPv6 (`[::1]:8080`) and ports work.
-        let parsed = url::Url::parse(&format!("http://{entry}/"))
-            .ok()
-            .filter(|u| u.username().is_empty() && u.path() == "/")
-            .and_then(|u| u.host_str().map(|h| (h.to_string(), u.port())));
-        let Some((host, port)) = parsed else {
+        let Some(host) = AllowedHost::parse(entry) else {
             return Err(ConfigError::new(
                 VAR,
                 format!("`{entry}` is not a host or host:port"),
             ));
         };
-        hosts.push(AllowedHost { host, port });
+        hosts.push(host);
     }
     if hosts.is_empty() {
         return Err(ConfigError::new(VAR, "is set but names no host"));
@@ -464,6 +544,100 @@ mod tests {
                 .var,
             "WATCHBRIDGE_POLL_TIMEOUT"
         );
+    }
+
+    #[test]
+    fn a_placeholder_in_the_scheme_host_or_port_needs_allowed_hosts() {
+        for (template, placeholder) in [
+            ("http://{key}:8080/", "{key}"),
+            ("http://{/host}/users", "{/host}"),
+            ("https://api-{/region}.example/x", "{/region}"),
+            ("http://127.0.0.1:{/port}/x", "{/port}"),
+            ("http://u{key}@h/x", "{key}"),
+            ("{/scheme}://api.example/", "{/scheme}"),
+            ("http{/s}://api.example/", "{/s}"),
+        ] {
+            let e = err(args(template));
+            assert_eq!(e.var, "WATCHBRIDGE_HTTP_URL", "{template}: {e}");
+            assert!(
+                e.message.contains(&format!("`{placeholder}`")),
+                "{template}: {e}"
+            );
+            if !template.contains("scheme}") && !template.contains("{/s}") {
+                assert!(
+                    e.message.contains("WATCHBRIDGE_HTTP_ALLOWED_HOSTS"),
+                    "{template}: {e}"
+                );
+                let with_hosts = HttpArgs {
+                    allowed_hosts: Some("api.example".into()),
+                    ..args(template)
+                };
+                assert!(
+                    with_hosts.config(Duration::from_secs(5), &env).is_ok(),
+                    "{template}"
+                );
+            }
+        }
+        // The input can still choose the scheme in no case: only `http://` or `https://`.
+        let e = err(HttpArgs {
+            allowed_hosts: Some("api.example".into()),
+            ..args("{/scheme}://api.example/")
+        });
+        assert!(e.message.contains("`{/scheme}`"), "{e}");
+        // Placeholders after the authority are fine, and so are literal braces in it.
+        for template in [
+            "http://h:8080/{key}",
+            "http://h?{key}",
+            "http://h#{key}",
+            "http://h/a{{b}}/{/id}",
+        ] {
+            assert!(
+                args(template).config(Duration::from_secs(5), &env).is_ok(),
+                "{template}"
+            );
+        }
+    }
+
+    #[test]
+    fn allowed_hosts_must_name_the_templates_own_host_and_port() {
+        let with = |url: &str, hosts: &str| {
+            HttpArgs {
+                allowed_hosts: Some(hosts.into()),
+                ..args(url)
+            }
+            .config(Duration::from_secs(5), &env)
+        };
+        assert!(with("http://api.example/{key}", "api.example").is_ok());
+        assert!(with("https://api.example/{key}", "api.example").is_ok());
+        assert!(with("http://api.example:8080/{key}", "other, api.example:8080").is_ok());
+        let e = with("http://api.example:8080/{key}", "api.example").unwrap_err();
+        assert_eq!(e.var, "WATCHBRIDGE_HTTP_ALLOWED_HOSTS");
+        assert!(
+            e.message.contains("`api.example:8080`") && e.message.contains("port 80 for http"),
+            "{e}"
+        );
+        // A host from the input is checked per input instead.
+        assert!(with("http://{key}:8080/", "api.example").is_ok());
+    }
+
+    #[test]
+    fn an_allowed_host_without_a_port_means_the_default_port() {
+        let hosts = parse_allowed_hosts("api.example, api.example:8443, h:80, 0x7f000001").unwrap();
+        let m = |i: usize, url: &str| hosts[i].matches(&url::Url::parse(url).unwrap());
+        assert!(m(0, "http://api.example/x"));
+        assert!(m(0, "https://api.example/x"));
+        assert!(m(0, "https://API.example:443/x"));
+        assert!(!m(0, "http://api.example:8080/x"), "not every port");
+        assert!(!m(0, "https://api.example:8443/x"));
+        assert!(m(1, "https://api.example:8443/x"));
+        assert!(!m(1, "https://api.example/x"));
+        // An explicit port is that port, even when it is http's default.
+        assert!(m(2, "http://h/x"));
+        assert!(!m(2, "https://h/x"), "h:80 is not h:443");
+        // Entries are normalised as URL hosts are: numeric IPv4 forms become dotted quads.
+        assert_eq!(hosts[3].host, "127.0.0.1");
+        assert!(m(3, "http://2130706433/"));
+        assert!(!m(3, "http://localhost/"));
     }
 
     #[test]

@@ -17,8 +17,11 @@
 //! | `request` | anything else the client reports | yes |
 //!
 //! Only hosts a watch may reach are ever contacted: the host its URL names (substituted
-//! values are percent-encoded, so an input cannot change it), plus
-//! `WATCHBRIDGE_HTTP_ALLOWED_HOSTS`. Redirects and next-page links elsewhere are refused.
+//! values are percent-encoded, so an input cannot change it; a template that puts a
+//! placeholder in the host or port needs `WATCHBRIDGE_HTTP_ALLOWED_HOSTS`), plus
+//! `WATCHBRIDGE_HTTP_ALLOWED_HOSTS`. Redirects (followed here, hop by hop) and next-page links
+//! elsewhere, or from https to http, are refused. The configured headers go only to the
+//! origin of the watch's URL, and no `Referer` is sent.
 
 pub mod config;
 pub mod link;
@@ -76,25 +79,15 @@ struct CachedPage {
 
 impl HttpPoller {
     pub fn new(config: HttpConfig) -> Result<Self, crate::pollers::ConfigError> {
-        let allowed = config.allowed_hosts.clone().unwrap_or_default();
-        let redirects = reqwest::redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() > MAX_REDIRECTS {
-                return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
-            }
-            // `previous()[0]` is the URL this request started from, already vetted.
-            let from = &attempt.previous()[0];
-            if may_reach(attempt.url(), from, &allowed) {
-                attempt.follow()
-            } else {
-                // Hand the 3xx back to `poll`, which reports where it pointed.
-                attempt.stop()
-            }
-        });
+        // Checked here too, for configs built in code rather than by `HttpArgs::config`.
+        config::check_origin_placeholders(&config.url, config.allowed_hosts.is_some())?;
         let client = reqwest::Client::builder()
             .user_agent(concat!("watchbridge/", env!("CARGO_PKG_VERSION")))
             .timeout(config.timeout)
             .connect_timeout(config.timeout.min(Duration::from_secs(10)))
-            .redirect(redirects)
+            // Redirects are followed by `send`, which decides each hop and its headers.
+            .redirect(reqwest::redirect::Policy::none())
+            .referer(false)
             .build()
             .map_err(|e| {
                 crate::pollers::ConfigError::new(
@@ -109,14 +102,42 @@ impl HttpPoller {
     }
 }
 
-/// `to` is on `from`'s host and port, or on an allowed host.
-fn may_reach(to: &Url, from: &Url, allowed: &[AllowedHost]) -> bool {
+/// `a` and `b` are one origin: scheme, host and port (RFC 6454). Configured headers go only
+/// to the origin of the watch's URL.
+fn same_origin(a: &Url, b: &Url) -> bool {
+    a.scheme() == b.scheme()
+        && a.host_str()
+            .zip(b.host_str())
+            .is_some_and(|(x, y)| x.eq_ignore_ascii_case(y))
+        && a.port_or_known_default() == b.port_or_known_default()
+}
+
+/// Why a hop (a redirect or a next page) from `from` to `to` is refused, if it is: it goes
+/// from https to anything else, or it leaves the host and port of `origin` (the watch's
+/// URL) for a host not in `allowed`.
+fn refuse_hop(to: &Url, from: &Url, origin: &Url, allowed: &[AllowedHost]) -> Option<&'static str> {
+    if from.scheme() == "https" && to.scheme() != "https" {
+        return Some("from https to http, which is refused");
+    }
+    if !matches!(to.scheme(), "http" | "https") {
+        return Some("not http or https");
+    }
     let same_host = to
         .host_str()
-        .zip(from.host_str())
+        .zip(origin.host_str())
         .is_some_and(|(a, b)| a.eq_ignore_ascii_case(b))
-        && to.port_or_known_default() == from.port_or_known_default();
-    same_host || allowed.iter().any(|h| h.matches(to))
+        && to.port_or_known_default() == origin.port_or_known_default();
+    if same_host || allowed.iter().any(|h| h.matches(to)) {
+        None
+    } else {
+        Some("on another host; allow it with WATCHBRIDGE_HTTP_ALLOWED_HOSTS")
+    }
+}
+
+/// `to` may follow `from`: see [`refuse_hop`], with `from` as the origin.
+#[cfg(test)]
+fn may_reach(to: &Url, from: &Url, allowed: &[AllowedHost]) -> bool {
+    refuse_hop(to, from, from, allowed).is_none()
 }
 
 impl Resolve for HttpPoller {
@@ -179,7 +200,7 @@ async fn poll(
     let mut truncated = false;
     loop {
         let previous = cached.iter().find(|c| c.url == url);
-        let response = send(client, config, &url, previous).await?;
+        let response = send(client, config, &target.url, &url, previous).await?;
         let next = match response.status() {
             StatusCode::NOT_MODIFIED if previous.is_some() => {
                 // Unchanged since the last poll: its items were all emitted then.
@@ -237,12 +258,10 @@ async fn poll(
         };
         let Some(next) = next else { break };
         let allowed = config.allowed_hosts.as_deref().unwrap_or_default();
-        if !may_reach(&next, &target.url, allowed) {
+        if let Some(why) = refuse_hop(&next, &url, &target.url, allowed) {
             return Err(PollError::transient(
                 "next_refused",
-                format!(
-                    "{url}: the next page `{next}` is on another host; allow it with WATCHBRIDGE_HTTP_ALLOWED_HOSTS"
-                ),
+                format!("{url}: the next page `{next}` is {why}"),
             ));
         }
         if visited.contains(&next) {
@@ -268,23 +287,60 @@ async fn poll(
     Ok(result)
 }
 
-/// GET `url`, conditionally if it was read before with validators.
+/// GET `url`, conditionally if it was read before with validators, following redirects.
+///
+/// The configured headers go only to `origin`'s origin (the watch's URL: scheme, host,
+/// port). A redirect is followed only where a next page could go ([`refuse_hop`]); once a
+/// chain has left the origin, no later hop of it carries the configured headers, even one
+/// back on the origin. No `Referer` is ever sent.
 async fn send(
     client: &reqwest::Client,
     config: &HttpConfig,
+    origin: &Url,
     url: &Url,
     previous: Option<&CachedPage>,
 ) -> Result<Response, PollError> {
-    let mut request = client.get(url.clone()).headers(config.headers.clone());
-    if let Some(previous) = previous {
-        if let Some(etag) = &previous.etag {
-            request = request.header(header::IF_NONE_MATCH, etag);
+    let allowed = config.allowed_hosts.as_deref().unwrap_or_default();
+    let mut hop = url.clone();
+    let mut credentials = same_origin(url, origin);
+    for _ in 0..=MAX_REDIRECTS {
+        let mut request = client.get(hop.clone());
+        if credentials {
+            request = request.headers(config.headers.clone());
         }
-        if let Some(modified) = &previous.last_modified {
-            request = request.header(header::IF_MODIFIED_SINCE, modified);
+        if let Some(previous) = previous {
+            if let Some(etag) = &previous.etag {
+                request = request.header(header::IF_NONE_MATCH, etag);
+            }
+            if let Some(modified) = &previous.last_modified {
+                request = request.header(header::IF_MODIFIED_SINCE, modified);
+            }
         }
+        let response = request.send().await.map_err(|e| client_error(&e, &hop))?;
+        let followed = matches!(response.status().as_u16(), 301 | 302 | 303 | 307 | 308);
+        let location = response
+            .headers()
+            .get(header::LOCATION)
+            .and_then(|l| l.to_str().ok());
+        let (true, Some(location)) = (followed, location) else {
+            return Ok(response);
+        };
+        let refused = |why: String| {
+            PollError::transient("redirect_refused", format!("{url} redirected to {why}"))
+        };
+        let to = hop
+            .join(location)
+            .map_err(|e| refused(format!("`{}`, not a URL: {e}", location.escape_debug())))?;
+        if let Some(why) = refuse_hop(&to, &hop, origin, allowed) {
+            return Err(refused(format!("`{to}`, {why}")));
+        }
+        credentials &= same_origin(&to, origin);
+        hop = to;
     }
-    request.send().await.map_err(|e| client_error(&e, url))
+    Err(PollError::transient(
+        "redirect_refused",
+        format!("{url}: more than {MAX_REDIRECTS} redirects"),
+    ))
 }
 
 /// Read the whole body, failing as soon as it exceeds `max` bytes (announced or actual).
@@ -321,7 +377,10 @@ async fn status_error(mut response: Response, url: &Url) -> PollError {
             .to_string();
         return PollError::transient(
             "redirect_refused",
-            format!("{url} redirected to `{to}`, another host; allow it with WATCHBRIDGE_HTTP_ALLOWED_HOSTS"),
+            format!(
+                "{url}: HTTP {status} to `{}` is not a redirect that is followed",
+                to.escape_debug()
+            ),
         );
     }
     // The start of the body often says why (an expired token, a bad parameter).
@@ -386,4 +445,41 @@ fn client_error(e: &reqwest::Error, url: &Url) -> PollError {
 
 fn now_ms() -> Millis {
     crate::pollers::event_time::from_system_time(SystemTime::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u(s: &str) -> Url {
+        Url::parse(s).unwrap()
+    }
+
+    fn entry(host: &str, port: Option<u16>) -> AllowedHost {
+        AllowedHost {
+            host: host.into(),
+            port,
+        }
+    }
+
+    /// TLS is not set up in the tests, so the downgrade rule is checked here on URLs: the
+    /// same function decides every redirect and next page.
+    #[test]
+    fn a_hop_from_https_to_http_is_refused_whatever_is_allowed() {
+        let from = u("https://api.example/a");
+        assert!(may_reach(&u("https://api.example/b"), &from, &[]));
+        assert!(!may_reach(&u("http://api.example:443/b"), &from, &[]));
+        let allowed = [entry("api.example", None), entry("api.example", Some(80))];
+        assert!(!may_reach(&u("http://api.example/b"), &from, &allowed));
+        assert!(!may_reach(&u("http://api.example:80/b"), &from, &allowed));
+        let other = [entry("other.example", None)];
+        assert!(may_reach(&u("https://other.example/b"), &from, &other));
+        assert!(!may_reach(&u("http://other.example/b"), &from, &other));
+        // Upwards is fine, to an allowed origin.
+        assert!(may_reach(
+            &u("https://api.example/b"),
+            &u("http://api.example/a"),
+            &allowed
+        ));
+    }
 }
