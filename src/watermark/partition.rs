@@ -397,7 +397,10 @@ mod tests {
         p.start_reading(T0 + 120_000);
         assert!(!p.input().is_idle(T0 + 120_000));
         assert_eq!(p.input().idle_at(), Some(T0 + 180_000));
-        assert_eq!(p.update(Some(T0 + 1_000), T0 + 120_000), up(T0 + 1_000, false));
+        assert_eq!(
+            p.update(Some(T0 + 1_000), T0 + 120_000),
+            up(T0 + 1_000, false)
+        );
         assert_eq!(p.update(None, T0 + 179_999), None, "still active");
         assert_eq!(p.update(None, T0 + 180_000), up(T0 + 1_000, true));
     }
