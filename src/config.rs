@@ -80,6 +80,11 @@ pub struct RunArgs {
     /// Longest delay between two retries (a resource's `Retry-After` may ask for longer).
     #[arg(long, env = "WATCHBRIDGE_RETRY_MAX_BACKOFF", value_name = "WATCHBRIDGE_RETRY_MAX_BACKOFF", default_value = "60s", value_parser = humantime::parse_duration)]
     pub retry_max_backoff: Duration,
+    /// Longest wait a resource's `Retry-After` (seconds or HTTP date) can impose before the
+    /// next poll; a longer one is cut to this, so a resource cannot park a watch for years
+    /// (`0s`: ignore `Retry-After`). Default: WATCHBRIDGE_RETRY_MAX_BACKOFF.
+    #[arg(long, env = "WATCHBRIDGE_RETRY_AFTER_MAX", value_name = "WATCHBRIDGE_RETRY_AFTER_MAX", value_parser = humantime::parse_duration)]
+    pub retry_after_max: Option<Duration>,
     /// Fraction by which every delay before a poll, retries included, is randomly moved
     /// both ways (`0.1`: 10 s becomes 9 to 11 s), so that watches started together do not
     /// poll together; from 0 (none) to below 1.
@@ -485,6 +490,7 @@ impl RunArgs {
             retry: Retry {
                 initial,
                 max,
+                after_max: self.retry_after_max,
                 limit,
             },
             ..Schedule::default()
@@ -757,6 +763,28 @@ mod tests {
             (5, Duration::from_secs(1), Duration::from_secs(60), 0.1),
             "the defaults: about 31 s of retries"
         );
+        assert_eq!(
+            d.retry.retry_after_cap(),
+            d.retry.max,
+            "Retry-After capped at the retry max"
+        );
+        let capped = |extra: &[&str]| retry(extra).map(|s| s.retry.retry_after_cap());
+        assert_eq!(
+            capped(&["--retry-max-backoff", "2m"]).unwrap(),
+            Duration::from_secs(120)
+        );
+        assert_eq!(
+            capped(&["--retry-after-max", "1h"]).unwrap(),
+            Duration::from_secs(3600)
+        );
+        assert_eq!(
+            capped(&["--retry-after-max", "0s"]).unwrap(),
+            Duration::ZERO
+        );
+        let mut a = base();
+        a.extend_from_slice(&["--retry-after-max=-5s"]);
+        let e = parse(&a).unwrap_err().to_string();
+        assert!(e.contains("WATCHBRIDGE_RETRY_AFTER_MAX"), "{e}");
         let s = retry(&[
             "--retry-limit",
             "12",

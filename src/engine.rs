@@ -19,10 +19,12 @@
 //! - **Restore.** [`Command::Restore`] brings back a watch saved before a restart: its
 //!   [`Progress`], its seen set and its saved next poll time. The engine rebuilds it under
 //!   its own rules ([`Watch::restore`](crate::watch::Watch::restore)), schedules it at the
-//!   saved time (a time already past is due at once), counts its hold in the minimum hold,
-//!   and answers [`Event::Restored`]. If a watch with that key is live, nothing changes and
-//!   it answers [`Event::RestoreRefused`]. The payload is boxed so that [`Command`], one per
-//!   input, stays small (56 bytes; 48 before, as the tag no longer fits in a niche).
+//!   saved time (a time already past is due at once; one further away than its schedule
+//!   can wait, or than its termination deadline, is brought in to that), counts its hold
+//!   in the minimum hold, and answers [`Event::Restored`]. If a watch with that key is
+//!   live, nothing changes and it answers [`Event::RestoreRefused`]. The payload is boxed so
+//!   that [`Command`], one per input, stays small (56 bytes; 48 before, as the tag no
+//!   longer fits in a niche).
 //! - **Checkpoints.** With [`EngineConfig::checkpoints`] on, every completed poll (success or
 //!   failure) after which the watch goes on is followed by one [`Event::Checkpoint`]: the
 //!   watch's [`Progress`], the next poll time the engine scheduled, and the hashes
@@ -58,8 +60,8 @@
 
 use crate::clock::{millis, Clock, Millis};
 use crate::internal_events::{
-    InputAlreadyWatching, PollFailed, PollRateLimited, PollStarted, PollSucceeded, WatchRestored,
-    WatchStarted, WatchTerminated,
+    InputAlreadyWatching, PollFailed, PollRateLimited, PollStarted, PollSucceeded,
+    RetryAfterCapped, WatchRestored, WatchStarted, WatchTerminated,
 };
 use crate::limits::Limits;
 use crate::metrics::Metrics;
@@ -350,10 +352,20 @@ impl<P: Poller> Engine<P> {
         if self.has_ended(&key) {
             return send(events, Event::AlreadyEnded { key }).await;
         }
-        let event = match self
-            .table
-            .insert_restored(key.clone(), input, seen, progress, next_poll)
-        {
+        // No later than this schedule could have put it (a poll saved under an uncapped
+        // `Retry-After` by an older version); the table brings it in to the watch's
+        // termination deadline too.
+        let latest = self
+            .clock
+            .now_ms()
+            .saturating_add(millis(self.table.rules().schedule.longest_delay()));
+        let event = match self.table.insert_restored(
+            key.clone(),
+            input,
+            seen,
+            progress,
+            next_poll.min(latest),
+        ) {
             Ok(_) => {
                 WatchRestored { key: &key }.emit(&self.metrics);
                 Event::Restored { key }
@@ -490,6 +502,14 @@ impl<P: Poller> Engine<P> {
                     retry_in,
                 }
                 .emit(&self.metrics);
+                if let Some(requested) = failed.retry_after_capped {
+                    RetryAfterCapped {
+                        key: &key,
+                        requested,
+                        cap: self.table.rules().schedule.retry.retry_after_cap(),
+                    }
+                    .emit(&self.metrics);
+                }
                 match failed.next {
                     Next::Stop(reason) => self.terminated(key, reason, seen, events).await?,
                     Next::PollAt(at) => {

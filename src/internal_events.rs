@@ -129,6 +129,26 @@ impl PollFailed<'_> {
     }
 }
 
+/// A resource asked (`Retry-After`) for a longer wait than `WATCHBRIDGE_RETRY_AFTER_MAX`;
+/// the watch waits the cap instead. Once per such failed poll.
+pub struct RetryAfterCapped<'a> {
+    pub key: &'a [u8],
+    pub requested: Duration,
+    pub cap: Duration,
+}
+
+impl RetryAfterCapped<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::info!(
+            key = %KeyDisplay(self.key),
+            requested = %humantime::format_duration(self.requested),
+            cap = %humantime::format_duration(self.cap),
+            "Retry-After longer than WATCHBRIDGE_RETRY_AFTER_MAX; waiting the cap"
+        );
+        m.retry_after_capped.inc();
+    }
+}
+
 pub struct PollRateLimited<'a> {
     pub host: &'a str,
     pub wait: Duration,

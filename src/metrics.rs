@@ -18,6 +18,7 @@ pub struct Metrics {
     pub polls_ok: IntCounter,
     pub polls_error: IntCounterVec,
     pub polls_deferred: IntCounter,
+    pub retry_after_capped: IntCounter,
     pub poll_duration: HistogramVec,
     pub poll_lateness: Histogram,
     pub outputs_emitted: IntCounter,
@@ -99,6 +100,10 @@ impl Metrics {
         let polls_deferred = reg!(IntCounter::new(
             "watchbridge_polls_rate_limited_total",
             "Polls put back in the queue because their host's rate limit had no token"
+        ));
+        let retry_after_capped = reg!(IntCounter::new(
+            "watchbridge_retry_after_capped_total",
+            "Failed polls whose Retry-After asked for longer than WATCHBRIDGE_RETRY_AFTER_MAX"
         ));
         let poll_duration = reg!(HistogramVec::new(
             HistogramOpts::new(
@@ -260,6 +265,7 @@ impl Metrics {
             polls_ok: polls.with_label_values(&["ok", ""]),
             polls_error: polls,
             polls_deferred,
+            retry_after_capped,
             poll_duration,
             poll_lateness,
             outputs_emitted,

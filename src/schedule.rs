@@ -5,6 +5,9 @@
 //! that arrived together do not poll together forever), and a separate retry policy for
 //! failed polls whose limit ends the watch as `failed`. Pure functions of counters the watch
 //! keeps, plus a random source the caller owns (seeded in tests).
+//!
+//! A resource's `Retry-After` is a floor under the retry delay, but only up to
+//! [`Retry::after_max`]: the resource is not trusted to park a watch for years.
 
 use std::fmt;
 use std::time::Duration;
@@ -23,8 +26,13 @@ pub struct Backoff {
 pub struct Retry {
     /// Delay before the first retry; doubles with each further consecutive failure.
     pub initial: Duration,
-    /// The retry delay never grows past this (a `Retry-After` from the resource still wins).
+    /// The retry delay never grows past this (a `Retry-After` from the resource may ask for
+    /// more, up to `after_max`).
     pub max: Duration,
+    /// The longest wait a resource's `Retry-After` can impose; a longer request is cut to
+    /// this (`0`: `Retry-After` is ignored). `None`: `max`, so that by default no failure
+    /// waits longer than the retry maximum.
+    pub after_max: Option<Duration>,
     /// How many retries in a row are allowed; the failure after them ends the watch as
     /// `failed`. `0` fails the watch on its first error; `u32::MAX` never does.
     pub limit: u32,
@@ -84,6 +92,7 @@ impl Default for Schedule {
             retry: Retry {
                 initial: Duration::from_secs(1),
                 max: Duration::from_secs(60),
+                after_max: None,
                 limit: 5,
             },
         }
@@ -100,6 +109,25 @@ pub struct ScheduleError(pub String);
 pub enum AfterFailure {
     RetryIn(Duration),
     GiveUp,
+}
+
+impl Retry {
+    /// The longest wait a resource's `Retry-After` can impose: `after_max`, else `max`.
+    pub fn retry_after_cap(&self) -> Duration {
+        self.after_max.unwrap_or(self.max)
+    }
+
+    /// A resource's `Retry-After` as the schedule honours it: at most
+    /// [`retry_after_cap`](Self::retry_after_cap). Returns the delay to honour and whether
+    /// it was cut.
+    pub fn cap_retry_after(&self, requested: Duration) -> (Duration, bool) {
+        let cap = self.retry_after_cap();
+        if requested > cap {
+            (cap, true)
+        } else {
+            (requested, false)
+        }
+    }
 }
 
 impl Schedule {
@@ -150,13 +178,28 @@ impl Schedule {
         }
     }
 
+    /// The longest delay this schedule can put before a poll (the interval or backoff max,
+    /// the retry max or the `Retry-After` cap, jittered up). A restored watch whose saved
+    /// poll is further away (an uncapped `Retry-After` saved by an older version) is due by
+    /// then instead.
+    pub fn longest_delay(&self) -> Duration {
+        let base = self
+            .backoff
+            .map_or(self.interval, |b| b.max.max(self.interval))
+            .max(self.retry.max)
+            .max(self.retry.retry_after_cap());
+        Duration::try_from_secs_f64(base.as_secs_f64() * (1.0 + self.jitter.max(0.0)))
+            .unwrap_or(Duration::MAX)
+    }
+
     /// The delay before the next poll after a successful one, jittered.
     pub fn after_success(&self, empty_streak: u32, rng: &mut fastrand::Rng) -> Duration {
         jitter(self.base_delay(empty_streak), self.jitter, rng)
     }
 
     /// What to do after the `failures`-th failed poll in a row (1 for the first), given
-    /// the resource's `Retry-After`, if any.
+    /// the resource's `Retry-After`, if any: a floor under the delay, capped at
+    /// [`Retry::retry_after_cap`] (the jittered backoff is still waited if longer).
     pub fn after_failure(
         &self,
         failures: u32,
@@ -173,7 +216,8 @@ impl Schedule {
             .checked_mul(1u32 << doublings.min(31))
             .map_or(self.retry.max, |d| d.min(self.retry.max));
         let delay = jitter(base, self.jitter, rng);
-        AfterFailure::RetryIn(retry_after.map_or(delay, |ra| delay.max(ra)))
+        let floor = retry_after.map(|ra| self.retry.cap_retry_after(ra).0);
+        AfterFailure::RetryIn(floor.map_or(delay, |ra| delay.max(ra)))
     }
 }
 
@@ -199,11 +243,12 @@ impl fmt::Display for Schedule {
         }
         write!(
             f,
-            ", jitter {}%, retries {} from {} up to {}",
+            ", jitter {}%, retries {} from {} up to {} (Retry-After up to {})",
             self.jitter * 100.0,
             self.retry.limit,
             humantime::format_duration(self.retry.initial),
-            humantime::format_duration(self.retry.max)
+            humantime::format_duration(self.retry.max),
+            humantime::format_duration(self.retry.retry_after_cap())
         )
     }
 }
@@ -294,6 +339,7 @@ mod tests {
             retry: Retry {
                 initial: secs(1.0),
                 max: secs(5.0),
+                after_max: None,
                 limit: 4,
             },
             ..no_jitter()
@@ -334,6 +380,55 @@ mod tests {
             s.after_failure(1, Some(secs(0.1)), &mut rng),
             AfterFailure::RetryIn(secs(1.0))
         );
+    }
+
+    #[test]
+    fn retry_after_is_capped_at_after_max() {
+        let mut s = no_jitter();
+        let mut rng = fastrand::Rng::with_seed(1);
+        // About 3,000 years: cut to the default cap (the retry maximum, 60 s).
+        let forever = Duration::from_secs(99_999_999_999);
+        assert_eq!(
+            s.after_failure(1, Some(forever), &mut rng),
+            AfterFailure::RetryIn(secs(60.0))
+        );
+        assert_eq!(
+            s.after_failure(1, Some(Duration::MAX), &mut rng),
+            AfterFailure::RetryIn(secs(60.0))
+        );
+        assert_eq!(s.retry.cap_retry_after(forever), (secs(60.0), true));
+        assert_eq!(s.retry.cap_retry_after(secs(60.0)), (secs(60.0), false));
+        // A cap of 0 ignores Retry-After: the backoff alone decides.
+        s.retry.after_max = Some(Duration::ZERO);
+        assert_eq!(
+            s.after_failure(2, Some(forever), &mut rng),
+            AfterFailure::RetryIn(secs(2.0))
+        );
+    }
+
+    #[test]
+    fn the_longest_delay_bounds_every_delay_the_schedule_gives() {
+        let s = Schedule::default();
+        assert_eq!(
+            s.longest_delay(),
+            secs(66.0),
+            "the retry max, 60 s, jittered up 10%"
+        );
+        let mut rng = fastrand::Rng::with_seed(9);
+        for n in 1..=5 {
+            let AfterFailure::RetryIn(d) = s.after_failure(n, Some(Duration::MAX), &mut rng) else {
+                panic!("retried")
+            };
+            assert!(d <= s.longest_delay(), "{d:?}");
+        }
+        let big = Schedule {
+            interval: Duration::MAX,
+            ..Schedule::default()
+        };
+        assert_eq!(big.longest_delay(), Duration::MAX, "saturates");
+        let mut s = no_jitter();
+        s.retry.after_max = Some(secs(3600.0));
+        assert_eq!(s.longest_delay(), secs(3600.0));
     }
 
     #[test]

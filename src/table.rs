@@ -128,7 +128,9 @@ impl<I> WatchTable<I> {
 
     /// Bring back a watch saved before a restart (see [`Watch::restore`]), judged by this
     /// table's rules from its saved `progress`, deduplicating against `seen`, with its next
-    /// poll due at `next_poll` (a time already past is due at once, oldest first).
+    /// poll due at `next_poll` (a time already past is due at once, oldest first), or at its
+    /// termination deadline if that comes first ([`Watch::wake_at`]: a poll saved far away,
+    /// e.g. under a long `Retry-After`, does not outlast `total` or `stable`).
     pub fn insert_restored(
         &mut self,
         key: Bytes,
@@ -142,7 +144,8 @@ impl<I> WatchTable<I> {
             return Err(AlreadyWatching);
         }
         let watch = Watch::restore(key, input, seen, progress, &self.rules);
-        Ok(self.add(watch, hash, next_poll))
+        let due = watch.wake_at(next_poll, &self.rules);
+        Ok(self.add(watch, hash, due))
     }
 
     /// Place a watch whose key is not live yet (`hash` is its key's) and schedule it at `due`.

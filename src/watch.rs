@@ -46,6 +46,10 @@ pub struct Failed {
     /// Consecutive failures so far, this one included.
     pub failures: u32,
     pub next: Next,
+    /// The resource's `Retry-After` when it asked for more than the schedule's cap
+    /// ([`Retry::retry_after_cap`](crate::schedule::Retry::retry_after_cap)), which was
+    /// waited instead (logged and counted once, by the engine).
+    pub retry_after_capped: Option<std::time::Duration>,
 }
 
 /// Everything a watch carries from poll to poll apart from its key, input and seen set: what
@@ -187,6 +191,17 @@ impl<I> Watch<I> {
         rules.termination.can_stop_polling(now, &self.termination)
     }
 
+    /// When to wake this watch for a poll planned at `poll_at`: no later than its
+    /// termination deadline ([`Termination::stops_at`]), so a time-based condition ends it
+    /// when it comes due ([`Watch::stop_before_poll`] then answers), not at a poll that a
+    /// long backoff or `Retry-After` put far beyond it.
+    pub fn wake_at(&self, poll_at: Millis, rules: &WatchRules) -> Millis {
+        match rules.termination.stops_at(&self.termination) {
+            Some(deadline) => poll_at.min(deadline),
+            None => poll_at,
+        }
+    }
+
     /// Apply a successful poll completed at `now`.
     pub fn on_success(
         &mut self,
@@ -225,7 +240,7 @@ impl<I> Watch<I> {
             Next::Stop(reason)
         } else {
             let delay = rules.schedule.after_success(self.empty_streak, rng);
-            Next::PollAt(now.saturating_add(millis(delay)))
+            Next::PollAt(self.wake_at(now.saturating_add(millis(delay)), rules))
         };
         Polled {
             new_outputs,
@@ -243,6 +258,7 @@ impl<I> Watch<I> {
         rng: &mut fastrand::Rng,
     ) -> Failed {
         self.failures = self.failures.saturating_add(1);
+        let mut retry_after_capped = None;
         let next = if error.permanent {
             Next::Stop(TerminatedReason::Failed)
         } else if let Some(reason) = rules.termination.can_stop_polling(now, &self.termination) {
@@ -253,12 +269,18 @@ impl<I> Watch<I> {
                 .after_failure(self.failures, error.retry_after, rng)
             {
                 AfterFailure::GiveUp => Next::Stop(TerminatedReason::Failed),
-                AfterFailure::RetryIn(d) => Next::PollAt(now.saturating_add(millis(d))),
+                AfterFailure::RetryIn(d) => {
+                    retry_after_capped = error
+                        .retry_after
+                        .filter(|&ra| rules.schedule.retry.cap_retry_after(ra).1);
+                    Next::PollAt(self.wake_at(now.saturating_add(millis(d)), rules))
+                }
             }
         };
         Failed {
             failures: self.failures,
             next,
+            retry_after_capped,
         }
     }
 }
@@ -493,6 +515,7 @@ mod tests {
             retry: Retry {
                 initial: Duration::from_secs(1),
                 max: Duration::from_secs(60),
+                after_max: None,
                 limit: 2,
             },
             ..no_jitter()
@@ -548,6 +571,40 @@ mod tests {
             w.stop_before_poll(T0 + 3_600_000, &rules),
             Some(TerminatedReason::Total)
         );
+    }
+
+    #[test]
+    fn a_far_retry_after_is_capped_and_the_wake_is_never_past_the_termination_deadline() {
+        let mut rng = fastrand::Rng::with_seed(1);
+        let millennia = transient().with_retry_after(Duration::from_secs(99_999_999_999));
+        // `never`: the retry waits the cap (the retry max, 60 s), and says it was cut.
+        let rules = rules_for("never", no_jitter());
+        let mut w = watch(T0, T0, &rules);
+        let f = w.on_failure(&millennia, T0, &rules, &mut rng);
+        assert_eq!(f.next, Next::PollAt(T0 + 60_000));
+        assert_eq!(
+            f.retry_after_capped,
+            Some(Duration::from_secs(99_999_999_999))
+        );
+        let f = w.on_failure(&transient(), T0 + 60_000, &rules, &mut rng);
+        assert_eq!(f.retry_after_capped, None);
+        // `total(15s)`: woken at 15 s, when the condition holds, not at the retry.
+        let rules = rules_for("total(15s)", no_jitter());
+        let mut w = watch(T0, T0, &rules);
+        let f = w.on_failure(&millennia, T0 + 1_000, &rules, &mut rng);
+        assert_eq!(f.next, Next::PollAt(T0 + 15_000));
+        assert_eq!(
+            w.stop_before_poll(T0 + 15_000, &rules),
+            Some(TerminatedReason::Total)
+        );
+        // After a success too: `stable(5s)` comes before the 10 s interval.
+        let rules = rules_for("stable(5s)", no_jitter());
+        let mut w = watch(T0, T0, &rules);
+        let p = w.on_success(PollResult::default(), T0 + 1_000, &rules, &mut rng);
+        assert_eq!(p.next, Next::PollAt(T0 + 5_000));
+        // A restored watch's far saved poll is brought in the same way.
+        assert_eq!(w.wake_at(Millis::MAX, &rules), T0 + 5_000);
+        assert_eq!(w.wake_at(T0 + 2_000, &rules), T0 + 2_000);
     }
 
     #[test]

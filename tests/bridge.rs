@@ -1408,3 +1408,36 @@ async fn a_failed_watch_started_again_by_its_input_emits_only_what_is_new() {
         bridge.log()
     );
 }
+
+/// A resource that always answers `429` with `Retry-After: 99999999999` (about 3,000 years)
+/// cannot hold a bounded run open: `total(5s)` ends each watch when it comes due, so the run
+/// ends, with code 0, in seconds; and no watch polls again (the capped retry, at the retry
+/// maximum of 60 s, comes after its deadline).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bounded_run_ends_on_time_whatever_retry_after_asks() {
+    let server =
+        TestServer::start(|_| Reply::status(429, "slow down").header("retry-after", "99999999999"))
+            .await;
+    let s = Setup::new("retry-after", 1).await;
+    produce_user(&s.input, 1).await;
+    produce_user(&s.input, 2).await;
+    let mut env = s.env(&server);
+    env.push(("WATCHBRIDGE_MODE", "bounded".into()));
+    env.push(("WATCHBRIDGE_TERMINATION", "total(5s)".into()));
+    let started = Instant::now();
+    let mut bridge = Bridge::start(&env);
+    assert_eq!(
+        bridge.exit_code(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        bridge.log()
+    );
+    assert!(started.elapsed() >= Duration::from_secs(5));
+    assert_eq!(server.requests().len(), 2, "one request per watch");
+    assert_eq!(
+        bridge.log().matches("Retry-After longer than").count(),
+        2,
+        "each capped Retry-After logged once\n{}",
+        bridge.log()
+    );
+}

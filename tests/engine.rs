@@ -118,10 +118,12 @@ fn rules(termination: &str) -> WatchRules {
             interval: Duration::from_secs(10),
             backoff: None,
             jitter: 0.0,
+            // A resource's Retry-After is honoured up to `max` (the default cap).
             retry: Retry {
                 initial: Duration::from_secs(1),
                 max: Duration::from_secs(4),
                 limit: 3,
+                ..Schedule::default().retry
             },
         },
     }
@@ -317,8 +319,8 @@ async fn final_result_ends_the_watch_after_emitting_it() {
 
 #[tokio::test(start_paused = true)]
 async fn stable_ends_an_empty_resource_and_total_ends_a_busy_one() {
-    // "quiet" never has output: stable(25s) counts from the start and ends it at the first
-    // due poll after 25 s (at 30 s) without polling again.
+    // "quiet" never has output: stable(25s) counts from the start and ends it at 25 s,
+    // without the poll due at 30 s.
     // "busy" gets a new output every poll, so only total(45s) ends it.
     let poller = Arc::new(Scripted::with(vec![("busy", growing(10))]));
     let r = start(
@@ -432,13 +434,186 @@ async fn retry_after_and_permanent_errors_are_honoured() {
             vec![Err(PollError::permanent("http_404", "no such user"))],
         ),
     ]));
-    let r = start(poller.clone(), rules("polls(1)"), unlimited(), 64);
+    let r = start(
+        poller.clone(),
+        a_minute_of_retry("polls(1)"),
+        unlimited(),
+        64,
+    );
     r.watch("slow-down", T0).await;
     r.watch("gone", T0).await;
     let events = r.drain().await;
     assert_eq!(poller.poll_times("slow-down"), vec![0, 30_000]);
     assert_eq!(poller.poll_times("gone"), vec![0]);
     assert_eq!(reason_of(&events, "gone"), Some(TerminatedReason::Failed));
+}
+
+/// [`rules`] with retries up to a minute apart, and so (by default) a resource's
+/// `Retry-After` honoured up to a minute.
+fn a_minute_of_retry(termination: &str) -> WatchRules {
+    let mut rules = rules(termination);
+    rules.schedule.retry.max = Duration::from_secs(60);
+    rules
+}
+
+/// `Retry-After: 99999999999`: about 3,000 years.
+fn millennia() -> Duration {
+    Duration::from_secs(99_999_999_999)
+}
+
+fn slow_down(after: Duration) -> Step {
+    Err(PollError::transient("http_429", "too many").with_retry_after(after))
+}
+
+/// The engine's timer for a watch is its termination deadline when that comes before its
+/// next poll: `total(15s)` ends it at 15 s, not at a poll a Retry-After put far away.
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_of_millennia_does_not_outlast_total() {
+    let poller = Arc::new(Scripted::with(vec![("w", vec![slow_down(millennia())])]));
+    let base = Instant::now();
+    let r = start(
+        poller.clone(),
+        a_minute_of_retry("total(15s)"),
+        unlimited(),
+        64,
+    );
+    r.watch("w", T0).await;
+    let events = drain_timed(r, base).await;
+    let seen = observed(&events, &poller, "w");
+    assert_eq!(seen.poll_times, vec![0], "no poll after the deadline");
+    assert_eq!(seen.terminated, Some((15_000, TerminatedReason::Total)));
+}
+
+/// `stable` and `all`: a deadline ends the watch only when every other child of `all`
+/// holds then too; otherwise the watch polls on (at the capped Retry-After, 60 s).
+#[tokio::test(start_paused = true)]
+async fn deadlines_of_stable_and_all_end_a_watch_when_they_come_due() {
+    // stable(25s) from its only output at 0 s: due at 25 s, not at the retry (70 s).
+    let seen = uninterrupted(
+        a_minute_of_retry("stable(25s)"),
+        vec![
+            Ok(PollResult::incomplete(vec![out("a", T0)])),
+            slow_down(millennia()),
+        ],
+    )
+    .await;
+    assert_eq!(seen.poll_times, vec![0, 10_000]);
+    assert_eq!(seen.terminated, Some((25_000, TerminatedReason::Stable)));
+
+    // polls(2) holds after the poll at 10 s; total(15s) then ends it at 15 s, before the
+    // poll due at 20 s.
+    let seen = uninterrupted(a_minute_of_retry("all(total(15s), polls(2))"), vec![]).await;
+    assert_eq!(seen.poll_times, vec![0, 10_000]);
+    assert_eq!(seen.terminated, Some((15_000, TerminatedReason::All)));
+
+    // polls(3) needs a third successful poll: 15 s alone is not enough, the watch polls at
+    // the capped Retry-After (70 s), once more, and ends on that third success.
+    let seen = uninterrupted(
+        a_minute_of_retry("all(total(15s), polls(3))"),
+        vec![Ok(PollResult::default()), slow_down(millennia())],
+    )
+    .await;
+    assert_eq!(seen.poll_times, vec![0, 10_000, 70_000, 80_000]);
+    assert_eq!(seen.terminated, Some((80_000, TerminatedReason::All)));
+}
+
+/// A server-requested delay is capped (`Retry::after_max`, 60 s here), counted and logged
+/// once per capped failure.
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_of_millennia_is_capped() {
+    let far_date = Duration::from_secs(75 * 365 * 24 * 3600); // an HTTP date in 2099
+    let poller = Arc::new(Scripted::with(vec![(
+        "w",
+        vec![
+            slow_down(millennia()),
+            slow_down(far_date),
+            slow_down(Duration::from_secs(30)),
+            Ok(PollResult::complete(vec![out("a", T0)])),
+        ],
+    )]));
+    let r = start(poller.clone(), a_minute_of_retry("never"), unlimited(), 64);
+    r.watch("w", T0).await;
+    let metrics = r.metrics.clone();
+    let events = r.drain().await;
+    // 60 s (capped), 60 s (capped), 30 s (honoured: below the cap).
+    assert_eq!(poller.poll_times("w"), vec![0, 60_000, 120_000, 150_000]);
+    assert_eq!(reason_of(&events, "w"), Some(TerminatedReason::Final));
+    let text = metrics.render();
+    assert!(
+        text.contains("watchbridge_retry_after_capped_total 2"),
+        "{text}"
+    );
+}
+
+/// A watch saved with its next poll far away (an uncapped Retry-After of an older version)
+/// still ends at its termination deadline once restored.
+#[tokio::test(start_paused = true)]
+async fn a_restored_watch_with_a_far_next_poll_ends_at_its_deadline() {
+    let poller = Arc::new(Scripted::with(vec![]));
+    let base = Instant::now();
+    // Restored 5 s after its input arrived, under total(15s): due to end 10 s later.
+    let r = start(
+        poller.clone(),
+        a_minute_of_retry("total(15s)"),
+        unlimited(),
+        64,
+    );
+    let progress = watchbridge::watch::Progress {
+        arrived: T0 - 5_000,
+        last_new: T0 - 5_000,
+        polls: 1,
+        hold: T0 - 5_000,
+        empty_streak: 0,
+        failures: 1,
+    };
+    r.commands
+        .send(Command::Restore(Box::new(RestoreWatch {
+            key: Bytes::from_static(b"w"),
+            input: input("w"),
+            progress,
+            seen: SeenSet::new(),
+            next_poll: T0 + 99_999_999_999_000,
+        })))
+        .await
+        .unwrap();
+    let events = drain_timed(r, base).await;
+    let seen = observed(&events, &poller, "w");
+    assert_eq!(seen.poll_times, Vec::<u64>::new());
+    assert_eq!(seen.terminated, Some((10_000, TerminatedReason::Total)));
+}
+
+/// Without a deadline, a far saved poll is brought in to the longest delay the schedule
+/// can give (here the retry max, 60 s).
+#[tokio::test(start_paused = true)]
+async fn a_restored_watch_with_a_far_next_poll_polls_within_its_longest_delay() {
+    let poller = Arc::new(Scripted::with(vec![]));
+    let r = start(
+        poller.clone(),
+        a_minute_of_retry("polls(2)"),
+        unlimited(),
+        64,
+    );
+    let progress = watchbridge::watch::Progress {
+        arrived: T0 - 5_000,
+        last_new: T0 - 5_000,
+        polls: 1,
+        hold: T0 - 5_000,
+        empty_streak: 0,
+        failures: 1,
+    };
+    r.commands
+        .send(Command::Restore(Box::new(RestoreWatch {
+            key: Bytes::from_static(b"w"),
+            input: input("w"),
+            progress,
+            seen: SeenSet::new(),
+            next_poll: T0 + 99_999_999_999_000,
+        })))
+        .await
+        .unwrap();
+    let events = r.drain().await;
+    assert_eq!(poller.poll_times("w"), vec![60_000]);
+    assert_eq!(reason_of(&events, "w"), Some(TerminatedReason::Polls));
 }
 
 #[tokio::test(start_paused = true)]
@@ -828,9 +1003,9 @@ async fn a_restored_watch_ends_on_its_total_time_as_if_never_interrupted() {
     assert_eq!(
         whole.poll_times,
         vec![0, 10_000, 20_000, 30_000, 40_000],
-        "total(45s) ends the watch when its poll at 50 s falls due"
+        "total(45s) ends the watch at 45 s, before its poll due at 50 s"
     );
-    assert_eq!(whole.terminated, Some((50_000, TerminatedReason::Total)));
+    assert_eq!(whole.terminated, Some((45_000, TerminatedReason::Total)));
     let (cut, ..) = interrupted(rules("total(45s)"), script(), 2, Duration::from_secs(9)).await;
     assert_eq!(cut, whole);
 }
@@ -847,8 +1022,9 @@ async fn a_restored_watch_ends_when_stable_with_its_backoff_as_if_never_interrup
         vec![0, 10_000, 20_000, 30_000, 50_000, 90_000],
         "quiet polls 20 s then 40 s apart"
     );
-    // At 90 s only 70 s were quiet; the poll due at 130 s ends it instead.
-    assert_eq!(whole.terminated, Some((130_000, TerminatedReason::Stable)));
+    // At 90 s only 70 s were quiet; it ends when 75 s are, at 95 s, before the poll due
+    // at 130 s.
+    assert_eq!(whole.terminated, Some((95_000, TerminatedReason::Stable)));
     assert_eq!(whole.outputs.len(), 3);
     // Cut after the first quiet poll (at 30 s): the restore needs the empty streak for the
     // next delay, the last new output's time for stable, and the seen set for the repeats.

@@ -348,6 +348,167 @@ async fn server_faults_are_poll_errors_with_their_kind() {
     assert_eq!((e.kind, e.permanent), ("http_4xx", true));
 }
 
+/// `Retry-After` as the server wrote it: the schedule caps it, the poller reports what was
+/// asked. Seconds beyond a `u64` are as long as can be; a past date is no wait; a negative,
+/// fractional or garbled value is no `Retry-After`.
+#[tokio::test]
+async fn retry_after_is_read_as_asked_and_odd_values_are_none() {
+    let asked = |value: &'static str| async move {
+        fault(move || Reply::status(429, "").header("retry-after", value))
+            .await
+            .retry_after
+    };
+    assert_eq!(
+        asked("99999999999").await,
+        Some(Duration::from_secs(99_999_999_999))
+    );
+    assert_eq!(
+        asked("999999999999999999999999").await,
+        Some(Duration::from_secs(u64::MAX)),
+        "too many seconds for a u64: the longest wait, which the schedule caps"
+    );
+    let far = asked("Thu, 01 Jan 2099 00:00:00 GMT").await.unwrap();
+    assert!(far > Duration::from_secs(70 * 365 * 86_400), "{far:?}");
+    assert_eq!(
+        asked("Thu, 01 Jan 1970 00:00:00 GMT").await,
+        Some(Duration::ZERO)
+    );
+    for odd in ["-5", "1.5", "soon", ""] {
+        assert_eq!(asked(odd).await, None, "{odd:?}");
+    }
+}
+
+/// The poller in an engine on the real clock, against a server whose first answer is a
+/// `429` with `Retry-After`; then the feed, final. The end and its reason, and how long it
+/// took.
+async fn after_a_429(
+    retry_after: &'static str,
+    termination: &str,
+    retry_max: Duration,
+) -> (watchbridge::reason::TerminatedReason, Duration, usize) {
+    use tokio::sync::mpsc;
+    use watchbridge::clock::Clock;
+    use watchbridge::engine::{Command, Engine, EngineConfig, Event};
+    use watchbridge::limits::Limits;
+    use watchbridge::metrics::Metrics;
+    use watchbridge::schedule::{Retry, Schedule};
+    use watchbridge::watch::WatchRules;
+
+    let calls = AtomicUsize::new(0);
+    let server = TestServer::start(move |_| {
+        if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            Reply::status(429, "slow down").header("retry-after", retry_after)
+        } else {
+            Reply::json(json!({"data": [{"id": "e1", "at": 1}], "done": true}))
+        }
+    })
+    .await;
+    let mut c = HttpConfig::new(&server.url("/x")).unwrap();
+    c.items = "/data".into();
+    c.item_key = "/id".into();
+    c.item_time = Some("/at".into());
+    c.complete = Some("/done".into());
+    let p = Arc::new(poller(c));
+    let input = Arc::new(p.resolve(&json!({}), b"w").unwrap());
+    let rules = WatchRules {
+        termination: termination.parse().unwrap(),
+        schedule: Schedule {
+            jitter: 0.0,
+            // The Retry-After cap is the retry maximum by default.
+            retry: Retry {
+                initial: Duration::from_millis(50),
+                max: retry_max,
+                limit: 10,
+                ..Schedule::default().retry
+            },
+            ..Schedule::default()
+        },
+    };
+    let config = EngineConfig {
+        rules,
+        poll_timeout: Duration::from_secs(5),
+        seed: Some(1),
+        checkpoints: false,
+        remember_ended: false,
+    };
+    let engine = Engine::new(
+        p,
+        config,
+        Limits::new(16, None),
+        Clock::system(),
+        Arc::new(Metrics::new()),
+    );
+    let (commands, rx) = mpsc::channel(8);
+    let (tx, mut events) = mpsc::channel(64);
+    let task = tokio::spawn(engine.run(rx, tx));
+    let started = std::time::Instant::now();
+    commands
+        .send(Command::Watch {
+            key: "w".into(),
+            input,
+            input_time: 0,
+        })
+        .await
+        .unwrap();
+    let reason = loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("Retry-After {retry_after:?}: the watch had not ended after 10 s")
+            })
+            .unwrap();
+        if let Event::Terminated { reason, .. } = event {
+            break reason;
+        }
+    };
+    let took = started.elapsed();
+    drop(commands);
+    task.await.unwrap();
+    (reason, took, server.requests().len())
+}
+
+/// A far `Retry-After`, as seconds or as a date, waits only the cap (here the retry
+/// maximum, 300 ms); a past, negative or garbled one waits the backoff.
+#[tokio::test]
+async fn in_the_engine_a_far_retry_after_waits_only_the_cap() {
+    use watchbridge::reason::TerminatedReason;
+    for value in [
+        "99999999999",
+        "Thu, 01 Jan 2099 00:00:00 GMT",
+        "Thu, 01 Jan 1970 00:00:00 GMT",
+        "-5",
+        "soon",
+    ] {
+        let (reason, took, requests) =
+            after_a_429(value, "never", Duration::from_millis(300)).await;
+        assert_eq!(
+            (reason, requests),
+            (TerminatedReason::Final, 2),
+            "{value:?}"
+        );
+        assert!(took < Duration::from_secs(3), "{value:?}: {took:?}");
+    }
+}
+
+/// Whatever `Retry-After` says, `total(1s)` ends the watch at 1 s, without another request.
+#[tokio::test]
+async fn in_the_engine_a_far_retry_after_does_not_outlast_total() {
+    use watchbridge::reason::TerminatedReason;
+    for value in ["99999999999", "Thu, 01 Jan 2099 00:00:00 GMT"] {
+        let (reason, took, requests) =
+            after_a_429(value, "total(1s)", Duration::from_secs(60)).await;
+        assert_eq!(
+            (reason, requests),
+            (TerminatedReason::Total, 1),
+            "{value:?}"
+        );
+        assert!(
+            took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+            "{value:?}: {took:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_slow_server_is_a_timeout() {
     let e = fault(|| Reply::json(json!({"items": []})).delayed(Duration::from_secs(5))).await;

@@ -160,6 +160,7 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         retry_limit: "5".into(),
         retry_initial_backoff: Duration::from_secs(1),
         retry_max_backoff: Duration::from_secs(60),
+        retry_after_max: None,
         poll_jitter: 0.1,
         termination: "never".into(),
         max_in_flight: 256,

@@ -144,6 +144,7 @@ fn bridge_config(args: &DemoArgs) -> Result<RunConfig, ConfigError> {
         retry_limit: "3".into(),
         retry_initial_backoff: (args.poll_interval / 2).max(Duration::from_millis(1)),
         retry_max_backoff: args.poll_interval.saturating_mul(2),
+        retry_after_max: None,
         poll_jitter: 0.1,
         termination: args.termination.clone(),
         max_in_flight: args.max_in_flight,

@@ -182,6 +182,7 @@ mod tests {
                 retry: Retry {
                     initial: Duration::from_secs(1),
                     max: Duration::from_secs(30),
+                    after_max: None,
                     limit: retries,
                 },
             },

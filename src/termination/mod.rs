@@ -427,6 +427,31 @@ impl Termination {
 }
 
 impl Termination {
+    /// The time from which [`Condition::can_stop_polling`] holds if no poll completes before
+    /// it: the watch's termination deadline. The engine wakes a waiting watch then, rather
+    /// than at its next poll, so a time-based condition ends it when it comes due even if
+    /// that poll is far away (a long backoff or `Retry-After`).
+    ///
+    /// `None` when only a poll can make it hold: `never`, `polls(n)` not reached yet, and
+    /// user conditions (which are asked only at polls and when a poll falls due). A condition
+    /// that already holds whatever the time answers [`Millis::MIN`]. `any` is its earliest
+    /// child, `all` its latest (each built-in time condition, once true, stays true until a
+    /// poll), and `None` if any child of `all` has none.
+    pub fn stops_at(&self, state: &TermState) -> Option<Millis> {
+        let after = |since: Millis, d: &Duration| since.saturating_add(ceil_millis(*d));
+        match self {
+            Termination::Never | Termination::Custom(_) => None,
+            Termination::Total(d) => Some(after(state.arrived, d)),
+            Termination::Stable(d) => Some(after(state.last_new, d)),
+            Termination::Polls(n) => (state.polls >= *n).then_some(Millis::MIN),
+            Termination::Any(cs) => cs.iter().filter_map(|c| c.stops_at(state)).min(),
+            Termination::All(cs) => cs
+                .iter()
+                .map(|c| c.stops_at(state))
+                .try_fold(Millis::MIN, |latest, at| Some(latest.max(at?))),
+        }
+    }
+
     /// The state of a watch restored from the state topic: the three facts every built-in
     /// condition reads, as saved. The states of user conditions are opaque (any type) and
     /// not saved, so they start afresh, as `for_new_input(arrived)` made them for the
@@ -737,6 +762,86 @@ mod tests {
         let c = parse("any(all(stable(10s), polls(3)), total(1s))");
         let s = c.for_new_input(T0);
         assert_eq!(c.can_stop_polling(T0 + 1_000, &s), Some(R::Total));
+    }
+
+    #[test]
+    fn stops_at_is_when_time_alone_makes_the_condition_hold() {
+        let at = |c: &str, s: &TermState| parse(c).stops_at(s);
+        let mut s = parse("never").for_new_input(T0);
+        assert_eq!(at("total(15s)", &s), Some(T0 + 15_000));
+        assert_eq!(at("stable(10s)", &s), Some(T0 + 10_000));
+        assert_eq!(at("never", &s), None);
+        assert_eq!(at("polls(1)", &s), None, "only a poll counts polls");
+        assert_eq!(
+            at("any(total(15s), stable(10s), never)", &s),
+            Some(T0 + 10_000)
+        );
+        assert_eq!(at("all(total(15s), stable(10s))", &s), Some(T0 + 15_000));
+        assert_eq!(
+            at("all(total(15s), polls(2))", &s),
+            None,
+            "polls(2) needs polls"
+        );
+        // A new output moves `stable`, not `total`.
+        poll(&parse("never"), T0 + 8_000, true, &mut s);
+        poll(&parse("never"), T0 + 9_000, false, &mut s);
+        assert_eq!(at("stable(10s)", &s), Some(T0 + 18_000));
+        assert_eq!(at("any(total(15s), stable(10s))", &s), Some(T0 + 15_000));
+        assert_eq!(at("all(total(15s), stable(10s))", &s), Some(T0 + 18_000));
+        // polls(2) holds now: `all` waits only for its time condition.
+        assert_eq!(at("polls(2)", &s), Some(Millis::MIN));
+        assert_eq!(at("all(total(15s), polls(2))", &s), Some(T0 + 15_000));
+        assert_eq!(
+            at("any(all(stable(1h), never), total(1m))", &s),
+            Some(T0 + 60_000)
+        );
+        // User conditions are asked at polls only.
+        let user = Termination::All(vec![
+            Termination::custom("p", ProductivePolls(0)),
+            Termination::Total(secs(1)),
+        ]);
+        assert_eq!(user.stops_at(&user.for_new_input(T0)), None);
+        // No overflow at the ends of time.
+        let c = Termination::Total(Duration::MAX);
+        assert_eq!(c.stops_at(&c.for_new_input(T0)), Some(Millis::MAX));
+    }
+
+    proptest! {
+        /// `stops_at` is exact: with no poll in between, the condition does not hold just
+        /// before it and holds at it and after.
+        #[test]
+        fn stops_at_is_the_first_time_the_condition_holds(
+            c in tree(),
+            ev in events(),
+            probes in prop::collection::vec(0..100_000 as Millis, 1..8),
+        ) {
+            let mut now = T0;
+            let mut s = c.for_new_input(now);
+            for e in &ev {
+                match *e {
+                    Event::Tick(dt) => now += dt,
+                    Event::Poll(dt, new) => {
+                        now += dt;
+                        poll(&c, now, new, &mut s);
+                    }
+                }
+            }
+            match c.stops_at(&s) {
+                None => for p in &probes {
+                    prop_assert_eq!(c.can_stop_polling(now + p, &s), None, "at +{}", p);
+                },
+                Some(at) => {
+                    if at > Millis::MIN {
+                        prop_assert_eq!(c.can_stop_polling(at - 1, &s), None);
+                    }
+                    prop_assert!(c.can_stop_polling(at.max(now), &s).is_some());
+                    for p in &probes {
+                        let t = at.max(now) + p;
+                        prop_assert!(c.can_stop_polling(t, &s).is_some(), "at {}", t);
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | `timeout` | no complete response within `WATCHBRIDGE_POLL_TIMEOUT` | yes |
 //! | `connect` | connection refused, DNS, TLS | yes |
-//! | `http_429`, `http_503`, `http_5xx` | server busy or broken; `Retry-After` honoured | yes |
+//! | `http_429`, `http_503`, `http_5xx` | server busy or broken; `Retry-After` honoured, up to `WATCHBRIDGE_RETRY_AFTER_MAX` | yes |
 //! | `http_4xx` | 404, 408 and 425 are retried; other 4xx mean the request is wrong | 404/408/425 |
 //! | `too_large` | body above `WATCHBRIDGE_HTTP_MAX_BYTES` (read no further) | yes |
 //! | `malformed_json`, `missing_field`, `bad_time`, `bad_next` | the response is not what the settings describe | yes |
@@ -408,11 +408,16 @@ async fn status_error(mut response: Response, url: &Url) -> PollError {
     }
 }
 
-/// `Retry-After`: delay-seconds or an HTTP-date.
+/// `Retry-After`: delay-seconds or an HTTP-date, as asked; the schedule caps it
+/// (`WATCHBRIDGE_RETRY_AFTER_MAX`). Seconds too many for a `u64` are as long as can be (and
+/// so capped); a date in the past is no wait; anything else (`-5`, `1.5`, `soon`) is no
+/// `Retry-After`: the retry backoff alone decides.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(seconds) = value.parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(Duration::from_secs(
+            value.parse::<u64>().unwrap_or(u64::MAX),
+        ));
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(
