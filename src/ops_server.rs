@@ -334,4 +334,103 @@ mod tests {
             StatusCode::NOT_FOUND
         );
     }
+
+    /// The variable that makes [`child_at_the_descriptor_limit`] run (in a child process).
+    const FD_CHILD: &str = "WATCHBRIDGE_TEST_FD_CHILD";
+
+    /// CPU time this process has used, in clock ticks (utime + stime of `/proc/self/stat`,
+    /// opened beforehand: there may be no descriptor left to open it then).
+    fn cpu_ticks(proc_stat: &mut std::fs::File) -> u64 {
+        use std::io::{Read, Seek};
+        proc_stat.rewind().unwrap();
+        let mut stat = String::new();
+        proc_stat.read_to_string(&mut stat).unwrap();
+        // Fields after the command name in parentheses: state is field 3, utime 14, stime 15.
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = after.split(' ').collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    }
+
+    /// Out of file descriptors with a connection waiting: the server must not spin on the
+    /// failing `accept`, and must answer again once descriptors are free. Run by the test
+    /// below in a child process with a low `RLIMIT_NOFILE`, so the rest of the tests keep
+    /// their descriptors.
+    #[test]
+    #[ignore = "runs in a child process started by at_the_descriptor_limit_accept_backs_off"]
+    fn child_at_the_descriptor_limit() {
+        if std::env::var_os(FD_CHILD).is_none() {
+            return;
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = rt.block_on(server());
+        let addr = server.addr();
+        let mut proc_stat = std::fs::File::open("/proc/self/stat").unwrap();
+        // Take every descriptor left, then free one for a client: its connection waits in
+        // the accept queue, and accepting it fails with EMFILE.
+        let mut hogs = Vec::new();
+        loop {
+            match std::fs::File::open("/dev/null") {
+                Ok(f) => hogs.push(f),
+                Err(e) => {
+                    assert_eq!(e.raw_os_error(), Some(24), "{e}");
+                    break;
+                }
+            }
+        }
+        hogs.pop();
+        let _waiting = std::net::TcpStream::connect(addr).unwrap();
+        let before = cpu_ticks(&mut proc_stat);
+        std::thread::sleep(Duration::from_secs(2));
+        let used = cpu_ticks(&mut proc_stat) - before;
+        println!("CPU ticks used in 2 s at the descriptor limit: {used}");
+        // A busy loop on accept takes one core: about 200 ticks (at 100 per second).
+        assert!(
+            used < 40,
+            "the server used {used} CPU ticks in 2 s while accept failed: a busy loop"
+        );
+        drop(hogs.drain(..16));
+        let mut probe = std::net::TcpStream::connect(addr).unwrap();
+        probe
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        std::io::Write::write_all(
+            &mut probe,
+            b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        )
+        .unwrap();
+        let mut answer = String::new();
+        std::io::Read::read_to_string(&mut probe, &mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer:?}");
+        drop(server);
+        rt.shutdown_background();
+    }
+
+    #[test]
+    fn at_the_descriptor_limit_accept_backs_off() {
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new("sh")
+            .args(["-c", "ulimit -n 128 && exec \"$0\" \"$@\""])
+            .arg(exe)
+            .args([
+                "--exact",
+                "ops_server::tests::child_at_the_descriptor_limit",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(FD_CHILD, "1")
+            .output()
+            .unwrap();
+        let log = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "the child failed:\n{log}");
+        assert!(log.contains("1 passed"), "the child did not run:\n{log}");
+    }
 }
