@@ -739,6 +739,31 @@ fn a_symlink_to_a_sibling_tenant_is_not_followed() {
         "{:?}",
         keys(&result)
     );
+
+    // `all` follows it, `never` follows no link at all.
+    let pattern = format!("{}/{{/tenant}}/**/*.csv", s(&data));
+    let all = glob_walking(&pattern, FollowSymlinks::All, 1_000);
+    assert_eq!(
+        sorted_keys(&poll_within(&all, &acme, LIMIT).unwrap()),
+        [
+            a("b.csv"),
+            a("mine/a.csv"),
+            a("other/deep/secret.csv"),
+            a("other/secret.csv"),
+            a("own/a.csv")
+        ]
+    );
+    let never = glob_walking(&pattern, FollowSymlinks::Never, 1_000);
+    assert_eq!(
+        sorted_keys(&poll_within(&never, &acme, LIMIT).unwrap()),
+        [a("b.csv"), a("own/a.csv")]
+    );
+    // `**` last: every file below.
+    let everything = glob_poller(&format!("{}/{{/tenant}}/**", s(&data)), false, None);
+    assert_eq!(
+        sorted_keys(&poll_within(&everything, &acme, LIMIT).unwrap()),
+        [a("b.csv"), a("mine/a.csv"), a("own/a.csv")]
+    );
 }
 
 #[test]
