@@ -30,6 +30,7 @@ fn glob_poller(pattern: &str, match_updated: bool, marker: Option<&str>) -> Glob
             glob: Some(pattern.to_string()),
             glob_match_updated: match_updated,
             glob_done_marker: marker.map(str::to_string),
+            ..GlobArgs::default()
         }
         .config()
         .unwrap(),
@@ -41,6 +42,7 @@ fn sharded_poller(pattern: &str, first_shard: &str) -> ShardedPoller {
         ShardedArgs {
             sharded_pattern: Some(pattern.to_string()),
             sharded_first_shard: first_shard.to_string(),
+            ..ShardedArgs::default()
         }
         .config()
         .unwrap(),
@@ -336,6 +338,7 @@ async fn glob_config_errors_name_the_variable() {
         glob: pattern.map(str::to_string),
         glob_match_updated: false,
         glob_done_marker: marker.map(str::to_string),
+        ..GlobArgs::default()
     };
     let e = args(None, None).config().unwrap_err();
     assert_eq!(e.var, "WATCHBRIDGE_GLOB");
@@ -364,6 +367,7 @@ async fn glob_config_errors_name_the_variable() {
     let sharded = |pattern: Option<&str>, first: &str| ShardedArgs {
         sharded_pattern: pattern.map(str::to_string),
         sharded_first_shard: first.to_string(),
+        ..ShardedArgs::default()
     };
     let e = sharded(None, "auto").config().unwrap_err();
     assert_eq!(e.var, "WATCHBRIDGE_SHARDED_PATTERN");
@@ -599,4 +603,319 @@ async fn the_documented_examples_hold() {
     write(&dir.join("part-00001-of-00003.avro"), "", 1796050960000);
     let r = poll(&sharded, &job).await.unwrap();
     assert_eq!((r.watermark, r.complete), (Some(1796050985000), true));
+}
+
+// ---- hostile directories: symlinks, cycles, huge directories, slow walks (issue 17) ----
+
+use std::os::unix::fs::symlink;
+use watchbridge::pollers::glob::FollowSymlinks;
+
+fn glob_walking(pattern: &str, follow: FollowSymlinks, max_entries: u64) -> GlobPoller {
+    GlobPoller::new(
+        GlobArgs {
+            glob: Some(pattern.to_string()),
+            glob_follow_symlinks: follow,
+            glob_max_entries: max_entries,
+            ..GlobArgs::default()
+        }
+        .config()
+        .unwrap(),
+    )
+}
+
+/// A runtime of its own, so a walk that never ends (the bug) cannot hang the test binary:
+/// it is left behind with `shutdown_background`.
+fn runtime(blocking_threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(blocking_threads)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Poll once; a poll still running after `limit` fails the test.
+fn poll_within<P: Resolve>(
+    poller: &P,
+    input: &Value,
+    limit: Duration,
+) -> Result<PollResult, PollError> {
+    let rt = runtime(4);
+    let target = Arc::new(poller.resolve(input, b"k").unwrap());
+    let result = rt.block_on(async { tokio::time::timeout(limit, poller.poll(target)).await });
+    rt.shutdown_background();
+    result.unwrap_or_else(|_| panic!("the poll did not end within {limit:?}"))
+}
+
+fn sorted_keys(result: &PollResult) -> Vec<String> {
+    let mut k = keys(result);
+    k.sort();
+    k
+}
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+#[test]
+fn symlinks_out_of_the_watched_directory_are_not_followed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = root(&tmp).join("data");
+    let secret = root(&tmp).join("etc/shadow");
+    write(&secret, "root:x:0:0", 1_000);
+    write(&data.join("acme/ok.csv"), "", 2_000);
+    write(&data.join("acme/sub/real.csv"), "", 3_000);
+    symlink(&secret, data.join("acme/x.csv")).unwrap();
+    symlink(data.join("acme/sub/real.csv"), data.join("acme/inner.csv")).unwrap();
+    // Relative, through the parent and back in: still inside.
+    symlink("../acme/ok.csv", data.join("acme/again.csv")).unwrap();
+    let acme = json!({"tenant": "acme"});
+    let pattern = format!("{}/{{/tenant}}/*.csv", s(&data));
+    let keys_with = |follow| {
+        let poller = glob_walking(&pattern, follow, 1_000);
+        sorted_keys(&poll_within(&poller, &acme, LIMIT).unwrap())
+    };
+    let acme_dir = data.join("acme");
+    let k = |name: &str| s(&acme_dir.join(name));
+
+    // The default: only links that stay inside the watched directory.
+    let default = glob_poller(&pattern, false, None);
+    let result = poll_within(&default, &acme, LIMIT).unwrap();
+    assert_eq!(
+        sorted_keys(&result),
+        [k("again.csv"), k("inner.csv"), k("ok.csv")]
+    );
+    // A followed link is described by its target, under the link's own path.
+    let inner = result
+        .outputs
+        .iter()
+        .find(|o| o.key == k("inner.csv").as_bytes())
+        .unwrap();
+    assert_eq!(inner.event_time, 3_000);
+    assert_eq!(
+        keys_with(FollowSymlinks::Inside),
+        [k("again.csv"), k("inner.csv"), k("ok.csv")]
+    );
+    assert_eq!(
+        keys_with(FollowSymlinks::All),
+        [k("again.csv"), k("inner.csv"), k("ok.csv"), k("x.csv")]
+    );
+    assert_eq!(keys_with(FollowSymlinks::Never), [k("ok.csv")]);
+
+    // The sharded poller walks the same way.
+    let out = root(&tmp).join("out");
+    write(&out.join("job/part-00000-of-00002"), "", 1_000);
+    symlink(&secret, out.join("job/part-00001-of-00002")).unwrap();
+    let sharded = sharded_poller(&format!("{}/{{/job}}/part-*", s(&out)), "0");
+    let result = poll_within(&sharded, &json!({"job": "job"}), LIMIT).unwrap();
+    assert_eq!(keys(&result), [s(&out.join("job/part-00000-of-00002"))]);
+    assert!(!result.complete, "the shard outside must not count");
+}
+
+#[test]
+fn a_symlink_to_a_sibling_tenant_is_not_followed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = root(&tmp);
+    write(&data.join("other-tenant/secret.csv"), "", 1_000);
+    write(&data.join("other-tenant/deep/secret.csv"), "", 1_000);
+    write(&data.join("acme/own/a.csv"), "", 2_000);
+    write(&data.join("acme/b.csv"), "", 2_000);
+    symlink("../other-tenant", data.join("acme/other")).unwrap();
+    // A link to a directory inside the tenant's own is walked.
+    symlink("own", data.join("acme/mine")).unwrap();
+    let acme = json!({"tenant": "acme"});
+    let a = |p: &str| s(&data.join("acme").join(p));
+
+    let star = glob_poller(&format!("{}/{{/tenant}}/*/*.csv", s(&data)), false, None);
+    let result = poll_within(&star, &acme, LIMIT).unwrap();
+    assert_eq!(sorted_keys(&result), [a("mine/a.csv"), a("own/a.csv")]);
+
+    let deep = glob_poller(&format!("{}/{{/tenant}}/**/*.csv", s(&data)), false, None);
+    let result = poll_within(&deep, &acme, LIMIT).unwrap();
+    assert_eq!(
+        sorted_keys(&result),
+        [a("b.csv"), a("mine/a.csv"), a("own/a.csv")]
+    );
+    assert!(
+        !keys(&result).iter().any(|k| k.contains("secret")),
+        "{:?}",
+        keys(&result)
+    );
+
+    // `all` follows it, `never` follows no link at all.
+    let pattern = format!("{}/{{/tenant}}/**/*.csv", s(&data));
+    let all = glob_walking(&pattern, FollowSymlinks::All, 1_000);
+    assert_eq!(
+        sorted_keys(&poll_within(&all, &acme, LIMIT).unwrap()),
+        [
+            a("b.csv"),
+            a("mine/a.csv"),
+            a("other/deep/secret.csv"),
+            a("other/secret.csv"),
+            a("own/a.csv")
+        ]
+    );
+    let never = glob_walking(&pattern, FollowSymlinks::Never, 1_000);
+    assert_eq!(
+        sorted_keys(&poll_within(&never, &acme, LIMIT).unwrap()),
+        [a("b.csv"), a("own/a.csv")]
+    );
+    // `**` last: every file below.
+    let everything = glob_poller(&format!("{}/{{/tenant}}/**", s(&data)), false, None);
+    assert_eq!(
+        sorted_keys(&poll_within(&everything, &acme, LIMIT).unwrap()),
+        [a("b.csv"), a("mine/a.csv"), a("own/a.csv")]
+    );
+}
+
+#[test]
+fn a_symlink_cycle_under_double_star_ends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = root(&tmp);
+    let acme = data.join("acme");
+    write(&acme.join("y.csv"), "", 1_000);
+    write(&acme.join("a/b/x.csv"), "", 1_000);
+    symlink(".", acme.join("self")).unwrap();
+    symlink("../..", acme.join("a/b/up")).unwrap();
+    symlink("../b", acme.join("a/b/again")).unwrap();
+    let input = json!({"tenant": "acme"});
+    let pattern = format!("{}/{{/tenant}}/**/*.csv", s(&data));
+    for follow in [FollowSymlinks::Inside, FollowSymlinks::All] {
+        let poller = glob_walking(&pattern, follow, 1_000_000);
+        let result = poll_within(&poller, &input, LIMIT).unwrap();
+        // Each file once, under its path without a link (the cycles are left out).
+        assert_eq!(
+            sorted_keys(&result),
+            [s(&acme.join("a/b/x.csv")), s(&acme.join("y.csv"))],
+            "{follow:?}"
+        );
+    }
+}
+
+#[test]
+fn a_directory_over_the_entry_cap_fails_the_poll() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = root(&tmp);
+    let acme = data.join("acme");
+    for i in 0..2_000 {
+        write(&acme.join(format!("f{i:05}.csv")), "", 1_000);
+    }
+    write(&acme.join("_SUCCESS"), "", 1_000);
+    let input = json!({"tenant": "acme"});
+    let pattern = format!("{}/{{/tenant}}/*.csv", s(&data));
+
+    let capped = GlobPoller::new(
+        GlobArgs {
+            glob: Some(pattern.clone()),
+            glob_done_marker: Some("_SUCCESS".into()),
+            glob_max_entries: 1_000,
+            ..GlobArgs::default()
+        }
+        .config()
+        .unwrap(),
+    );
+    // An error, not a partial result: the marker is there, but the set cannot be final
+    // when not every file was seen.
+    let e = poll_within(&capped, &input, LIMIT)
+        .map(|r| (r.outputs.len(), r.complete))
+        .unwrap_err();
+    assert_eq!(e.kind, "too_many_entries");
+    assert!(!e.permanent);
+    assert!(e.message.contains("WATCHBRIDGE_GLOB_MAX_ENTRIES"), "{e}");
+    assert!(e.message.contains("1000"), "{e}");
+    assert!(e.message.contains(&s(&acme)), "{e}");
+    // The same again on the next poll, until the directory shrinks or the cap is raised.
+    assert_eq!(
+        poll_within(&capped, &input, LIMIT).unwrap_err().kind,
+        "too_many_entries"
+    );
+
+    let enough = glob_walking(&pattern, FollowSymlinks::Inside, 2_001);
+    assert_eq!(
+        poll_within(&enough, &input, LIMIT).unwrap().outputs.len(),
+        2_000
+    );
+
+    // A walk that would never end (a symlink graph whose paths double at each level)
+    // meets the cap too.
+    let dag = data.join("dag");
+    for level in 0..40 {
+        let dir = dag.join(format!("d{level:02}"));
+        fs::create_dir_all(&dir).unwrap();
+        write(&dir.join("f.csv"), "", 1_000);
+        for link in ["l", "r"] {
+            symlink(format!("../d{:02}", level + 1), dir.join(link)).unwrap();
+        }
+    }
+    let poller = glob_walking(
+        &format!("{}/{{/tenant}}/**/*.csv", s(&data)),
+        FollowSymlinks::Inside,
+        10_000,
+    );
+    let e = poll_within(&poller, &json!({"tenant": "dag"}), LIMIT).unwrap_err();
+    assert_eq!(e.kind, "too_many_entries", "{e}");
+
+    // The sharded poller has its own cap.
+    let sharded = ShardedPoller::new(
+        ShardedArgs {
+            sharded_pattern: Some(format!("{}/{{/job}}/*", s(&data))),
+            sharded_max_entries: 10,
+            ..ShardedArgs::default()
+        }
+        .config()
+        .unwrap(),
+    );
+    let e = poll_within(&sharded, &json!({"job": "acme"}), LIMIT).unwrap_err();
+    assert_eq!(e.kind, "too_many_entries");
+    assert!(e.message.contains("WATCHBRIDGE_SHARDED_MAX_ENTRIES"), "{e}");
+}
+
+#[test]
+fn a_timed_out_walk_stops_and_shutdown_does_not_wait_for_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = root(&tmp);
+    // Paths double at each of 40 levels: a walk that would take forever.
+    let dag = data.join("dag");
+    for level in 0..40 {
+        let dir = dag.join(format!("d{level:02}"));
+        fs::create_dir_all(&dir).unwrap();
+        for link in ["l", "r"] {
+            symlink(format!("../d{:02}", level + 1), dir.join(link)).unwrap();
+        }
+    }
+    write(&data.join("small/a.csv"), "", 1_000);
+    let pattern = format!("{}/{{/tenant}}/**/*.csv", s(&data));
+    let poller = glob_walking(&pattern, FollowSymlinks::Inside, u64::MAX);
+
+    // One blocking thread: while the timed-out walk holds it, no other poll can run.
+    let rt = runtime(1);
+    let slow = Arc::new(poller.resolve(&json!({"tenant": "dag"}), b"k").unwrap());
+    let timed_out = rt.block_on(async {
+        tokio::time::timeout(Duration::from_millis(200), poller.poll(slow)).await
+    });
+    assert!(
+        timed_out.is_err(),
+        "the walk was expected to outlive its poll"
+    );
+
+    let small = Arc::new(poller.resolve(&json!({"tenant": "small"}), b"k").unwrap());
+    let next = rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(5), poller.poll(small)).await });
+    let Ok(next) = next else {
+        rt.shutdown_background();
+        panic!("the timed-out walk still holds the blocking thread 5 s after its poll ended");
+    };
+    assert_eq!(keys(&next.unwrap()), [s(&data.join("small/a.csv"))]);
+
+    // A runtime shut down with a walk running (timed out again) does not wait for it.
+    let slow = Arc::new(poller.resolve(&json!({"tenant": "dag"}), b"k").unwrap());
+    let _ = rt.block_on(async {
+        tokio::time::timeout(Duration::from_millis(200), poller.poll(slow)).await
+    });
+    let (done, dropped) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(rt); // waits for blocking tasks, as a process's runtime does at its end
+        let _ = done.send(());
+    });
+    dropped
+        .recv_timeout(Duration::from_secs(5))
+        .expect("dropping the runtime waited more than 5 s for a walk");
 }

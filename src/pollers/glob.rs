@@ -10,15 +10,17 @@ use super::{ConfigError, Resolve};
 use crate::poll::{Output, PollError, PollResult, Poller};
 use serde_json::Value;
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-pub use super::files::GlobTarget;
+pub use super::files::{FollowSymlinks, GlobTarget, WalkLimits, DEFAULT_MAX_ENTRIES};
 
 const VAR_GLOB: &str = "WATCHBRIDGE_GLOB";
 const VAR_DONE_MARKER: &str = "WATCHBRIDGE_GLOB_DONE_MARKER";
+const VAR_MAX_ENTRIES: &str = "WATCHBRIDGE_GLOB_MAX_ENTRIES";
 
 /// Settings of the glob poller.
-#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct GlobArgs {
     /// Path pattern of the files to watch, an absolute glob with `{/json/pointer}` and `{key}`
     /// placeholders filled from the input record, e.g. `/data/{/tenant}/*.csv`. Each
@@ -47,6 +49,41 @@ pub struct GlobArgs {
         value_name = "WATCHBRIDGE_GLOB_DONE_MARKER"
     )]
     pub glob_done_marker: Option<String>,
+
+    /// Which symbolic links a listing follows: `inside` (those whose target is inside the
+    /// watched directory, the pattern's literal prefix), `all`, or `never`. Cycles are
+    /// always detected and left out.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_GLOB_FOLLOW_SYMLINKS",
+        value_name = "WATCHBRIDGE_GLOB_FOLLOW_SYMLINKS",
+        value_enum,
+        default_value_t = FollowSymlinks::Inside
+    )]
+    pub glob_follow_symlinks: FollowSymlinks,
+
+    /// Most directory entries one poll looks at; a poll that would look at more fails
+    /// (transient error `too_many_entries`) without outputs.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_GLOB_MAX_ENTRIES",
+        value_name = "WATCHBRIDGE_GLOB_MAX_ENTRIES",
+        default_value_t = DEFAULT_MAX_ENTRIES,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub glob_max_entries: u64,
+}
+
+impl Default for GlobArgs {
+    fn default() -> Self {
+        Self {
+            glob: None,
+            glob_match_updated: false,
+            glob_done_marker: None,
+            glob_follow_symlinks: FollowSymlinks::Inside,
+            glob_max_entries: DEFAULT_MAX_ENTRIES,
+        }
+    }
 }
 
 /// The glob poller's checked settings.
@@ -55,6 +92,7 @@ pub struct GlobConfig {
     pattern: Template,
     match_updated: bool,
     done_marker: Option<String>,
+    walk: WalkLimits,
 }
 
 impl GlobConfig {
@@ -68,6 +106,10 @@ impl GlobConfig {
 
     pub fn done_marker(&self) -> Option<&str> {
         self.done_marker.as_deref()
+    }
+
+    pub fn walk(&self) -> WalkLimits {
+        self.walk
     }
 }
 
@@ -103,6 +145,11 @@ impl GlobArgs {
             pattern,
             match_updated: self.glob_match_updated,
             done_marker,
+            walk: WalkLimits {
+                follow: self.glob_follow_symlinks,
+                max_entries: self.glob_max_entries.max(1),
+                max_entries_var: VAR_MAX_ENTRIES,
+            },
         })
     }
 }
@@ -135,11 +182,15 @@ impl Poller for GlobPoller {
         input: Arc<GlobTarget>,
     ) -> impl Future<Output = Result<PollResult, PollError>> + Send + 'static {
         let config = Arc::clone(&self.config);
-        files::blocking(move || poll_blocking(&config, &input))
+        files::blocking(move |cancel| poll_blocking(&config, &input, cancel))
     }
 }
 
-fn poll_blocking(config: &GlobConfig, target: &GlobTarget) -> Result<PollResult, PollError> {
+fn poll_blocking(
+    config: &GlobConfig,
+    target: &GlobTarget,
+    cancel: &AtomicBool,
+) -> Result<PollResult, PollError> {
     let Some(dir) = files::watched_dir(&target.dir)? else {
         return Ok(PollResult::incomplete(Vec::new()));
     };
@@ -152,7 +203,7 @@ fn poll_blocking(config: &GlobConfig, target: &GlobTarget) -> Result<PollResult,
             Some(marker) => files::exists(marker)?,
             None => false,
         };
-    let outputs = files::list(&target.pattern, marker.as_deref())?
+    let outputs = files::list(target, marker.as_deref(), &config.walk, cancel)?
         .iter()
         .map(|f| output(f, config.match_updated))
         .collect();
@@ -207,6 +258,7 @@ mod tests {
             glob: Some("/data/*".into()),
             glob_match_updated: false,
             glob_done_marker: Some(marker.into()),
+            ..GlobArgs::default()
         };
         for bad in ["a/b", "/abs", ".", "..", "x\0y"] {
             let e = args(bad).config().unwrap_err();

@@ -17,7 +17,9 @@
 //! [`Template::render_glob`](template::Template::render_glob): a substituted value is one
 //! literal path segment (never `/`, `..`, `.` or empty; its glob metacharacters match only
 //! themselves), so an input can only name a directory or file inside the pattern's shape.
-//! They list the filesystem on tokio's blocking pool.
+//! They list the filesystem on tokio's blocking pool, following symbolic links only inside
+//! the watched directory by default, leaving cycles out, looking at a bounded number of
+//! entries per poll, and stopping when the poll ends (`files.rs`).
 
 pub mod builtin;
 pub mod event_time;

@@ -18,12 +18,14 @@ use crate::poll::{Output, PollError, PollResult, Poller};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-pub use super::files::GlobTarget;
+pub use super::files::{FollowSymlinks, GlobTarget, WalkLimits, DEFAULT_MAX_ENTRIES};
 
 const VAR_PATTERN: &str = "WATCHBRIDGE_SHARDED_PATTERN";
 const VAR_FIRST_SHARD: &str = "WATCHBRIDGE_SHARDED_FIRST_SHARD";
+const VAR_MAX_ENTRIES: &str = "WATCHBRIDGE_SHARDED_MAX_ENTRIES";
 
 /// Settings of the sharded-files poller.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
@@ -49,6 +51,29 @@ pub struct ShardedArgs {
         default_value = "auto"
     )]
     pub sharded_first_shard: String,
+
+    /// Which symbolic links a listing follows: `inside` (those whose target is inside the
+    /// watched directory, the pattern's literal prefix), `all`, or `never`. Cycles are
+    /// always detected and left out.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_SHARDED_FOLLOW_SYMLINKS",
+        value_name = "WATCHBRIDGE_SHARDED_FOLLOW_SYMLINKS",
+        value_enum,
+        default_value_t = FollowSymlinks::Inside
+    )]
+    pub sharded_follow_symlinks: FollowSymlinks,
+
+    /// Most directory entries one poll looks at; a poll that would look at more fails
+    /// (transient error `too_many_entries`) without outputs.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_SHARDED_MAX_ENTRIES",
+        value_name = "WATCHBRIDGE_SHARDED_MAX_ENTRIES",
+        default_value_t = DEFAULT_MAX_ENTRIES,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub sharded_max_entries: u64,
 }
 
 impl Default for ShardedArgs {
@@ -56,6 +81,8 @@ impl Default for ShardedArgs {
         Self {
             sharded_pattern: None,
             sharded_first_shard: "auto".into(),
+            sharded_follow_symlinks: FollowSymlinks::Inside,
+            sharded_max_entries: DEFAULT_MAX_ENTRIES,
         }
     }
 }
@@ -74,6 +101,7 @@ pub enum FirstShard {
 pub struct ShardedConfig {
     pattern: Template,
     first_shard: FirstShard,
+    walk: WalkLimits,
 }
 
 impl ShardedConfig {
@@ -83,6 +111,10 @@ impl ShardedConfig {
 
     pub fn first_shard(&self) -> FirstShard {
         self.first_shard
+    }
+
+    pub fn walk(&self) -> WalkLimits {
+        self.walk
     }
 }
 
@@ -105,6 +137,11 @@ impl ShardedArgs {
         Ok(ShardedConfig {
             pattern,
             first_shard,
+            walk: WalkLimits {
+                follow: self.sharded_follow_symlinks,
+                max_entries: self.sharded_max_entries.max(1),
+                max_entries_var: VAR_MAX_ENTRIES,
+            },
         })
     }
 }
@@ -136,8 +173,8 @@ impl Poller for ShardedPoller {
         &self,
         input: Arc<GlobTarget>,
     ) -> impl Future<Output = Result<PollResult, PollError>> + Send + 'static {
-        let first_shard = self.config.first_shard;
-        files::blocking(move || poll_blocking(first_shard, &input))
+        let config = Arc::clone(&self.config);
+        files::blocking(move |cancel| poll_blocking(&config, &input, cancel))
     }
 }
 
@@ -149,12 +186,16 @@ struct Shard {
     file: FileInfo,
 }
 
-fn poll_blocking(first_shard: FirstShard, target: &GlobTarget) -> Result<PollResult, PollError> {
+fn poll_blocking(
+    config: &ShardedConfig,
+    target: &GlobTarget,
+    cancel: &AtomicBool,
+) -> Result<PollResult, PollError> {
     if files::watched_dir(&target.dir)?.is_none() {
         return Ok(PollResult::incomplete(Vec::new()));
     }
     let mut shards = Vec::new();
-    for file in files::list(&target.pattern, None)? {
+    for file in files::list(target, None, &config.walk, cancel)? {
         let parsed = file
             .path
             .file_name()
@@ -168,7 +209,7 @@ fn poll_blocking(first_shard: FirstShard, target: &GlobTarget) -> Result<PollRes
             ),
         }
     }
-    let progress = assess(&shards, first_shard)?;
+    let progress = assess(&shards, config.first_shard)?;
     let outputs = shards.iter().map(output).collect();
     Ok(PollResult {
         outputs,
@@ -407,6 +448,7 @@ mod tests {
         let args = |first: &str| ShardedArgs {
             sharded_pattern: Some("/out/{/job}/part-*-of-*".into()),
             sharded_first_shard: first.into(),
+            ..ShardedArgs::default()
         };
         assert_eq!(
             args("auto").config().unwrap().first_shard(),
