@@ -562,6 +562,96 @@ async fn a_body_above_the_limit_is_refused_without_reading_it_all() {
     assert_eq!(e.kind, "too_large", "{e}");
 }
 
+/// Issue 17, item 3: `WATCHBRIDGE_HTTP_MAX_BYTES` bounds a page, not a poll. A server that
+/// always links another 1 MiB page (with and without `Content-Length`) made one poll read
+/// `WATCHBRIDGE_HTTP_MAX_PAGES` × 1 MiB; with the default settings the poll now fails with
+/// `over_budget` once it would read more than `WATCHBRIDGE_HTTP_MAX_POLL_BYTES` (16 MiB), and
+/// the pages it read stay under that budget.
+#[tokio::test]
+async fn endless_next_pages_end_the_poll_at_the_per_poll_byte_budget() {
+    const PAGE: usize = 1 << 20;
+    for chunked in [false, true] {
+        let server = TestServer::start(move |seen| {
+            let page: usize = seen.target.rsplit('/').next().unwrap().parse().unwrap();
+            // `{"items":[],"next":"/p/N","pad":"xxxx…"}`, exactly PAGE bytes.
+            let head = format!(r#"{{"items":[],"next":"/p/{}","pad":""#, page + 1);
+            let mut body = head.into_bytes();
+            body.resize(PAGE - 2, b'x');
+            body.extend_from_slice(b"\"}");
+            if chunked {
+                Reply {
+                    body: Body::Chunked(body),
+                    ..Reply::status(200, "")
+                }
+            } else {
+                Reply::status(200, body)
+            }
+        })
+        .await;
+        let mut c = HttpConfig::new(&server.url("/p/1")).unwrap();
+        c.items = "/items".into();
+        c.next = Some("/next".into());
+        let p = poller(c);
+        let started = std::time::Instant::now();
+        let result = poll(&p, &target(&p, json!({}))).await;
+        let requests = server.requests().len();
+        // Every page but the last asked for was read whole; the last one not (or in part).
+        let read_whole = (requests - 1) * PAGE;
+        let e = match result {
+            Ok(r) => panic!(
+                "chunked={chunked}: the poll succeeded after reading {requests} pages of 1 MiB \
+                 ({} MiB) with {} outputs in {:?}; it should stop at the 16 MiB poll budget",
+                requests,
+                r.outputs.len(),
+                started.elapsed()
+            ),
+            Err(e) => e,
+        };
+        assert_eq!(e.kind, "over_budget", "chunked={chunked}: {e}");
+        assert!(
+            e.message.contains("WATCHBRIDGE_HTTP_MAX_POLL_BYTES"),
+            "chunked={chunked}: {e}"
+        );
+        assert!(
+            read_whole <= 16 << 20,
+            "chunked={chunked}: {requests} pages asked for, {read_whole} bytes read"
+        );
+        assert!(
+            requests >= 16,
+            "chunked={chunked}: the budget allows 16 pages: {requests}"
+        );
+    }
+}
+
+/// The item half of the budget: pages of many small items end the poll at
+/// `WATCHBRIDGE_HTTP_MAX_POLL_ITEMS` (items are what a poll holds until the engine has
+/// deduplicated them), before the page that would pass it is turned into outputs.
+#[tokio::test]
+async fn many_items_end_the_poll_at_the_per_poll_item_budget() {
+    let server = TestServer::start(|seen| {
+        let page: usize = seen.target.rsplit('/').next().unwrap().parse().unwrap();
+        let items: Vec<usize> = (0..400).map(|i| page * 1000 + i).collect();
+        Reply::json(json!({"items": items, "next": format!("/p/{}", page + 1)}))
+    })
+    .await;
+    let args = HttpArgs {
+        url: Some(server.url("/p/1")),
+        items: "/items".into(),
+        next: Some("/next".into()),
+        max_poll_items: 1000,
+        ..HttpArgs::defaults()
+    };
+    let p = poller(args.config(Duration::from_secs(5), &|_| None).unwrap());
+    let e = poll(&p, &target(&p, json!({}))).await.unwrap_err();
+    assert_eq!(e.kind, "over_budget", "{e}");
+    assert!(e.message.contains("WATCHBRIDGE_HTTP_MAX_POLL_ITEMS"), "{e}");
+    assert_eq!(
+        server.requests().len(),
+        3,
+        "pages 1 and 2 (800 items) fit, 3 does not"
+    );
+}
+
 #[tokio::test]
 async fn redirects_stay_on_the_watched_host_unless_allowed() {
     let other = TestServer::start(|_| Reply::json(json!(["elsewhere"]))).await;

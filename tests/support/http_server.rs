@@ -35,6 +35,8 @@ pub enum Body {
     Bytes(Vec<u8>),
     /// Chunks of `[1,1,1,…` forever, with no Content-Length.
     Endless,
+    /// These bytes in 64 KiB chunks, with no Content-Length.
+    Chunked(Vec<u8>),
 }
 
 impl Reply {
@@ -140,6 +142,13 @@ async fn answer(
             let rest =
                 futures::stream::repeat_with(|| Ok(Frame::data(Bytes::from(b"1,".repeat(8192)))));
             StreamBody::new(futures::StreamExt::chain(first, rest)).boxed_unsync()
+        }
+        Body::Chunked(b) => {
+            let chunks: Vec<Result<Frame<Bytes>, Infallible>> = b
+                .chunks(64 << 10)
+                .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
+                .collect();
+            StreamBody::new(futures::stream::iter(chunks)).boxed_unsync()
         }
     };
     let mut response = Response::builder().status(reply.status);

@@ -95,6 +95,23 @@ pub struct HttpArgs {
         default_value = "4MiB"
     )]
     pub max_bytes: String,
+    /// Most response bytes one poll reads over all its pages (same units as
+    /// WATCHBRIDGE_HTTP_MAX_BYTES); more fails the poll (`over_budget`).
+    #[arg(
+        long = "http-max-poll-bytes",
+        env = "WATCHBRIDGE_HTTP_MAX_POLL_BYTES",
+        value_name = "WATCHBRIDGE_HTTP_MAX_POLL_BYTES",
+        default_value = "16MiB"
+    )]
+    pub max_poll_bytes: String,
+    /// Most items one poll reads over all its pages; more fails the poll (`over_budget`).
+    #[arg(
+        long = "http-max-poll-items",
+        env = "WATCHBRIDGE_HTTP_MAX_POLL_ITEMS",
+        value_name = "WATCHBRIDGE_HTTP_MAX_POLL_ITEMS",
+        default_value_t = 100_000
+    )]
+    pub max_poll_items: usize,
     /// Comma-separated hosts (`name` or `name:port`) that URLs, next pages and redirects may
     /// reach. Unset: each watch stays on the host its URL names.
     #[arg(
@@ -137,6 +154,10 @@ pub struct HttpConfig {
     /// Marked sensitive: `Debug` prints `Sensitive` instead of the value.
     pub headers: HeaderMap,
     pub max_bytes: u64,
+    /// Most body bytes one poll reads over all its pages (`WATCHBRIDGE_HTTP_MAX_POLL_BYTES`).
+    pub max_poll_bytes: u64,
+    /// Most items one poll reads over all its pages (`WATCHBRIDGE_HTTP_MAX_POLL_ITEMS`).
+    pub max_poll_items: usize,
     pub allowed_hosts: Option<Vec<AllowedHost>>,
     /// Each request's deadline (`WATCHBRIDGE_POLL_TIMEOUT`; the engine bounds the whole poll).
     pub timeout: Duration,
@@ -258,6 +279,8 @@ impl HttpArgs {
             cursor_param: "cursor".into(),
             max_pages: 100,
             max_bytes: "4MiB".into(),
+            max_poll_bytes: "16MiB".into(),
+            max_poll_items: 100_000,
             ..Self::default()
         }
     }
@@ -283,6 +306,12 @@ impl HttpArgs {
         if self.max_pages == 0 {
             return Err(ConfigError::new(
                 "WATCHBRIDGE_HTTP_MAX_PAGES",
+                "must be at least 1",
+            ));
+        }
+        if self.max_poll_items == 0 {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_HTTP_MAX_POLL_ITEMS",
                 "must be at least 1",
             ));
         }
@@ -322,6 +351,9 @@ impl HttpArgs {
             },
             max_bytes: parse_bytes(&self.max_bytes)
                 .map_err(|m| ConfigError::new("WATCHBRIDGE_HTTP_MAX_BYTES", m))?,
+            max_poll_bytes: parse_bytes(&self.max_poll_bytes)
+                .map_err(|m| ConfigError::new("WATCHBRIDGE_HTTP_MAX_POLL_BYTES", m))?,
+            max_poll_items: self.max_poll_items,
             allowed_hosts,
             timeout,
         })
@@ -527,6 +559,16 @@ mod tests {
             ..args("http://h/")
         });
         assert_eq!(e.var, "WATCHBRIDGE_HTTP_MAX_BYTES");
+        let e = err(HttpArgs {
+            max_poll_bytes: "0".into(),
+            ..args("http://h/")
+        });
+        assert_eq!(e.var, "WATCHBRIDGE_HTTP_MAX_POLL_BYTES");
+        let e = err(HttpArgs {
+            max_poll_items: 0,
+            ..args("http://h/")
+        });
+        assert_eq!(e.var, "WATCHBRIDGE_HTTP_MAX_POLL_ITEMS");
         let e = err(HttpArgs {
             allowed_hosts: Some("a.example, user@b.example".into()),
             ..args("http://h/")

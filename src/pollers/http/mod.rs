@@ -12,6 +12,7 @@
 //! | `http_429`, `http_503`, `http_5xx` | server busy or broken; `Retry-After` honoured, up to `WATCHBRIDGE_RETRY_AFTER_MAX` | yes |
 //! | `http_4xx` | 404, 408 and 425 are retried; other 4xx mean the request is wrong | 404/408/425 |
 //! | `too_large` | body above `WATCHBRIDGE_HTTP_MAX_BYTES` (read no further) | yes |
+//! | `over_budget` | the poll's pages together above `WATCHBRIDGE_HTTP_MAX_POLL_BYTES` or `WATCHBRIDGE_HTTP_MAX_POLL_ITEMS` (read no further) | yes |
 //! | `malformed_json`, `missing_field`, `bad_time`, `bad_next` | the response is not what the settings describe | yes |
 //! | `redirect_refused`, `next_refused` | a redirect or next page to a host not allowed | yes |
 //! | `request` | anything else the client reports | yes |
@@ -198,6 +199,8 @@ async fn poll(
     let mut url = target.url.clone();
     let mut visited = vec![url.clone()];
     let mut truncated = false;
+    // Body bytes read by this poll so far, over all its pages (`max_poll_bytes`).
+    let mut read: u64 = 0;
     loop {
         let previous = cached.iter().find(|c| c.url == url);
         let response = send(client, config, &target.url, &url, previous).await?;
@@ -222,8 +225,10 @@ async fn poll(
                 let page = if status == StatusCode::NO_CONTENT {
                     Page::default()
                 } else {
-                    let body = read_body(response, config.max_bytes, &url).await?;
-                    Page::parse(&body, config, first_seen, &url)?
+                    let body = read_body(response, config, read, &url).await?;
+                    read += body.len() as u64;
+                    let items_left = config.max_poll_items.saturating_sub(result.outputs.len());
+                    Page::parse(&body, config, first_seen, &url, items_left)?
                 };
                 let next = match page.next {
                     Some(next) => Some(next),
@@ -343,22 +348,48 @@ async fn send(
     ))
 }
 
-/// Read the whole body, failing as soon as it exceeds `max` bytes (announced or actual).
-async fn read_body(mut response: Response, max: u64, url: &Url) -> Result<Vec<u8>, PollError> {
+/// Read the whole body, failing as soon as it is seen (from `Content-Length` or while
+/// reading) to exceed `WATCHBRIDGE_HTTP_MAX_BYTES` (`too_large`), or to take the poll past
+/// `WATCHBRIDGE_HTTP_MAX_POLL_BYTES`, of which `read` bytes went to its earlier pages
+/// (`over_budget`). The rest is not read.
+async fn read_body(
+    mut response: Response,
+    config: &HttpConfig,
+    read: u64,
+    url: &Url,
+) -> Result<Vec<u8>, PollError> {
+    let max = config.max_bytes;
+    let left = config.max_poll_bytes.saturating_sub(read);
     let too_large = || {
         PollError::transient(
             "too_large",
             format!("{url}: response body is larger than WATCHBRIDGE_HTTP_MAX_BYTES ({max} bytes)"),
         )
     };
-    if response.content_length().is_some_and(|n| n > max) {
-        return Err(too_large());
+    let over_budget = || {
+        PollError::transient(
+            "over_budget",
+            format!(
+                "{url}: this page would take the poll past WATCHBRIDGE_HTTP_MAX_POLL_BYTES ({} bytes over all pages; {read} read before it)",
+                config.max_poll_bytes
+            ),
+        )
+    };
+    let check = |n: u64| {
+        if n > max {
+            Err(too_large())
+        } else if n > left {
+            Err(over_budget())
+        } else {
+            Ok(())
+        }
+    };
+    if let Some(n) = response.content_length() {
+        check(n)?;
     }
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| client_error(&e, url))? {
-        if body.len() as u64 + chunk.len() as u64 > max {
-            return Err(too_large());
-        }
+        check(body.len() as u64 + chunk.len() as u64)?;
         body.extend_from_slice(&chunk);
     }
     Ok(body)

@@ -17,12 +17,15 @@ pub(super) struct Page {
 }
 
 impl Page {
-    /// `first_seen` is the event time of items without a time field.
+    /// `first_seen` is the event time of items without a time field. `items_left` is what
+    /// is left of the poll's `WATCHBRIDGE_HTTP_MAX_POLL_ITEMS`: a page with more items fails
+    /// (`over_budget`) before they become outputs.
     pub fn parse(
         body: &[u8],
         config: &HttpConfig,
         first_seen: Millis,
         url: &Url,
+        items_left: usize,
     ) -> Result<Self, PollError> {
         let doc: Value = serde_json::from_slice(body).map_err(|e| {
             PollError::transient(
@@ -41,6 +44,15 @@ impl Page {
                     config.items
                 ))
             })?;
+        if items.len() > items_left {
+            return Err(PollError::transient(
+                "over_budget",
+                format!(
+                    "{url}: the poll's pages hold more than WATCHBRIDGE_HTTP_MAX_POLL_ITEMS ({} items)",
+                    config.max_poll_items
+                ),
+            ));
+        }
         let mut outputs = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
             let key = match item.pointer(&config.item_key) {
