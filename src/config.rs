@@ -596,16 +596,41 @@ fn check_kafka_properties(prefix: &str, props: &[(String, String)]) -> Result<()
     Ok(())
 }
 
-/// librdkafka properties whose values are secrets: never logged.
-pub fn is_secret(property: &str) -> bool {
-    property.contains("password")
-        || property.contains("passphrase")
-        // `sasl.oauthbearer.config` carries client secrets inline.
-        || property.contains("oauthbearer.config")
-        || property.contains("secret")
-        || property.ends_with(".key.pem")
-        || property.contains("token")
-        || property.contains("jaas")
+/// The one rule for names whose values are secrets, never logged or shown: `KAFKA_*`
+/// librdkafka properties and the query parameters of URLs ([`crate::logging::redact_url`]).
+/// Compared in lower case with only letters and digits kept (`API-Key`, `api_key` and
+/// `api.key` are `apikey`): a name containing `password`, `passwd`, `passphrase`, `secret`,
+/// `token`, `jaas`, `credential`, `apikey`, `accesskey`, `privatekey`, `signature` or
+/// `oauthbearerconfig` (`sasl.oauthbearer.config` carries client secrets inline), ending in
+/// `keypem` (`ssl.key.pem`), or exactly `key`, `sig`, `pwd`, `pass`, `auth` or
+/// `authorization`. Header values (`WATCHBRIDGE_HTTP_HEADERS`) are secrets whatever the name.
+pub fn is_secret(name: &str) -> bool {
+    let n: String = name
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    [
+        "password",
+        "passwd",
+        "passphrase",
+        "secret",
+        "token",
+        "jaas",
+        "credential",
+        "apikey",
+        "accesskey",
+        "privatekey",
+        "signature",
+        "oauthbearerconfig",
+    ]
+    .iter()
+    .any(|s| n.contains(s))
+        || n.ends_with("keypem")
+        || matches!(
+            n.as_str(),
+            "key" | "sig" | "pwd" | "pass" | "auth" | "authorization"
+        )
 }
 
 #[cfg(test)]
@@ -748,6 +773,11 @@ mod tests {
             "KAFKA_ACKS"
         );
         assert!(!is_secret("security.protocol"));
+        assert!(is_secret("ssl.key.pem"));
+        assert!(!is_secret("ssl.key.location"));
+        assert!(!is_secret("ssl.certificate.pem"));
+        assert!(is_secret("X-Api-Key") && is_secret("access_token") && is_secret("sig"));
+        assert!(!is_secret("keyword") && !is_secret("tenant") && !is_secret("page"));
     }
 
     #[test]

@@ -572,3 +572,58 @@ async fn a_template_whose_input_picks_the_host_is_refused_at_start() {
     assert_eq!(allowed.0, 0, "{}", allowed.1);
     assert_eq!(server.requests().len(), 1, "2130706433 is 127.0.0.1");
 }
+
+/// Issue 17, item 8: a mistyped `WATCHBRIDGE_HTTP_HEADERS` line does not echo its value.
+#[test]
+fn a_mistyped_header_line_does_not_echo_its_secret() {
+    for headers in [
+        "Authorization Bearer sk-live-c0ffee: x",
+        "X-Api-Key sk-live-c0ffee",
+        "Authorization: Bearer sk-live-c0ffee\u{1}",
+    ] {
+        let (code, _, err) = watchbridge_with_env(
+            &["poll-once", "--input", "{}"],
+            &[
+                ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:9/x"),
+                ("WATCHBRIDGE_HTTP_HEADERS", headers),
+            ],
+        );
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("WATCHBRIDGE_HTTP_HEADERS"), "{err}");
+        assert!(!err.contains("c0ffee"), "{headers:?}: {err}");
+    }
+}
+
+/// Issue 17, item 8: user info and secret query parameters in WATCHBRIDGE_HTTP_URL never
+/// show: not in `--help` (which lists variables set in the environment), not in a start-up
+/// error, not in a poll error from `poll-once`.
+#[test]
+fn url_secrets_show_neither_in_help_nor_in_errors() {
+    let url = "http://ada:pw-hunter2@127.0.0.1:9/x?api_key=qs-s3cret&tenant=acme";
+    let env = [("WATCHBRIDGE_HTTP_URL", url)];
+    for args in [&["run", "--help"][..], &["poll-once", "--help"]] {
+        let (code, out, err) = watchbridge_with_env(args, &env);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("WATCHBRIDGE_HTTP_URL"), "{out}");
+        assert!(
+            !out.contains("hunter2") && !out.contains("qs-s3cret"),
+            "{args:?}: {out}"
+        );
+    }
+    let (code, _, err) = watchbridge_with_env(&["poll-once", "--input", "{}"], &env);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("127.0.0.1:9"), "{err}");
+    assert!(
+        !err.contains("hunter2") && !err.contains("qs-s3cret"),
+        "{err}"
+    );
+    // A template refused at start.
+    let bad = "http://ada:pw-hunter2@{key}:8080/x";
+    let (code, _, err) = watchbridge_with_env(
+        &["poll-once", "--input", "{}"],
+        &[("WATCHBRIDGE_HTTP_URL", bad)],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("WATCHBRIDGE_HTTP_URL"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+}

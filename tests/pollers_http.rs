@@ -1055,3 +1055,90 @@ async fn in_the_engine_each_item_is_emitted_once_and_the_watch_ends_when_final()
     drop(commands);
     task.await.unwrap();
 }
+
+/// One poll against a server whose page links `next` (the rest of the page is fine).
+async fn next_fault(next: String) -> PollError {
+    let server = TestServer::start(move |_| Reply::json(json!({"items": [], "next": next}))).await;
+    let mut c = HttpConfig::new(&server.url("/x")).unwrap();
+    c.items = "/items".into();
+    c.next = Some("/next".into());
+    let p = poller(c);
+    poll(&p, &target(&p, json!({}))).await.unwrap_err()
+}
+
+/// Issue 17, item 7: a `next` value is outside content. In a message it is one line,
+/// escaped, and bounded, so a server can neither forge a log line nor flood the log.
+#[tokio::test]
+async fn outside_content_in_a_poll_error_is_escaped_and_bounded() {
+    let forged = "http://[\n2026-12-01T00:00:00.000000Z ERROR watchbridge: forged line\r\u{2028}x";
+    let e = next_fault(forged.to_string()).await;
+    assert_eq!(e.kind, "bad_next");
+    let message = e.to_string();
+    assert!(
+        !message.contains(['\n', '\r', '\u{2028}']),
+        "a control character reached the message: {message:?}"
+    );
+    assert!(
+        message.contains(r"\n2026-12-01"),
+        "escaped, not dropped: {message}"
+    );
+    // The same error as a JSON log line: still one line.
+    let line = serde_json::to_string(&json!({"error": message})).unwrap();
+    assert!(!line.contains('\n'));
+
+    let huge = format!("http://[{}", "a".repeat(3 << 20));
+    let e = next_fault(huge).await;
+    assert_eq!(e.kind, "bad_next");
+    assert!(
+        e.message.len() < 2_000,
+        "a {} byte message",
+        e.message.len()
+    );
+    assert!(
+        e.message.contains("more bytes"),
+        "says it was cut: {}",
+        &e.message[..e.message.len().min(500)]
+    );
+    // A valid but huge next URL on another host: refused, and the message stays bounded.
+    let huge = format!("http://elsewhere.example/{}", "a".repeat(3 << 20));
+    let e = next_fault(huge).await;
+    assert_eq!(e.kind, "next_refused");
+    assert!(
+        e.message.len() < 2_000,
+        "a {} byte message",
+        e.message.len()
+    );
+}
+
+/// Issue 17, item 8: the password in the template's user info, and a query parameter named
+/// like a secret, never appear in a poll error.
+#[tokio::test]
+async fn url_secrets_never_appear_in_poll_errors() {
+    let server = TestServer::start(|_| Reply::status(500, "down")).await;
+    let url = server
+        .url("/x?tenant=acme&access_token=qs-s3cret")
+        .replace("http://", "http://ada:pw-hunter2@");
+    let p = poller(HttpConfig::new(&url).unwrap());
+    let e = poll(&p, &target(&p, json!({}))).await.unwrap_err();
+    assert_eq!(e.kind, "http_5xx");
+    let message = e.to_string();
+    assert!(!message.contains("hunter2"), "{message}");
+    assert!(!message.contains("qs-s3cret"), "{message}");
+    assert!(
+        message.contains("tenant=acme"),
+        "the rest is shown: {message}"
+    );
+    // A connection error too.
+    let closed = "http://ada:pw-hunter2@127.0.0.1:9/x?token=qs-s3cret";
+    let mut c = HttpConfig::new(closed).unwrap();
+    c.timeout = Duration::from_secs(2);
+    let p = poller(c);
+    let message = poll(&p, &target(&p, json!({})))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        !message.contains("hunter2") && !message.contains("qs-s3cret"),
+        "{message}"
+    );
+}

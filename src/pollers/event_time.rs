@@ -11,9 +11,12 @@ use time::OffsetDateTime;
 /// Read a JSON value as an event time. The error says what the value was, for the poll error.
 pub fn from_json(value: &Value) -> Result<Millis, String> {
     match value {
-        Value::Number(n) => n
-            .as_i64()
-            .ok_or_else(|| format!("{n} is not an integer number of epoch milliseconds")),
+        Value::Number(n) => n.as_i64().ok_or_else(|| {
+            format!(
+                "{} is not an integer number of epoch milliseconds",
+                truncate(&n.to_string())
+            )
+        }),
         Value::String(s) => parse_rfc3339(s),
         other => Err(format!(
             "{} is neither an RFC 3339 string nor integer epoch milliseconds",
@@ -49,13 +52,10 @@ pub fn from_system_time(t: SystemTime) -> Millis {
     }
 }
 
-/// Keep error messages short when a resource sends something huge where a time should be.
+/// A resource's value in an error message: escaped and bounded
+/// ([`crate::logging::outside`]), whatever the resource sent where a time should be.
 fn truncate(s: &str) -> String {
-    const MAX: usize = 80;
-    match s.char_indices().nth(MAX) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
-    }
+    crate::logging::outside(s).to_string()
 }
 
 #[cfg(test)]
@@ -84,8 +84,11 @@ mod tests {
             .unwrap_err()
             .contains("not an integer"));
         assert!(from_json(&json!(true)).unwrap_err().contains("neither"));
-        let long = "x".repeat(500);
-        assert!(from_json(&json!(long)).unwrap_err().len() < 300);
+        // Bounded (crate::logging::OUTSIDE_MAX) and escaped: one line, whatever was sent.
+        let long = format!("x\n{}", "x".repeat(5000));
+        let e = from_json(&json!(long)).unwrap_err();
+        assert!(e.len() < crate::logging::OUTSIDE_MAX + 200, "{e}");
+        assert!(e.contains("more bytes") && !e.contains('\n'), "{e}");
     }
 
     #[test]

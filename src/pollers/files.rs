@@ -125,9 +125,15 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// A path for a message or log line: file names are outside content (whoever writes the
+/// directory chooses them), so escaped and bounded ([`crate::logging::outside`]).
+pub(crate) fn shown_path(path: &Path) -> String {
+    crate::logging::outside(&path.to_string_lossy()).to_string()
+}
+
 /// An IO failure on `path`, as a transient poll error.
 pub(crate) fn io_error(doing: &str, path: &Path, e: &io::Error) -> PollError {
-    PollError::transient("io", format!("cannot {doing} {}: {e}", path.display()))
+    PollError::transient("io", format!("cannot {doing} {}: {e}", shown_path(path)))
 }
 
 /// The watched directory's metadata, or `None` if it does not exist (yet).
@@ -136,7 +142,7 @@ pub(crate) fn watched_dir(dir: &Path) -> Result<Option<Metadata>, PollError> {
         Ok(m) if m.is_dir() => Ok(Some(m)),
         Ok(_) => Err(PollError::transient(
             "io",
-            format!("{} is not a directory", dir.display()),
+            format!("{} is not a directory", shown_path(dir)),
         )),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io_error("read directory", dir, &e)),
@@ -339,7 +345,7 @@ impl Walk<'_> {
                 format!(
                     "the listing of {} was stopped: its poll ended (timed out, or the bridge is \
                      stopping)",
-                    self.shown_root.display()
+                    shown_path(self.shown_root)
                 ),
             ));
         }
@@ -351,7 +357,7 @@ impl Walk<'_> {
                     "more than {} directory entries under {} to look at ({}); narrow the \
                      pattern, clear out the directory or raise the limit",
                     self.limits.max_entries,
-                    self.shown_root.display(),
+                    shown_path(self.shown_root),
                     self.limits.max_entries_var
                 ),
             ));
@@ -371,7 +377,7 @@ impl Walk<'_> {
         };
         if !follow {
             tracing::debug!(
-                path = %path.display(),
+                path = %shown_path(path),
                 follow = ?self.limits.follow,
                 "symbolic link not followed"
             );
@@ -474,8 +480,8 @@ impl Walk<'_> {
                 Err(e) => {
                     if let Some(ancestor) = e.loop_ancestor() {
                         tracing::debug!(
-                            path = %e.path().unwrap_or(dir).display(),
-                            ancestor = %ancestor.display(),
+                            path = %shown_path(e.path().unwrap_or(dir)),
+                            ancestor = %shown_path(ancestor),
                             "symbolic link back to a directory being walked: not followed"
                         );
                         continue;

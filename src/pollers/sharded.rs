@@ -204,7 +204,7 @@ fn poll_blocking(
         match parsed {
             Some((index, of)) => shards.push(Shard { index, of, file }),
             None => tracing::debug!(
-                path = %file.path.display(),
+                path = %crate::pollers::files::shown_path(&file.path),
                 "matched file is not named PREFIX-SSSSS-of-NNNNN; ignored"
             ),
         }
@@ -268,15 +268,15 @@ fn assess(shards: &[Shard], first_shard: FirstShard) -> Result<Progress, PollErr
     if let Some(other) = shards.iter().find(|s| s.of != count) {
         return Err(inconsistent(format!(
             "{} is one of {count} shards but {} is one of {}",
-            first.file.path.display(),
-            other.file.path.display(),
+            crate::pollers::files::shown_path(&first.file.path),
+            crate::pollers::files::shown_path(&other.file.path),
             other.of
         )));
     }
     if count == 0 {
         return Err(inconsistent(format!(
             "{} says there are 0 shards",
-            first.file.path.display()
+            crate::pollers::files::shown_path(&first.file.path)
         )));
     }
     let base = match first_shard {
@@ -290,8 +290,8 @@ fn assess(shards: &[Shard], first_shard: FirstShard) -> Result<Progress, PollErr
                     return Err(inconsistent(format!(
                         "both shard 0 ({}) and shard {count} ({}) of {count} exist: neither \
                          0-based nor 1-based numbering fits",
-                        zero.file.path.display(),
-                        last.file.path.display()
+                        crate::pollers::files::shown_path(&zero.file.path),
+                        crate::pollers::files::shown_path(&last.file.path)
                     )))
                 }
                 (Some(_), None) => 0,
@@ -304,7 +304,7 @@ fn assess(shards: &[Shard], first_shard: FirstShard) -> Result<Progress, PollErr
         return Err(inconsistent(format!(
             "{} is shard {}, outside {base}..={end} (shards of {count} numbered from {base}; \
              see {VAR_FIRST_SHARD})",
-            out.file.path.display(),
+            crate::pollers::files::shown_path(&out.file.path),
             out.index
         )));
     }

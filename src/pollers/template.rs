@@ -44,7 +44,7 @@ pub struct Template {
 
 /// A template that cannot be parsed, with the byte offset of the problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message} at column {} of template `{text}`", position + 1)]
+#[error("{message} at column {} of template `{}`", position + 1, crate::logging::url(text))]
 pub struct TemplateError {
     pub message: String,
     pub position: usize,

@@ -12,10 +12,12 @@ use std::time::Duration;
 pub struct HttpArgs {
     /// URL template: `{/json/pointer}` is that field of the input value, `{key}` the watch
     /// key; substituted values are percent-encoded. E.g. `http://api:8080/users/{/id}/events`.
+    /// Its value is not shown here: it may hold user info or a secret query parameter.
     #[arg(
         long = "http-url",
         env = "WATCHBRIDGE_HTTP_URL",
-        value_name = "WATCHBRIDGE_HTTP_URL"
+        value_name = "WATCHBRIDGE_HTTP_URL",
+        hide_env_values = true
     )]
     pub url: Option<String>,
     /// JSON pointer to the array of items in a response (empty: the response is the array).
@@ -189,7 +191,8 @@ pub(crate) fn check_origin_placeholders(
                 return Err(ConfigError::new(
                     URL,
                     format!(
-                        "`{placeholder}` is in the scheme of `{url}`: an input must not choose it; write http:// or https://"
+                        "`{placeholder}` is in the scheme of `{}`: an input must not choose it; write http:// or https://",
+                        crate::logging::url(&url.to_string())
                     ),
                 ))
             }
@@ -197,7 +200,8 @@ pub(crate) fn check_origin_placeholders(
                 return Err(ConfigError::new(
                     URL,
                     format!(
-                        "`{placeholder}` is in the host or port of `{url}`, so an input would choose which host is contacted (any host: `0x7f000001` is 127.0.0.1); move it into the path or query, or set WATCHBRIDGE_HTTP_ALLOWED_HOSTS to the hosts an input may name"
+                        "`{placeholder}` is in the host or port of `{}`, so an input would choose which host is contacted (any host: `0x7f000001` is 127.0.0.1); move it into the path or query, or set WATCHBRIDGE_HTTP_ALLOWED_HOSTS to the hosts an input may name",
+                        crate::logging::url(&url.to_string())
                     ),
                 ))
             }
@@ -300,7 +304,10 @@ impl HttpArgs {
         if !(text.starts_with("http://") || text.starts_with("https://")) {
             return Err(ConfigError::new(
                 URL,
-                format!("`{text}` must start with http:// or https://"),
+                format!(
+                    "`{}` must start with http:// or https://",
+                    crate::logging::url(text)
+                ),
             ));
         }
         if self.max_pages == 0 {
@@ -398,10 +405,12 @@ fn parse_headers(
                 format!("line {n} is not `Name: value`"),
             ));
         };
+        // A mistyped line (`Authorization Bearer …: x`) may hold the secret before its
+        // first `:`: say where, never what.
         let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
             ConfigError::new(
                 VAR,
-                format!("line {n}: `{}` is not a header name", name.trim()),
+                format!("line {n}: the text before the first `:` is not a header name (a header name is letters, digits and `-`; the line is not shown, as it may hold a secret)"),
             )
         })?;
         let value = expand(value.trim(), env)

@@ -31,6 +31,7 @@ mod page;
 pub use config::{HttpArgs, HttpConfig};
 
 use crate::clock::Millis;
+use crate::logging::{outside, Outside};
 use crate::poll::{PollError, PollResult, Poller};
 use crate::pollers::{RenderError, Resolve};
 use config::AllowedHost;
@@ -42,6 +43,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 use url::Url;
+
+/// A URL as messages and logs show it: secrets redacted, escaped, bounded
+/// ([`crate::logging::url`]). Next pages and redirects come from the server, so a URL can be
+/// as long as a response is.
+pub(crate) fn shown(url: &Url) -> Outside<'_> {
+    crate::logging::url(url.as_str())
+}
 
 /// Redirects followed for one request before giving up.
 const MAX_REDIRECTS: usize = 10;
@@ -144,20 +152,26 @@ fn may_reach(to: &Url, from: &Url, allowed: &[AllowedHost]) -> bool {
 impl Resolve for HttpPoller {
     fn resolve(&self, value: &Value, key: &[u8]) -> Result<HttpTarget, RenderError> {
         let text = self.config.url.render(value, key)?;
-        let url = Url::parse(&text)
-            .map_err(|e| RenderError::Unusable(format!("`{text}` is not a valid URL: {e}")))?;
+        let url = Url::parse(&text).map_err(|e| {
+            RenderError::Unusable(format!(
+                "`{}` is not a valid URL: {e}",
+                crate::logging::url(&text)
+            ))
+        })?;
         let host = match (url.scheme(), url.host_str()) {
             ("http" | "https", Some(host)) if !host.is_empty() => host.to_ascii_lowercase(),
             _ => {
                 return Err(RenderError::Unusable(format!(
-                    "`{text}` is not an http(s) URL with a host"
+                    "`{}` is not an http(s) URL with a host",
+                    crate::logging::url(&text)
                 )))
             }
         };
         if let Some(allowed) = &self.config.allowed_hosts {
             if !allowed.iter().any(|h| h.matches(&url)) {
                 return Err(RenderError::Unusable(format!(
-                    "`{text}` names a host that is not in WATCHBRIDGE_HTTP_ALLOWED_HOSTS"
+                    "`{}` names a host that is not in WATCHBRIDGE_HTTP_ALLOWED_HOSTS",
+                    shown(&url)
                 )));
             }
         }
@@ -237,7 +251,11 @@ async fn poll(
                             url.join(&l).map_err(|e| {
                                 PollError::transient(
                                     "bad_next",
-                                    format!("{url}: Link rel=\"next\" `{l}` is not a URL: {e}"),
+                                    format!(
+                                        "{}: Link rel=\"next\" `{}` is not a URL: {e}",
+                                        shown(&url),
+                                        crate::logging::url(&l)
+                                    ),
                                 )
                             })
                         })
@@ -266,11 +284,11 @@ async fn poll(
         if let Some(why) = refuse_hop(&next, &url, &target.url, allowed) {
             return Err(PollError::transient(
                 "next_refused",
-                format!("{url}: the next page `{next}` is {why}"),
+                format!("{}: the next page `{}` is {why}", shown(&url), shown(&next)),
             ));
         }
         if visited.contains(&next) {
-            tracing::debug!(%url, %next, "next page already read in this poll; stopping");
+            tracing::debug!(url = %shown(&url), next = %shown(&next), "next page already read in this poll; stopping");
             break;
         }
         if visited.len() >= config.max_pages as usize {
@@ -282,7 +300,7 @@ async fn poll(
     }
     if truncated {
         // Pages not read may hold anything: promise nothing about them.
-        tracing::warn!(url = %target.url, max_pages = config.max_pages, "more pages than WATCHBRIDGE_HTTP_MAX_PAGES; the rest wait for the next poll");
+        tracing::warn!(url = %shown(&target.url), max_pages = config.max_pages, "more pages than WATCHBRIDGE_HTTP_MAX_PAGES; the rest wait for the next poll");
         result.complete = false;
         result.watermark = None;
     }
@@ -331,20 +349,26 @@ async fn send(
             return Ok(response);
         };
         let refused = |why: String| {
-            PollError::transient("redirect_refused", format!("{url} redirected to {why}"))
+            PollError::transient(
+                "redirect_refused",
+                format!("{} redirected to {why}", shown(url)),
+            )
         };
-        let to = hop
-            .join(location)
-            .map_err(|e| refused(format!("`{}`, not a URL: {e}", location.escape_debug())))?;
+        let to = hop.join(location).map_err(|e| {
+            refused(format!(
+                "`{}`, not a URL: {e}",
+                crate::logging::url(location)
+            ))
+        })?;
         if let Some(why) = refuse_hop(&to, &hop, origin, allowed) {
-            return Err(refused(format!("`{to}`, {why}")));
+            return Err(refused(format!("`{}`, {why}", shown(&to))));
         }
         credentials &= same_origin(&to, origin);
         hop = to;
     }
     Err(PollError::transient(
         "redirect_refused",
-        format!("{url}: more than {MAX_REDIRECTS} redirects"),
+        format!("{}: more than {MAX_REDIRECTS} redirects", shown(url)),
     ))
 }
 
@@ -363,7 +387,10 @@ async fn read_body(
     let too_large = || {
         PollError::transient(
             "too_large",
-            format!("{url}: response body is larger than WATCHBRIDGE_HTTP_MAX_BYTES ({max} bytes)"),
+            format!(
+                "{}: response body is larger than WATCHBRIDGE_HTTP_MAX_BYTES ({max} bytes)",
+                shown(url)
+            ),
         )
     };
     let over_budget = || {
@@ -409,8 +436,9 @@ async fn status_error(mut response: Response, url: &Url) -> PollError {
         return PollError::transient(
             "redirect_refused",
             format!(
-                "{url}: HTTP {status} to `{}` is not a redirect that is followed",
-                to.escape_debug()
+                "{}: HTTP {status} to `{}` is not a redirect that is followed",
+                shown(url),
+                crate::logging::url(&to)
             ),
         );
     }
@@ -424,7 +452,7 @@ async fn status_error(mut response: Response, url: &Url) -> PollError {
     }
     snippet.truncate(200);
     let snippet = String::from_utf8_lossy(&snippet);
-    let message = format!("{url}: HTTP {status}: {}", snippet.trim().escape_debug());
+    let message = format!("{}: HTTP {status}: {}", shown(url), outside(snippet.trim()));
     let error = match status.as_u16() {
         429 => PollError::transient("http_429", message),
         503 => PollError::transient("http_503", message),
@@ -469,11 +497,11 @@ fn client_error(e: &reqwest::Error, url: &Url) -> PollError {
     } else {
         ("request", "request failed")
     };
-    let mut message = format!("{url}: {what}");
+    let mut message = format!("{}: {what}", shown(url));
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         message.push_str(": ");
-        message.push_str(&s.to_string());
+        message.push_str(&outside(&s.to_string()).to_string());
         source = s.source();
     }
     PollError::transient(kind, message)

@@ -1,8 +1,9 @@
 //! One page of a response, read with the pointers the user configured: its items become
 //! outputs; the watermark, "complete" flag and next page come along.
 
-use super::HttpConfig;
+use super::{shown, HttpConfig};
 use crate::clock::Millis;
+use crate::logging::outside;
 use crate::poll::{Output, PollError};
 use crate::pollers::event_time;
 use serde_json::Value;
@@ -30,11 +31,11 @@ impl Page {
         let doc: Value = serde_json::from_slice(body).map_err(|e| {
             PollError::transient(
                 "malformed_json",
-                format!("{url}: response is not JSON: {e}"),
+                format!("{}: response is not JSON: {e}", shown(url)),
             )
         })?;
         let missing =
-            |what: String| PollError::transient("missing_field", format!("{url}: {what}"));
+            |what: String| PollError::transient("missing_field", format!("{}: {what}", shown(url)));
         let items = doc
             .pointer(&config.items)
             .and_then(Value::as_array)
@@ -74,7 +75,10 @@ impl Page {
                     event_time::from_json(t).map_err(|e| {
                         PollError::transient(
                             "bad_time",
-                            format!("{url}: item {i}, WATCHBRIDGE_HTTP_ITEM_TIME `{p}`: {e}"),
+                            format!(
+                                "{}: item {i}, WATCHBRIDGE_HTTP_ITEM_TIME `{p}`: {e}",
+                                shown(url)
+                            ),
                         )
                     })?
                 }
@@ -86,7 +90,7 @@ impl Page {
             Some(w) => Some(event_time::from_json(w).map_err(|e| {
                 PollError::transient(
                     "bad_time",
-                    format!("{url}: WATCHBRIDGE_HTTP_WATERMARK: {e}"),
+                    format!("{}: WATCHBRIDGE_HTTP_WATERMARK: {e}", shown(url)),
                 )
             })?),
         };
@@ -96,7 +100,11 @@ impl Page {
             Some(other) => {
                 return Err(PollError::transient(
                     "missing_field",
-                    format!("{url}: WATCHBRIDGE_HTTP_COMPLETE is {other}, not true or false"),
+                    format!(
+                        "{}: WATCHBRIDGE_HTTP_COMPLETE is {}, not true or false",
+                        shown(url),
+                        outside(&other.to_string())
+                    ),
                 ))
             }
         };
@@ -128,7 +136,11 @@ fn next_page(value: &Value, url: &Url, cursor_param: &str) -> Result<Option<Url>
                 return url.join(s).map(Some).map_err(|e| {
                     PollError::transient(
                         "bad_next",
-                        format!("{url}: WATCHBRIDGE_HTTP_NEXT `{s}` is not a URL: {e}"),
+                        format!(
+                            "{}: WATCHBRIDGE_HTTP_NEXT `{}` is not a URL: {e}",
+                            shown(url),
+                            crate::logging::url(s)
+                        ),
                     )
                 });
             }
@@ -138,7 +150,11 @@ fn next_page(value: &Value, url: &Url, cursor_param: &str) -> Result<Option<Url>
         other => {
             return Err(PollError::transient(
                 "bad_next",
-                format!("{url}: WATCHBRIDGE_HTTP_NEXT is {other}, not a URL or cursor"),
+                format!(
+                    "{}: WATCHBRIDGE_HTTP_NEXT is {}, not a URL or cursor",
+                    shown(url),
+                    outside(&other.to_string())
+                ),
             ))
         }
     };
