@@ -141,6 +141,38 @@ fn chrono_now_ms() -> i64 {
         .as_millis() as i64
 }
 
+/// An empty `id` would fill `/users/{/id}/events` as `/users//events`, another resource: the
+/// input goes to the dead-letter topic at once (`unresolvable`, saying the value is empty),
+/// is never polled, and the next input is watched.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_path_value_is_dead_lettered_not_polled() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("dlq-empty", 1).await;
+    let mut bridge = Bridge::start(&s.env(&server));
+    let b = broker();
+    b.produce(&s.input, Some(0), Some(b"k1"), br#"{"id": ""}"#, &[])
+        .await;
+    produce_user(&s.input, 7).await;
+    let dead = b.consume(&s.dlq, 1, Duration::from_secs(30)).await;
+    assert_eq!(dead.len(), 1, "{}", bridge.log());
+    assert_eq!(
+        header(&dead[0], "watchbridge-error-kind").unwrap(),
+        "unresolvable"
+    );
+    let reason = header(&dead[0], "watchbridge-error").unwrap();
+    assert!(
+        reason.contains("`{/id}`") && reason.contains("empty"),
+        "{reason}"
+    );
+    let outputs = wait_for_outputs(&s.output, 2, Duration::from_secs(60)).await;
+    assert!(outputs.iter().all(|m| key(m) == "user-7"));
+    assert!(
+        server.requests().iter().all(|r| !r.target.contains("//")),
+        "the empty id was never polled"
+    );
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_inputs_go_to_the_dead_letter_topic_and_the_bridge_goes_on() {
     let server = TestServer::start(finished_feeds).await;

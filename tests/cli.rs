@@ -627,3 +627,36 @@ fn url_secrets_show_neither_in_help_nor_in_errors() {
     assert!(err.contains("WATCHBRIDGE_HTTP_URL"), "{err}");
     assert!(!err.contains("hunter2"), "{err}");
 }
+
+/// A URL template that cannot become a URL whatever the input (no host, a space in the
+/// host, a port that is not a number) is refused at start, naming the setting, rather than
+/// dead-lettering every input.
+#[test]
+fn a_url_template_that_cannot_become_a_url_is_refused_at_start() {
+    let limit = std::time::Duration::from_secs(20);
+    for template in [
+        "http://",
+        "https:///users/{/id}",
+        "http://?q={/id}",
+        "http://my host/users/{/id}",
+        "http://host:notaport/users/{/id}",
+        "http://host:99999/{/id}",
+    ] {
+        let env = [
+            ("WATCHBRIDGE_HTTP_URL", template),
+            ("WATCHBRIDGE_INPUT_TOPIC", "users"),
+            ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
+            ("WATCHBRIDGE_METRICS_ADDR", "off"),
+        ];
+        let (code, err) = watchbridge_within(limit, &["run"], &env);
+        assert_eq!(code, 2, "run {template:?}: {err}");
+        assert!(
+            err.contains("WATCHBRIDGE_HTTP_URL") && err.contains("not a valid URL"),
+            "run {template:?}: {err}"
+        );
+        let (code, _, err) =
+            watchbridge_with_env(&["poll-once", "--input", r#"{"id": 1}"#], &env[..1]);
+        assert_eq!(code, 2, "poll-once {template:?}: {err}");
+        assert!(err.contains("WATCHBRIDGE_HTTP_URL"), "{template:?}: {err}");
+    }
+}

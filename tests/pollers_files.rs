@@ -249,6 +249,45 @@ fn substituted_values_must_be_one_segment() {
     assert!(e.to_string().contains("/tenant"), "{e}");
 }
 
+/// A value too long for a file name (NAME_MAX, 255 bytes), or one that makes the watched
+/// directory longer than a path may be (PATH_MAX, 4096 bytes), is the input's fault: it is
+/// refused when the watch is resolved (the input is dead-lettered), not retried as an IO
+/// error at every poll.
+#[tokio::test]
+async fn values_too_long_for_a_path_are_refused_not_retried() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = s(&root(&tmp));
+    let glob = glob_poller(&format!("{dir}/{{/tenant}}/*.csv"), false, None);
+    let sharded = sharded_poller(&format!("{dir}/{{/tenant}}/part-*-of-*"), "auto");
+    let suffixed = glob_poller(&format!("{dir}/{{/tenant}}-logs/*.csv"), false, None);
+    let long = json!({ "tenant": "a".repeat(256) });
+    for e in [
+        glob.resolve(&long, b"k").unwrap_err(),
+        sharded.resolve(&long, b"k").unwrap_err(),
+    ] {
+        assert!(e.to_string().contains("longer than 255 bytes"), "{e}");
+    }
+    // 251 bytes and `-logs`: a 256-byte directory name.
+    let e = suffixed
+        .resolve(&json!({ "tenant": "a".repeat(251) }), b"k")
+        .unwrap_err();
+    assert!(e.to_string().contains("longer than 255 bytes"), "{e}");
+    // Twenty 250-byte segments: each a valid name, the path too long.
+    let deep = glob_poller(
+        &format!("{dir}/{}*.csv", "{/tenant}/".repeat(20)),
+        false,
+        None,
+    );
+    let e = deep
+        .resolve(&json!({ "tenant": "a".repeat(250) }), b"k")
+        .unwrap_err();
+    assert!(e.to_string().contains("longer than 4095 bytes"), "{e}");
+    // At the limits, a watch polls (an empty, open set).
+    let ok = json!({ "tenant": "a".repeat(255) });
+    let result = poll(&glob, &ok).await.unwrap();
+    assert!(result.outputs.is_empty() && !result.complete);
+}
+
 #[tokio::test]
 async fn metacharacters_in_values_match_only_themselves() {
     let tmp = tempfile::tempdir().unwrap();

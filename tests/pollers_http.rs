@@ -779,6 +779,27 @@ async fn dot_segments_are_refused_because_urls_read_them_as_directory_steps() {
     assert!(p.resolve(&json!({"id": "..."}), b"k").is_ok());
 }
 
+/// An empty value in the path would poll another resource (`/users/` is the collection):
+/// the input is refused with the reason, so it goes to the dead-letter topic. In the query
+/// an empty value is just empty.
+#[tokio::test]
+async fn an_empty_path_value_is_refused_and_integers_stay_exact() {
+    let p = poller(HttpConfig::new("http://127.0.0.1:1/users/{/id}?tenant={/t}").unwrap());
+    let e = p.resolve(&json!({"id": "", "t": "a"}), b"k").unwrap_err();
+    assert!(
+        e.to_string().contains("`{/id}`") && e.to_string().contains("empty"),
+        "{e}"
+    );
+    let t = p.resolve(&json!({"id": "1", "t": ""}), b"k").unwrap();
+    assert_eq!(t.url().as_str(), "http://127.0.0.1:1/users/1?tenant=");
+    let big: Value = serde_json::from_str(r#"{"id": 12345678901234567890123, "t": 1}"#).unwrap();
+    let t = p.resolve(&big, b"k").unwrap();
+    assert_eq!(
+        t.url().as_str(),
+        "http://127.0.0.1:1/users/12345678901234567890123?tenant=1"
+    );
+}
+
 fn percent_decode(s: &str) -> String {
     percent_encoding::percent_decode_str(s)
         .decode_utf8()

@@ -3,7 +3,7 @@
 //! async runtime, and describing each file as an output value.
 
 use super::event_time::{format_rfc3339, from_system_time};
-use super::template::{RenderError, Template, TemplateError};
+use super::template::{RenderError, Template, TemplateError, NAME_MAX, PATH_MAX};
 use super::ConfigError;
 use crate::clock::Millis;
 use crate::poll::PollError;
@@ -91,10 +91,32 @@ pub(crate) fn resolve(
     key: &[u8],
 ) -> Result<GlobTarget, RenderError> {
     let (pattern, dir) = template.render_glob_dir(value, key)?;
+    check_path_lengths(&dir)?;
     Ok(GlobTarget {
         pattern,
         dir: PathBuf::from(dir),
     })
+}
+
+/// The watched directory must be a path the kernel takes: every segment at most
+/// [`NAME_MAX`] bytes, the whole under [`PATH_MAX`]. A longer one can only come from the
+/// input (the template's own text is checked at start with short values), so it is refused
+/// here and the input dead-lettered, rather than failing every poll with `ENAMETOOLONG`.
+fn check_path_lengths(dir: &str) -> Result<(), RenderError> {
+    if let Some(segment) = dir.split('/').find(|s| s.len() > NAME_MAX) {
+        return Err(RenderError::Unusable(format!(
+            "the watched directory has a segment longer than {NAME_MAX} bytes, the longest file name (NAME_MAX): `{}…`",
+            segment.chars().take(40).collect::<String>()
+        )));
+    }
+    if dir.len() >= PATH_MAX {
+        return Err(RenderError::Unusable(format!(
+            "the watched directory is longer than {} bytes, the longest path (PATH_MAX): `{}…`",
+            PATH_MAX - 1,
+            dir.chars().take(40).collect::<String>()
+        )));
+    }
+    Ok(())
 }
 
 /// Run filesystem work on tokio's blocking pool. A panic there is a failed poll, not a crash.
@@ -131,9 +153,15 @@ pub(crate) fn shown_path(path: &Path) -> String {
     crate::logging::outside(&path.to_string_lossy()).to_string()
 }
 
-/// An IO failure on `path`, as a transient poll error.
+/// An IO failure on `path`, as a transient poll error; a name or path too long
+/// (`ENAMETOOLONG`) is permanent, since retrying the same name cannot help.
 pub(crate) fn io_error(doing: &str, path: &Path, e: &io::Error) -> PollError {
-    PollError::transient("io", format!("cannot {doing} {}: {e}", shown_path(path)))
+    let message = format!("cannot {doing} {}: {e}", shown_path(path));
+    if e.kind() == io::ErrorKind::InvalidFilename {
+        PollError::permanent("name_too_long", message)
+    } else {
+        PollError::transient("io", message)
+    }
 }
 
 /// The watched directory's metadata, or `None` if it does not exist (yet).

@@ -19,6 +19,11 @@ const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
+/// The longest file name (one path segment) Linux file systems take, in bytes (`NAME_MAX`).
+pub const NAME_MAX: usize = 255;
+/// The longest path the kernel takes, in bytes, its terminating NUL included (`PATH_MAX`).
+pub const PATH_MAX: usize = 4096;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Part {
     Literal(String),
@@ -185,9 +190,19 @@ impl Template {
     /// Fill a URL template: every substituted value is percent-encoded as one component.
     ///
     /// A value that is exactly `.` or `..` is refused: URL parsers read such a path segment
-    /// as a directory step (and `%2e%2e` too, so encoding cannot help).
+    /// as a directory step (and `%2e%2e` too, so encoding cannot help). An empty value is
+    /// refused before the query (`?`) or fragment (`#`): `/users/{/id}` with an empty id
+    /// would name `/users/`, another resource (the collection); in the query or fragment it
+    /// is just an empty value.
     pub fn render(&self, input: &Value, key: &[u8]) -> Result<String, RenderError> {
         self.render_with(input, key, push_literal, |placeholder, value, out| {
+            // Values are percent-encoded, so a `?` or `#` written so far is the template's.
+            if value.is_empty() && !out.contains(['?', '#']) {
+                return Err(RenderError::NotOneSegment {
+                    placeholder: placeholder.to_string(),
+                    reason: "it is empty, and an empty path value would name another resource (`/users/{/id}` would poll `/users/`)",
+                });
+            }
             if value == "." || value == ".." {
                 return Err(RenderError::NotOneSegment {
                     placeholder: placeholder.to_string(),
@@ -201,7 +216,8 @@ impl Template {
 
     /// Fill a glob pattern template: every substituted value must be one literal path
     /// segment. A value containing `/`, `..` or NUL, or one that is empty or `.`, is refused
-    /// (it could name another directory); glob metacharacters in it are escaped so they
+    /// (it could name another directory), and so is one longer than a file name may be
+    /// ([`NAME_MAX`]: no file could match it); glob metacharacters in it are escaped so they
     /// match only themselves.
     pub fn render_glob(&self, input: &Value, key: &[u8]) -> Result<String, RenderError> {
         self.render_with(input, key, push_literal, |placeholder, value, out| {
@@ -215,6 +231,8 @@ impl Template {
                 Some("it contains `..`")
             } else if value.contains('\0') {
                 Some("it contains NUL")
+            } else if value.len() > NAME_MAX {
+                Some("it is longer than 255 bytes, the longest file name (NAME_MAX)")
             } else {
                 None
             };
@@ -515,6 +533,61 @@ mod tests {
         assert!(t("/data/{/tenant}/*")
             .render_glob_dir(&json!({"tenant": "../x"}), b"k")
             .is_err());
+    }
+
+    #[test]
+    fn an_empty_value_in_a_url_path_is_refused() {
+        // `/users/{/id}` with an empty id would poll `/users/`, the collection.
+        for tpl in [
+            "http://h/users/{/id}",
+            "http://h/users/{/id}/events",
+            "http://h/users/x{/id}",
+        ] {
+            let e = t(tpl).render(&json!({"id": ""}), b"k").unwrap_err();
+            assert!(e.to_string().contains("`{/id}`"), "{tpl}: {e}");
+            assert!(e.to_string().contains("empty"), "{tpl}: {e}");
+        }
+        let e = t("http://h/users/{key}")
+            .render(&json!({}), b"")
+            .unwrap_err();
+        assert!(e.to_string().contains("`{key}`"), "{e}");
+        // In the query or the fragment an empty value is just an empty value.
+        assert_eq!(
+            t("http://h/u?tenant={/t}#{/f}")
+                .render(&json!({"t": "", "f": ""}), b"k")
+                .unwrap(),
+            "http://h/u?tenant=#"
+        );
+    }
+
+    #[test]
+    fn integers_are_substituted_exactly() {
+        let input: Value = serde_json::from_str(
+            r#"{"id": 12345678901234567890123, "neg": -98765432109876543210, "x": 1.50}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            t("http://h/u/{/id}/{/neg}/{/x}")
+                .render(&input, b"k")
+                .unwrap(),
+            "http://h/u/12345678901234567890123/-98765432109876543210/1.50"
+        );
+        assert_eq!(
+            t("/d/{/id}/*").render_glob(&input, b"k").unwrap(),
+            "/d/12345678901234567890123/*"
+        );
+    }
+
+    #[test]
+    fn glob_values_longer_than_a_file_name_are_refused() {
+        let tpl = t("/data/{/tenant}/*.csv");
+        let ok = "a".repeat(NAME_MAX);
+        assert!(tpl.render_glob(&json!({ "tenant": ok }), b"k").is_ok());
+        let long = "a".repeat(NAME_MAX + 1);
+        let e = tpl
+            .render_glob(&json!({ "tenant": long }), b"k")
+            .unwrap_err();
+        assert!(e.to_string().contains("longer than 255 bytes"), "{e}");
     }
 
     #[test]

@@ -211,6 +211,33 @@ pub(crate) fn check_origin_placeholders(
     Ok(())
 }
 
+/// The template must become a URL whatever the input: with every placeholder filled by a
+/// sample value (`1`, which fits a path, a query, a host label and a port) it must parse as
+/// an http(s) URL, and its own text must name a host (`https:///x` would otherwise read `x`
+/// as the host). Without this, `http://`, a space in the host or `http://h:notaport/` pass
+/// the start and dead-letter every input.
+pub(crate) fn check_url_shape(text: &str, url: &Template) -> Result<(), ConfigError> {
+    const URL: &str = "WATCHBRIDGE_HTTP_URL";
+    let invalid = |why: String| {
+        ConfigError::new(
+            URL,
+            format!("`{text}` is not a valid URL, whatever the input: {why}"),
+        )
+    };
+    let after_scheme = text.split_once("://").map_or("", |(_, rest)| rest);
+    if after_scheme.is_empty() || after_scheme.starts_with(['/', '?', '#', '\\']) {
+        return Err(invalid("it names no host".into()));
+    }
+    let sample = url.with_placeholders_as("1");
+    match url::Url::parse(&sample) {
+        Ok(u) if u.host_str().is_some_and(|h| !h.is_empty()) => Ok(()),
+        Ok(_) => Err(invalid("it names no host".into())),
+        Err(e) => Err(invalid(format!(
+            "{e} (with each placeholder filled by `1`: `{sample}`)"
+        ))),
+    }
+}
+
 /// With `WATCHBRIDGE_HTTP_ALLOWED_HOSTS` set, a watch's URL must name one of its hosts: when
 /// the template's host and port are its own text, check that at start rather than
 /// dead-letter every input (a port-less entry means the default port, not any port).
@@ -310,6 +337,7 @@ impl HttpArgs {
                 ),
             ));
         }
+        check_url_shape(text, &url)?;
         if self.max_pages == 0 {
             return Err(ConfigError::new(
                 "WATCHBRIDGE_HTTP_MAX_PAGES",

@@ -180,6 +180,40 @@ mod tests {
         Url::parse("http://h/items?tenant=a&cursor=old").unwrap()
     }
 
+    /// An item key is the text of a JSON string, or the JSON text of any other value as the
+    /// response wrote it: `1` and `"1"` are one output on purpose; big integers stay exact.
+    #[test]
+    fn item_keys_are_string_text_or_exact_json_text() {
+        let mut config = HttpConfig::new("http://h/").unwrap();
+        config.item_key = "/id".into();
+        let body = br#"[{"id": 1}, {"id": "1"}, {"id": 1.0}, {"id": true}, {"id": "true"},
+            {"id": 12345678901234567890123}, {"id": 12345678901234567890124}, {"id": [1, "a"]}]"#;
+        let page = Page::parse(body, &config, 0, &url()).unwrap();
+        let keys: Vec<_> = page
+            .outputs
+            .iter()
+            .map(|o| String::from_utf8(o.key.to_vec()).unwrap())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "1",
+                "1",
+                "1.0",
+                "true",
+                "true",
+                "12345678901234567890123",
+                "12345678901234567890124",
+                r#"[1,"a"]"#
+            ]
+        );
+        // The output value keeps the number as written too.
+        assert_eq!(
+            &page.outputs[5].value[..],
+            br#"{"id":12345678901234567890123}"#
+        );
+    }
+
     #[test]
     fn next_is_a_url_or_a_cursor() {
         let n = |v: Value| {
