@@ -188,7 +188,7 @@ mod tests {
         config.item_key = "/id".into();
         let body = br#"[{"id": 1}, {"id": "1"}, {"id": 1.0}, {"id": true}, {"id": "true"},
             {"id": 12345678901234567890123}, {"id": 12345678901234567890124}, {"id": [1, "a"]}]"#;
-        let page = Page::parse(body, &config, 0, &url()).unwrap();
+        let page = Page::parse(body, &config, 0, &url(), usize::MAX).unwrap();
         let keys: Vec<_> = page
             .outputs
             .iter()
