@@ -236,47 +236,56 @@ impl<P: Resolve> Partitions<P> {
             assigned.is_empty()
         };
         for (partition, position, bounds) in restart {
-            if consumer.assignment_lost() {
-                // The group gave our partitions away (this instance stalled past the
-                // session timeout): starting this one again would fence its new owner.
-                tracing::warn!(
-                    partition,
-                    "not restarting the partition: the assignment was lost"
-                );
-                if bounds.is_some() {
-                    self.note_incomplete(partition);
-                }
-                continue;
+            if !self.restart(consumer, partition, position, bounds) && bounds.is_some() {
+                // A bounded run's partition left unfinished.
+                self.note_incomplete(partition);
             }
-            let Some(start) = position.or_else(|| self.committed(consumer, partition)) else {
-                tracing::error!(partition, "cannot read the partition's committed offset; it is left until the group assigns it again");
-                if bounds.is_some() {
-                    self.note_incomplete(partition);
-                }
-                continue;
-            };
-            let topic = &self.shared.input_topic;
-            if let Err(e) = consumer.seek(
-                topic,
-                partition,
-                Offset::Offset(start),
-                Duration::from_secs(10),
-            ) {
-                tracing::error!(partition, error = %e, "cannot read the partition again from its last commit; it is left until the group assigns it again");
-                if bounds.is_some() {
-                    self.note_incomplete(partition);
-                }
-                continue;
-            }
-            let _ = consumer.resume(&self.one(partition));
-            tracing::info!(
-                partition,
-                offset = start,
-                "restarting the partition from its durable state and last committed input"
-            );
-            self.assign(partition, bounds.map(|b| Bounds { start, end: b.end }));
         }
         none_left && self.assigned.lock().map_or(true, |a| a.is_empty())
+    }
+
+    /// Read `partition` again from its last committed position (`position`, else the
+    /// group's) with a new task. Returns whether it did: not once the assignment is lost,
+    /// nor when the position cannot be read or sought to (the partition is then left until
+    /// the group assigns it again).
+    fn restart(
+        &self,
+        consumer: &BaseConsumer<BridgeContext<P>>,
+        partition: i32,
+        position: Option<i64>,
+        bounds: Option<Bounds>,
+    ) -> bool {
+        if consumer.assignment_lost() {
+            // The group gave our partitions away (this instance stalled past the session
+            // timeout): starting this one again would fence its new owner.
+            tracing::warn!(
+                partition,
+                "not restarting the partition: the assignment was lost"
+            );
+            return false;
+        }
+        let Some(start) = position.or_else(|| self.committed(consumer, partition)) else {
+            tracing::error!(partition, "cannot read the partition's committed offset; it is left until the group assigns it again");
+            return false;
+        };
+        let topic = &self.shared.input_topic;
+        if let Err(e) = consumer.seek(
+            topic,
+            partition,
+            Offset::Offset(start),
+            Duration::from_secs(10),
+        ) {
+            tracing::error!(partition, error = %e, "cannot read the partition again from its last commit; it is left until the group assigns it again");
+            return false;
+        }
+        let _ = consumer.resume(&self.one(partition));
+        tracing::info!(
+            partition,
+            offset = start,
+            "restarting the partition from its durable state and last committed input"
+        );
+        self.assign(partition, bounds.map(|b| Bounds { start, end: b.end }));
+        true
     }
 
     /// The group's committed offset of `partition` (the start when nothing is committed).
