@@ -42,6 +42,7 @@ use crate::ops_server::OpsServer;
 use crate::pollers::builtin::UsePoller;
 use crate::pollers::Resolve;
 use crate::readiness::Readiness;
+use crate::watermark::WatermarkTopic;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::Producer;
 use rdkafka::{ClientConfig, TopicPartitionList};
@@ -212,7 +213,7 @@ pub async fn run_bridge<P: Resolve>(
         })
         .map_err(|e| BridgeError::Start(format!("cannot create the producer: {e}")))?;
     let clock = Clock::system();
-    let latest_watermarks = Arc::new(Mutex::new(HashMap::new()));
+    let watermark_read_back = WatermarkTopic::shared(&config.input_topic, layout.input_partitions);
     let watermarks_read = Arc::new(AtomicI64::new(0));
     let shared = Arc::new(Shared {
         poller,
@@ -241,7 +242,7 @@ pub async fn run_bridge<P: Resolve>(
             idle_timeout: config.idle_timeout,
             topic: config.watermark_topic.as_str().into(),
             output_partitions: layout.output_partitions,
-            latest: latest_watermarks.clone(),
+            read_back: watermark_read_back.clone(),
             read_upto: watermarks_read.clone(),
         },
         state: StateSettings {
@@ -290,14 +291,13 @@ pub async fn run_bridge<P: Resolve>(
             kafka: kafka.clone(),
             producer: producer.clone(),
             input_topic: config.input_topic.as_str().into(),
-            input_partitions: layout.input_partitions,
             watermark_topic: config.watermark_topic.as_str().into(),
             interval: config.watermark_interval,
             owns_first: partitions.owns_first.clone(),
             publishes: !bounded,
             metrics: metrics.clone(),
             clock,
-            latest: latest_watermarks,
+            read_back: watermark_read_back,
             read_upto: watermarks_read,
         };
         let stop_merged = stop_merged.clone();

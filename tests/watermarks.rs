@@ -787,14 +787,13 @@ async fn the_watermark_reader_reaches_an_end_that_is_a_transaction_marker() {
             })
             .unwrap(),
         input_topic: "in".into(),
-        input_partitions: 1,
         watermark_topic: topic.as_str().into(),
         interval: Duration::from_millis(100),
         owns_first: Arc::new(AtomicBool::new(false)),
         publishes: true,
         metrics,
         clock: watchbridge::clock::Clock::system(),
-        latest: Default::default(),
+        read_back: watchbridge::watermark::WatermarkTopic::shared("in", 1),
         read_upto: read_upto.clone(),
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -19,7 +19,7 @@ use crate::kafka::health::KafkaContext;
 use crate::kafka::records::OutRecord;
 use crate::kafka::stats::BridgeProducer;
 use crate::metrics::Metrics;
-use crate::watermark::{PartitionState, WatermarkMessage, WatermarkTopic, END_OF_TIME};
+use crate::watermark::{SharedWatermarkTopic, WatermarkMessage, WatermarkTopic, END_OF_TIME};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
@@ -33,7 +33,6 @@ pub struct MergedPublisher {
     pub kafka: KafkaContext,
     pub producer: BridgeProducer,
     pub input_topic: Arc<str>,
-    pub input_partitions: i32,
     pub watermark_topic: Arc<str>,
     pub interval: Duration,
     pub owns_first: Arc<AtomicBool>,
@@ -43,9 +42,9 @@ pub struct MergedPublisher {
     pub publishes: bool,
     pub metrics: Arc<Metrics>,
     pub clock: Clock,
-    /// Shared with the partition tasks: the state of each partition on the topic (the
-    /// floor of a partition taken over).
-    pub latest: Arc<std::sync::Mutex<std::collections::HashMap<i32, PartitionState>>>,
+    /// What the topic's records say, applied here as they are read; shared with the
+    /// partition tasks (the floor of a partition taken over).
+    pub read_back: SharedWatermarkTopic,
     /// The offset after the last watermark record read (or the end the reader reached,
     /// past transaction markers and aborted records): a partition task taking a partition
     /// over waits until this passes the topic's end at its recovery, so that its floor is
@@ -96,7 +95,6 @@ impl MergedPublisher {
             tracing::error!(error = %e, "cannot read the watermark topic; no merged watermark");
             return;
         }
-        let mut topic = WatermarkTopic::new(&self.input_topic, self.input_partitions);
         let mut reading = Reading::Replaying;
         // While this instance owns input partition 0 (it writes the `merged` records): from
         // which offset of the watermark topic on it may, i.e. once it has read every record
@@ -113,7 +111,7 @@ impl MergedPublisher {
                     Ok(m) => {
                         self.read_upto.fetch_max(m.offset() + 1, Ordering::SeqCst);
                         match WatermarkMessage::parse(m.payload().unwrap_or_default()) {
-                            Ok(message) => self.take_in(&mut topic, &message),
+                            Ok(message) => self.topic_state().apply(&message),
                             Err(e) => tracing::warn!(offset = m.offset(), error = %e, "skipping a record on the watermark topic"),
                         }
                     }
@@ -130,7 +128,7 @@ impl MergedPublisher {
                     if !self.publishes || reading == Reading::Replaying {
                         continue;
                     }
-                    let current = topic.merged();
+                    let current = self.topic_state().merged();
                     // `Millis::MIN`: only partitions that never had a watermark; nothing to say.
                     if current.is_none_or(|c| c == crate::clock::Millis::MIN) {
                         continue;
@@ -158,17 +156,9 @@ impl MergedPublisher {
         }
     }
 
-    /// One record read back from the topic.
-    fn take_in(&self, topic: &mut WatermarkTopic, message: &WatermarkMessage) {
-        topic.apply(message);
-        if let WatermarkMessage::Partition { partition, .. } = message {
-            if let Ok(mut latest) = self.latest.lock() {
-                match topic.partition(*partition) {
-                    Some(state) => latest.insert(*partition, state),
-                    None => latest.remove(partition),
-                };
-            }
-        }
+    /// The topic's state, locked for one short step (never across an await).
+    fn topic_state(&self) -> std::sync::MutexGuard<'_, WatermarkTopic> {
+        self.read_back.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether this instance writes the `merged` record now: it owns input partition 0 and

@@ -29,4 +29,4 @@ pub use merged::MergedWatermark;
 pub use message::WatermarkMessage;
 pub use partition::{PartitionWatermark, Update};
 pub use strategy::WatermarkStrategy;
-pub use topic::{PartitionState, WatermarkTopic, END_OF_TIME};
+pub use topic::{PartitionState, SharedWatermarkTopic, WatermarkTopic, END_OF_TIME};

@@ -24,6 +24,10 @@ use super::message::WatermarkMessage;
 use crate::clock::Millis;
 use std::collections::BTreeMap;
 
+/// One [`WatermarkTopic`] shared by the topic's reader, which applies what it reads, and the
+/// partition tasks, which take their floors from it.
+pub type SharedWatermarkTopic = std::sync::Arc<std::sync::Mutex<WatermarkTopic>>;
+
 /// The watermark value that ends a run: every watch of it ended.
 pub const END_OF_TIME: Millis = Millis::MAX;
 
@@ -99,6 +103,14 @@ impl WatermarkTopic {
     /// The merged watermark (`None`: none yet in this run).
     pub fn merged(&self) -> Option<Millis> {
         self.merged.current()
+    }
+
+    /// [`new`](Self::new), to share between the topic's reader and the partition tasks.
+    pub fn shared(input_topic: &str, input_partitions: i32) -> SharedWatermarkTopic {
+        std::sync::Arc::new(std::sync::Mutex::new(Self::new(
+            input_topic,
+            input_partitions,
+        )))
     }
 
     /// The partition's state as last published in this run (`None`: nothing yet).

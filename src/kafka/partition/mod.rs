@@ -125,7 +125,7 @@ pub struct WatermarkSettings {
     /// whoever published it (kept by the watermark topic's reader): a partition taken over
     /// from another instance (or from an earlier run) continues from there instead of
     /// starting lower, and a bounded run flags outputs below it late.
-    pub latest: Arc<Mutex<HashMap<i32, PartitionState>>>,
+    pub read_back: crate::watermark::SharedWatermarkTopic,
     /// How far the watermark topic's reader has read it.
     pub read_upto: Arc<std::sync::atomic::AtomicI64>,
 }

@@ -39,8 +39,8 @@ impl<P: Resolve> PartitionTask<P> {
 
     /// The partition's state on the watermark topic in the current run, as read back.
     fn state_on_topic(&self) -> Option<PartitionState> {
-        let latest = self.shared.watermarks.latest.lock().ok()?;
-        latest.get(&self.partition).copied()
+        let topic = self.shared.watermarks.read_back.lock().ok()?;
+        topic.partition(self.partition)
     }
 
     /// One watermark message on the watermark topic, and a copy in every output partition.
