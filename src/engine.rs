@@ -3,10 +3,11 @@
 //!
 //! It is one task that alone owns its [`WatchTable`] — no locks on watch state. Inputs come
 //! in as [`Command`]s; new outputs, terminations and hold changes go out as [`Event`]s on a
-//! bounded channel (a change of the minimum hold as [`Event::Hold`], after the events of the
-//! change it follows: a watermark computed from the holds the runtime has taken in never
-//! passes an output it has not taken in yet, as Beam holds the watermark at pending outputs), so a slow consumer of events (a full producer queue) stops the engine
-//! from dispatching more polls instead of buffering without bound. Polls run as their own
+//! bounded channel, in order (a change of the minimum hold is an [`Event::Hold`] in that
+//! order too, so a watermark computed from the holds the runtime has taken in never passes
+//! an output it has not taken in yet, as Beam holds the watermark at pending outputs). So a
+//! slow consumer of events (a full producer queue) stops the engine from dispatching more
+//! polls instead of buffering without bound. Polls run as their own
 //! tokio tasks (so a slow or CPU-heavy poller uses the other cores and a panicking one
 //! fails its poll, not the engine), each under the global in-flight limit, the per-host
 //! rate limit and the poll timeout.
