@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use support::engine::run_one_watch;
 use support::http_server::{Body, Reply, Seen, TestServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -132,11 +133,6 @@ struct Run {
 /// doubling to 200 ms, no limit, `Retry-After` capped at 200 ms) and `total(run_for)`;
 /// then the checks every hostile behaviour must pass.
 async fn run(config: HttpConfig, key: &str, served: Served, run_for: &str) -> Run {
-    use tokio::sync::mpsc;
-    use watchbridge::clock::Clock;
-    use watchbridge::engine::{Command, Engine, EngineConfig, Event};
-    use watchbridge::limits::Limits;
-    use watchbridge::metrics::Metrics;
     use watchbridge::schedule::{Retry, Schedule};
     use watchbridge::watch::WatchRules;
 
@@ -162,47 +158,12 @@ async fn run(config: HttpConfig, key: &str, served: Served, run_for: &str) -> Ru
             ..Schedule::default()
         },
     };
-    let engine = Engine::new(
-        poller,
-        EngineConfig {
-            rules,
-            poll_timeout: TIMEOUT,
-            seed: Some(1),
-            checkpoints: false,
-            remember_ended: false,
-        },
-        Limits::new(16, None),
-        Clock::system(),
-        Arc::new(Metrics::new()),
-    );
-    let (commands, rx) = mpsc::channel(8);
-    let (tx, mut events) = mpsc::channel(64);
-    let task = tokio::spawn(engine.run(rx, tx));
-    commands
-        .send(Command::Watch {
-            key: key.to_string().into(),
-            input,
-            input_time: 0,
-        })
+    let outputs = run_one_watch(poller, input, key, rules, TIMEOUT, "a hostile server")
         .await
-        .unwrap();
-    let mut outputs = Vec::new();
-    loop {
-        let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
-            .await
-            .expect("the watch did not end within 10 s")
-            .expect("the engine ended");
-        match event {
-            Event::Outputs { outputs: o, .. } => outputs.extend(
-                o.iter()
-                    .map(|o| String::from_utf8_lossy(&o.value).into_owned()),
-            ),
-            Event::Terminated { .. } => break,
-            _ => {}
-        }
-    }
-    drop(commands);
-    task.await.expect("the engine panicked");
+        .outputs
+        .iter()
+        .map(|o| String::from_utf8_lossy(&o.value).into_owned())
+        .collect();
     let polls = polls.lock().unwrap().clone();
     assert!(!polls.is_empty(), "no poll ran");
     for p in &polls {

@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use support::engine::run_one_watch;
 use support::http_server::{Body, Reply, TestServer};
 use watchbridge::poll::{PollError, PollResult, Poller};
 use watchbridge::pollers::http::config::{HttpArgs, Redacted};
@@ -386,11 +387,6 @@ async fn after_a_429(
     termination: &str,
     retry_max: Duration,
 ) -> (watchbridge::reason::TerminatedReason, Duration, usize) {
-    use tokio::sync::mpsc;
-    use watchbridge::clock::Clock;
-    use watchbridge::engine::{Command, Engine, EngineConfig, Event};
-    use watchbridge::limits::Limits;
-    use watchbridge::metrics::Metrics;
     use watchbridge::schedule::{Retry, Schedule};
     use watchbridge::watch::WatchRules;
 
@@ -424,47 +420,16 @@ async fn after_a_429(
             ..Schedule::default()
         },
     };
-    let config = EngineConfig {
-        rules,
-        poll_timeout: Duration::from_secs(5),
-        seed: Some(1),
-        checkpoints: false,
-        remember_ended: false,
-    };
-    let engine = Engine::new(
+    let run = run_one_watch(
         p,
-        config,
-        Limits::new(16, None),
-        Clock::system(),
-        Arc::new(Metrics::new()),
-    );
-    let (commands, rx) = mpsc::channel(8);
-    let (tx, mut events) = mpsc::channel(64);
-    let task = tokio::spawn(engine.run(rx, tx));
-    let started = std::time::Instant::now();
-    commands
-        .send(Command::Watch {
-            key: "w".into(),
-            input,
-            input_time: 0,
-        })
-        .await
-        .unwrap();
-    let reason = loop {
-        let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
-            .await
-            .unwrap_or_else(|_| {
-                panic!("Retry-After {retry_after:?}: the watch had not ended after 10 s")
-            })
-            .unwrap();
-        if let Event::Terminated { reason, .. } = event {
-            break reason;
-        }
-    };
-    let took = started.elapsed();
-    drop(commands);
-    task.await.unwrap();
-    (reason, took, server.requests().len())
+        input,
+        "w",
+        rules,
+        Duration::from_secs(5),
+        &format!("Retry-After {retry_after:?}"),
+    )
+    .await;
+    (run.reason, run.took, server.requests().len())
 }
 
 /// A far `Retry-After`, as seconds or as a date, waits only the cap (here the retry
@@ -1008,11 +973,6 @@ async fn a_host_from_the_input_is_matched_in_its_normal_form() {
 /// watch ends when the response says the set is final.
 #[tokio::test]
 async fn in_the_engine_each_item_is_emitted_once_and_the_watch_ends_when_final() {
-    use tokio::sync::mpsc;
-    use watchbridge::clock::Clock;
-    use watchbridge::engine::{Command, Engine, EngineConfig, Event};
-    use watchbridge::limits::Limits;
-    use watchbridge::metrics::Metrics;
     use watchbridge::reason::TerminatedReason;
     use watchbridge::schedule::Schedule;
     use watchbridge::termination::Termination;
@@ -1029,52 +989,24 @@ async fn in_the_engine_each_item_is_emitted_once_and_the_watch_ends_when_final()
             ..Schedule::default()
         },
     };
-    let config = EngineConfig {
-        rules,
-        poll_timeout: Duration::from_secs(5),
-        seed: Some(1),
-        checkpoints: false,
-        remember_ended: false,
-    };
-    let engine = Engine::new(
+    let run = run_one_watch(
         p,
-        config,
-        Limits::new(16, None),
-        Clock::system(),
-        Arc::new(Metrics::new()),
-    );
-    let (commands, rx) = mpsc::channel(8);
-    let (tx, mut events) = mpsc::channel(64);
-    let task = tokio::spawn(engine.run(rx, tx));
-    commands
-        .send(Command::Watch {
-            key: "user-7".into(),
-            input,
-            input_time: 0,
-        })
-        .await
-        .unwrap();
-    let mut emitted = Vec::new();
-    let reason = loop {
-        match tokio::time::timeout(Duration::from_secs(10), events.recv())
-            .await
-            .unwrap()
-            .unwrap()
-        {
-            Event::Outputs { outputs, .. } => emitted.extend(
-                outputs
-                    .iter()
-                    .map(|o| String::from_utf8(o.key.to_vec()).unwrap()),
-            ),
-            Event::Terminated { reason, .. } => break reason,
-            _ => {}
-        }
-    };
+        input,
+        "user-7",
+        rules,
+        Duration::from_secs(5),
+        "a growing feed",
+    )
+    .await;
+    let emitted: Vec<String> = run
+        .outputs
+        .iter()
+        .map(|o| String::from_utf8(o.key.to_vec()).unwrap())
+        .collect();
+    let reason = run.reason;
     assert_eq!(emitted, ["e1", "e2", "e3"]);
     assert_eq!(reason, TerminatedReason::Final);
     assert_eq!(server.requests().len(), 3);
-    drop(commands);
-    task.await.unwrap();
 }
 
 /// One poll against a server whose page links `next` (the rest of the page is fine).

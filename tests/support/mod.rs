@@ -3,6 +3,8 @@
 #[allow(dead_code)]
 pub mod broker_process;
 #[allow(dead_code)]
+pub mod engine;
+#[allow(dead_code)]
 pub mod feeds;
 #[allow(dead_code)]
 pub mod http_server;
