@@ -547,17 +547,9 @@ async fn a_retry_after_of_millennia_is_capped() {
 
 /// A watch saved with its next poll far away (an uncapped Retry-After of an older version)
 /// still ends at its termination deadline once restored.
-#[tokio::test(start_paused = true)]
-async fn a_restored_watch_with_a_far_next_poll_ends_at_its_deadline() {
-    let poller = Arc::new(Scripted::with(vec![]));
-    let base = Instant::now();
-    // Restored 5 s after its input arrived, under total(15s): due to end 10 s later.
-    let r = start(
-        poller.clone(),
-        a_minute_of_retry("total(15s)"),
-        unlimited(),
-        64,
-    );
+/// Restore watch `w`, whose input arrived 5 s ago and which failed its one poll, with the
+/// next poll an older version saved under an uncapped `Retry-After`: 3,000 years away.
+async fn restore_with_a_far_next_poll(r: &Running) {
     let progress = watchbridge::watch::Progress {
         arrived: T0 - 5_000,
         last_new: T0 - 5_000,
@@ -576,6 +568,20 @@ async fn a_restored_watch_with_a_far_next_poll_ends_at_its_deadline() {
         })))
         .await
         .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restored_watch_with_a_far_next_poll_ends_at_its_deadline() {
+    let poller = Arc::new(Scripted::with(vec![]));
+    let base = Instant::now();
+    // Restored 5 s after its input arrived, under total(15s): due to end 10 s later.
+    let r = start(
+        poller.clone(),
+        a_minute_of_retry("total(15s)"),
+        unlimited(),
+        64,
+    );
+    restore_with_a_far_next_poll(&r).await;
     let events = drain_timed(r, base).await;
     let seen = observed(&events, &poller, "w");
     assert_eq!(seen.poll_times, Vec::<u64>::new());
@@ -593,24 +599,7 @@ async fn a_restored_watch_with_a_far_next_poll_polls_within_its_longest_delay() 
         unlimited(),
         64,
     );
-    let progress = watchbridge::watch::Progress {
-        arrived: T0 - 5_000,
-        last_new: T0 - 5_000,
-        polls: 1,
-        hold: T0 - 5_000,
-        empty_streak: 0,
-        failures: 1,
-    };
-    r.commands
-        .send(Command::Restore(Box::new(RestoreWatch {
-            key: Bytes::from_static(b"w"),
-            input: input("w"),
-            progress,
-            seen: SeenSet::new(),
-            next_poll: T0 + 99_999_999_999_000,
-        })))
-        .await
-        .unwrap();
+    restore_with_a_far_next_poll(&r).await;
     let events = r.drain().await;
     assert_eq!(poller.poll_times("w"), vec![60_000]);
     assert_eq!(reason_of(&events, "w"), Some(TerminatedReason::Polls));
