@@ -119,9 +119,10 @@ mod tests {
         assert!(!is_for("isolation.level", ClientKind::Other));
     }
 
-    /// Every property listed is one librdkafka knows (a typo would silently make a general
-    /// property look one-sided), and librdkafka agrees with its side: given to a client of
-    /// the other kind, it warns. Callbacks cannot be set from text and are skipped.
+    /// Every property listed is one librdkafka knows (a typo would leave the real property
+    /// general). Callbacks cannot be set from text and are skipped. That the sides are
+    /// librdkafka's own is checked end to end by `cli::kafka_properties_reach_only_the_clients_they_are_for`
+    /// (no `CONFWARN`).
     #[test]
     fn the_lists_name_real_properties() {
         for property in CONSUMER_ONLY.iter().chain(PRODUCER_ONLY) {
