@@ -152,82 +152,52 @@ impl<P: Resolve> PartitionTask<P> {
         }
     }
 
-    /// Retry with backoff; after the last attempt, dead-letter it (a dead letter that cannot
-    /// be delivered either is logged, counted and given up).
+    /// What a failed delivery leads to ([`after_failure`]), logged and counted once; then
+    /// that: abort the transaction, restart the partition, publish the watermark again,
+    /// retry with backoff, or dead-letter the record (a dead letter that cannot be delivered
+    /// either is logged, counted and given up).
     pub(super) fn delivery_failed(&mut self, pending: Pending, error: KafkaError) {
-        if let Some(txn) = self.txn.as_mut() {
-            // In a transaction a failed record cannot be sent again (and once the producer
-            // is fenced, nothing can): the transaction is aborted at its commit, and the
-            // partition starts again from its last one.
-            ProduceFailed {
-                topic: &pending.record.topic,
-                error: &error.to_string(),
-                attempt: pending.attempt,
-                then: AfterProduceFailure::AbortTransaction,
-            }
-            .emit(&self.shared.metrics, &failure_label(&error));
-            txn.broken.get_or_insert(error);
-            if matches!(pending.kind, Kind::State) {
-                self.checkpoint_in_flight -= 1;
-            }
-            return;
-        }
-        if matches!(pending.kind, Kind::Output { .. }) && !refused_for_good(&error) {
-            ProduceFailed {
-                topic: &pending.record.topic,
-                error: &error.to_string(),
-                attempt: pending.attempt,
-                then: AfterProduceFailure::RestartPartition,
-            }
-            .emit(&self.shared.metrics, &failure_label(&error));
-            self.abandoned.get_or_insert(error);
-            return;
-        }
-        if matches!(pending.kind, Kind::Watermark) {
-            // Not sent again: it could land after a later, higher value. The partition's
-            // state is published again at the next tick instead (never below this one).
-            ProduceFailed {
-                topic: &pending.record.topic,
-                error: &error.to_string(),
-                attempt: pending.attempt,
-                then: AfterProduceFailure::PublishAgain,
-            }
-            .emit(&self.shared.metrics, &failure_label(&error));
-            self.watermark.republish();
-            return;
-        }
-        // A state record is never given up: a watch whose record is lost could not be
-        // restored. (Its checkpoint stays in flight, so no later one overtakes it.) An
-        // output the broker refused for good goes to the dead-letter topic at once.
-        let giving_up = match pending.kind {
-            Kind::State => false,
-            Kind::Output { .. } => true,
-            Kind::DeadLetter | Kind::Watermark => pending.attempt >= DELIVERY_ATTEMPTS,
-        };
+        let then = after_failure(&pending, &error, self.txn.is_some());
         ProduceFailed {
             topic: &pending.record.topic,
             error: &error.to_string(),
             attempt: pending.attempt,
-            then: if giving_up {
-                AfterProduceFailure::DeadLetter
-            } else {
-                AfterProduceFailure::Retry
-            },
+            then,
         }
         .emit(&self.shared.metrics, &failure_label(&error));
-        if !giving_up {
-            let wait = Duration::from_millis(200 << pending.attempt.min(6));
-            self.deliveries.push(
-                async move {
-                    tokio::time::sleep(wait).await;
-                    Delivery::RetryDue(Pending {
-                        attempt: pending.attempt + 1,
-                        ..pending
-                    })
+        match then {
+            AfterProduceFailure::AbortTransaction => {
+                if let Some(txn) = self.txn.as_mut() {
+                    txn.broken.get_or_insert(error);
                 }
-                .boxed(),
-            );
-            return;
+                if matches!(pending.kind, Kind::State) {
+                    self.checkpoint_in_flight -= 1;
+                }
+                return;
+            }
+            AfterProduceFailure::RestartPartition => {
+                self.abandoned.get_or_insert(error);
+                return;
+            }
+            AfterProduceFailure::PublishAgain => {
+                self.watermark.republish();
+                return;
+            }
+            AfterProduceFailure::Retry => {
+                let wait = Duration::from_millis(200 << pending.attempt.min(6));
+                self.deliveries.push(
+                    async move {
+                        tokio::time::sleep(wait).await;
+                        Delivery::RetryDue(Pending {
+                            attempt: pending.attempt + 1,
+                            ..pending
+                        })
+                    }
+                    .boxed(),
+                );
+                return;
+            }
+            AfterProduceFailure::DeadLetter => {}
         }
         match &pending.kind {
             Kind::DeadLetter if is_too_large(&error) && pending.record.value.is_some() => {
@@ -250,8 +220,6 @@ impl<P: Resolve> PartitionTask<P> {
                     .push(async move { Delivery::RetryDue(dead_letter) }.boxed());
                 return;
             }
-            // Published again instead (above).
-            Kind::Watermark => return,
             Kind::DeadLetter => {
                 tracing::error!(error = %error, "a dead letter could not be delivered either; it is lost");
                 if let Some(origin) = pending.origin {
@@ -262,7 +230,8 @@ impl<P: Resolve> PartitionTask<P> {
             // Not on the output topic, so not in the watch's saved seen set: a restored
             // watch would emit it again.
             Kind::Output { watch, ticket, .. } => self.durable.output_given_up(watch, *ticket),
-            Kind::State => {}
+            // Never dead-lettered (`after_failure`).
+            Kind::State | Kind::Watermark => return,
         }
         let record = OutRecord::dead_letter(
             &self.shared.dlq_topic,
@@ -284,6 +253,37 @@ impl<P: Resolve> PartitionTask<P> {
         };
         self.deliveries
             .push(async move { Delivery::RetryDue(dead_letter) }.boxed());
+    }
+}
+
+/// What a failed delivery of `pending` leads to.
+/// - In a transaction a failed record cannot be sent again (and once the producer is
+///   fenced, nothing can): the transaction is aborted at its commit, and the partition
+///   starts again from its last one.
+/// - An output that may or may not be on the topic (anything but a refusal for good) is not
+///   sent again as a new record (a duplicate if it landed): the partition starts again from
+///   its durable state. One refused for good goes to the dead-letter topic at once.
+/// - A watermark is not sent again either: it could land after a later, higher value. The
+///   partition's state is published again at the next tick (never below this one).
+/// - A state record is never given up: a watch whose record is lost could not be restored.
+///   (Its checkpoint stays in flight, so no later one overtakes it.)
+/// - A dead letter is retried with backoff, up to [`DELIVERY_ATTEMPTS`].
+fn after_failure(
+    pending: &Pending,
+    error: &KafkaError,
+    in_transaction: bool,
+) -> AfterProduceFailure {
+    use AfterProduceFailure::*;
+    if in_transaction {
+        return AbortTransaction;
+    }
+    match pending.kind {
+        Kind::Output { .. } if refused_for_good(error) => DeadLetter,
+        Kind::Output { .. } => RestartPartition,
+        Kind::Watermark => PublishAgain,
+        Kind::State => Retry,
+        Kind::DeadLetter if pending.attempt >= DELIVERY_ATTEMPTS => DeadLetter,
+        Kind::DeadLetter => Retry,
     }
 }
 
