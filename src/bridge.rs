@@ -212,6 +212,16 @@ pub async fn run_bridge<P: Resolve>(
             kafka: kafka.clone(),
         })
         .map_err(|e| BridgeError::Start(format!("cannot create the producer: {e}")))?;
+    let formats = config
+        .formats
+        .start(
+            config.watch_key.clone(),
+            &config.output_topic,
+            &metrics,
+            start_deadline.into(),
+        )
+        .await
+        .map_err(BridgeError::Start)?;
     let clock = Clock::system();
     let watermark_read_back = WatermarkTopic::shared(&config.input_topic, layout.input_partitions);
     let watermarks_read = Arc::new(AtomicI64::new(0));
@@ -221,7 +231,8 @@ pub async fn run_bridge<P: Resolve>(
         input_topic: config.input_topic.as_str().into(),
         output_topic: config.output_topic.as_str().into(),
         dlq_topic: config.dlq_topic.as_str().into(),
-        watch_key: config.watch_key.clone(),
+        decoder: formats.decoder,
+        encoder: formats.encoder,
         rules: config.rules.clone(),
         poll_timeout: config.poll_timeout,
         limits: Limits::new(config.max_in_flight, config.host_rate),

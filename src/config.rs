@@ -213,6 +213,8 @@ pub struct RunArgs {
     )]
     pub metrics_addr: String,
     #[command(flatten)]
+    pub formats: crate::formats::FormatArgs,
+    #[command(flatten)]
     pub poller: PollerArgs,
 }
 
@@ -235,6 +237,8 @@ pub struct RunConfig {
     pub output_topic: String,
     pub dlq_topic: String,
     pub watch_key: Option<String>,
+    /// How input records are read and output values written.
+    pub formats: crate::formats::FormatConfig,
     pub rules: WatchRules,
     pub max_in_flight: usize,
     pub host_rate: Option<HostRate>,
@@ -415,6 +419,7 @@ impl RunArgs {
             output_topic,
             dlq_topic,
             watch_key: self.watch_key.clone(),
+            formats: self.formats.check()?,
             rules: WatchRules {
                 termination,
                 schedule,

@@ -171,6 +171,54 @@ impl PollStarted {
     }
 }
 
+/// One request to the schema registry and how it ended (failures logged: the caller
+/// retries, so each is a warning, not an error).
+pub struct SchemaRegistryRequest<'a, T> {
+    /// `schema` (by id), `reference` (a referenced schema) or `register`.
+    pub request: &'static str,
+    pub result: &'a Result<Option<T>, crate::avro::registry::Unavailable>,
+}
+
+impl<T> SchemaRegistryRequest<'_, T> {
+    pub fn emit(&self, m: &Metrics) {
+        let result = match self.result {
+            Ok(Some(_)) => "ok",
+            Ok(None) => "not_found",
+            Err(e) => {
+                tracing::warn!(request = self.request, error = %e, "schema registry request failed; retried with backoff");
+                "unavailable"
+            }
+        };
+        m.schema_registry_requests
+            .with_label_values(&[self.request, result])
+            .inc();
+    }
+}
+
+/// An output item that cannot be written in the output format (it does not fit
+/// `WATCHBRIDGE_OUTPUT_SCHEMA`): it goes to the dead-letter topic, and its watch goes on.
+pub struct OutputDeadLettered<'a> {
+    pub partition: i32,
+    pub watch_key: &'a [u8],
+    pub reason: &'static str,
+    pub error: &'a str,
+}
+
+impl OutputDeadLettered<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::warn!(
+            partition = self.partition,
+            watch_key = %crate::logging::outside(&String::from_utf8_lossy(self.watch_key)),
+            reason = self.reason,
+            error = self.error,
+            "output sent to the dead-letter topic"
+        );
+        m.outputs_dead_lettered
+            .with_label_values(&[self.reason])
+            .inc();
+    }
+}
+
 pub struct InputConsumed;
 
 impl InputConsumed {
@@ -183,7 +231,7 @@ impl InputConsumed {
 pub struct InputDeadLettered<'a> {
     pub partition: i32,
     pub offset: i64,
-    /// `not_json`, `no_key`, `unresolvable` or `too_large`.
+    /// [`crate::kafka::input::Rejected::kind`].
     pub reason: &'static str,
     pub error: &'a str,
 }

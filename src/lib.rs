@@ -7,6 +7,7 @@ pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod engine;
+pub mod formats;
 pub mod internal_events;
 pub mod kafka;
 pub mod limits;

@@ -49,6 +49,9 @@ pub struct Metrics {
     pub ready: IntGauge,
     pub brokers_reachable: IntGauge,
     pub broker_outages: IntCounter,
+    pub schema_registry_requests: IntCounterVec,
+    pub schema_cache_size: IntGauge,
+    pub outputs_dead_lettered: IntCounterVec,
     /// Every metric family name registered, with its type: what `/metrics` can show (a
     /// labelled family appears there once it has a child).
     names: Vec<(String, prometheus::proto::MetricType)>,
@@ -138,7 +141,7 @@ impl Metrics {
         let inputs_dead_lettered = reg!(IntCounterVec::new(
             Opts::new(
                 "watchbridge_inputs_dead_lettered_total",
-                "Input records sent to the dead-letter topic, by reason (not_json, no_key, unresolvable, too_large)"
+                "Input records sent to the dead-letter topic, by reason (not_json, not_avro, not_string, unknown_schema, no_key, no_time, unresolvable, too_large)"
             ),
             &["reason"]
         ));
@@ -256,6 +259,24 @@ impl Metrics {
             "watchbridge_broker_outages_total",
             "Times every broker became unreachable while the bridge ran"
         ));
+        let schema_registry_requests = reg!(IntCounterVec::new(
+            Opts::new(
+                "watchbridge_schema_registry_requests_total",
+                "Requests to the schema registry, by request (schema, reference, register) and result (ok, not_found, unavailable)"
+            ),
+            &["request", "result"]
+        ));
+        let schema_cache_size = reg!(IntGauge::new(
+            "watchbridge_schema_cache_size",
+            "Writer schemas held in the schema cache (fetched from the registry by id)"
+        ));
+        let outputs_dead_lettered = reg!(IntCounterVec::new(
+            Opts::new(
+                "watchbridge_outputs_dead_lettered_total",
+                "Outputs sent to the dead-letter topic instead of the output topic, by reason (not_in_schema: the item does not fit WATCHBRIDGE_OUTPUT_SCHEMA)"
+            ),
+            &["reason"]
+        ));
         Self {
             registry,
             watches_active,
@@ -296,6 +317,9 @@ impl Metrics {
             ready,
             brokers_reachable,
             broker_outages,
+            schema_registry_requests,
+            schema_cache_size,
+            outputs_dead_lettered,
             names,
         }
     }

@@ -156,6 +156,7 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         output_topic: format!("{name}.out"),
         dlq_topic: None,
         watch_key: None,
+        formats: Default::default(),
         poll_interval: Duration::from_secs(10),
         retry_limit: "5".into(),
         retry_initial_backoff: Duration::from_secs(1),

@@ -117,7 +117,17 @@ impl std::error::Error for Mismatch {}
 /// it gives decimals their scale. An error means value and schema disagree, which a value
 /// decoded with that schema never does.
 pub fn to_json(value: &Value, schema: &Schema) -> Result<Json, Mismatch> {
-    let names = Names::new(schema);
+    to_json_with_references(value, schema, &[])
+}
+
+/// [`to_json`] for a schema that refers to named types defined in `references` (a
+/// registry schema's references, fetched with it).
+pub fn to_json_with_references(
+    value: &Value,
+    schema: &Schema,
+    references: &[Schema],
+) -> Result<Json, Mismatch> {
+    let names = Names::with_references(schema, references);
     value_to_json(value, schema, None, &names, &Path::Root)
 }
 
@@ -179,13 +189,20 @@ fn shown(json: &Json) -> String {
 /// schemas have none, and then cost nothing).
 struct Names<'s> {
     root: &'s Schema,
+    /// Schemas that define types `root` refers to (a registry schema's references).
+    references: &'s [Schema],
     map: OnceCell<Option<NamesRef<'s>>>,
 }
 
 impl<'s> Names<'s> {
     fn new(root: &'s Schema) -> Self {
+        Self::with_references(root, &[])
+    }
+
+    fn with_references(root: &'s Schema, references: &'s [Schema]) -> Self {
         Names {
             root,
+            references,
             map: OnceCell::new(),
         }
     }
@@ -200,7 +217,8 @@ impl<'s> Names<'s> {
         let mut schema = schema;
         while let Schema::Ref { name } = schema {
             let map = self.map.get_or_init(|| {
-                ResolvedSchema::new(self.root)
+                let all = std::iter::once(self.root).chain(self.references).collect();
+                ResolvedSchema::new_with_schemata(all)
                     .ok()
                     .map(|resolved| resolved.get_names().clone())
             });

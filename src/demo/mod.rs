@@ -138,6 +138,8 @@ fn bridge_config(args: &DemoArgs) -> Result<RunConfig, ConfigError> {
         output_topic: EVENTS_TOPIC.into(),
         dlq_topic: Some(DLQ_TOPIC.into()),
         watch_key: None,
+        formats: crate::formats::FormatArgs::from_env()
+            .map_err(|e| ConfigError::new("WATCHBRIDGE_OUTPUT_FORMAT", e.to_string()))?,
         poll_interval: args.poll_interval,
         // Retries at the pace of polling (production waits seconds to minutes), so the user
         // whose feed does not exist ends `failed` within the run instead of as `stable`.

@@ -123,6 +123,18 @@ impl OutRecord {
         self
     }
 
+    /// This output as a dead letter: an item the output format cannot hold (it does not fit
+    /// `WATCHBRIDGE_OUTPUT_SCHEMA`) goes to `dlq` as it came (JSON), with the reason, and
+    /// its watch goes on.
+    pub fn misfit(mut self, dlq: &Arc<str>, kind: &str, error: &str) -> Self {
+        self.topic = dlq.clone();
+        self.headers.extend([
+            (ERROR.into(), Some(Bytes::from(error.to_string()))),
+            (ERROR_KIND.into(), Some(Bytes::from(kind.to_string()))),
+        ]);
+        self
+    }
+
     /// Mark an output as late: its event time is below its partition's published watermark.
     pub fn late(mut self) -> Self {
         self.headers

@@ -31,7 +31,7 @@ mod watermarks;
 pub use transaction::{Ending, TransactionSettings};
 
 use super::durable::{DurableState, StateWrite};
-use super::input::{decode, Rejected};
+use super::input::Rejected;
 use super::offsets::OffsetTracker;
 use super::records::{OutRecord, OutRecordParts, Source};
 use super::recovery::{self, RecoverySource};
@@ -39,10 +39,11 @@ use super::stats::BridgeProducer;
 use crate::clock::Clock;
 use crate::clock::Millis;
 use crate::engine::{Command, Engine, EngineConfig, Event, RestoreWatch};
+use crate::formats::input::{Attempt, InputDecoder};
 use crate::internal_events::{
     AfterProduceFailure, FailedWatchRestarted, InputConsumed, InputDeadLettered,
-    InputForFinishedWatch, InputKeyedApart, LateOutput, OutputProduced, PartitionRecovered,
-    PartitionRecovering, PartitionRecoveryAbandoned, PartitionRestarting,
+    InputForFinishedWatch, InputKeyedApart, LateOutput, OutputDeadLettered, OutputProduced,
+    PartitionRecovered, PartitionRecovering, PartitionRecoveryAbandoned, PartitionRestarting,
     PartitionWatermarkChanged, ProduceFailed, StateRecordWritten,
 };
 use crate::limits::Limits;
@@ -75,7 +76,10 @@ pub struct Shared<P: Resolve> {
     pub input_topic: Arc<str>,
     pub output_topic: Arc<str>,
     pub dlq_topic: Arc<str>,
-    pub watch_key: Option<String>,
+    /// Reads input records in their format (`crate::formats`).
+    pub decoder: Arc<crate::formats::input::InputDecoder>,
+    /// Writes output values in the output format.
+    pub encoder: Arc<crate::formats::output::OutputEncoder>,
     pub rules: WatchRules,
     pub poll_timeout: Duration,
     pub limits: Limits,
@@ -246,6 +250,8 @@ pub struct PartitionTask<P: Resolve> {
     /// watches whose input did not come again are forgotten.
     recovery_input_end: Option<i64>,
     deliveries: FuturesUnordered<BoxFuture<'static, Delivery>>,
+    /// An input waiting for its Avro schema to be fetched (no input is read meanwhile).
+    waiting: Option<Waiting>,
     /// What the task writes through: the bridge's shared producer, or in the exactly-once
     /// mode its own transactional one (`txn`).
     producer: BridgeProducer,
@@ -324,6 +330,7 @@ impl<P: Resolve> PartitionTask<P> {
             unsent: HashMap::new(),
             recovery_input_end: None,
             deliveries: FuturesUnordered::new(),
+            waiting: None,
             producer,
             txn: None,
         };
@@ -374,19 +381,16 @@ impl<P: Resolve> PartitionTask<P> {
                     // The engine ended: after our Shutdown, or (bounded) once every watch has.
                     None => break,
                 },
-                input = self.inputs.recv(), if accepting => match input {
-                    Some(Feed::Record(message)) => {
-                        let offset = message.offset();
-                        if self.bounds.is_some_and(|b| offset >= b.end) {
-                            // Past the bounded run's end: every input below it was read.
-                            self.read_to(offset);
-                        } else {
-                            self.on_input(message).await;
-                        }
-                        if self.bounds.is_some_and(|b| offset + 1 >= b.end) {
-                            self.drain_engine().await;
-                        }
+                // The input whose schema is being fetched, once it is (or the registry
+                // said it does not know the id).
+                () = fetched(&mut self.waiting), if self.waiting.is_some() => {
+                    if let Some(waiting) = self.waiting.take() {
+                        self.take_input(waiting.message).await;
                     }
+                }
+                // Not while an input waits for its schema: inputs are taken in order.
+                input = self.inputs.recv(), if accepting && self.waiting.is_none() => match input {
+                    Some(Feed::Record(message)) => self.take_input(message).await,
                     Some(Feed::End { position }) => {
                         self.read_to(position);
                         if self.bounds.is_some_and(|b| position >= b.end) {
@@ -395,10 +399,7 @@ impl<P: Resolve> PartitionTask<P> {
                     }
                     None => {
                         accepting = false;
-                        self.stopping = true;
-                        if let Some(commands) = self.commands.take() {
-                            let _ = commands.send(Command::Shutdown).await;
-                        }
+                        self.begin_stop().await;
                     }
                 },
                 // Not once stopping: outputs left unsent then are emitted again after the
@@ -419,6 +420,14 @@ impl<P: Resolve> PartitionTask<P> {
             if self.abandoned.is_some() {
                 ending = self.abandon().await;
                 break;
+            }
+            if self.waiting.is_some() && self.inputs.is_closed() {
+                // Told to stop while an input waits for the registry (the input branch,
+                // which would see the channel close, is off meanwhile): it is not
+                // committed, and is read again after the partition's recovery.
+                self.waiting = None;
+                accepting = false;
+                self.begin_stop().await;
             }
             self.publish_position();
         }
@@ -531,20 +540,65 @@ impl<P: Resolve> PartitionTask<P> {
         }
     }
 
-    async fn on_input(&mut self, message: OwnedMessage) {
+    /// Stop reading inputs: the engine shuts its watches down, the task then ends.
+    async fn begin_stop(&mut self) {
+        self.stopping = true;
+        if let Some(commands) = self.commands.take() {
+            let _ = commands.send(Command::Shutdown).await;
+        }
+    }
+
+    /// An input record from the consumer: decoded and handed over, or, if its Avro schema
+    /// must be fetched first, kept waiting for it (`waiting`), inputs behind it too.
+    async fn take_input(&mut self, message: OwnedMessage) {
+        let offset = message.offset();
+        if self.bounds.is_some_and(|b| offset >= b.end) {
+            // Past the bounded run's end: every input below it was read.
+            self.read_to(offset);
+        } else {
+            let decoder = &self.shared.decoder;
+            let now = self.shared.clock.now_ms();
+            match decoder.decode(
+                message.key(),
+                message.payload(),
+                message.timestamp().to_millis(),
+                now,
+            ) {
+                Attempt::Fetch(id) => {
+                    self.waiting = Some(Waiting {
+                        message,
+                        fetch: fetch_schema(decoder.clone(), id),
+                    });
+                    return;
+                }
+                Attempt::Done(decoded) => self.on_input(message, decoded).await,
+            }
+        }
+        if self.bounds.is_some_and(|b| offset + 1 >= b.end) {
+            self.drain_engine().await;
+        }
+    }
+
+    async fn on_input(
+        &mut self,
+        message: OwnedMessage,
+        decoded: Result<super::input::Input, Rejected>,
+    ) {
         InputConsumed.emit(&self.shared.metrics);
         let offset = message.offset();
         let now = self.shared.clock.now_ms();
-        self.watermark
-            .on_record(message.timestamp().to_millis().unwrap_or(now), now);
-        let decoded = decode(
-            message.key(),
-            message.payload(),
-            message.timestamp().to_millis(),
-            self.shared.watch_key.as_deref(),
-            self.shared.clock.now_ms(),
-        )
-        .and_then(|input| {
+        // The watermark follows input event times: the record timestamps, or with
+        // WATCHBRIDGE_INPUT_TIME the times read from the values (an input without one
+        // moves nothing).
+        let time = match &decoded {
+            Ok(input) => Some(input.timestamp),
+            Err(_) if self.shared.decoder.time.is_some() => None,
+            Err(_) => Some(message.timestamp().to_millis().unwrap_or(now)),
+        };
+        if let Some(time) = time {
+            self.watermark.on_record(time, now);
+        }
+        let decoded = decoded.and_then(|input| {
             let target = self
                 .shared
                 .poller
@@ -552,14 +606,14 @@ impl<P: Resolve> PartitionTask<P> {
                 .map_err(|e| Rejected::Unresolvable(e.to_string()))?;
             // A watch whose record cannot be saved must not start: it would run unsaved,
             // its input committed, and be lost at the next restart.
-            let registration = registration(&message, &input);
+            let registration = registration(&message, &input, &self.shared.decoder);
             registration
                 .check_size(&input.key)
                 .map_err(|e| Rejected::TooLarge(e.to_string()))?;
             Ok((input, target, registration))
         });
         if let Ok((input, ..)) = &decoded {
-            if self.shared.watch_key.is_some() && message.key() != Some(&input.key[..]) {
+            if self.shared.decoder.watch_key.is_some() && message.key() != Some(&input.key[..]) {
                 InputKeyedApart {
                     watch_key: &input.key,
                     record_key: message.key(),
@@ -829,6 +883,20 @@ impl<P: Resolve> PartitionTask<P> {
                         self.partition,
                         first_seen,
                     );
+                    match self.shared.encoder.value(output) {
+                        Ok(value) => record.value = Some(value),
+                        Err(misfit) => {
+                            let error = misfit.to_string();
+                            OutputDeadLettered {
+                                partition: self.partition,
+                                watch_key: &key,
+                                reason: "not_in_schema",
+                                error: &error,
+                            }
+                            .emit(&self.shared.metrics);
+                            record = record.misfit(&self.shared.dlq_topic, "not_in_schema", &error);
+                        }
+                    }
                     // Below the watermark this partition already published: still emitted
                     // (nothing is dropped), but marked, so a consumer can tell.
                     if self.watermark.is_late(output.event_time) {
@@ -866,11 +934,48 @@ impl<P: Resolve> PartitionTask<P> {
     }
 }
 
-/// The input record as a watch record keeps it.
-fn registration(message: &OwnedMessage, input: &super::input::Input) -> Registration {
+/// The input record as a watch record keeps it: a JSON value as it came, any other as its
+/// JSON form (what a restore resolves it from, with no registry or schema needed then).
+fn registration(
+    message: &OwnedMessage,
+    input: &super::input::Input,
+    decoder: &InputDecoder,
+) -> Registration {
+    let value = if decoder.keeps_raw_value() {
+        Bytes::copy_from_slice(message.payload().unwrap_or_default())
+    } else {
+        Bytes::from(serde_json::to_vec(&input.value).unwrap_or_default())
+    };
     Registration {
         key: message.key().map(Bytes::copy_from_slice),
-        value: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
+        value,
         time: input.timestamp,
     }
+}
+
+/// An input whose Avro writer schema is being fetched.
+struct Waiting {
+    message: OwnedMessage,
+    fetch: BoxFuture<'static, ()>,
+}
+
+async fn fetched(waiting: &mut Option<Waiting>) {
+    match waiting {
+        Some(w) => w.fetch.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Fetch schema `id` until the registry answers (with the schema, or that it does not know
+/// it): an outage pauses the partition, it never dead-letters its inputs. Each failure is
+/// logged and counted (`SchemaRegistryRequest`).
+fn fetch_schema(decoder: Arc<InputDecoder>, id: u32) -> BoxFuture<'static, ()> {
+    async move {
+        let mut backoff = Duration::from_millis(100);
+        while decoder.fetch(id).await.is_err() {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(30));
+        }
+    }
+    .boxed()
 }

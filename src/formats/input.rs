@@ -1,0 +1,492 @@
+//! Input records → the JSON value, watch key and event time a watch starts from, in the
+//! input's format (`WATCHBRIDGE_INPUT_FORMAT`, `WATCHBRIDGE_INPUT_KEY_FORMAT`).
+//!
+//! Decoding is synchronous except for one thing: an Avro value whose writer schema is not
+//! cached yet. Then [`Attempt::Fetch`] names the schema id; the partition task fetches it
+//! ([`InputDecoder::fetch`], retried with backoff while the registry is down: the partition
+//! waits, nothing is dropped or dead-lettered for it) and decodes the record again.
+
+use super::time::{InputTime, TimeFallback};
+use super::{InputFormat, KeyFormat};
+use crate::avro::registry::{RegistryClient, Unavailable, WriterSchema};
+use crate::avro::wire::{unframe, FrameError};
+use crate::clock::Millis;
+use crate::kafka::input::{Input, Rejected};
+use apache_avro::Schema;
+use bytes::Bytes;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// How the bridge reads its input records.
+pub struct InputDecoder {
+    pub value_format: InputFormat,
+    pub key_format: KeyFormat,
+    /// Resolves the schema ids of framed Avro values (and keys).
+    pub registry: Option<Arc<RegistryClient>>,
+    /// `WATCHBRIDGE_INPUT_SCHEMA`: the writer schema of bare Avro datums (without it, Avro
+    /// values are in the wire format, their schemas from the registry).
+    pub schema: Option<Arc<Schema>>,
+    /// JSON pointer to the watch key in the value (`None`: the record key).
+    pub watch_key: Option<String>,
+    pub time: Option<InputTime>,
+}
+
+/// What decoding a record came to.
+#[derive(Debug)]
+pub enum Attempt {
+    Done(Result<Input, Rejected>),
+    /// The writer schema with this id must be fetched first.
+    Fetch(u32),
+}
+
+impl InputDecoder {
+    /// JSON values with the record key as the watch key and the record timestamp as the
+    /// event time: what the bridge did before formats were settable.
+    pub fn json(watch_key: Option<String>) -> Self {
+        Self {
+            value_format: InputFormat::Json,
+            key_format: KeyFormat::Raw,
+            registry: None,
+            schema: None,
+            watch_key,
+            time: None,
+        }
+    }
+
+    /// Decode one record. `now` stands in for a record without a timestamp.
+    pub fn decode(
+        &self,
+        key: Option<&[u8]>,
+        payload: Option<&[u8]>,
+        timestamp: Option<Millis>,
+        now: Millis,
+    ) -> Attempt {
+        let value = match self.value(payload.unwrap_or_default()) {
+            Ok(Ok(value)) => value,
+            Ok(Err(rejected)) => return Attempt::Done(Err(rejected)),
+            Err(id) => return Attempt::Fetch(id),
+        };
+        let key = match self.key(key, &value) {
+            Ok(Ok(key)) => key,
+            Ok(Err(rejected)) => return Attempt::Done(Err(rejected)),
+            Err(id) => return Attempt::Fetch(id),
+        };
+        let record_time = timestamp.unwrap_or(now);
+        let timestamp = match &self.time {
+            None => record_time,
+            Some(time) => match (time.read(&value), time.fallback) {
+                (Ok(t), _) => t,
+                (Err(_), TimeFallback::RecordTimestamp) => record_time,
+                (Err(e), TimeFallback::DeadLetter) => {
+                    return Attempt::Done(Err(Rejected::NoTime(e)))
+                }
+            },
+        };
+        Attempt::Done(Ok(Input {
+            key,
+            value,
+            timestamp,
+        }))
+    }
+
+    /// Fetch the writer schema `id` into the cache. `Ok` also when the registry does not
+    /// know it: the next [`InputDecoder::decode`] dead-letters the record then.
+    pub async fn fetch(&self, id: u32) -> Result<(), Unavailable> {
+        match &self.registry {
+            Some(registry) => registry.fetch(id).await.map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the state topic can keep an input's value as it came (JSON), rather than
+    /// its decoded JSON form (which a restart reads back without the registry).
+    pub fn keeps_raw_value(&self) -> bool {
+        self.value_format == InputFormat::Json
+    }
+
+    /// The record value as JSON. `Err(id)`: schema `id` must be fetched first.
+    fn value(&self, payload: &[u8]) -> Result<Result<Value, Rejected>, u32> {
+        match self.value_format {
+            InputFormat::Json => Ok(if payload.is_empty() {
+                Err(Rejected::NotJson("the record has no value".into()))
+            } else {
+                serde_json::from_slice(payload).map_err(|e| Rejected::NotJson(e.to_string()))
+            }),
+            InputFormat::String => Ok(std::str::from_utf8(payload)
+                .map(|s| serde_json::json!({ "value": s }))
+                .map_err(|e| Rejected::NotString(format!("the value is not UTF-8: {e}")))),
+            InputFormat::Avro => self.avro_value(payload),
+        }
+    }
+
+    /// A bare datum of `WATCHBRIDGE_INPUT_SCHEMA` when it is set, else a framed one (its
+    /// writer schema from the registry), as JSON.
+    fn avro_value(&self, bytes: &[u8]) -> Result<Result<Value, Rejected>, u32> {
+        match &self.schema {
+            Some(schema) => Ok(if bytes.is_empty() {
+                Err(Rejected::NotAvro("the record has no value".into()))
+            } else {
+                read_datum(schema, &[], bytes)
+            }),
+            None => self.framed(bytes),
+        }
+    }
+
+    /// A value in the Confluent wire format as JSON. `Err(id)`: fetch schema `id` first.
+    fn framed(&self, bytes: &[u8]) -> Result<Result<Value, Rejected>, u32> {
+        let Some(registry) = &self.registry else {
+            return Ok(Err(Rejected::NotAvro(
+                "no schema registry to read it with (WATCHBRIDGE_SCHEMA_REGISTRY_URL)".into(),
+            )));
+        };
+        let (id, datum) = match unframe(bytes) {
+            Ok(framed) => framed,
+            Err(FrameError::Empty) => {
+                return Ok(Err(Rejected::NotAvro("the record has no value".into())))
+            }
+            Err(e) => return Ok(Err(Rejected::NotAvro(e.to_string()))),
+        };
+        match registry.cached(id) {
+            None => Err(id),
+            Some(Err(unknown)) => Ok(Err(Rejected::UnknownSchema(unknown.to_string()))),
+            Some(Ok(writer)) => Ok(read_framed(&writer, datum)),
+        }
+    }
+
+    /// The watch key: a field of the value, or the record key in the key format.
+    fn key(&self, key: Option<&[u8]>, value: &Value) -> Result<Result<Bytes, Rejected>, u32> {
+        if let Some(pointer) = &self.watch_key {
+            return Ok(key_field(value, pointer));
+        }
+        let key = match key {
+            Some(k) if !k.is_empty() => k,
+            _ => {
+                return Ok(Err(Rejected::NoKey(
+                    "the record has no key (set WATCHBRIDGE_WATCH_KEY to take the watch key from the value)"
+                        .into(),
+                )))
+            }
+        };
+        let decoded = match self.key_format {
+            KeyFormat::Raw => return Ok(Ok(Bytes::copy_from_slice(key))),
+            KeyFormat::String => {
+                return Ok(match std::str::from_utf8(key) {
+                    Ok(_) => Ok(Bytes::copy_from_slice(key)),
+                    Err(e) => Err(Rejected::NoKey(format!("the record key is not UTF-8: {e}"))),
+                })
+            }
+            KeyFormat::Json => serde_json::from_slice::<Value>(key)
+                .map_err(|e| Rejected::NoKey(format!("the record key is not JSON: {e}"))),
+            KeyFormat::Avro => match self.framed(key)? {
+                Ok(v) => Ok(v),
+                Err(e) => Err(Rejected::NoKey(format!("the record key: {e}"))),
+            },
+        };
+        Ok(decoded.and_then(|v| {
+            scalar_key(&v).ok_or_else(|| {
+                Rejected::NoKey("the record key decodes to no string, number or boolean".into())
+            })
+        }))
+    }
+}
+
+/// The watch key a decoded field gives: a string as is, a number or boolean as its JSON
+/// text; an empty string or anything else is no key.
+fn scalar_key(v: &Value) -> Option<Bytes> {
+    match v {
+        Value::String(s) if !s.is_empty() => Some(Bytes::from(s.clone().into_bytes())),
+        Value::Number(_) | Value::Bool(_) => Some(Bytes::from(v.to_string().into_bytes())),
+        _ => None,
+    }
+}
+
+fn key_field(value: &Value, pointer: &str) -> Result<Bytes, Rejected> {
+    match value.pointer(pointer) {
+        Some(Value::String(s)) if s.is_empty() => Err(Rejected::NoKey(format!(
+            "the field at WATCHBRIDGE_WATCH_KEY `{pointer}` is empty"
+        ))),
+        Some(v) => scalar_key(v).ok_or_else(|| {
+            Rejected::NoKey(format!(
+                "the field at WATCHBRIDGE_WATCH_KEY `{pointer}` is not a string, number or boolean"
+            ))
+        }),
+        None => Err(Rejected::NoKey(format!(
+            "the value has no field at WATCHBRIDGE_WATCH_KEY `{pointer}`"
+        ))),
+    }
+}
+
+fn read_framed(writer: &WriterSchema, datum: &[u8]) -> Result<Value, Rejected> {
+    read_datum(&writer.schema, &writer.references, datum).map_err(|e| match e {
+        Rejected::NotAvro(m) => Rejected::NotAvro(format!("with schema id {}: {m}", writer.id)),
+        other => other,
+    })
+}
+
+/// One Avro datum, written with `writer` (whose named references are `references`), mapped
+/// to JSON. Every byte must be used: bytes left over mean the datum was written with
+/// another schema.
+fn read_datum(writer: &Schema, references: &[Schema], bytes: &[u8]) -> Result<Value, Rejected> {
+    use apache_avro::reader::datum::GenericDatumReader;
+    let not_avro = |e: apache_avro::Error| Rejected::NotAvro(e.to_string());
+    let datum_reader = GenericDatumReader::builder(writer)
+        .writer_schemata(references.iter().collect())
+        .map_err(not_avro)?
+        .build()
+        .map_err(not_avro)?;
+    let mut cursor = std::io::Cursor::new(bytes);
+    let value = datum_reader.read_value(&mut cursor).map_err(not_avro)?;
+    let left = bytes.len() - cursor.position() as usize;
+    if left > 0 {
+        return Err(Rejected::NotAvro(format!(
+            "{left} bytes are left after the datum (was it written with another schema?)"
+        )));
+    }
+    crate::avro::json::to_json_with_references(&value, writer, references)
+        .map_err(|e| Rejected::NotAvro(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// `decode` as JSON input with `watch_key`, expecting an answer (no schema to fetch).
+    fn decode(
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        timestamp: Option<Millis>,
+        watch_key: Option<&str>,
+        now: Millis,
+    ) -> Result<Input, Rejected> {
+        match InputDecoder::json(watch_key.map(String::from)).decode(key, value, timestamp, now) {
+            Attempt::Done(result) => result,
+            Attempt::Fetch(id) => panic!("JSON needs no schema, asked for {id}"),
+        }
+    }
+
+    #[test]
+    fn the_watch_key_is_the_record_key_or_a_field() {
+        let i = decode(Some(b"u-1"), Some(br#"{"id": 7}"#), Some(5), None, 9).unwrap();
+        assert_eq!((i.key.as_ref(), i.timestamp), (&b"u-1"[..], 5));
+        assert_eq!(i.value, json!({"id": 7}));
+        let i = decode(None, Some(br#"{"id": 7}"#), None, Some("/id"), 9).unwrap();
+        assert_eq!((i.key.as_ref(), i.timestamp), (&b"7"[..], 9));
+        let i = decode(
+            Some(b"x"),
+            Some(br#"{"u": {"name": "ada"}}"#),
+            None,
+            Some("/u/name"),
+            9,
+        )
+        .unwrap();
+        assert_eq!(i.key.as_ref(), b"ada");
+    }
+
+    #[test]
+    fn undecodable_or_keyless_records_say_why() {
+        let e = decode(Some(b"k"), Some(b"{oops"), None, None, 0).unwrap_err();
+        assert_eq!(e.kind(), "not_json");
+        assert!(e.to_string().contains("key must be a string"), "{e}");
+        assert!(decode(Some(b"k"), None, None, None, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("no value"));
+        let e = decode(None, Some(b"{}"), None, None, 0).unwrap_err();
+        assert_eq!(e.kind(), "no_key");
+        assert!(e.to_string().contains("WATCHBRIDGE_WATCH_KEY"), "{e}");
+        assert_eq!(
+            decode(Some(b""), Some(b"{}"), None, None, 0)
+                .unwrap_err()
+                .kind(),
+            "no_key"
+        );
+        for value in [
+            &br#"{}"#[..],
+            br#"{"id": ""}"#,
+            br#"{"id": [1]}"#,
+            br#"{"id": null}"#,
+        ] {
+            let e = decode(None, Some(value), None, Some("/id"), 0).unwrap_err();
+            assert_eq!(e.kind(), "no_key", "{e}");
+            assert!(e.to_string().contains("`/id`"), "{e}");
+        }
+    }
+
+    fn avro_decoder(schema: &str) -> InputDecoder {
+        InputDecoder {
+            value_format: InputFormat::Avro,
+            schema: Some(Arc::new(Schema::parse_str(schema).unwrap())),
+            ..InputDecoder::json(Some("/id".into()))
+        }
+    }
+
+    fn done(a: Attempt) -> Result<Input, Rejected> {
+        match a {
+            Attempt::Done(r) => r,
+            Attempt::Fetch(id) => panic!("asked for schema {id}"),
+        }
+    }
+
+    const USER: &str = r#"{"type":"record","name":"User","fields":[
+        {"name":"id","type":"long"},
+        {"name":"email","type":["null","string"],"default":null},
+        {"name":"joined","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#;
+
+    fn user_datum(id: i64, email: Option<&str>, joined: i64) -> Vec<u8> {
+        use apache_avro::types::Value as A;
+        let schema = Schema::parse_str(USER).unwrap();
+        let email = match email {
+            Some(e) => A::Union(1, Box::new(A::String(e.into()))),
+            None => A::Union(0, Box::new(A::Null)),
+        };
+        let value = A::Record(vec![
+            ("id".into(), A::Long(id)),
+            ("email".into(), email),
+            ("joined".into(), A::TimestampMillis(joined)),
+        ]);
+        apache_avro::writer::datum::GenericDatumWriter::builder(&schema)
+            .build()
+            .unwrap()
+            .write_value_to_vec(value)
+            .unwrap()
+    }
+
+    #[test]
+    fn bare_avro_datums_are_read_with_the_input_schema_and_addressed_by_pointers() {
+        let d = avro_decoder(USER);
+        let i = done(d.decode(
+            None,
+            Some(&user_datum(42, Some("a@b.c"), 1_733_087_616_123)),
+            Some(1),
+            9,
+        ))
+        .unwrap();
+        assert_eq!(i.key.as_ref(), b"42");
+        assert_eq!(
+            i.value,
+            json!({"id": 42, "email": "a@b.c", "joined": "2024-12-01T21:13:36.123Z"})
+        );
+        assert_eq!(
+            i.timestamp, 1,
+            "the record timestamp without WATCHBRIDGE_INPUT_TIME"
+        );
+        let i = done(d.decode(None, Some(&user_datum(7, None, 0)), None, 9)).unwrap();
+        assert_eq!(i.value["email"], Value::Null);
+    }
+
+    #[test]
+    fn avro_that_does_not_decode_says_why() {
+        let d = avro_decoder(USER);
+        let datum = user_datum(42, Some("a@b.c"), 5);
+        // Truncated.
+        let e = done(d.decode(None, Some(&datum[..datum.len() - 2]), None, 0)).unwrap_err();
+        assert_eq!(e.kind(), "not_avro", "{e}");
+        // Bytes left over: written with another schema.
+        let mut longer = datum.clone();
+        longer.extend_from_slice(b"\x02\x02");
+        let e = done(d.decode(None, Some(&longer), None, 0)).unwrap_err();
+        assert_eq!(e.kind(), "not_avro");
+        assert!(e.to_string().contains("left after the datum"), "{e}");
+        // JSON is not Avro of this schema.
+        let e = done(d.decode(None, Some(br#"{"id": 1}"#), None, 0)).unwrap_err();
+        assert_eq!(e.kind(), "not_avro", "{e}");
+    }
+
+    #[test]
+    fn the_event_time_comes_from_a_field_or_the_record_timestamp_by_setting() {
+        let mut d = avro_decoder(USER);
+        d.time = Some(InputTime {
+            pointer: "/joined".into(),
+            unit: super::super::time::TimeUnit::Millis,
+            fallback: TimeFallback::DeadLetter,
+        });
+        let i = done(d.decode(
+            None,
+            Some(&user_datum(1, None, 1_733_087_616_123)),
+            Some(5),
+            9,
+        ))
+        .unwrap();
+        assert_eq!(i.timestamp, 1_733_087_616_123);
+        // A JSON input without the field: dead letter, or the record timestamp.
+        let mut j = InputDecoder::json(None);
+        j.time = Some(InputTime {
+            pointer: "/at".into(),
+            unit: super::super::time::TimeUnit::Seconds,
+            fallback: TimeFallback::DeadLetter,
+        });
+        let e = done(j.decode(Some(b"k"), Some(b"{}"), Some(5), 9)).unwrap_err();
+        assert_eq!(e.kind(), "no_time");
+        assert!(e.to_string().contains("`/at`"), "{e}");
+        let i = done(j.decode(Some(b"k"), Some(br#"{"at": 1733087616}"#), Some(5), 9)).unwrap();
+        assert_eq!(i.timestamp, 1_733_087_616_000);
+        j.time.as_mut().unwrap().fallback = TimeFallback::RecordTimestamp;
+        let i = done(j.decode(Some(b"k"), Some(b"{}"), Some(5), 9)).unwrap();
+        assert_eq!(i.timestamp, 5);
+    }
+
+    #[test]
+    fn string_values_and_key_formats() {
+        let d = InputDecoder {
+            value_format: InputFormat::String,
+            key_format: KeyFormat::Json,
+            ..InputDecoder::json(None)
+        };
+        let i = done(d.decode(Some(b"\"u-1\""), Some(b"hello"), None, 0)).unwrap();
+        assert_eq!(i.value, json!({"value": "hello"}));
+        assert_eq!(i.key.as_ref(), b"u-1", "a JSON string key is its text");
+        let i = done(d.decode(Some(b"17"), Some(b"x"), None, 0)).unwrap();
+        assert_eq!(i.key.as_ref(), b"17");
+        let e = done(d.decode(Some(b"{oops"), Some(b"x"), None, 0)).unwrap_err();
+        assert_eq!(e.kind(), "no_key");
+        let e = done(d.decode(Some(b"[1]"), Some(b"x"), None, 0)).unwrap_err();
+        assert_eq!(e.kind(), "no_key");
+        let e = done(d.decode(Some(b"\"k\""), Some(b"\xff\xfe"), None, 0)).unwrap_err();
+        assert_eq!(e.kind(), "not_string");
+        let s = InputDecoder {
+            key_format: KeyFormat::String,
+            ..InputDecoder::json(None)
+        };
+        assert_eq!(
+            done(s.decode(Some(b"\xff"), Some(b"{}"), None, 0))
+                .unwrap_err()
+                .kind(),
+            "no_key"
+        );
+    }
+
+    #[test]
+    fn framed_values_need_the_magic_byte_before_any_registry_request() {
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let registry = RegistryClient::new(
+            crate::avro::registry::RegistrySettings {
+                // Nothing listens there: no request may be made for these records.
+                url: "http://127.0.0.1:9".parse().unwrap(),
+                auth: crate::avro::registry::RegistryAuth::None,
+                ca_pem: None,
+                timeout: std::time::Duration::from_millis(100),
+            },
+            metrics,
+        )
+        .unwrap();
+        let d = InputDecoder {
+            value_format: InputFormat::Avro,
+            registry: Some(Arc::new(registry)),
+            ..InputDecoder::json(Some("/id".into()))
+        };
+        for (value, why) in [
+            (&b"{\"id\":1}"[..], "magic byte"),
+            (b"\x00\x00\x01", "5-byte header"),
+            (b"", "no value"),
+        ] {
+            let e = done(d.decode(None, Some(value), None, 0)).unwrap_err();
+            assert_eq!(e.kind(), "not_avro");
+            assert!(e.to_string().contains(why), "{e}");
+        }
+        match d.decode(None, Some(b"\x00\x00\x00\x00\x07\x02"), None, 0) {
+            Attempt::Fetch(7) => {}
+            other => panic!("expected a fetch of schema 7, got {other:?}"),
+        }
+    }
+}
