@@ -39,8 +39,10 @@ setup:
 		echo "installing Debian packages: openjdk-17-jdk-headless maven"; \
 		$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jdk-headless maven; \
 	fi
-	@# The Python benchmark (bench/python/, smoke-run by make test) makes a venv, so python3
-	@# needs its venv module: Debian's python3-venv, unless a python3 of its own has it.
+	@# The Python benchmark (bench/python/, smoke-run by make test) and the Avro interop tests'
+	@# tool (tests/python/, tests/avro_interop.rs) each make a venv (scripts/python-venv.sh), so
+	@# python3 needs its venv module: Debian's python3-venv, unless a python3 of its own has it.
+	@# Their packages are all wheels from PyPI (no compiler or -dev package needed).
 	@if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1 && command -v apt-get >/dev/null; then \
 		if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
 		echo "installing Debian packages: python3 python3-venv"; \

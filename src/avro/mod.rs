@@ -6,4 +6,5 @@
 /// How a decoded Avro value becomes the JSON value the bridge works with, and back.
 pub mod json;
 pub mod registry;
+pub mod registry_server;
 pub mod wire;
