@@ -69,6 +69,14 @@ pub struct UnknownSchema {
 #[error("the schema registry is unavailable: {0}")]
 pub struct Unavailable(pub String);
 
+/// What a subject is escaped with in a URL path: everything but RFC 3986's unreserved
+/// characters (so `a.b-value` stays readable, `/` cannot split the path).
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// An id known unknown is asked again after this long (the registry may have been
 /// restored, or a replica was behind).
 const UNKNOWN_FOR: Duration = Duration::from_secs(60);
@@ -235,9 +243,13 @@ impl RegistryClient {
         }
         let path = format!(
             "subjects/{}/versions",
-            percent_encoding::utf8_percent_encode(subject, percent_encoding::NON_ALPHANUMERIC)
+            percent_encoding::utf8_percent_encode(subject, SEGMENT)
         );
-        let body = serde_json::json!({ "schema": schema.canonical_form() });
+        // The full schema, not its Parsing Canonical Form: that one drops logical types
+        // (a consumer would read `timestamp-millis` as a plain long) and docs.
+        let text = serde_json::to_string(schema)
+            .map_err(|e| Unavailable(format!("the schema does not serialize: {e}")))?;
+        let body = serde_json::json!({ "schema": text });
         let request = self
             .request(reqwest::Method::POST, &path)
             .header(
