@@ -217,7 +217,8 @@ impl<'s> Names<'s> {
         let mut schema = schema;
         while let Schema::Ref { name } = schema {
             let map = self.map.get_or_init(|| {
-                let all = std::iter::once(self.root).chain(self.references).collect();
+                // The referenced schemas first: apache-avro resolves in order.
+                let all = self.references.iter().chain([self.root]).collect();
                 ResolvedSchema::new_with_schemata(all)
                     .ok()
                     .map(|resolved| resolved.get_names().clone())

@@ -340,3 +340,110 @@ impl RegistryClient {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::avro::registry_server::RegistryServer;
+
+    const USER: &str = r#"{"type":"record","name":"User","fields":[{"name":"id","type":"long"}]}"#;
+
+    fn client(server: &RegistryServer, auth: RegistryAuth) -> (RegistryClient, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::new());
+        let settings = RegistrySettings {
+            url: server.url().parse().unwrap(),
+            auth,
+            ca_pem: None,
+            timeout: Duration::from_secs(5),
+        };
+        (
+            RegistryClient::new(settings, metrics.clone()).unwrap(),
+            metrics,
+        )
+    }
+
+    fn count(m: &Metrics, request: &str, result: &str) -> u64 {
+        m.schema_registry_requests
+            .with_label_values(&[request, result])
+            .get()
+    }
+
+    #[tokio::test]
+    async fn a_schema_is_fetched_once_and_cached_by_id() {
+        let server = RegistryServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+        let id = server.register("users-value", USER);
+        let (client, metrics) = client(&server, RegistryAuth::None);
+        assert!(client.cached(id).is_none());
+        let schema = client.fetch(id).await.unwrap().unwrap();
+        assert_eq!(schema.id, id);
+        assert!(matches!(schema.schema, Schema::Record(_)));
+        let requests = server.requests();
+        assert!(client.cached(id).unwrap().is_ok(), "cached, no request");
+        assert_eq!(server.requests(), requests);
+        assert_eq!(count(&metrics, "schema", "ok"), 1);
+        assert_eq!(metrics.schema_cache_size.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_id_is_the_records_fault_and_an_outage_is_the_registrys() {
+        let server = RegistryServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+        let (client, metrics) = client(&server, RegistryAuth::None);
+        let unknown = client.fetch(4242).await.unwrap().unwrap_err();
+        assert!(unknown.to_string().contains("4242"), "{unknown}");
+        assert_eq!(count(&metrics, "schema", "not_found"), 1);
+        assert!(
+            client.cached(4242).unwrap().is_err(),
+            "remembered for a while"
+        );
+        let id = server.register("users-value", USER);
+        for status in [500, 503, 504, 429] {
+            server.fail_with(Some(status));
+            let e = client.fetch(id).await.unwrap_err();
+            assert!(e.to_string().contains(&status.to_string()), "{e}");
+            assert!(client.cached(id).is_none(), "an outage is never cached");
+        }
+        assert_eq!(count(&metrics, "schema", "unavailable"), 4);
+        server.fail_with(None);
+        assert!(client.fetch(id).await.unwrap().is_ok());
+        // Nothing listening: unavailable too.
+        server.shutdown();
+        let gone = client.fetch(id + 1).await;
+        assert!(gone.is_err(), "{gone:?}");
+    }
+
+    #[tokio::test]
+    async fn credentials_are_sent_and_a_refusal_is_retried_not_dead_lettered() {
+        let server = RegistryServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+        let id = server.register("users-value", USER);
+        // `user:secret` in base64.
+        server.require_auth(Some("Basic dXNlcjpzZWNyZXQ=".into()));
+        let (basic, _) = client(
+            &server,
+            RegistryAuth::Basic {
+                user: "user".into(),
+                password: "secret".into(),
+            },
+        );
+        assert!(basic.fetch(id).await.unwrap().is_ok());
+        let (wrong, _) = client(&server, RegistryAuth::Bearer("nope".into()));
+        let e = wrong.fetch(id).await.unwrap_err();
+        assert!(e.to_string().contains("401"), "{e}");
+        assert!(!format!("{:?}", RegistryAuth::Bearer("nope".into())).contains("nope"));
+        server.require_auth(Some("Bearer t0k".into()));
+        let (bearer, _) = client(&server, RegistryAuth::Bearer("t0k".into()));
+        assert!(bearer.fetch(id).await.unwrap().is_ok());
+    }
+
+    #[tokio::test]
+    async fn registering_gives_the_same_id_for_the_same_schema() {
+        let server = RegistryServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+        let (client, metrics) = client(&server, RegistryAuth::None);
+        let schema = Schema::parse_str(crate::formats::output::ENVELOPE_SCHEMA).unwrap();
+        let id = client.register("out-value", &schema).await.unwrap();
+        assert_eq!(client.register("out-value", &schema).await.unwrap(), id);
+        assert_eq!(count(&metrics, "register", "ok"), 2);
+        // What is registered keeps its logical types (a consumer reads timestamps).
+        let fetched = client.fetch(id).await.unwrap().unwrap();
+        assert_eq!(fetched.schema, schema);
+    }
+}

@@ -489,4 +489,122 @@ mod tests {
             other => panic!("expected a fetch of schema 7, got {other:?}"),
         }
     }
+
+    /// A decoder of framed values through `server`, keys in `key_format`.
+    fn framed_decoder(
+        server: &crate::avro::registry_server::RegistryServer,
+        key_format: KeyFormat,
+    ) -> InputDecoder {
+        let registry = RegistryClient::new(
+            crate::avro::registry::RegistrySettings {
+                url: server.url().parse().unwrap(),
+                auth: crate::avro::registry::RegistryAuth::None,
+                ca_pem: None,
+                timeout: std::time::Duration::from_secs(5),
+            },
+            Arc::new(crate::metrics::Metrics::new()),
+        )
+        .unwrap();
+        InputDecoder {
+            value_format: InputFormat::Avro,
+            key_format,
+            registry: Some(Arc::new(registry)),
+            ..InputDecoder::json(None)
+        }
+    }
+
+    fn write(schema: &Schema, schemata: &[&Schema], value: apache_avro::types::Value) -> Vec<u8> {
+        apache_avro::writer::datum::GenericDatumWriter::builder(schema)
+            .schemata(schemata.to_vec())
+            .unwrap()
+            .build()
+            .unwrap()
+            .write_value_to_vec(value)
+            .unwrap()
+    }
+
+    /// Decode, fetching every schema asked for first (as the partition task does).
+    async fn decode_fetching(
+        d: &InputDecoder,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Input, Rejected> {
+        loop {
+            match d.decode(Some(key), Some(value), Some(1), 0) {
+                Attempt::Done(r) => return r,
+                Attempt::Fetch(id) => d.fetch(id).await.unwrap(),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn avro_keys_and_values_with_schema_references_come_through_the_registry() {
+        use apache_avro::types::Value as A;
+        let server =
+            crate::avro::registry_server::RegistryServer::start("127.0.0.1:0".parse().unwrap())
+                .unwrap();
+        let address = r#"{"type":"record","name":"Address","namespace":"t","fields":[{"name":"city","type":"string"}]}"#;
+        let user = r#"{"type":"record","name":"User","namespace":"t","fields":[{"name":"id","type":"long"},{"name":"home","type":"t.Address"}]}"#;
+        server.register("address", address);
+        // Registered with its reference, as a Confluent client does.
+        let http = reqwest::Client::new();
+        let answer = http
+            .post(format!("{}/subjects/users-value/versions", server.url()))
+            .header("content-type", "application/vnd.schemaregistry.v1+json")
+            .body(json!({"schema": user, "references": [{"name": "t.Address", "subject": "address", "version": 1}]}).to_string())
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&answer).unwrap();
+        let user_id = answer["id"].as_u64().unwrap() as u32;
+        let key_id = server.register("users-key", r#""string""#);
+        let (address_schema, user_schema) = {
+            let (u, refs) = Schema::parse_str_with_list(user, [address]).unwrap();
+            (refs.into_iter().next().unwrap(), u)
+        };
+        let value = write(
+            &user_schema,
+            &[&address_schema],
+            A::Record(vec![
+                ("id".into(), A::Long(7)),
+                (
+                    "home".into(),
+                    A::Record(vec![("city".into(), A::String("Oslo".into()))]),
+                ),
+            ]),
+        );
+        let key = write(&Schema::String, &[], A::String("user-7".into()));
+        let d = framed_decoder(&server, KeyFormat::Avro);
+        let input = decode_fetching(
+            &d,
+            &crate::avro::wire::frame(key_id, &key),
+            &crate::avro::wire::frame(user_id, &value),
+        )
+        .await
+        .unwrap();
+        assert_eq!(input.key.as_ref(), b"user-7");
+        assert_eq!(input.value, json!({"id": 7, "home": {"city": "Oslo"}}));
+        // Once fetched, no more requests for these ids.
+        let requests = server.requests();
+        let again = d.decode(
+            Some(&crate::avro::wire::frame(key_id, &key)),
+            Some(&crate::avro::wire::frame(user_id, &value)),
+            None,
+            0,
+        );
+        assert!(matches!(again, Attempt::Done(Ok(_))), "{again:?}");
+        assert_eq!(server.requests(), requests);
+        // An id the registry does not know: a dead letter, not a wait.
+        let e = decode_fetching(
+            &d,
+            &crate::avro::wire::frame(key_id, &key),
+            &crate::avro::wire::frame(999, &value),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.kind(), "unknown_schema", "{e}");
+    }
 }
