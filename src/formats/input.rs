@@ -376,6 +376,28 @@ mod tests {
     }
 
     #[test]
+    fn a_hostile_length_is_refused_before_it_is_allocated() {
+        assert_eq!(
+            super::super::limit_avro_allocations(),
+            super::super::AVRO_MAX_ALLOCATION
+        );
+        let d = avro_decoder(
+            r#"{"type":"record","name":"R","fields":[{"name":"id","type":"string"}]}"#,
+        );
+        // A string of 100,000,000 bytes (zig-zag varint), and nothing after it.
+        let mut datum = Vec::new();
+        let mut n: u64 = 200_000_000;
+        while n >= 0x80 {
+            datum.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        datum.push(n as u8);
+        let e = done(d.decode(None, Some(&datum), None, 0)).unwrap_err();
+        assert_eq!(e.kind(), "not_avro");
+        assert!(e.to_string().contains("100000000"), "{e}");
+    }
+
+    #[test]
     fn avro_that_does_not_decode_says_why() {
         let d = avro_decoder(USER);
         let datum = user_datum(42, Some("a@b.c"), 5);

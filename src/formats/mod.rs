@@ -117,11 +117,13 @@ pub struct FormatArgs {
         default_value = "topic"
     )]
     pub output_subject_strategy: String,
-    /// Base URL of a Confluent-compatible schema registry (http or https).
+    /// Base URL of a Confluent-compatible schema registry (http or https). (Its value is
+    /// not shown by `--help`: a URL may carry credentials.)
     #[arg(
         long,
         env = "WATCHBRIDGE_SCHEMA_REGISTRY_URL",
-        value_name = "WATCHBRIDGE_SCHEMA_REGISTRY_URL"
+        value_name = "WATCHBRIDGE_SCHEMA_REGISTRY_URL",
+        hide_env_values = true
     )]
     pub schema_registry_url: Option<String>,
     /// User for the registry's basic authentication (with WATCHBRIDGE_SCHEMA_REGISTRY_PASSWORD).
@@ -357,6 +359,18 @@ pub struct Formats {
     pub encoder: Arc<output::OutputEncoder>,
 }
 
+/// The most one Avro value may make the decoder allocate at once (a string, bytes, an
+/// array's items). A datum cannot hold more than its record, but a few hostile bytes can
+/// declare a 500 MB string; apache-avro's own limit (512 MiB) would allocate that much
+/// before finding the datum short.
+pub const AVRO_MAX_ALLOCATION: usize = 64 * 1024 * 1024;
+
+/// Set [`AVRO_MAX_ALLOCATION`] for the process (the first call wins; apache-avro keeps it
+/// in a global).
+pub fn limit_avro_allocations() -> usize {
+    apache_avro::util::max_allocation_bytes(AVRO_MAX_ALLOCATION)
+}
+
 impl FormatConfig {
     /// Build the decoder and encoder; registers the output schema (retrying while the
     /// registry does not answer, until `deadline`).
@@ -367,6 +381,7 @@ impl FormatConfig {
         metrics: &Arc<Metrics>,
         deadline: tokio::time::Instant,
     ) -> Result<Formats, String> {
+        limit_avro_allocations();
         let registry = match &self.registry {
             Some(settings) => Some(Arc::new(
                 RegistryClient::new(settings.clone(), metrics.clone())
@@ -466,5 +481,113 @@ impl Default for FormatArgs {
             schema_registry_ca_file: None,
             schema_registry_timeout: Duration::from_secs(10),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema_file(dir: &tempfile::TempDir, text: &str) -> PathBuf {
+        let path = dir.path().join("s.avsc");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn error(args: FormatArgs) -> ConfigError {
+        args.check().expect_err("a bad setting")
+    }
+
+    #[test]
+    fn the_defaults_are_json_in_and_out() {
+        let c = FormatArgs::default().check().unwrap();
+        assert_eq!(c.input_format, InputFormat::Json);
+        assert_eq!(c.output_format, OutputFormat::Json);
+        assert!(c.registry.is_none() && c.input_time.is_none());
+    }
+
+    #[test]
+    fn bad_format_settings_name_their_variable() {
+        let avro_in = FormatArgs {
+            input_format: InputFormat::Avro,
+            ..Default::default()
+        };
+        assert_eq!(error(avro_in).var, "WATCHBRIDGE_INPUT_FORMAT");
+        let avro_out = FormatArgs {
+            output_format: OutputFormat::Avro,
+            ..Default::default()
+        };
+        assert_eq!(error(avro_out).var, "WATCHBRIDGE_OUTPUT_FORMAT");
+        let avro_key = FormatArgs {
+            input_key_format: KeyFormat::Avro,
+            ..Default::default()
+        };
+        assert_eq!(error(avro_key).var, "WATCHBRIDGE_INPUT_KEY_FORMAT");
+        let time = FormatArgs {
+            input_time: Some("ts".into()),
+            ..Default::default()
+        };
+        assert!(error(time).message.contains("`/ts`"));
+        let unit = FormatArgs {
+            input_time: Some("/ts".into()),
+            input_time_unit: "minutes".into(),
+            ..Default::default()
+        };
+        assert_eq!(error(unit).var, "WATCHBRIDGE_INPUT_TIME_UNIT");
+        let url = FormatArgs {
+            schema_registry_url: Some("ftp://registry".into()),
+            ..Default::default()
+        };
+        assert_eq!(error(url).var, "WATCHBRIDGE_SCHEMA_REGISTRY_URL");
+        let half = FormatArgs {
+            schema_registry_url: Some("http://registry:8081".into()),
+            schema_registry_user: Some("u".into()),
+            ..Default::default()
+        };
+        assert_eq!(error(half).var, "WATCHBRIDGE_SCHEMA_REGISTRY_PASSWORD");
+        let missing = FormatArgs {
+            input_format: InputFormat::Avro,
+            input_schema: Some("/nonexistent/x.avsc".into()),
+            ..Default::default()
+        };
+        let e = error(missing);
+        assert_eq!(e.var, "WATCHBRIDGE_INPUT_SCHEMA");
+        assert!(e.message.contains("/nonexistent/x.avsc"), "{}", e.message);
+        let dir = tempfile::tempdir().unwrap();
+        let not_avro = FormatArgs {
+            input_format: InputFormat::Avro,
+            input_schema: Some(schema_file(&dir, r#"{"type": "recrod"}"#)),
+            ..Default::default()
+        };
+        assert!(error(not_avro).message.contains("not an Avro schema"));
+        let unnamed = FormatArgs {
+            schema_registry_url: Some("http://registry:8081".into()),
+            output_format: OutputFormat::Avro,
+            output_schema: Some(schema_file(&dir, r#""string""#)),
+            output_subject_strategy: "record".into(),
+            ..Default::default()
+        };
+        assert_eq!(error(unnamed).var, "WATCHBRIDGE_OUTPUT_SUBJECT_STRATEGY");
+    }
+
+    #[test]
+    fn a_registry_with_credentials_and_a_time_field() {
+        let c = FormatArgs {
+            schema_registry_url: Some("https://registry.example:8081/base".into()),
+            schema_registry_token: Some("t".into()),
+            input_format: InputFormat::Avro,
+            input_time: Some("/at".into()),
+            input_time_unit: "s".into(),
+            input_time_fallback: "record_timestamp".into(),
+            ..Default::default()
+        }
+        .check()
+        .unwrap();
+        let registry = c.registry.unwrap();
+        assert_eq!(registry.auth, RegistryAuth::Bearer("t".into()));
+        assert_eq!(registry.url.path(), "/base");
+        let time = c.input_time.unwrap();
+        assert_eq!(time.unit, time::TimeUnit::Seconds);
+        assert_eq!(time.fallback, time::TimeFallback::RecordTimestamp);
     }
 }
