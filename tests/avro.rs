@@ -390,7 +390,11 @@ async fn a_registry_outage_pauses_the_inputs_and_loses_nothing() {
     // The registry goes down before the bridge has seen any schema.
     registry.fail_with(Some(503));
     let before = registry.requests_to("/schemas/ids/");
-    let mut bridge = Bridge::start(&bridge_env(&t, &server, &registry));
+    let mut env = bridge_env(&t, &server, &registry);
+    // Shorter than the outage: a partition whose inputs wait for their schema is not idle
+    // (it has inputs; their times are not known yet).
+    env.push(("WATCHBRIDGE_IDLE_TIMEOUT", "1s".into()));
+    let mut bridge = Bridge::start(&env);
     wait_until(
         &bridge,
         Duration::from_secs(30),
@@ -398,7 +402,19 @@ async fn a_registry_outage_pauses_the_inputs_and_loses_nothing() {
         async || registry.requests_to("/schemas/ids/") >= before + 3,
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle: Vec<WatermarkMessage> = broker()
+        .read_to_end(&t.watermarks)
+        .await
+        .iter()
+        .filter_map(|m| WatermarkMessage::parse(m.payload()?).ok())
+        .filter(|m| matches!(m, WatermarkMessage::Partition { idle: true, .. }))
+        .collect();
+    assert!(
+        idle.is_empty(),
+        "idle while inputs wait: {idle:?}\n{}",
+        bridge.log()
+    );
     assert!(
         outputs(&t.output).await.is_empty(),
         "an output without its input's schema?"

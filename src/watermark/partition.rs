@@ -129,6 +129,13 @@ impl PartitionWatermark {
         self.input.activity_at(now);
     }
 
+    /// An input was read at `now` whose event time is not known yet (its Avro schema is
+    /// being fetched): the input is not idle, so the partition keeps holding the merged
+    /// watermark back for it.
+    pub fn input_waiting(&mut self, now: Millis) {
+        self.input.activity_at(now);
+    }
+
     /// What was last published may not have reached the topic (its delivery failed): the
     /// next update returns the state again even if nothing changed. (Sending the failed
     /// record again could land it after a later, higher one.)

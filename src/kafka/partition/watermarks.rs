@@ -19,6 +19,9 @@ impl<P: Resolve> PartitionTask<P> {
             .chain(self.min_hold)
             .min();
         let now = self.shared.clock.now_ms();
+        if self.waiting.is_some() {
+            self.watermark.input_waiting(now);
+        }
         if let Some(update) = self.watermark.update(min_hold, now) {
             // A partition that never had a watermark still says when it goes idle, so the
             // merged watermark stops waiting for it; its value is then the beginning of time.
