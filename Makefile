@@ -107,9 +107,10 @@ bench-smoke: setup broker-install bench-peer-install
 # Apache Kafka (test-kafka; docs/brokers.md). How the time splits, measured on the 2-core
 # machine, test binaries built and brokers installed (quiet machine; in brackets with other
 # builds running, load 6-12):
-#   on Tansu   ~2.8 min [3.5]: cargo test 128 s [161] (bridge 42 s, watermarks 22 s,
-#              prometheus 14 s, unit tests 11 s, brokers 11 s, cli 11 s, ops 7 s,
-#              kafka_broker 3 s, the rest < 1 s), chaos-short 38 s [39]
+#   on Tansu   ~3.2 min [3.9]: cargo test 150 s [185] (bridge 42 s, watermarks 22 s,
+#              prometheus 14 s, avro 13 s, unit tests 11 s, brokers 11 s, cli 11 s,
+#              avro_interop 10 s, ops 7 s, kafka_broker 3 s, the rest < 1 s; the Avro
+#              tests' Python venv is made once, ~30 s), chaos-short 38 s [39]
 #   on Kafka   ~4 min [5]: the six broker test binaries 135 s [166] (each starts its own
 #              Kafka: 8-20 s of JVM start), compaction 50 s [62], chaos-short 59 s [66] (a
 #              broker restart takes ~15 s)
