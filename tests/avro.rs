@@ -64,6 +64,64 @@ fn write_file(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
     path.to_str().unwrap().to_string()
 }
 
+/// Python's `AvroDeserializer` reading `records`' values through `registry`: one JSON
+/// value per record, in order.
+fn python_decoded(registry: &RegistryServer, topic: &str, records: &[OwnedMessage]) -> Vec<Value> {
+    let hex_values: Vec<String> = records.iter().map(|m| hex(m.payload().unwrap())).collect();
+    let url = registry.url();
+    avro_tool(
+        &["deserialize", "--registry", &url, "--topic", topic],
+        &hex_values,
+    )
+    .iter()
+    .map(|line| serde_json::from_str(line).unwrap())
+    .collect()
+}
+
+/// Python's `AvroSerializer` writing `records` (JSON) for `topic` with the schema in the
+/// file `schema`, registering it in `registry`: one framed value per record.
+fn python_serialized(
+    registry: &RegistryServer,
+    topic: &str,
+    schema: &str,
+    records: &[String],
+) -> Vec<Vec<u8>> {
+    let url = registry.url();
+    avro_tool(
+        &[
+            "serialize",
+            "--registry",
+            &url,
+            "--topic",
+            topic,
+            "--schema",
+            schema,
+        ],
+        records,
+    )
+    .iter()
+    .map(|h| unhex(h))
+    .collect()
+}
+
+/// Produce `values` to partition 0 of `topic`, keyed `r<n>`, with the record timestamp
+/// `record_time`.
+async fn produce_all(topic: &str, values: &[Vec<u8>], record_time: i64) {
+    for (n, value) in values.iter().enumerate() {
+        let key = format!("r{n}");
+        broker()
+            .produce_at(
+                topic,
+                Some(0),
+                Some(key.as_bytes()),
+                value,
+                &[],
+                record_time,
+            )
+            .await;
+    }
+}
+
 /// The joined time of user `id`: two hours ago plus `id` seconds, far from the record
 /// timestamps (now), so a watermark shows which one drove it.
 fn joined(base: i64, id: i64) -> i64 {
@@ -198,24 +256,10 @@ async fn avro_inputs_timed_by_a_field_become_avro_outputs_that_python_decodes() 
     };
     let serialize = |schema: &str, ids: &[i64], v2: bool| {
         let file = write_file(&dir, if v2 { "v2.avsc" } else { "v1.avsc" }, schema);
-        avro_tool(
-            &[
-                "serialize",
-                "--registry",
-                &registry.url(),
-                "--topic",
-                &t.input,
-                "--schema",
-                &file,
-            ],
-            &lines(ids, v2),
-        )
+        python_serialized(&registry, &t.input, &file, &lines(ids, v2))
     };
-    let mut values: Vec<Vec<u8>> = serialize(USER_V1, &[1, 2, 3], false)
-        .iter()
-        .chain(serialize(USER_V2, &[4, 5], true).iter())
-        .map(|h| unhex(h))
-        .collect();
+    let mut values = serialize(USER_V1, &[1, 2, 3], false);
+    values.extend(serialize(USER_V2, &[4, 5], true));
     let ids: Vec<u32> = values
         .iter()
         .map(|v| u32::from_be_bytes(v[1..5].try_into().unwrap()))
@@ -234,18 +278,7 @@ async fn avro_inputs_timed_by_a_field_become_avro_outputs_that_python_decodes() 
     ];
     values.extend(bad.iter().map(|(v, _)| v.clone()));
     let record_time = now_ms();
-    for (n, value) in values.iter().enumerate() {
-        broker()
-            .produce_at(
-                &t.input,
-                Some(0),
-                Some(format!("r{n}").as_bytes()),
-                value,
-                &[],
-                record_time,
-            )
-            .await;
-    }
+    produce_all(&t.input, &values, record_time).await;
 
     let mut env = bridge_env(&t, &server, &registry);
     env.extend([
@@ -275,23 +308,11 @@ async fn avro_inputs_timed_by_a_field_become_avro_outputs_that_python_decodes() 
 
     // Python's AvroDeserializer reads every output through the same registry.
     let records = outputs(&t.output).await;
-    let decoded = avro_tool(
-        &[
-            "deserialize",
-            "--registry",
-            &registry.url(),
-            "--topic",
-            &t.output,
-        ],
-        &records
-            .iter()
-            .map(|m| hex(m.payload().unwrap()))
-            .collect::<Vec<_>>(),
-    );
+    let decoded = python_decoded(&registry, &t.output, &records);
     assert_eq!(decoded.len(), records.len());
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for (record, line) in records.iter().zip(&decoded) {
-        let envelope: Value = serde_json::from_str(line).unwrap();
+    for (record, envelope) in records.iter().zip(&decoded) {
+        let line = envelope.to_string();
         let key = envelope["key"].as_str().unwrap().to_string();
         let event_time = want
             .get(&key)
@@ -364,29 +385,8 @@ async fn a_registry_outage_pauses_the_inputs_and_loses_nothing() {
     let lines: Vec<String> = (1..=3)
         .map(|id| json!({"id": id, "joined": joined(base, id)}).to_string())
         .collect();
-    let values = avro_tool(
-        &[
-            "serialize",
-            "--registry",
-            &registry.url(),
-            "--topic",
-            &t.input,
-            "--schema",
-            &file,
-        ],
-        &lines,
-    );
-    for (n, value) in values.iter().enumerate() {
-        broker()
-            .produce(
-                &t.input,
-                Some(0),
-                Some(format!("r{n}").as_bytes()),
-                &unhex(value),
-                &[],
-            )
-            .await;
-    }
+    let values = python_serialized(&registry, &t.input, &file, &lines);
+    produce_all(&t.input, &values, now_ms()).await;
     // The registry goes down before the bridge has seen any schema.
     registry.fail_with(Some(503));
     let before = registry.requests_to("/schemas/ids/");
@@ -486,20 +486,11 @@ async fn bare_datums_in_and_the_users_schema_out_with_a_misfit_dead_lettered() {
     let lines: Vec<String> = (1..=2)
         .map(|id| json!({"id": id, "joined": joined(base, id)}).to_string())
         .collect();
-    for (n, value) in avro_tool(&["schemaless", "--schema", &input_schema], &lines)
+    let values: Vec<Vec<u8>> = avro_tool(&["schemaless", "--schema", &input_schema], &lines)
         .iter()
-        .enumerate()
-    {
-        broker()
-            .produce(
-                &t.input,
-                Some(0),
-                Some(format!("r{n}").as_bytes()),
-                &unhex(value),
-                &[],
-            )
-            .await;
-    }
+        .map(|h| unhex(h))
+        .collect();
+    produce_all(&t.input, &values, now_ms()).await;
     let mut env = bridge_env(&t, &server, &registry);
     env.extend([
         ("WATCHBRIDGE_INPUT_SCHEMA", input_schema.clone()),
@@ -522,22 +513,7 @@ async fn bare_datums_in_and_the_users_schema_out_with_a_misfit_dead_lettered() {
     assert_eq!(code, Some(0), "{}", bridge.log());
 
     let records = outputs(&t.output).await;
-    let decoded: Vec<Value> = avro_tool(
-        &[
-            "deserialize",
-            "--registry",
-            &registry.url(),
-            "--topic",
-            &t.output,
-        ],
-        &records
-            .iter()
-            .map(|m| hex(m.payload().unwrap()))
-            .collect::<Vec<_>>(),
-    )
-    .iter()
-    .map(|l| serde_json::from_str(l).unwrap())
-    .collect();
+    let decoded = python_decoded(&registry, &t.output, &records);
     let mut ids: Vec<&str> = decoded.iter().map(|v| v["id"].as_str().unwrap()).collect();
     ids.sort();
     assert_eq!(ids, ["1-0", "1-2", "2-0", "2-2"], "{decoded:?}");
