@@ -98,6 +98,26 @@ impl InputDecoder {
         }
     }
 
+    /// Whether the record key, read in the key format, is `watch_key` (with
+    /// `WATCHBRIDGE_WATCH_KEY`, inputs should be keyed by their watch key: see
+    /// `InputKeyedApart`). A key that cannot be read here (an Avro key whose schema is not
+    /// cached) counts as matching: no warning on a guess.
+    pub fn record_key_is(&self, key: Option<&[u8]>, watch_key: &[u8]) -> bool {
+        let Some(key) = key else { return false };
+        match self.key_format {
+            KeyFormat::Raw | KeyFormat::String => key == watch_key,
+            KeyFormat::Json => serde_json::from_slice::<Value>(key)
+                .ok()
+                .and_then(|v| scalar_key(&v))
+                .is_some_and(|k| k == watch_key),
+            KeyFormat::Avro => match self.framed(key) {
+                Ok(Ok(v)) => scalar_key(&v).is_some_and(|k| k == watch_key),
+                Ok(Err(_)) => false,
+                Err(_) => true,
+            },
+        }
+    }
+
     /// Whether the state topic can keep an input's value as it came (JSON), rather than
     /// its decoded JSON form (which a restart reads back without the registry).
     pub fn keeps_raw_value(&self) -> bool {
@@ -460,6 +480,9 @@ mod tests {
         assert_eq!(i.key.as_ref(), b"u-1", "a JSON string key is its text");
         let i = done(d.decode(Some(b"17"), Some(b"x"), None, 0)).unwrap();
         assert_eq!(i.key.as_ref(), b"17");
+        assert!(d.record_key_is(Some(b"\"u-1\""), b"u-1"));
+        assert!(!d.record_key_is(Some(b"u-1"), b"u-1"), "not JSON");
+        assert!(!d.record_key_is(None, b"u-1"));
         let e = done(d.decode(Some(b"{oops"), Some(b"x"), None, 0)).unwrap_err();
         assert_eq!(e.kind(), "no_key");
         let e = done(d.decode(Some(b"[1]"), Some(b"x"), None, 0)).unwrap_err();

@@ -613,7 +613,8 @@ impl<P: Resolve> PartitionTask<P> {
             Ok((input, target, registration))
         });
         if let Ok((input, ..)) = &decoded {
-            if self.shared.decoder.watch_key.is_some() && message.key() != Some(&input.key[..]) {
+            let decoder = &self.shared.decoder;
+            if decoder.watch_key.is_some() && !decoder.record_key_is(message.key(), &input.key) {
                 InputKeyedApart {
                     watch_key: &input.key,
                     record_key: message.key(),
