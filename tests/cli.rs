@@ -142,6 +142,76 @@ fn demo_runs_the_bridge_end_to_end_and_checks_what_reached_kafka() {
     );
 }
 
+/// `WATCHBRIDGE_OUTPUT_FORMAT=avro`: the demo starts its embedded schema registry, the
+/// bridge writes the envelope there, and the view decodes every output back to the item it
+/// checks as in JSON mode.
+#[test]
+fn demo_with_avro_outputs_uses_an_embedded_registry_and_decodes_what_it_reads() {
+    let (code, out, err) = watchbridge_with_env(
+        &[
+            "demo",
+            "--users",
+            "4",
+            "--poll-interval",
+            "200ms",
+            "--termination",
+            "any(total(5s), stable(1500ms))",
+        ],
+        &[("WATCHBRIDGE_OUTPUT_FORMAT", "avro")],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("  outputs Avro (the envelope), subject demo.events-value, embedded schema registry http://127.0.0.1:"),
+        "{out}"
+    );
+    let summary = out.split("── summary").nth(1).expect("a summary");
+    assert!(
+        summary.contains("outputs: Avro (the envelope), subject demo.events-value, embedded schema registry http://127.0.0.1:")
+            && summary.contains("; schema id 1\n"),
+        "{summary}"
+    );
+    let check = summary
+        .lines()
+        .find(|l| l.starts_with("check: "))
+        .expect("a check line");
+    assert!(check.starts_with("check: OK"), "{summary}");
+    assert!(!check.contains("0 outputs read back"), "{summary}");
+    assert!(!check.contains("do not decode"), "{summary}");
+    assert!(
+        check.contains("every output's Kafka timestamp equals its item's `at`")
+            && check.contains("key and headers name each output's user and item"),
+        "{check}"
+    );
+}
+
+/// A registry the user names is used as is: one that does not answer stops the demo (the
+/// output schema cannot be registered) within its start timeout, naming the variable.
+#[test]
+fn demo_with_avro_outputs_and_no_registry_answering_fails_naming_the_variable() {
+    let began = std::time::Instant::now();
+    let (code, out, err) = watchbridge_with_env(
+        &["demo", "--users", "2"],
+        &[
+            ("WATCHBRIDGE_OUTPUT_FORMAT", "avro"),
+            ("WATCHBRIDGE_SCHEMA_REGISTRY_URL", "http://127.0.0.1:9"),
+        ],
+    );
+    assert_ne!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains("WATCHBRIDGE_SCHEMA_REGISTRY_URL"),
+        "{out}\n{err}"
+    );
+    assert!(
+        out.contains("the schema registry http://127.0.0.1:9"),
+        "{out}"
+    );
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        began.elapsed()
+    );
+}
+
 #[test]
 fn demo_rejects_bad_settings_naming_the_variable() {
     let (code, _, err) = watchbridge(&["demo", "--termination", "polls(0)"]);

@@ -5,24 +5,31 @@
 //! growing event feed per user (`feeds.rs`); a producer writing "new user" records — and two
 //! bad ones — to `demo.users`; the bridge ([`run_bridge`] with the HTTP poller, as
 //! `watchbridge run` runs it); and a consumer reading `demo.events` and the dead-letter topic
-//! back (`tally.rs`) for the live view and the closing checks (`view.rs`). It ends once every
-//! input's watch has ended and everything produced has been read back, or on Ctrl-C.
+//! back (`tally.rs`) for the live view and the closing checks (`view.rs`). With
+//! `WATCHBRIDGE_OUTPUT_FORMAT=avro` and no `WATCHBRIDGE_SCHEMA_REGISTRY_URL`, an embedded
+//! schema registry too (`crate::avro::registry_server`), and the view decodes the Avro
+//! outputs (`outputs.rs`). It ends once every input's watch has ended and everything
+//! produced has been read back, or on Ctrl-C.
 
 mod endings;
 mod feeds;
+mod outputs;
 mod tally;
 mod view;
 
 pub use endings::Endings;
 
+use crate::avro::registry_server::RegistryServer;
 use crate::bridge::{run_bridge, stop_on_signals, StopSignal};
 use crate::config::{Mode, RunArgs, RunConfig};
+use crate::formats::{FormatArgs, OutputFormat};
 use crate::kafka::embedded::EmbeddedBroker;
 use crate::metrics::Metrics;
 use crate::pollers::builtin::{PollerArgs, PollerKind};
 use crate::pollers::http::{HttpArgs, HttpConfig, HttpPoller};
 use crate::pollers::ConfigError;
 use feeds::{Feed, FeedServer, Feeds};
+use outputs::OutputValues;
 use prometheus::core::Collector;
 use prometheus::IntCounterVec;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -122,15 +129,31 @@ fn failed(what: &str, error: impl std::fmt::Display) -> DemoError {
 /// Run the demo. `Ok(false)`: it ran, but a check on what was read back failed (the
 /// summary says which).
 pub fn run(args: &DemoArgs, endings: Endings) -> Result<bool, DemoError> {
-    // Settings first, so a bad one is reported before anything starts.
-    let config = bridge_config(args)?;
+    // Settings first, so a bad one is reported before anything starts (but the embedded
+    // registry, whose address is one of them).
+    let mut formats = FormatArgs::from_env()
+        .map_err(|e| ConfigError::new("WATCHBRIDGE_OUTPUT_FORMAT", e.to_string()))?;
     let runtime =
         tokio::runtime::Runtime::new().map_err(|e| failed("cannot start the async runtime", e))?;
-    runtime.block_on(run_async(args, config, endings))
+    // Avro outputs are registered in a schema registry: the user's, or, as the broker is,
+    // an embedded one on this runtime. Declared after the runtime, so dropped before it.
+    let registry = match (formats.output_format, &formats.schema_registry_url) {
+        (OutputFormat::Avro, None) => {
+            let _entered = runtime.enter();
+            let server = RegistryServer::start(([127, 0, 0, 1], 0).into())
+                .map_err(|e| failed("cannot start the embedded schema registry", e))?;
+            formats.schema_registry_url = Some(server.url());
+            Some(server)
+        }
+        _ => None,
+    };
+    let config = bridge_config(args, formats)?;
+    runtime.block_on(run_async(args, config, registry.is_some(), endings))
 }
 
-/// The bridge's settings, as `watchbridge run` would check them.
-fn bridge_config(args: &DemoArgs) -> Result<RunConfig, ConfigError> {
+/// The bridge's settings, as `watchbridge run` would check them. Of the formats, only the
+/// output format matters here (the inputs are the demo's own JSON).
+fn bridge_config(args: &DemoArgs, formats: FormatArgs) -> Result<RunConfig, ConfigError> {
     let run = RunArgs {
         brokers: None,
         group_id: "watchbridge-demo".into(),
@@ -138,8 +161,7 @@ fn bridge_config(args: &DemoArgs) -> Result<RunConfig, ConfigError> {
         output_topic: EVENTS_TOPIC.into(),
         dlq_topic: Some(DLQ_TOPIC.into()),
         watch_key: None,
-        formats: crate::formats::FormatArgs::from_env()
-            .map_err(|e| ConfigError::new("WATCHBRIDGE_OUTPUT_FORMAT", e.to_string()))?,
+        formats,
         poll_interval: args.poll_interval,
         // Retries at the pace of polling (production waits seconds to minutes), so the user
         // whose feed does not exist ends `failed` within the run instead of as `stable`.
@@ -155,7 +177,9 @@ fn bridge_config(args: &DemoArgs) -> Result<RunConfig, ConfigError> {
         partitions: PARTITIONS,
         replication_factor: 1,
         shutdown_timeout: Duration::from_secs(10),
-        start_timeout: Duration::from_secs(60),
+        // The embedded broker is up at once; what may not be is a schema registry (the
+        // output schema is registered before the bridge starts): fail within the run.
+        start_timeout: Duration::from_secs(20),
         watermark_strategy: "bounded(2s)".into(),
         watermark_interval: Duration::from_millis(200),
         // Short, so the view shows partitions going idle within the run.
@@ -192,9 +216,45 @@ fn http_config(url: &str, timeout: Duration) -> Result<HttpConfig, ConfigError> 
     Ok(c)
 }
 
+/// What the outputs are written as, for the startup lines and the summary: `JSON`, or
+/// `Avro (the envelope), subject …, embedded schema registry <url>`.
+fn describe_outputs(config: &RunConfig, embedded_registry: bool) -> String {
+    let formats = &config.formats;
+    let Some(registry) = formats
+        .registry
+        .as_ref()
+        .filter(|_| formats.output_format == OutputFormat::Avro)
+    else {
+        return "JSON".into();
+    };
+    let schema = formats
+        .output_schema
+        .clone()
+        .or_else(|| apache_avro::Schema::parse_str(crate::formats::output::ENVELOPE_SCHEMA).ok());
+    let subject = schema
+        .and_then(|s| {
+            formats
+                .output_subject_strategy
+                .subject(EVENTS_TOPIC, &s)
+                .ok()
+        })
+        .unwrap_or_default();
+    format!(
+        "Avro ({}), subject {subject}, {} schema registry {}",
+        if formats.output_schema.is_some() {
+            "WATCHBRIDGE_OUTPUT_SCHEMA"
+        } else {
+            "the envelope"
+        },
+        if embedded_registry { "embedded" } else { "the" },
+        crate::logging::url(registry.url.as_str())
+    )
+}
+
 async fn run_async(
     args: &DemoArgs,
     config: RunConfig,
+    embedded_registry: bool,
     endings: Endings,
 ) -> Result<bool, DemoError> {
     let began = Instant::now();
@@ -213,8 +273,10 @@ async fn run_async(
         .map_err(|e| failed("cannot start the feeds' HTTP server", e))?;
     let url = format!("{}/users/{{/id}}/events", server.base_url());
     let poller = Arc::new(HttpPoller::new(http_config(&url, config.poll_timeout)?)?);
-    let reader =
-        Reader::assign(&brokers, EVENTS_TOPIC, DLQ_TOPIC, PARTITIONS).map_err(DemoError::Failed)?;
+    let values = OutputValues::new(&config.formats).map_err(DemoError::Failed)?;
+    let reader = Reader::assign(&brokers, EVENTS_TOPIC, DLQ_TOPIC, PARTITIONS, values)
+        .map_err(DemoError::Failed)?;
+    let outputs = describe_outputs(&config, embedded_registry);
     let metrics = Arc::new(Metrics::new());
     let stop = Arc::new(StopSignal::default());
     stop_on_signals(stop.clone());
@@ -234,6 +296,7 @@ async fn run_async(
         humantime::format_duration(config.rules.schedule.interval),
         config.rules.termination
     );
+    println!("  outputs {outputs}");
     println!("  view    reads {EVENTS_TOPIC} and {DLQ_TOPIC} back from Kafka as they fill\n");
 
     let bridge = run_bridge(
@@ -268,7 +331,7 @@ async fn run_async(
                 break;
             }
             message = reader.recv() => match message {
-                Ok(m) => tally.record(&reader, &m),
+                Ok(m) => tally.record(&reader, &m).await,
                 Err(e) => tracing::warn!(error = %e, "reading the demo topics"),
             },
             _ = tick.tick() => {
@@ -305,7 +368,7 @@ async fn run_async(
         || (tally.dead_letters.len() as u64) < inputs_dead_lettered(&metrics)
     {
         match tokio::time::timeout_at(deadline, reader.recv()).await {
-            Ok(Ok(m)) => tally.record(&reader, &m),
+            Ok(Ok(m)) => tally.record(&reader, &m).await,
             Ok(Err(e)) => tracing::warn!(error = %e, "reading the demo topics"),
             Err(_) => break,
         }
@@ -319,7 +382,7 @@ async fn run_async(
         }
     }
     view.finish(&last);
-    let (summary, ok) = view::summary(&last, &tally, interrupted);
+    let (summary, ok) = view::summary(&last, &tally, &outputs, interrupted);
     print!("{summary}");
     if args.metrics {
         println!("\n{}", metrics.render());

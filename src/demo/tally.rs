@@ -3,6 +3,7 @@
 //! the bridge's own counters could not prove that a record arrived once, keyed, stamped
 //! and labelled right.
 
+use super::outputs::OutputValues;
 use crate::clock::Millis;
 use crate::kafka::records::{ERROR, ERROR_KIND, FIRST_SEEN, OUTPUT_KEY};
 use crate::pollers::event_time::parse_rfc3339;
@@ -10,7 +11,7 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// Problems kept for the summary (all are counted).
 const KEEP_PROBLEMS: usize = 5;
@@ -20,6 +21,8 @@ const KEEP_PROBLEMS: usize = 5;
 pub struct Reader {
     consumer: StreamConsumer,
     outputs_topic: String,
+    /// How output values are read (the bridge's output format).
+    values: OutputValues,
 }
 
 impl Reader {
@@ -28,6 +31,7 @@ impl Reader {
         outputs: &str,
         dead_letters: &str,
         partitions: i32,
+        values: OutputValues,
     ) -> Result<Self, String> {
         let consumer: StreamConsumer = ClientConfig::new()
             .set("bootstrap.servers", brokers)
@@ -48,6 +52,7 @@ impl Reader {
         Ok(Self {
             consumer,
             outputs_topic: outputs.to_string(),
+            values,
         })
     }
 
@@ -81,19 +86,23 @@ pub struct Tally {
     pub on_time: u64,
     /// Outputs whose key, headers or value do not match.
     pub mislabelled: u64,
+    /// Outputs whose value does not decode in the output format.
+    pub undecoded: u64,
+    /// The Avro schema ids the outputs were framed with.
+    pub schema_ids: BTreeSet<u32>,
     pub problems: Vec<String>,
     pub dead_letters: Vec<DeadLetter>,
 }
 
 impl Tally {
-    pub fn record(&mut self, reader: &Reader, message: &BorrowedMessage<'_>) {
+    pub async fn record(&mut self, reader: &Reader, message: &BorrowedMessage<'_>) {
         // In-band watermark records share the output topic; they are not outputs.
         if header(message, crate::kafka::records::CONTROL).is_some() {
             self.markers += 1;
             return;
         }
         if message.topic() == reader.outputs_topic {
-            self.output(message);
+            self.output(reader, message).await;
         } else {
             self.dead_letters.push(DeadLetter {
                 key: text(message.key()),
@@ -103,7 +112,7 @@ impl Tally {
         }
     }
 
-    fn output(&mut self, m: &BorrowedMessage<'_>) {
+    async fn output(&mut self, reader: &Reader, m: &BorrowedMessage<'_>) {
         self.outputs += 1;
         let user = text(m.key());
         *self.per_user.entry(user.clone()).or_default() += 1;
@@ -113,10 +122,18 @@ impl Tally {
             self.repeated += 1;
             self.problem(format!("{where_}: produced again"));
         }
-        let item: serde_json::Value = m
-            .payload()
-            .and_then(|p| serde_json::from_slice(p).ok())
-            .unwrap_or_default();
+        // JSON or Avro, the item as the feed served it; from here on, one code path.
+        let item = match reader.values.decode(m.payload()).await {
+            Ok(decoded) => {
+                self.schema_ids.extend(decoded.schema_id);
+                decoded.item
+            }
+            Err(e) => {
+                self.undecoded += 1;
+                self.problem(format!("{where_}: the value does not decode: {e}"));
+                serde_json::Value::Null
+            }
+        };
         let at: Option<Millis> = item["at"].as_str().and_then(|t| parse_rfc3339(t).ok());
         let timestamp = m.timestamp().to_millis();
         if at.is_some() && at == timestamp {
@@ -147,7 +164,10 @@ impl Tally {
 
     /// Every output read passed every check.
     pub fn all_good(&self) -> bool {
-        self.repeated == 0 && self.mislabelled == 0 && self.on_time == self.outputs
+        self.repeated == 0
+            && self.mislabelled == 0
+            && self.undecoded == 0
+            && self.on_time == self.outputs
     }
 }
 

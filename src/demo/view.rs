@@ -218,7 +218,7 @@ pub fn frame(s: &Status) -> String {
 
 /// The closing report: per user, totals, and the checks made on what was read back from
 /// Kafka. Returns it and whether every check passed.
-pub fn summary(s: &Status, tally: &Tally, interrupted: bool) -> (String, bool) {
+pub fn summary(s: &Status, tally: &Tally, outputs: &str, interrupted: bool) -> (String, bool) {
     let mut f = String::new();
     let _ = writeln!(
         f,
@@ -268,6 +268,16 @@ pub fn summary(s: &Status, tally: &Tally, interrupted: bool) -> (String, bool) {
         "        {} outputs produced, {} read back; {} repeats suppressed by dedup",
         s.produced, s.read, s.duplicates
     );
+    let ids: Vec<String> = tally.schema_ids.iter().map(u32::to_string).collect();
+    let _ = writeln!(
+        f,
+        "        outputs: {outputs}{}",
+        match ids.len() {
+            0 => String::new(),
+            1 => format!("; schema id {}", ids[0]),
+            _ => format!("; schema ids {}", ids.join(", ")),
+        }
+    );
     let _ = writeln!(
         f,
         "        event time: {}; {} in-band watermark records read back",
@@ -309,6 +319,9 @@ pub fn summary(s: &Status, tally: &Tally, interrupted: bool) -> (String, bool) {
             tally.outputs - tally.on_time
         )
     });
+    if tally.undecoded > 0 {
+        facts.push(format!("{} output values do not decode", tally.undecoded));
+    }
     facts.push(if tally.mislabelled == 0 {
         "key and headers name each output's user and item".into()
     } else {

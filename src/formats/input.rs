@@ -246,7 +246,11 @@ fn read_framed(writer: &WriterSchema, datum: &[u8]) -> Result<Value, Rejected> {
 /// One Avro datum, written with `writer` (whose named references are `references`), mapped
 /// to JSON. Every byte must be used: bytes left over mean the datum was written with
 /// another schema.
-fn read_datum(writer: &Schema, references: &[Schema], bytes: &[u8]) -> Result<Value, Rejected> {
+pub(crate) fn read_datum(
+    writer: &Schema,
+    references: &[Schema],
+    bytes: &[u8],
+) -> Result<Value, Rejected> {
     use apache_avro::reader::datum::GenericDatumReader;
     let not_avro = |e: apache_avro::Error| Rejected::NotAvro(e.to_string());
     let datum_reader = GenericDatumReader::builder(writer)
