@@ -8,8 +8,9 @@
 //! compares the clients' CPU per record. The bridge runs with the allocator of the
 //! `watchbridge` binary ([`watchbridge::Allocator`]).
 //!
-//! Four cases (a baseline with the bridge's headers too), each `E2E_RUNS` times (default 5), interleaved (baseline, bridge, bridge
-//! without watermarks, then again), on fresh topics (and a fresh consumer group) each run:
+//! Five cases (a baseline with the bridge's headers too), each `E2E_RUNS` times (default 5),
+//! interleaved (baseline, baseline with headers, bridge, bridge with Avro, bridge without
+//! watermarks, then again), on fresh topics (and a fresh consumer group) each run:
 //!
 //! - **baseline**: one rdkafka `FutureProducer` with the bridge's producer settings
 //!   (idempotent, `acks=all`, lz4, `linger.ms=5`) writes N records (~100-byte values, the
@@ -23,21 +24,38 @@
 //!   (not timed). Rate = outputs acknowledged after the first one / (first output
 //!   acknowledged → `outputs_produced` = N), the counter read every 2 ms: the group join,
 //!   the partitions' recovery and the first poll are not in it.
-//! - **watchbridge, watermarks none**: the same with `WATCHBRIDGE_WATERMARK_STRATEGY=none`,
-//!   to price the watermarks (records on the watermark topic and in every output partition).
+//! - **watchbridge, Avro in and out**: the same (`bounded(5s)`) with
+//!   `WATCHBRIDGE_INPUT_FORMAT=avro` and `WATCHBRIDGE_OUTPUT_FORMAT=avro` (the default
+//!   envelope schema), through a [`RegistryServer`] started in this process for the run: the
+//!   inputs are Confluent-framed datums of `{"type":"record","name":"User","fields":[{"name":
+//!   "id","type":"long"}]}` (registered first under `<input topic>-value`), which the bridge
+//!   decodes (the writer schema fetched once, cached by id) to the same JSON `{"id": n}` the
+//!   poller sees in the JSON case; every output is written as an envelope datum (key, event
+//!   time, the item as text) framed with the envelope's id. Only the formats differ from the
+//!   JSON case: its rate / the JSON case's rate of the same run prices Avro (decoding once per
+//!   watch, i.e. per K outputs; encoding once per output).
+//! - **watchbridge, watermarks none**: the same as the JSON case with
+//!   `WATCHBRIDGE_WATERMARK_STRATEGY=none`, to price the watermarks (records on the watermark
+//!   topic and in every output partition).
 //!
 //! Sizes: `E2E_OUTPUTS` (N, default 2,000,000: the plain producer needs about 2 s for
 //! them), `E2E_PER_WATCH` (K, default 100, so 20,000 watches), `E2E_RUNS`. The table (this bench's section of `bench/RESULTS.md`,
 //! with the machine, the versions, the command and the date) goes to stdout.
 //! `E2E_LOG` sets the log filter (default `warn`).
 
+use apache_avro::types::Value as Avro;
+use apache_avro::writer::datum::GenericDatumWriter;
+use apache_avro::Schema;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use watchbridge::avro::registry_server::RegistryServer;
+use watchbridge::avro::wire::frame;
 use watchbridge::bridge::{run_bridge, StopSignal};
 use watchbridge::clock::Millis;
+use watchbridge::formats::{InputFormat, OutputFormat};
 use watchbridge::kafka::records;
 use watchbridge::metrics::Metrics;
 use watchbridge::poll::{Output, PollError, PollResult, Poller};
@@ -58,12 +76,27 @@ use support::report::{
 use support::tansu_process::{tansu_bin, tansu_version, Storage};
 
 /// The cases, in the order each run runs them, with how the CPU table names them.
-const CASES: [(&str, &str); 4] = [
+const CASES: [(&str, &str); 5] = [
     ("baseline", "baseline"),
     ("baseline-headers", "baseline with the bridge's headers"),
     ("wm", "watchbridge, `bounded(5s)`"),
+    ("avro", "watchbridge, Avro in and out, `bounded(5s)`"),
     ("nowm", "watchbridge, `none`"),
 ];
+
+/// What a bridge case reads and writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// JSON inputs, the items as they are out (the defaults).
+    Json,
+    /// Avro in (the Confluent wire format, [`INPUT_SCHEMA`]) and out (the envelope schema),
+    /// through a registry of its own.
+    Avro,
+}
+
+/// The Avro case's input schema: its datums map to the JSON case's inputs, `{"id": n}`.
+const INPUT_SCHEMA: &str =
+    r#"{"type":"record","name":"User","fields":[{"name":"id","type":"long"}]}"#;
 
 /// Partitions of every topic.
 const PARTITIONS: i32 = 4;
@@ -303,29 +336,67 @@ async fn baseline(
     }
 }
 
-/// The bridge with `watermarks` as its strategy: the N/K inputs produced first (not timed),
-/// then outputs per second from the first acknowledged output to the last, and the state
-/// records it wrote in all.
+/// The inputs `{"id": n}` as Confluent-framed Avro datums of [`INPUT_SCHEMA`], registered
+/// first in `registry` under `<topic>-value` (the subject a Confluent producer uses).
+fn avro_inputs(registry: &RegistryServer, topic: &str, keys: &[String]) -> Vec<(String, Vec<u8>)> {
+    let id = registry.register(&format!("{topic}-value"), INPUT_SCHEMA);
+    let schema = Schema::parse_str(INPUT_SCHEMA).expect("the input schema parses");
+    let writer = GenericDatumWriter::builder(&schema)
+        .build()
+        .expect("a datum writer for the input schema");
+    keys.iter()
+        .enumerate()
+        .map(|(n, key)| {
+            let value = Avro::Record(vec![("id".into(), Avro::Long(n as i64))]);
+            let datum = writer
+                .write_value_to_vec(value)
+                .unwrap_or_else(|e| panic!("input {n} as Avro: {e}"));
+            (key.clone(), frame(id, &datum))
+        })
+        .collect()
+}
+
+/// The bridge with `watermarks` as its strategy, reading and writing `format`: the N/K
+/// inputs produced first (not timed), then outputs per second from the first acknowledged
+/// output to the last, and the state records it wrote in all.
 async fn bridge(
     bootstrap: &str,
     cpu: &Cpu,
     work: &Arc<Workload>,
     id: &str,
     watermarks: &str,
+    format: Format,
     storage: Storage,
 ) -> Measured {
     let mut args = bridge_args(bootstrap, &format!("bench-e2e-{id}"), PARTITIONS);
     args.watermark_strategy = watermarks.into();
+    // Avro: a registry of its own for this run, serving on the bench's runtime (the bridge
+    // asks it for the input schema once and registers the envelope at start).
+    let registry = match format {
+        Format::Json => None,
+        Format::Avro => {
+            let registry = RegistryServer::start(([127, 0, 0, 1], 0).into())
+                .unwrap_or_else(|e| panic!("start the schema registry: {e}"));
+            args.formats.input_format = InputFormat::Avro;
+            args.formats.output_format = OutputFormat::Avro;
+            args.formats.schema_registry_url = Some(registry.url());
+            Some(registry)
+        }
+    };
     let config = args
         .check(std::iter::empty())
         .unwrap_or_else(|e| panic!("bench bridge config: {e}"));
     create_topic(bootstrap, &config.input_topic, PARTITIONS).await;
-    let inputs = work
-        .keys
-        .iter()
-        .enumerate()
-        .map(|(n, key)| (key.clone(), format!(r#"{{"id": {n}}}"#)));
-    produce_inputs(bootstrap, &config.input_topic, storage, inputs).await;
+    let inputs: Vec<(String, Vec<u8>)> = match &registry {
+        None => work
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(n, key)| (key.clone(), format!(r#"{{"id": {n}}}"#).into_bytes()))
+            .collect(),
+        Some(registry) => avro_inputs(registry, &config.input_topic, &work.keys),
+    };
+    produce_inputs(bootstrap, &config.input_topic, storage, inputs.into_iter()).await;
 
     let n = work.results.iter().map(|r| r.outputs.len()).sum::<usize>() as u64;
     let poller = Arc::new(Prepared {
@@ -367,8 +438,9 @@ async fn bridge(
             if began.elapsed() > limit {
                 stop.stop();
                 panic!(
-                    "bridge ({watermarks}): {produced} of {n} outputs produced after {limit:?}; \
-                     inputs consumed {}, watches started {}, active {}, outputs emitted {}",
+                    "bridge ({watermarks}, {format:?}): {produced} of {n} outputs produced after \
+                     {limit:?}; inputs consumed {}, watches started {}, active {}, outputs \
+                     emitted {}",
                     metrics.inputs_consumed.get(),
                     metrics.watches_started.get(),
                     metrics.watches_active.get(),
@@ -382,12 +454,13 @@ async fn bridge(
     };
     let (result, (rate, cores)) = tokio::join!(run, measure);
     if let Err(e) = result {
-        panic!("the bridge ({watermarks}) failed: {e}");
+        panic!("the bridge ({watermarks}, {format:?}) failed: {e}");
     }
+    drop(registry);
     let produced = metrics.outputs_produced.get();
     assert_eq!(
         produced, n,
-        "bridge ({watermarks}): outputs produced in all"
+        "bridge ({watermarks}, {format:?}): outputs produced in all"
     );
     Measured {
         rate,
@@ -422,8 +495,8 @@ fn main() {
     // far, on any topic; one broker for the whole bench would slow each case by the ones
     // before it (and starve consumer-group heartbeats).
     let mut results: Vec<Vec<Measured>> = CASES.iter().map(|_| Vec::new()).collect();
-    // `E2E_ONLY=<case>` (`baseline`, `baseline-headers`, `wm`, `nowm`) runs that case alone
-    // and prints its rates, no report: for profiling one case (`perf record -p`).
+    // `E2E_ONLY=<case>` (`baseline`, `baseline-headers`, `wm`, `avro`, `nowm`) runs that
+    // case alone and prints its rates, no report: for profiling one case (`perf record -p`).
     let only = std::env::var("E2E_ONLY").ok();
     for run in 0..s.runs {
         // Event times from this run's start: never late against the bounded(5s) watermark.
@@ -442,8 +515,14 @@ fn main() {
                 match *case {
                     "baseline" => baseline(&bootstrap, &cpu, &work, &topic, false).await,
                     "baseline-headers" => baseline(&bootstrap, &cpu, &work, &topic, true).await,
-                    "wm" => bridge(&bootstrap, &cpu, &work, &id, "bounded(5s)", s.storage).await,
-                    _ => bridge(&bootstrap, &cpu, &work, &id, "none", s.storage).await,
+                    bridge_case => {
+                        let (wm, format) = match bridge_case {
+                            "wm" => ("bounded(5s)", Format::Json),
+                            "avro" => ("bounded(5s)", Format::Avro),
+                            _ => ("none", Format::Json),
+                        };
+                        bridge(&bootstrap, &cpu, &work, &id, wm, format, s.storage).await
+                    }
                 }
             });
             eprintln!(
@@ -465,22 +544,28 @@ fn main() {
     let tansu_version = tansu_version(&bin);
 
     let rates = |i: usize| -> Vec<f64> { results[i].iter().map(|m| m.rate).collect() };
-    let (base, base_headers, with_wm, without_wm) = (rates(0), rates(1), rates(2), rates(3));
+    let (base, base_headers, with_wm, avro, without_wm) =
+        (rates(0), rates(1), rates(2), rates(3), rates(4));
     let state_records: Vec<u64> = results
         .iter()
         .flatten()
         .filter_map(|m| m.state_records)
         .collect();
-    let (mb, mh, mw, mx) = (
+    let (mb, mh, mw, ma, mx) = (
         median(&base),
         median(&base_headers),
         median(&with_wm),
+        median(&avro),
         median(&without_wm),
     );
     let ratios =
         |rates: &[f64]| -> Vec<f64> { rates.iter().zip(&base).map(|(r, b)| r / b).collect() };
     let (wlo, whi) = min_max(&ratios(&with_wm));
     let (xlo, xhi) = min_max(&ratios(&without_wm));
+    let (vlo, vhi) = min_max(&ratios(&avro));
+    // Avro in and out against JSON, per run: only the formats differ.
+    let avro_to_json: Vec<f64> = avro.iter().zip(&with_wm).map(|(a, w)| a / w).collect();
+    let (jlo, jhi) = min_max(&avro_to_json);
     let (hlo, hhi) = min_max(&ratios(&base_headers));
     let against_headers: Vec<f64> = with_wm
         .iter()
@@ -530,6 +615,12 @@ fn main() {
         mw / mb
     ));
     t.push_str(&format!(
+        "| watchbridge, Avro in and out (the wire format through the registry in, the envelope schema out; `bounded(5s)`) | {} outputs/s | {} | {:.2} (runs {vlo:.2}–{vhi:.2}) | |\n",
+        rate(ma),
+        range(&avro),
+        ma / mb
+    ));
+    t.push_str(&format!(
         "| watchbridge, watermarks `none` | {} outputs/s | {} | {:.2} (runs {xlo:.2}–{xhi:.2}) | ≥ 0.9 |\n",
         rate(mx),
         range(&without_wm),
@@ -544,6 +635,10 @@ fn main() {
     t.push_str(&format!(
         "| watchbridge (`bounded(5s)`) / baseline with headers (diagnostic) | {:.2} | {alo:.2}–{ahi:.2} (per run) | | |\n",
         mw / mh
+    ));
+    t.push_str(&format!(
+        "| Avro / JSON: watchbridge with Avro in and out / with JSON (both `bounded(5s)`) | {:.2} | {jlo:.2}–{jhi:.2} (per run) | | |\n",
+        ma / mw
     ));
     t.push_str(
         "\nCores busy over the measured time (CPU seconds / wall seconds, median over the runs; \
@@ -593,7 +688,13 @@ fn main() {
          its delivery tracked for the checkpoint and the commit, its hash journaled; and per \
          run its state records ({slo}–{shi}, checkpoints every 500 ms per partition), \
          watermark records (on the watermark topic and in every output partition, every \
-         200 ms while a watermark moves) and the merged watermark's reader.\n",
+         200 ms while a watermark moves) and the merged watermark's reader.\n\n\
+         What the Avro case does besides: every input unframed, decoded with its writer \
+         schema (fetched once from the run's registry, an in-memory one in this process, and \
+         cached by id) and mapped to JSON (once per watch, {per_watch} outputs); every output \
+         written as an envelope datum (key, event time, the item as text) and framed with the \
+         envelope's registry id.\n",
+        per_watch = s.per_watch,
         storage = s.storage.describe(),
     ));
     t.push_str(&summary_line(
@@ -611,6 +712,18 @@ fn main() {
         "end-to-end throughput, watchbridge / producer writing the same 3 headers",
         &format!("{:.2} (runs {alo:.2}–{ahi:.2})", mw / mh),
         "(diagnostic)",
+        true,
+    ));
+    t.push_str(&summary_line(
+        "end-to-end throughput, watchbridge with Avro in and out (registry wire format, envelope schema) / with JSON",
+        &format!(
+            "{:.2} ({} vs {} outputs/s; runs {jlo:.2}–{jhi:.2}; {:.2} of the plain producer)",
+            ma / mw,
+            rate(ma),
+            rate(mw),
+            ma / mb
+        ),
+        "(no target)",
         true,
     ));
     t.push_str(&summary_line(

@@ -192,18 +192,18 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
     }
 }
 
-/// Writes the inputs `(key, value)` to `topic` and waits until all are acknowledged. Not
+/// Writes the inputs `(key, value)` (a value as text or bytes) to `topic` and waits until all are acknowledged. Not
 /// timed by any bench. On Tansu's memory storage each record is a batch of its own
 /// (`batch.num.messages=1`): the bridge pauses a partition whose task is behind, librdkafka
 /// resumes it from the next offset to hand out, and that storage returns nothing for a
 /// fetch that starts inside a batch (the bridge would stall there;
 /// ../shared/notes/tansu-0.6.md). On SQLite storage, which reads single-record batches
 /// slowly, records are batched as usual.
-pub async fn produce_inputs(
+pub async fn produce_inputs<V: AsRef<[u8]>>(
     bootstrap: &str,
     topic: &str,
     storage: Storage,
-    inputs: impl Iterator<Item = (String, String)>,
+    inputs: impl Iterator<Item = (String, V)>,
 ) {
     let mut config = ClientConfig::new();
     config
@@ -220,7 +220,7 @@ pub async fn produce_inputs(
     for (key, value) in inputs {
         let record = FutureRecord::to(topic)
             .key(key.as_str())
-            .payload(value.as_bytes());
+            .payload(value.as_ref());
         in_flight.send(&producer, record).await;
     }
     in_flight.delivered().await;
