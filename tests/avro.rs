@@ -538,3 +538,52 @@ async fn bare_datums_in_and_the_users_schema_out_with_a_misfit_dead_lettered() {
         "the record strategy's subject"
     );
 }
+
+/// A few bytes that declare a 100 MB string are refused under the bridge's own limit
+/// (64 MiB, `formats::AVRO_MAX_ALLOCATION`), not apache-avro's default (512 MiB), which
+/// would allocate them before finding the datum short.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_avro_length_is_dead_lettered_under_the_bridges_limit() {
+    let registry = RegistryServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let t = topics("avro-hostile").await;
+    let server = TestServer::start(feeds(now_ms())).await;
+    let schema = write_file(
+        &dir,
+        "name.avsc",
+        r#"{"type": "record", "name": "R", "fields": [{"name": "id", "type": "string"}]}"#,
+    );
+    // The zig-zag varint of 100,000,000, and nothing after it.
+    let mut hostile = Vec::new();
+    let mut n: u64 = 200_000_000;
+    while n >= 0x80 {
+        hostile.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    hostile.push(n as u8);
+    produce_all(&t.input, &[hostile], now_ms()).await;
+    let mut env = bridge_env(&t, &server, &registry);
+    env.push(("WATCHBRIDGE_INPUT_SCHEMA", schema));
+    let mut bridge = Bridge::start(&env);
+    wait_until(
+        &bridge,
+        Duration::from_secs(30),
+        "the dead letter",
+        async || !broker().read_to_end(&t.dlq).await.is_empty(),
+    )
+    .await;
+    let (code, _) = bridge.terminate();
+    assert_eq!(code, Some(0), "{}", bridge.log());
+    let dead = broker().read_to_end(&t.dlq).await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        header(&dead[0], "watchbridge-error-kind"),
+        Some(&b"not_avro"[..])
+    );
+    let error =
+        String::from_utf8_lossy(header(&dead[0], "watchbridge-error").unwrap()).into_owned();
+    assert!(
+        error.contains(&watchbridge::formats::AVRO_MAX_ALLOCATION.to_string()),
+        "{error}"
+    );
+}

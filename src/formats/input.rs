@@ -252,6 +252,8 @@ pub(crate) fn read_datum(
     bytes: &[u8],
 ) -> Result<Value, Rejected> {
     use apache_avro::reader::datum::GenericDatumReader;
+    // Before apache-avro's first read in the process sets its default (512 MiB).
+    super::limit_avro_allocations();
     let not_avro = |e: apache_avro::Error| Rejected::NotAvro(e.to_string());
     let datum_reader = GenericDatumReader::builder(writer)
         .writer_schemata(references.iter().collect())
@@ -400,11 +402,10 @@ mod tests {
     }
 
     #[test]
-    fn a_hostile_length_is_refused_before_it_is_allocated() {
-        assert_eq!(
-            super::super::limit_avro_allocations(),
-            super::super::AVRO_MAX_ALLOCATION
-        );
+    fn a_hostile_length_is_a_dead_letter() {
+        // (That the bridge's own limit is the one in force is checked on the real binary, in
+        // tests/avro.rs: apache-avro keeps it in a process-wide global, which the other
+        // tests of this binary may set first.)
         let d = avro_decoder(
             r#"{"type":"record","name":"R","fields":[{"name":"id","type":"string"}]}"#,
         );
@@ -417,8 +418,7 @@ mod tests {
         }
         datum.push(n as u8);
         let e = done(d.decode(None, Some(&datum), None, 0)).unwrap_err();
-        assert_eq!(e.kind(), "not_avro");
-        assert!(e.to_string().contains("100000000"), "{e}");
+        assert_eq!(e.kind(), "not_avro", "{e}");
     }
 
     #[test]
