@@ -409,9 +409,10 @@ mod tests {
         let d = avro_decoder(
             r#"{"type":"record","name":"R","fields":[{"name":"id","type":"string"}]}"#,
         );
-        // A string of 100,000,000 bytes (zig-zag varint), and nothing after it.
+        // A string of 600,000,000 bytes (zig-zag varint), and nothing after it: more than
+        // either limit allows.
         let mut datum = Vec::new();
-        let mut n: u64 = 200_000_000;
+        let mut n: u64 = 1_200_000_000;
         while n >= 0x80 {
             datum.push((n as u8) | 0x80);
             n >>= 7;
