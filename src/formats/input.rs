@@ -103,18 +103,10 @@ impl InputDecoder {
     /// `InputKeyedApart`). A key that cannot be read here (an Avro key whose schema is not
     /// cached) counts as matching: no warning on a guess.
     pub fn record_key_is(&self, key: Option<&[u8]>, watch_key: &[u8]) -> bool {
-        let Some(key) = key else { return false };
-        match self.key_format {
-            KeyFormat::Raw | KeyFormat::String => key == watch_key,
-            KeyFormat::Json => serde_json::from_slice::<Value>(key)
-                .ok()
-                .and_then(|v| scalar_key(&v))
-                .is_some_and(|k| k == watch_key),
-            KeyFormat::Avro => match self.framed(key) {
-                Ok(Ok(v)) => scalar_key(&v).is_some_and(|k| k == watch_key),
-                Ok(Err(_)) => false,
-                Err(_) => true,
-            },
+        match self.record_key(key) {
+            Ok(Ok(key)) => key == watch_key,
+            Ok(Err(_)) => false,
+            Err(_) => true,
         }
     }
 
@@ -175,9 +167,14 @@ impl InputDecoder {
 
     /// The watch key: a field of the value, or the record key in the key format.
     fn key(&self, key: Option<&[u8]>, value: &Value) -> Result<Result<Bytes, Rejected>, u32> {
-        if let Some(pointer) = &self.watch_key {
-            return Ok(key_field(value, pointer));
+        match &self.watch_key {
+            Some(pointer) => Ok(key_field(value, pointer)),
+            None => self.record_key(key),
         }
+    }
+
+    /// The record key as a watch key, read in the key format.
+    fn record_key(&self, key: Option<&[u8]>) -> Result<Result<Bytes, Rejected>, u32> {
         let key = match key {
             Some(k) if !k.is_empty() => k,
             _ => {
