@@ -553,14 +553,9 @@ async fn a_hostile_avro_length_is_dead_lettered_under_the_bridges_limit() {
         "name.avsc",
         r#"{"type": "record", "name": "R", "fields": [{"name": "id", "type": "string"}]}"#,
     );
-    // The zig-zag varint of 100,000,000, and nothing after it.
+    // A string of 100,000,000 bytes, and nothing after it.
     let mut hostile = Vec::new();
-    let mut n: u64 = 200_000_000;
-    while n >= 0x80 {
-        hostile.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    hostile.push(n as u8);
+    watchbridge::avro::wire::write_long(&mut hostile, 100_000_000);
     produce_all(&t.input, &[hostile], now_ms()).await;
     let mut env = bridge_env(&t, &server, &registry);
     env.push(("WATCHBRIDGE_INPUT_SCHEMA", schema));

@@ -35,6 +35,17 @@ pub fn frame(id: u32, datum: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Append `n` in Avro's binary encoding of a `long` (and of a string's or bytes' length):
+/// a zig-zag varint.
+pub fn write_long(out: &mut Vec<u8>, n: i64) {
+    let mut z = ((n << 1) ^ (n >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,6 +57,23 @@ mod tests {
         assert_eq!(unframe(&framed), Ok((0x0102_0304, &b"\x06abc"[..])));
         // An empty datum (a record with no fields) is still a frame.
         assert_eq!(unframe(&frame(7, b"")), Ok((7, &b""[..])));
+    }
+
+    #[test]
+    fn longs_are_zig_zag_varints() {
+        let encoded = |n: i64| {
+            let mut out = Vec::new();
+            write_long(&mut out, n);
+            out
+        };
+        assert_eq!(encoded(0), [0x00]);
+        assert_eq!(encoded(-1), [0x01]);
+        assert_eq!(encoded(1), [0x02]);
+        assert_eq!(encoded(64), [0x80, 0x01]);
+        assert_eq!(
+            encoded(i64::MIN),
+            [0xff; 9].iter().copied().chain([0x01]).collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -406,15 +406,10 @@ mod tests {
         let d = avro_decoder(
             r#"{"type":"record","name":"R","fields":[{"name":"id","type":"string"}]}"#,
         );
-        // A string of 600,000,000 bytes (zig-zag varint), and nothing after it: more than
+        // A string of 600,000,000 bytes, and nothing after it: more than
         // either limit allows.
         let mut datum = Vec::new();
-        let mut n: u64 = 1_200_000_000;
-        while n >= 0x80 {
-            datum.push((n as u8) | 0x80);
-            n >>= 7;
-        }
-        datum.push(n as u8);
+        crate::avro::wire::write_long(&mut datum, 600_000_000);
         let e = done(d.decode(None, Some(&datum), None, 0)).unwrap_err();
         assert_eq!(e.kind(), "not_avro", "{e}");
     }

@@ -6,7 +6,7 @@
 //! an item that does not fit is [`Misfit`], and goes to the dead-letter topic) or the
 //! envelope [`ENVELOPE_SCHEMA`]. Record keys (the watch key) and headers are unchanged.
 
-use crate::avro::wire::frame;
+use crate::avro::wire::{frame, write_long};
 use crate::poll::Output;
 use apache_avro::Schema;
 use bytes::Bytes;
@@ -79,18 +79,10 @@ fn write_envelope(id: u32, output: &Output) -> Bytes {
     let mut out = Vec::with_capacity(5 + 10 + key.len() + 10 + 10 + item.len());
     out.push(crate::avro::wire::MAGIC);
     out.extend_from_slice(&id.to_be_bytes());
-    let long = |out: &mut Vec<u8>, n: i64| {
-        let mut z = ((n << 1) ^ (n >> 63)) as u64;
-        while z >= 0x80 {
-            out.push((z as u8) | 0x80);
-            z >>= 7;
-        }
-        out.push(z as u8);
-    };
-    long(&mut out, key.len() as i64);
+    write_long(&mut out, key.len() as i64);
     out.extend_from_slice(key.as_bytes());
-    long(&mut out, output.event_time);
-    long(&mut out, item.len() as i64);
+    write_long(&mut out, output.event_time);
+    write_long(&mut out, item.len() as i64);
     out.extend_from_slice(item.as_bytes());
     Bytes::from(out)
 }
