@@ -227,24 +227,21 @@ fn describe_outputs(config: &RunConfig, embedded_registry: bool) -> String {
     else {
         return "JSON".into();
     };
-    let schema = formats
-        .output_schema
-        .clone()
-        .or_else(|| apache_avro::Schema::parse_str(crate::formats::output::ENVELOPE_SCHEMA).ok());
+    let schema = formats.avro_output_schema().ok();
     let subject = schema
-        .and_then(|s| {
+        .as_ref()
+        .and_then(|(s, _)| {
             formats
                 .output_subject_strategy
-                .subject(EVENTS_TOPIC, &s)
+                .subject(EVENTS_TOPIC, s)
                 .ok()
         })
         .unwrap_or_default();
     format!(
         "Avro ({}), subject {subject}, {} schema registry {}",
-        if formats.output_schema.is_some() {
-            "WATCHBRIDGE_OUTPUT_SCHEMA"
-        } else {
-            "the envelope"
+        match schema {
+            Some((_, true)) => "WATCHBRIDGE_OUTPUT_SCHEMA",
+            _ => "the envelope",
         },
         if embedded_registry { "embedded" } else { "the" },
         crate::logging::url(registry.url.as_str())

@@ -372,6 +372,17 @@ pub fn limit_avro_allocations() -> usize {
 }
 
 impl FormatConfig {
+    /// The schema Avro outputs are written with, and whether it is the user's
+    /// (`WATCHBRIDGE_OUTPUT_SCHEMA`) rather than the envelope.
+    pub fn avro_output_schema(&self) -> Result<(Schema, bool), String> {
+        match &self.output_schema {
+            Some(s) => Ok((s.clone(), true)),
+            None => Schema::parse_str(output::ENVELOPE_SCHEMA)
+                .map(|s| (s, false))
+                .map_err(|e| format!("the envelope schema: {e}")),
+        }
+    }
+
     /// Build the decoder and encoder; registers the output schema (retrying while the
     /// registry does not answer, until `deadline`).
     pub async fn start(
@@ -391,14 +402,7 @@ impl FormatConfig {
         };
         let encoder = match (self.output_format, &registry) {
             (OutputFormat::Avro, Some(registry)) => {
-                let (schema, user_schema) = match &self.output_schema {
-                    Some(s) => (s.clone(), true),
-                    None => (
-                        Schema::parse_str(output::ENVELOPE_SCHEMA)
-                            .map_err(|e| format!("the envelope schema: {e}"))?,
-                        false,
-                    ),
-                };
+                let (schema, user_schema) = self.avro_output_schema()?;
                 let subject = self
                     .output_subject_strategy
                     .subject(output_topic, &schema)?;
