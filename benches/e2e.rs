@@ -8,7 +8,7 @@
 //! compares the clients' CPU per record. The bridge runs with the allocator of the
 //! `watchbridge` binary ([`watchbridge::Allocator`]).
 //!
-//! Five cases (a baseline with the bridge's headers too), each `E2E_RUNS` times (default 5),
+//! Five cases (a baseline with the bridge's default header too), each `E2E_RUNS` times (default 5),
 //! interleaved (baseline, baseline with headers, bridge, bridge with Avro, bridge without
 //! watermarks, then again), on fresh topics (and a fresh consumer group) each run:
 //!
@@ -60,6 +60,7 @@ use watchbridge::kafka::records;
 use watchbridge::metrics::Metrics;
 use watchbridge::poll::{Output, PollError, PollResult, Poller};
 use watchbridge::pollers::{RenderError, Resolve};
+use watchbridge::seen::hash_key;
 
 #[path = "support/mod.rs"]
 mod support;
@@ -78,7 +79,10 @@ use support::tansu_process::{tansu_bin, tansu_version, Storage};
 /// The cases, in the order each run runs them, with how the CPU table names them.
 const CASES: [(&str, &str); 5] = [
     ("baseline", "baseline"),
-    ("baseline-headers", "baseline with the bridge's headers"),
+    (
+        "baseline-headers",
+        "baseline with the bridge's default header",
+    ),
     ("wm", "watchbridge, `bounded(5s)`"),
     ("avro", "watchbridge, Avro in and out, `bounded(5s)`"),
     ("nowm", "watchbridge, `none`"),
@@ -276,9 +280,9 @@ struct Measured {
 // The cases.
 
 /// The baseline: the workload's outputs, written by one producer; records per second. With
-/// `headers`, each record carries the three headers the bridge puts on an output (same names,
-/// values of the same sizes): Tansu's SQLite storage writes each header as a row of its own,
-/// so they cost the broker about as much as the record.
+/// `headers`, each record carries the header the bridge puts on an output by default (its
+/// 20-byte `wb-id`): Tansu's SQLite storage writes each header as a row of its own, so it
+/// costs the broker about as much as the record.
 async fn baseline(
     bootstrap: &str,
     cpu: &Cpu,
@@ -303,7 +307,6 @@ async fn baseline(
     let n: usize = work.results.iter().map(|r| r.outputs.len()).sum();
     let mut in_flight = InFlight::new("baseline");
     let start = cpu.sample();
-    let first_seen = now_ms().to_string();
     for (result, key) in work.results.iter().zip(&work.keys) {
         for output in &result.outputs {
             let mut record = FutureRecord::to(topic)
@@ -311,18 +314,11 @@ async fn baseline(
                 .payload(output.value.as_ref())
                 .timestamp(output.event_time);
             if headers {
-                fn h<'v>(key: &'static str, value: &'v [u8]) -> Header<'static, &'v [u8]> {
-                    Header {
-                        key,
-                        value: Some(value),
-                    }
-                }
-                record = record.headers(
-                    OwnedHeaders::new_with_capacity(3)
-                        .insert(h(records::OUTPUT_KEY, output.key.as_ref()))
-                        .insert(h(records::INPUT_PARTITION, b"0"))
-                        .insert(h(records::FIRST_SEEN, first_seen.as_bytes())),
-                );
+                let id = records::recovery_id(hash_key(&output.key), 0);
+                record = record.headers(OwnedHeaders::new_with_capacity(1).insert(Header {
+                    key: records::RECOVERY_ID,
+                    value: Some(&id[..]),
+                }));
             }
             in_flight.send(&producer, record).await;
         }
@@ -603,7 +599,7 @@ fn main() {
         range(&base)
     ));
     t.push_str(&format!(
-        "| baseline with the bridge's 3 output headers (diagnostic) | {} records/s | {} | {:.2} (runs {hlo:.2}–{hhi:.2}) | |\n",
+        "| baseline with the bridge's default output header, `wb-id` (diagnostic) | {} records/s | {} | {:.2} (runs {hlo:.2}–{hhi:.2}) | |\n",
         rate(mh),
         range(&base_headers),
         mh / mb
@@ -633,7 +629,7 @@ fn main() {
         chi * 100.0
     ));
     t.push_str(&format!(
-        "| watchbridge (`bounded(5s)`) / baseline with headers (diagnostic) | {:.2} | {alo:.2}–{ahi:.2} (per run) | | |\n",
+        "| watchbridge (`bounded(5s)`) / baseline with its header (diagnostic) | {:.2} | {alo:.2}–{ahi:.2} (per run) | | |\n",
         mw / mh
     ));
     t.push_str(&format!(
@@ -680,11 +676,11 @@ fn main() {
          is, the bench process using both cores, so the ratio compares CPU per record of the \
          plain producer and of the whole bridge. (`E2E_STORAGE=sqlite` measures on SQLite \
          storage instead, where Tansu writes every header as a row of its own and is the limit \
-         at about a quarter of its header-less rate with the bridge's headers.)\n\n\
+         at a fraction of its header-less rate with headers.)\n\n\
          What the bridge does per output that the plain producer does not: the poll's result \
-         hashed and checked against the watch's seen set, three headers \
-         (`watchbridge-output-key`, `-input-partition`, `-first-seen`: the \
-         diagnostic baseline with the same headers shows what they cost librdkafka alone), \
+         hashed and checked against the watch's seen set, one header (`wb-id`, 20 bytes, \
+         what a recovery reads back: the diagnostic baseline with the same header shows what \
+         it costs librdkafka alone), \
          its delivery tracked for the checkpoint and the commit, its hash journaled; and per \
          run its state records ({slo}–{shi}, checkpoints every 500 ms per partition), \
          watermark records (on the watermark topic and in every output partition, every \
@@ -709,7 +705,7 @@ fn main() {
         mw / mb >= 0.9,
     ));
     t.push_str(&summary_line(
-        "end-to-end throughput, watchbridge / producer writing the same 3 headers",
+        "end-to-end throughput, watchbridge / producer writing the same header (`wb-id`)",
         &format!("{:.2} (runs {alo:.2}–{ahi:.2})", mw / mh),
         "(diagnostic)",
         true,

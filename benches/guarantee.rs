@@ -78,6 +78,8 @@ fn main() {
                 let mut command =
                     watchbridge_command(&broker.bootstrap, &id, feeds, "GUARANTEE_LOG");
                 command.env("WATCHBRIDGE_GUARANTEE", mode);
+                // The latency is read from each output's first-seen time.
+                command.env("WATCHBRIDGE_OUTPUT_HEADERS", "first_seen");
                 spawn_logged(command, mode, log)
             });
             eprintln!(

@@ -34,6 +34,7 @@ use crate::kafka::partition::{
     Bounds, Shared, StateSettings, TransactionSettings, WatermarkSettings,
 };
 use crate::kafka::properties::ClientKind;
+use crate::kafka::records::OutputHeaders;
 use crate::kafka::recovery::RecoverySource;
 use crate::kafka::stats::{self, BridgeProducer, ProducerStats};
 use crate::limits::Limits;
@@ -207,10 +208,7 @@ pub async fn run_bridge<P: Resolve>(
         _ => None,
     };
     let producer: BridgeProducer = producer_config(brokers, config)
-        .create_with_context(ProducerStats {
-            metrics: metrics.clone(),
-            kafka: kafka.clone(),
-        })
+        .create_with_context(ProducerStats::new(metrics.clone(), kafka.clone()))
         .map_err(|e| BridgeError::Start(format!("cannot create the producer: {e}")))?;
     let formats = config
         .formats
@@ -233,6 +231,11 @@ pub async fn run_bridge<P: Resolve>(
         dlq_topic: config.dlq_topic.as_str().into(),
         decoder: formats.decoder,
         encoder: formats.encoder,
+        // `wb-id` wherever a recovery reads outputs back.
+        output_headers: OutputHeaders {
+            recovery_id: guarantee != Guarantee::AtLeastOnce,
+            ..config.output_headers
+        },
         rules: config.rules.clone(),
         poll_timeout: config.poll_timeout,
         limits: Limits::new(config.max_in_flight, config.host_rate),

@@ -4,6 +4,7 @@
 //! [`RunArgs::check`], whose errors do the same.
 
 use crate::kafka::guarantee::GuaranteeSetting;
+use crate::kafka::records::OutputHeaders;
 use crate::limits::HostRate;
 use crate::pollers::builtin::PollerArgs;
 use crate::pollers::ConfigError;
@@ -199,6 +200,16 @@ pub struct RunArgs {
         default_value = "auto"
     )]
     pub guarantee: String,
+    /// Readable headers on every output, besides the short `wb-id` a recovery needs:
+    /// `none`, `all`, or a comma-separated list of `output_key` (the output's identity),
+    /// `input_partition`, `first_seen` (processing time, ms). Each costs throughput.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_OUTPUT_HEADERS",
+        value_name = "WATCHBRIDGE_OUTPUT_HEADERS",
+        default_value = "none"
+    )]
+    pub output_headers: String,
     /// `streaming` (run until stopped) or `bounded` (read the input up to its end at start,
     /// run every watch to its end, publish a final watermark, exit).
     #[arg(long, env = "WATCHBRIDGE_MODE", value_name = "WATCHBRIDGE_MODE", value_enum, default_value_t = Mode::Streaming)]
@@ -264,6 +275,8 @@ pub struct RunConfig {
     pub finished_retention: Duration,
     pub checkpoint_interval: Duration,
     pub guarantee: GuaranteeSetting,
+    /// The readable output headers asked for (`recovery_id` is set by the bridge).
+    pub output_headers: OutputHeaders,
     pub mode: Mode,
     /// Where the operations server listens (`None`: `off`).
     pub metrics_addr: Option<SocketAddr>,
@@ -412,6 +425,8 @@ impl RunArgs {
         check_kafka_properties("KAFKA_PRODUCER", &kafka_producer)?;
         let guarantee = GuaranteeSetting::parse(&self.guarantee)
             .map_err(|e| ConfigError::new("WATCHBRIDGE_GUARANTEE", e))?;
+        let output_headers = OutputHeaders::parse(&self.output_headers)
+            .map_err(|e| ConfigError::new("WATCHBRIDGE_OUTPUT_HEADERS", e))?;
         Ok(RunConfig {
             brokers,
             group_id: self.group_id.clone(),
@@ -446,6 +461,7 @@ impl RunArgs {
             finished_retention: self.finished_retention,
             checkpoint_interval: self.checkpoint_interval,
             guarantee,
+            output_headers,
             mode: self.mode,
             metrics_addr,
         })

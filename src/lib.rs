@@ -27,7 +27,10 @@ pub mod watch;
 pub mod watermark;
 
 /// The allocator of the `watchbridge` binary, and of the benchmarks that measure it:
-/// mimalloc. The bridge allocates records, headers and delivery futures on its tasks'
-/// threads and frees many on librdkafka's; with glibc's malloc about 30% of the end-to-end
-/// benchmark's CPU went to malloc and free (`perf`, bench/RESULTS.md).
+/// mimalloc. The bridge allocates records and headers on its tasks' threads and frees many
+/// on librdkafka's; with glibc's malloc about 30% of the end-to-end
+/// benchmark's CPU went to malloc and free (`perf`, bench/RESULTS.md). Its `override`
+/// feature (Cargo.toml) replaces `malloc` and `free` in the whole process, so librdkafka's
+/// own allocations (a message, its header list, each header) use it too: with glibc's, one
+/// header per record halved a plain producer's rate (issue 19, `make bench`).
 pub use mimalloc::MiMalloc as Allocator;

@@ -781,10 +781,7 @@ async fn the_watermark_reader_reaches_an_end_that_is_a_transaction_marker() {
         kafka: kafka.clone(),
         producer: b
             .config()
-            .create_with_context(ProducerStats {
-                metrics: metrics.clone(),
-                kafka,
-            })
+            .create_with_context(ProducerStats::new(metrics.clone(), kafka))
             .unwrap(),
         input_topic: "in".into(),
         watermark_topic: topic.as_str().into(),

@@ -180,6 +180,7 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         checkpoint_interval: Duration::from_millis(500),
         // What the broker supports (Tansu: `recovery`); a bench can set it.
         guarantee: "auto".into(),
+        output_headers: "none".into(),
         mode: Mode::Streaming,
         metrics_addr: "off".into(),
         poller: PollerArgs {

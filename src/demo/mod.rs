@@ -190,6 +190,9 @@ fn bridge_config(args: &DemoArgs, formats: FormatArgs) -> Result<RunConfig, Conf
         checkpoint_interval: Duration::from_millis(500),
         // The embedded broker cannot keep a transaction's promise.
         guarantee: "recovery".into(),
+        // The readable headers too: the view counts outputs by their key and shows their
+        // latency from their first-seen time.
+        output_headers: "output_key,first_seen".into(),
         mode: Mode::Streaming,
         // The demo prints its metrics itself (`--metrics`); no port to collide with a bridge.
         metrics_addr: "off".into(),

@@ -17,6 +17,7 @@ use crate::clock::Clock;
 use crate::internal_events::{MergedWatermarkChanged, WatermarkLag};
 use crate::kafka::health::KafkaContext;
 use crate::kafka::records::OutRecord;
+use crate::kafka::reports::send_and_wait;
 use crate::kafka::stats::BridgeProducer;
 use crate::metrics::Metrics;
 use crate::watermark::{SharedWatermarkTopic, WatermarkMessage, WatermarkTopic, END_OF_TIME};
@@ -248,12 +249,9 @@ pub async fn publish_merged(
         watermark_ms: watermark,
     };
     let record = OutRecord::watermark(watermark_topic, None, message.key(), message.to_json());
-    match producer
-        .send(record.to_future_record(), Duration::from_secs(10))
-        .await
-    {
+    match send_and_wait(producer, &record, Duration::from_secs(10)).await {
         Ok(_) => true,
-        Err((e, _)) => {
+        Err(e) => {
             tracing::warn!(error = %e, "the merged watermark could not be published");
             false
         }
@@ -280,10 +278,7 @@ pub async fn publish_end_of_time(producer: &BridgeProducer, topics: &EndOfTimeTo
             topics.output_partitions,
         );
         for record in records {
-            if let Err((e, _)) = producer
-                .send(record.to_future_record(), Duration::from_secs(10))
-                .await
-            {
+            if let Err(e) = send_and_wait(producer, &record, Duration::from_secs(10)).await {
                 tracing::warn!(partition, error = %e, "the end of time could not be published");
                 all = false;
             }

@@ -1,6 +1,7 @@
 //! The Kafka side of the bridge: the consumer thread and its rebalance callbacks
 //! ([`consumer`]), one task per assigned input partition ([`partition`]), input decoding
-//! ([`input`]), the records written ([`records`]), commit discipline ([`offsets`]), client
+//! ([`input`]), the records written ([`records`]) and their delivery reports
+//! ([`reports`]), commit discipline ([`offsets`]), client
 //! settings, topics and the start's wait for the brokers ([`client`]), whether the brokers
 //! can be reached and librdkafka's errors and log lines ([`health`]), librdkafka's
 //! statistics as metrics ([`stats`]), and the embedded broker ([`embedded`]).
@@ -20,5 +21,6 @@ pub mod partition;
 pub mod properties;
 pub mod records;
 pub mod recovery;
+pub mod reports;
 pub mod stats;
 pub mod tools;

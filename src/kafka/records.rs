@@ -1,22 +1,28 @@
 //! The records watchbridge writes: one per new output, and dead letters.
 //!
 //! An output record: key = watch key, timestamp = the output's event time, value = the
-//! output, headers `watchbridge-output-key`,
-//! `watchbridge-input-partition` (the input partition whose watch found it: a recovery
-//! reads the output topic back and takes the outputs of its own partition) and
-//! `watchbridge-first-seen` (processing time in ms, decimal). A dead letter keeps the
+//! output. By default it carries one header, `wb-id` (20 bytes: the XXH3-128 hash of the
+//! output's identity, then the number of the input partition whose watch found it, both
+//! big-endian): a recovery reads the output topic back and takes its own partition's outputs
+//! by it. With `WATCHBRIDGE_GUARANTEE=at_least_once`, which reads nothing back, none.
+//! Why so lean: every header costs librdkafka allocations on every output, and one halved a
+//! plain producer's rate (`make bench`). `WATCHBRIDGE_OUTPUT_HEADERS` adds readable ones
+//! ([`OutputHeaders`]): `watchbridge-output-key`, `watchbridge-input-partition` (decimal)
+//! and `watchbridge-first-seen` (processing time in ms, decimal). A dead letter keeps the
 //! original key, value and headers, and adds `watchbridge-error`, `watchbridge-error-kind`
 //! and `watchbridge-source-{topic,partition,offset}`; one refused for its size goes without
 //! the value, with `watchbridge-value-dropped` (the value's size in bytes) instead.
 
 use crate::clock::Millis;
 use crate::poll::Output;
+use crate::seen::OutputHash;
 use bytes::Bytes;
 use rdkafka::message::{Header, Headers, OwnedHeaders};
-use rdkafka::producer::FutureRecord;
+use rdkafka::producer::BaseRecord;
 use std::borrow::Cow;
 use std::sync::Arc;
 
+pub const RECOVERY_ID: &str = "wb-id";
 pub const OUTPUT_KEY: &str = "watchbridge-output-key";
 pub const INPUT_PARTITION: &str = "watchbridge-input-partition";
 pub const FIRST_SEEN: &str = "watchbridge-first-seen";
@@ -28,6 +34,77 @@ pub const SOURCE_OFFSET: &str = "watchbridge-source-offset";
 pub const LATE: &str = "watchbridge-late";
 pub const VALUE_DROPPED: &str = "watchbridge-value-dropped";
 pub const CONTROL: &str = "watchbridge-control";
+
+/// The headers each output carries: the readable ones `WATCHBRIDGE_OUTPUT_HEADERS` asks
+/// for, and `wb-id` where a recovery reads outputs back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutputHeaders {
+    pub output_key: bool,
+    pub input_partition: bool,
+    pub first_seen: bool,
+    /// `wb-id`: set by the bridge from its guarantee, not by the setting.
+    pub recovery_id: bool,
+}
+
+impl OutputHeaders {
+    /// The names `WATCHBRIDGE_OUTPUT_HEADERS` accepts, in the order they are written.
+    pub const NAMES: [&'static str; 3] = ["output_key", "input_partition", "first_seen"];
+
+    /// `WATCHBRIDGE_OUTPUT_HEADERS`: `none`, `all`, or a comma-separated list of
+    /// [`Self::NAMES`].
+    pub fn parse(setting: &str) -> Result<Self, String> {
+        let mut headers = Self::default();
+        for name in setting.split(',').map(str::trim) {
+            match name {
+                "none" | "" => {}
+                "all" => {
+                    headers.output_key = true;
+                    headers.input_partition = true;
+                    headers.first_seen = true;
+                }
+                "output_key" => headers.output_key = true,
+                "input_partition" => headers.input_partition = true,
+                "first_seen" => headers.first_seen = true,
+                other => {
+                    return Err(format!(
+                        "`{other}` is not a header watchbridge writes; use none, all, or a \
+                         comma-separated list of {}",
+                        Self::NAMES.join(", ")
+                    ))
+                }
+            }
+        }
+        Ok(headers)
+    }
+
+    fn count(&self) -> usize {
+        [
+            self.recovery_id,
+            self.output_key,
+            self.input_partition,
+            self.first_seen,
+        ]
+        .iter()
+        .filter(|on| **on)
+        .count()
+    }
+}
+
+/// The `wb-id` header's value: the output's hash and the input partition, big-endian.
+pub fn recovery_id(hash: OutputHash, input_partition: i32) -> [u8; 20] {
+    let mut id = [0; 20];
+    id[..16].copy_from_slice(&hash.to_be_bytes());
+    id[16..].copy_from_slice(&input_partition.to_be_bytes());
+    id
+}
+
+/// A `wb-id` header's value read back: (hash, input partition), if it is one.
+pub fn parse_recovery_id(value: &[u8]) -> Option<(OutputHash, i32)> {
+    let id: &[u8; 20] = value.try_into().ok()?;
+    let hash = OutputHash::from_be_bytes(id[..16].try_into().ok()?);
+    let partition = i32::from_be_bytes(id[16..].try_into().ok()?);
+    Some((hash, partition))
+}
 
 /// A header's name: watchbridge's own are static (no allocation per output), an input's
 /// (copied into its dead letter) owned.
@@ -53,14 +130,33 @@ pub struct Source<'a> {
 }
 
 impl OutRecord {
-    /// One new output of the watch `watch_key`.
+    /// One new output of the watch `watch_key`, whose identity hashes to `hash`, with the
+    /// headers `with` asks for.
     pub fn output(
         topic: &Arc<str>,
         watch_key: &Bytes,
         output: &Output,
+        hash: OutputHash,
         input_partition: i32,
         first_seen: Millis,
+        with: OutputHeaders,
     ) -> Self {
+        let mut headers: Vec<(HeaderName, Option<Bytes>)> = Vec::with_capacity(with.count());
+        if with.recovery_id {
+            let id = recovery_id(hash, input_partition);
+            headers.push((RECOVERY_ID.into(), Some(Bytes::copy_from_slice(&id))));
+        }
+        if with.output_key {
+            headers.push((OUTPUT_KEY.into(), Some(output.key.clone())));
+        }
+        if with.input_partition {
+            let partition = Bytes::from(input_partition.to_string());
+            headers.push((INPUT_PARTITION.into(), Some(partition)));
+        }
+        if with.first_seen {
+            let first_seen = Bytes::from(first_seen.to_string());
+            headers.push((FIRST_SEEN.into(), Some(first_seen)));
+        }
         Self {
             topic: topic.clone(),
             partition: None,
@@ -68,14 +164,7 @@ impl OutRecord {
             value: Some(output.value.clone()),
             // Kafka has no timestamps before the epoch; such an output goes without one.
             timestamp: (output.event_time >= 0).then_some(output.event_time),
-            headers: vec![
-                (OUTPUT_KEY.into(), Some(output.key.clone())),
-                (
-                    INPUT_PARTITION.into(),
-                    Some(Bytes::from(input_partition.to_string())),
-                ),
-                (FIRST_SEEN.into(), Some(Bytes::from(first_seen.to_string()))),
-            ],
+            headers,
         }
     }
 
@@ -192,16 +281,21 @@ impl OutRecord {
         }
     }
 
-    /// The borrowed form the producer takes.
-    pub fn to_future_record(&self) -> FutureRecord<'_, [u8], [u8]> {
-        let mut headers = OwnedHeaders::new_with_capacity(self.headers.len());
-        for (key, value) in &self.headers {
-            headers = headers.insert(Header {
-                key: key.as_ref(),
-                value: value.as_deref(),
-            });
+    /// The borrowed form the producer takes, with `token`, where its delivery report goes
+    /// (`reports.rs`).
+    pub fn to_base_record(&self, token: usize) -> BaseRecord<'_, [u8], [u8], usize> {
+        let mut record = BaseRecord::with_opaque_to(&self.topic, token);
+        // No header list at all for a record without headers: librdkafka allocates one.
+        if !self.headers.is_empty() {
+            let mut headers = OwnedHeaders::new_with_capacity(self.headers.len());
+            for (key, value) in &self.headers {
+                headers = headers.insert(Header {
+                    key: key.as_ref(),
+                    value: value.as_deref(),
+                });
+            }
+            record = record.headers(headers);
         }
-        let mut record = FutureRecord::to(&self.topic).headers(headers);
         if let Some(key) = &self.key {
             record = record.key(key.as_ref());
         }
@@ -279,33 +373,92 @@ mod tests {
         );
     }
 
-    #[test]
-    fn outputs_carry_the_watch_key_event_time_and_identifying_headers() {
-        let topic: Arc<str> = "out".into();
-        let r = OutRecord::output(
-            &topic,
-            &Bytes::from_static(b"user-1"),
-            &Output::new("ev-9", "{\"a\":1}", 1_700_000_000_000),
-            3,
-            1_700_000_000_500,
-        );
-        assert_eq!(r.key.as_deref(), Some(&b"user-1"[..]));
-        assert_eq!(r.timestamp, Some(1_700_000_000_000));
-        let h: Vec<_> = r
-            .headers
+    fn headers_of(r: &OutRecord) -> Vec<(&str, Bytes)> {
+        r.headers
             .iter()
             .map(|(k, v)| (k.as_ref(), v.clone().unwrap()))
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn outputs_carry_the_watch_key_event_time_and_only_the_headers_asked_for() {
+        let topic: Arc<str> = "out".into();
+        let output = Output::new("ev-9", "{\"a\":1}", 1_700_000_000_000);
+        let hash = crate::seen::hash_key(b"ev-9");
+        let build = |with| {
+            OutRecord::output(
+                &topic,
+                &Bytes::from_static(b"user-1"),
+                &output,
+                hash,
+                3,
+                1_700_000_000_500,
+                with,
+            )
+        };
+        // The default where a recovery reads outputs back: one short header.
+        let r = build(OutputHeaders {
+            recovery_id: true,
+            ..OutputHeaders::default()
+        });
+        assert_eq!(r.key.as_deref(), Some(&b"user-1"[..]));
+        assert_eq!(r.timestamp, Some(1_700_000_000_000));
+        let h = headers_of(&r);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h[0].0, RECOVERY_ID);
+        assert_eq!(h[0].1.len(), 20);
+        assert_eq!(parse_recovery_id(&h[0].1), Some((hash, 3)));
+        // at_least_once, nothing asked for: no header, and no header list to allocate.
+        let bare = build(OutputHeaders::default());
+        assert!(bare.headers.is_empty());
+        assert_eq!(bare.headers.capacity(), 0);
+        // Everything readable too.
+        let mut all = OutputHeaders::parse("all").unwrap();
+        all.recovery_id = true;
+        let full = build(all);
+        let h = headers_of(&full);
         assert_eq!(
             h.len(),
-            3,
+            4,
             "the watch key is the record's key, not a header too"
         );
-        assert_eq!(h[0], (OUTPUT_KEY, Bytes::from_static(b"ev-9")));
-        assert_eq!(h[1], (INPUT_PARTITION, Bytes::from_static(b"3")));
-        assert_eq!(h[2], (FIRST_SEEN, Bytes::from_static(b"1700000000500")));
-        let early = OutRecord::output(&topic, &Bytes::new(), &Output::new("k", "v", -5), 0, 0);
+        assert_eq!(h[1], (OUTPUT_KEY, Bytes::from_static(b"ev-9")));
+        assert_eq!(h[2], (INPUT_PARTITION, Bytes::from_static(b"3")));
+        assert_eq!(h[3], (FIRST_SEEN, Bytes::from_static(b"1700000000500")));
+        let early = OutRecord::output(
+            &topic,
+            &Bytes::new(),
+            &Output::new("k", "v", -5),
+            0,
+            0,
+            0,
+            OutputHeaders::default(),
+        );
         assert_eq!(early.timestamp, None);
+    }
+
+    #[test]
+    fn the_output_headers_setting_names_what_it_does_not_know() {
+        assert_eq!(
+            OutputHeaders::parse("none").unwrap(),
+            OutputHeaders::default()
+        );
+        let some = OutputHeaders::parse("first_seen, output_key").unwrap();
+        assert!(some.first_seen && some.output_key && !some.input_partition);
+        assert!(
+            !some.recovery_id,
+            "wb-id is the bridge's, not the setting's"
+        );
+        let e = OutputHeaders::parse("output_key,trace").unwrap_err();
+        assert!(e.contains("`trace`") && e.contains("first_seen"), "{e}");
+    }
+
+    #[test]
+    fn a_recovery_id_is_twenty_bytes_or_nothing() {
+        let id = recovery_id(u128::MAX - 5, 17);
+        assert_eq!(parse_recovery_id(&id), Some((u128::MAX - 5, 17)));
+        assert_eq!(parse_recovery_id(&id[..19]), None);
+        assert_eq!(parse_recovery_id(b"3"), None);
     }
 
     #[test]

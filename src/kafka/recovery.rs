@@ -4,8 +4,9 @@
 //!    compaction would keep), and decode it: live watches with their seen chunks, finished
 //!    watches, and the output offsets of the last checkpoint;
 //! 2. read every output partition from those offsets to its end, and take the outputs whose
-//!    `watchbridge-input-partition` header names this partition: outputs acknowledged (or
-//!    written without an acknowledgement) after the last checkpoint;
+//!    `wb-id` header names this partition (or, written before that header,
+//!    `watchbridge-input-partition`): outputs acknowledged (or written without an
+//!    acknowledgement) after the last checkpoint;
 //! 3. rebuild each live watch (seen set = its chunks plus what step 2 found; input resolved
 //!    again from the saved input record) as a [`RestoreWatch`] for the engine, and the
 //!    partition's [`DurableState`].
@@ -15,7 +16,7 @@
 
 use super::durable::DurableState;
 use super::health::KafkaContext;
-use super::records::{INPUT_PARTITION, OUTPUT_KEY};
+use super::records::{parse_recovery_id, INPUT_PARTITION, OUTPUT_KEY, RECOVERY_ID};
 use crate::clock::Millis;
 use crate::engine::RestoreWatch;
 use crate::pollers::Resolve;
@@ -182,17 +183,12 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         let from = offsets.get(&q).map_or(low, |&o| o.max(low));
         read_to_end(&consumer, &source.output_topic, q, from, end, |m| {
             found.outputs_read += 1;
-            let Some(headers) = m.headers() else { return };
-            let header = |name: &str| headers.iter().find(|h| h.key == name).and_then(|h| h.value);
-            if header(INPUT_PARTITION) != Some(wanted.as_bytes()) {
-                return;
-            }
-            if let (Some(watch), Some(output)) = (m.key(), header(OUTPUT_KEY)) {
+            if let (Some(watch), Some(hash)) = (m.key(), output_of(m, partition, &wanted)) {
                 found
                     .outputs
                     .entry(Bytes::copy_from_slice(watch))
                     .or_default()
-                    .push(hash_key(output));
+                    .push(hash);
             }
         })?;
         found.read_to.push(end);
@@ -201,6 +197,24 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
     // first poll.
     std::thread::spawn(move || drop(consumer));
     Ok(found)
+}
+
+/// The identity of an output read back, if a watch of input partition `partition` wrote it:
+/// from its `wb-id` header, or (an output written before that header existed, or with
+/// `WATCHBRIDGE_OUTPUT_HEADERS` asking for them) from `watchbridge-input-partition`, which is
+/// `wanted`, and `watchbridge-output-key`.
+fn output_of(m: &BorrowedMessage<'_>, partition: i32, wanted: &str) -> Option<OutputHash> {
+    let headers = m.headers()?;
+    let header = |name: &str| headers.iter().find(|h| h.key == name).and_then(|h| h.value);
+    if let Some(id) = header(RECOVERY_ID) {
+        return parse_recovery_id(id)
+            .filter(|(_, p)| *p == partition)
+            .map(|(hash, _)| hash);
+    }
+    if header(INPUT_PARTITION) != Some(wanted.as_bytes()) {
+        return None;
+    }
+    header(OUTPUT_KEY).map(hash_key)
 }
 
 /// The low and end (high watermark) offsets of `topic`/`partition` now.

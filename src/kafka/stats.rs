@@ -5,11 +5,12 @@
 //! log them instead.
 
 use super::health::KafkaContext;
+use super::reports::{outcome, Routed, Routes};
 use crate::internal_events::KafkaStatistics;
 use crate::metrics::Metrics;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::FutureProducer;
+use rdkafka::producer::{DeliveryResult, ProducerContext, ThreadedProducer};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientConfig, ClientContext};
 use std::collections::HashMap;
@@ -19,14 +20,42 @@ use std::sync::Arc;
 pub const INTERVAL_PROPERTY: &str = "statistics.interval.ms";
 const DEFAULT_INTERVAL_MS: &str = "5000";
 
-/// The bridge's producer, shared by every partition task: its context feeds the metrics.
-pub type BridgeProducer = FutureProducer<ProducerStats>;
+/// The bridge's producer, shared by every partition task (in the exactly-once mode, each
+/// task has one of its own): its context feeds the metrics and routes the delivery reports
+/// (`reports.rs`).
+pub type BridgeProducer = ThreadedProducer<ProducerStats>;
 
 /// The producer's context: its statistics become `watchbridge_producer_queue_messages`;
-/// its errors and log lines go to the bridge's broker health (`health.rs`).
+/// its errors and log lines go to the bridge's broker health (`health.rs`); each delivery
+/// report goes to the route that sent the record.
 pub struct ProducerStats {
     pub metrics: Arc<Metrics>,
     pub kafka: KafkaContext,
+    pub routes: Arc<Routes>,
+}
+
+impl ProducerStats {
+    pub fn new(metrics: Arc<Metrics>, kafka: KafkaContext) -> Self {
+        Self {
+            metrics,
+            kafka,
+            routes: Arc::default(),
+        }
+    }
+}
+
+impl ProducerContext for ProducerStats {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, token: usize) {
+        self.routes.deliver(token, outcome(result));
+    }
+}
+
+impl Routed for ProducerStats {
+    fn routes(&self) -> &Arc<Routes> {
+        &self.routes
+    }
 }
 
 impl ClientContext for ProducerStats {

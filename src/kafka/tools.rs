@@ -64,6 +64,18 @@ pub async fn produce(
 }
 
 /// Print every record of `topic` from the beginning, one line each:
+/// A header's value as `consume` prints it: as it is if it is printable text, else in hex
+/// (`0x…`; watchbridge's own `wb-id` is binary).
+fn header_text(value: &[u8]) -> String {
+    match std::str::from_utf8(value) {
+        Ok(text) if !text.chars().any(char::is_control) => text.to_string(),
+        _ => {
+            let hex: String = value.iter().map(|b| format!("{b:02x}")).collect();
+            format!("0x{hex}")
+        }
+    }
+}
+
 /// `partition:offset key timestamp headers value`. With `to_end`, stop at the end.
 pub fn consume(
     brokers: &str,
@@ -134,13 +146,7 @@ pub fn consume(
             .headers()
             .map(|h| {
                 h.iter()
-                    .map(|h| {
-                        format!(
-                            "{}={}",
-                            h.key,
-                            String::from_utf8_lossy(h.value.unwrap_or_default())
-                        )
-                    })
+                    .map(|h| format!("{}={}", h.key, header_text(h.value.unwrap_or_default())))
                     .collect::<Vec<_>>()
                     .join(",")
             })
@@ -163,5 +169,17 @@ pub fn consume(
             String::from_utf8_lossy(m.payload().unwrap_or_default())
         );
         printed += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::header_text;
+
+    #[test]
+    fn header_values_print_as_text_or_else_in_hex() {
+        assert_eq!(header_text(b"e1"), "e1");
+        assert_eq!(header_text(&[0x00, 0xff, 0x10]), "0x00ff10");
+        assert_eq!(header_text(b"a\nb"), "0x610a62");
     }
 }

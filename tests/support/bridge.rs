@@ -43,6 +43,9 @@ impl Bridge {
             .env("WATCHBRIDGE_POLL_INTERVAL", "200ms")
             .env("WATCHBRIDGE_SHUTDOWN_TIMEOUT", "10s")
             .env("WATCHBRIDGE_WATERMARK_INTERVAL", "100ms")
+            // The readable output headers: tests tell outputs apart by
+            // `watchbridge-output-key` (a test of the default headers sets `none`).
+            .env("WATCHBRIDGE_OUTPUT_HEADERS", "all")
             // Any free port, so that bridges running at once do not collide on 9898.
             .env("WATCHBRIDGE_METRICS_ADDR", "127.0.0.1:0")
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))

@@ -212,11 +212,6 @@ pub struct Tally<'a> {
 
 impl<'a> Tally<'a> {
     pub fn of(records: &'a [OwnedMessage], expected: &BTreeMap<(String, String), i64>) -> Self {
-        let text = |m: &OwnedMessage, name: &str| {
-            header(m, name)
-                .map(|v| String::from_utf8_lossy(v).into_owned())
-                .unwrap_or_default()
-        };
         let mut tally = Tally {
             copies: BTreeMap::new(),
             lost: Vec::new(),
@@ -231,7 +226,7 @@ impl<'a> Tally<'a> {
                 m.key()
                     .map(|k| String::from_utf8_lossy(k).into_owned())
                     .unwrap_or_default(),
-                text(m, "watchbridge-output-key"),
+                super::kafka::output_key(m),
             );
             match expected.get(&key) {
                 None => tally.unexpected.push(key),

@@ -576,6 +576,29 @@ pub fn header<'m>(message: &'m OwnedMessage, name: &str) -> Option<&'m [u8]> {
         .map(|h| h.value.unwrap_or_default())
 }
 
+/// The identity of an output record: its `watchbridge-output-key` header or, without it (a
+/// bridge with the default `WATCHBRIDGE_OUTPUT_HEADERS`), the `id` of its JSON value, which
+/// is the key of every test feed's items ("" if it has neither).
+pub fn output_key(m: &OwnedMessage) -> String {
+    if let Some(v) = header(m, "watchbridge-output-key") {
+        return String::from_utf8_lossy(v).into_owned();
+    }
+    m.payload()
+        .and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
+        .and_then(|v| v.get("id")?.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The input partition whose watch wrote an output: its `watchbridge-input-partition`
+/// header, or the last 4 bytes (big-endian) of its 20-byte `wb-id`.
+pub fn input_partition(m: &OwnedMessage) -> Option<i32> {
+    if let Some(v) = header(m, "watchbridge-input-partition") {
+        return std::str::from_utf8(v).ok()?.parse().ok();
+    }
+    let id: &[u8; 20] = header(m, "wb-id")?.try_into().ok()?;
+    Some(i32::from_be_bytes(id[16..].try_into().ok()?))
+}
+
 /// All headers as (name, value) pairs, in order; a null value reads as empty.
 pub fn headers(message: &OwnedMessage) -> Vec<(String, Vec<u8>)> {
     message

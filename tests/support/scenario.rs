@@ -131,12 +131,7 @@ pub async fn outputs_to_end(topic: &str) -> Vec<OwnedMessage> {
     data_records(broker().read_to_end(topic).await)
 }
 
-/// The `watchbridge-output-key` of an output record ("" if it has none).
-pub fn output_key(m: &OwnedMessage) -> String {
-    header(m, "watchbridge-output-key")
-        .map(|v| String::from_utf8_lossy(v).into_owned())
-        .unwrap_or_default()
-}
+pub use super::kafka::output_key;
 
 /// How many times each output key occurs among `records`: nothing deduplicated.
 pub fn output_key_counts(records: &[OwnedMessage]) -> BTreeMap<String, usize> {

@@ -10,6 +10,7 @@
 
 use super::*;
 use crate::kafka::durable::SendTicket;
+use crate::kafka::reports::{Outcome, Report, Route};
 
 /// Attempts to deliver one record before it goes to the dead-letter topic instead.
 const DELIVERY_ATTEMPTS: u32 = 5;
@@ -39,8 +40,121 @@ pub(super) enum Kind {
 
 pub(super) enum Delivery {
     /// Delivered to (partition, offset), or failed.
-    Done(Pending, Result<(i32, i64), KafkaError>),
+    Done(Pending, Outcome),
     RetryDue(Pending),
+}
+
+/// The records this task handed to the producer whose reports have not come back, and
+/// those waiting to be sent again. A record's token (`reports.rs`) names its slot here; the
+/// reports come back through the task's route in batches.
+pub(super) struct Deliveries {
+    route: Route,
+    slots: Vec<Option<Pending>>,
+    free: Vec<u32>,
+    in_flight: usize,
+    /// Reports taken from the route, and how many of them were handled.
+    batch: Vec<Report>,
+    handled: usize,
+    /// Records to send again once their backoff has passed (rare: dead letters, state
+    /// records after a failure).
+    retries: FuturesUnordered<BoxFuture<'static, Pending>>,
+}
+
+impl Deliveries {
+    /// Reports of what is sent through `producer` come back here.
+    pub(super) fn new(producer: &BridgeProducer) -> Self {
+        Self {
+            route: Route::open(producer),
+            slots: Vec::new(),
+            free: Vec::new(),
+            in_flight: 0,
+            batch: Vec::new(),
+            handled: 0,
+            retries: FuturesUnordered::new(),
+        }
+    }
+
+    /// Records sent and not reported yet, and records waiting to be sent again.
+    pub(super) fn len(&self) -> usize {
+        self.in_flight + self.retries.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Hand `pending` to `producer`; refused (its queue full, say), it comes back (by
+    /// value, as rdkafka's `send` gives its record back: it is sent again).
+    #[allow(clippy::result_large_err)]
+    fn send(
+        &mut self,
+        producer: &BridgeProducer,
+        pending: Pending,
+    ) -> Result<(), (KafkaError, Pending)> {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            (self.slots.len() - 1) as u32
+        });
+        let token = self.route.token(slot);
+        let entry = &mut self.slots[slot as usize];
+        let sent = producer
+            .send(entry.insert(pending).record.to_base_record(token))
+            .map_err(|(e, _)| e);
+        match sent {
+            Ok(()) => {
+                self.in_flight += 1;
+                Ok(())
+            }
+            Err(e) => {
+                let pending = entry.take().expect("just put there");
+                self.free.push(slot);
+                Err((e, pending))
+            }
+        }
+    }
+
+    /// Send `pending` again once `after` has passed.
+    fn retry(&mut self, after: Duration, pending: Pending) {
+        self.retries.push(
+            async move {
+                tokio::time::sleep(after).await;
+                pending
+            }
+            .boxed(),
+        );
+    }
+
+    /// The next report, or a retry that is due; `None` once nothing is pending.
+    /// Cancel-safe (what was taken from the route stays in `batch`).
+    pub(super) async fn next(&mut self) -> Option<Delivery> {
+        loop {
+            while let Some(&(slot, _)) = self.batch.get(self.handled) {
+                let outcome = std::mem::replace(&mut self.batch[self.handled].1, Ok((0, 0)));
+                self.handled += 1;
+                if let Some(pending) = self.slots.get_mut(slot as usize).and_then(Option::take) {
+                    self.free.push(slot);
+                    self.in_flight -= 1;
+                    return Some(Delivery::Done(pending, outcome));
+                }
+            }
+            self.batch.clear();
+            self.handled = 0;
+            if self.is_empty() {
+                return None;
+            }
+            tokio::select! {
+                biased;
+                n = self.route.recv_many(&mut self.batch, 4096), if self.in_flight > 0 => {
+                    if n == 0 {
+                        return None;
+                    }
+                }
+                Some(pending) = self.retries.next(), if !self.retries.is_empty() => {
+                    return Some(Delivery::RetryDue(pending));
+                }
+            }
+        }
+    }
 }
 
 impl<P: Resolve> PartitionTask<P> {
@@ -87,30 +201,19 @@ impl<P: Resolve> PartitionTask<P> {
         if let Some(txn) = self.txn.as_mut() {
             txn.begin();
         }
+        let mut pending = pending;
         loop {
-            match self.producer.send_result(pending.record.to_future_record()) {
-                Ok(delivery) => {
-                    self.deliveries.push(
-                        async move {
-                            let result = match delivery.await {
-                                Ok(Ok(at)) => Ok((at.partition, at.offset)),
-                                Ok(Err((e, _))) => Err(e),
-                                Err(_) => Err(KafkaError::Canceled),
-                            };
-                            Delivery::Done(pending, result)
-                        }
-                        .boxed(),
-                    );
-                    return;
-                }
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+            match self.deliveries.send(&self.producer, pending) {
+                Ok(()) => return,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), refused)) => {
+                    pending = refused;
                     match self.deliveries.next().await {
                         Some(delivery) => Box::pin(self.on_delivery(delivery)).await,
                         None => tokio::time::sleep(Duration::from_millis(5)).await,
                     }
                 }
-                Err((error, _)) => {
-                    self.delivery_failed(pending, error);
+                Err((error, refused)) => {
+                    self.delivery_failed(refused, error);
                     return;
                 }
             }
@@ -185,16 +288,11 @@ impl<P: Resolve> PartitionTask<P> {
             }
             AfterProduceFailure::Retry => {
                 let wait = Duration::from_millis(200 << pending.attempt.min(6));
-                self.deliveries.push(
-                    async move {
-                        tokio::time::sleep(wait).await;
-                        Delivery::RetryDue(Pending {
-                            attempt: pending.attempt + 1,
-                            ..pending
-                        })
-                    }
-                    .boxed(),
-                );
+                let again = Pending {
+                    attempt: pending.attempt + 1,
+                    ..pending
+                };
+                self.deliveries.retry(wait, again);
                 return;
             }
             AfterProduceFailure::DeadLetter => {}
@@ -216,8 +314,7 @@ impl<P: Resolve> PartitionTask<P> {
                     attempt: 1,
                     ..pending
                 };
-                self.deliveries
-                    .push(async move { Delivery::RetryDue(dead_letter) }.boxed());
+                self.deliveries.retry(Duration::ZERO, dead_letter);
                 return;
             }
             Kind::DeadLetter => {
@@ -251,8 +348,7 @@ impl<P: Resolve> PartitionTask<P> {
             attempt: 1,
             kind: Kind::DeadLetter,
         };
-        self.deliveries
-            .push(async move { Delivery::RetryDue(dead_letter) }.boxed());
+        self.deliveries.retry(Duration::ZERO, dead_letter);
     }
 }
 

@@ -57,7 +57,7 @@ use crate::watermark::{
     InputWatermark, PartitionState, PartitionWatermark, WatermarkMessage, WatermarkStrategy,
 };
 use bytes::Bytes;
-use delivery::{Delivery, Kind, Pending};
+use delivery::{Deliveries, Kind, Pending};
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -80,6 +80,8 @@ pub struct Shared<P: Resolve> {
     pub decoder: Arc<crate::formats::input::InputDecoder>,
     /// Writes output values in the output format.
     pub encoder: Arc<crate::formats::output::OutputEncoder>,
+    /// The headers each output carries (`records::OutputHeaders`).
+    pub output_headers: super::records::OutputHeaders,
     pub rules: WatchRules,
     pub poll_timeout: Duration,
     pub limits: Limits,
@@ -249,7 +251,7 @@ pub struct PartitionTask<P: Resolve> {
     /// The input partition's end offset at recovery: once read up to it, outputs found for
     /// watches whose input did not come again are forgotten.
     recovery_input_end: Option<i64>,
-    deliveries: FuturesUnordered<BoxFuture<'static, Delivery>>,
+    deliveries: Deliveries,
     /// An input waiting for its Avro schema to be fetched (no input is read meanwhile).
     waiting: Option<Waiting>,
     /// What the task writes through: the bridge's shared producer, or in the exactly-once
@@ -329,7 +331,7 @@ impl<P: Resolve> PartitionTask<P> {
             stopping: false,
             unsent: HashMap::new(),
             recovery_input_end: None,
-            deliveries: FuturesUnordered::new(),
+            deliveries: Deliveries::new(&producer),
             waiting: None,
             producer,
             txn: None,
@@ -877,12 +879,15 @@ impl<P: Resolve> PartitionTask<P> {
                         *self.unsent.entry(key.clone()).or_default() += outputs.len() - n;
                         break;
                     }
+                    let hash = hash_key(&output.key);
                     let mut record = OutRecord::output(
                         &self.shared.output_topic,
                         &key,
                         output,
+                        hash,
                         self.partition,
                         first_seen,
+                        self.shared.output_headers,
                     );
                     match self.shared.encoder.value(output) {
                         Ok(value) => record.value = Some(value),
@@ -916,7 +921,7 @@ impl<P: Resolve> PartitionTask<P> {
                         attempt: 1,
                         kind: Kind::Output {
                             watch: key.clone(),
-                            hash: hash_key(&output.key),
+                            hash,
                             ticket,
                         },
                     })

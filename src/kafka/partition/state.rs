@@ -22,6 +22,8 @@ impl<P: Resolve> PartitionTask<P> {
             match txn {
                 Ok(txn) => {
                     self.producer = txn.producer.clone();
+                    // Its reports come back through a route on that producer.
+                    self.deliveries = Deliveries::new(&self.producer);
                     self.txn = Some(txn);
                 }
                 Err(_) if self.inputs.is_closed() => return Err(transaction::Ending::Done),

@@ -135,10 +135,10 @@ impl Transaction {
                 .producer_config
                 .clone()
                 .set("transactional.id", &id)
-                .create_with_context(super::super::stats::ProducerStats {
-                    metrics: metrics.clone(),
-                    kafka: settings.kafka.clone(),
-                })
+                .create_with_context(super::super::stats::ProducerStats::new(
+                    metrics.clone(),
+                    settings.kafka.clone(),
+                ))
                 .map_err(|e| Failure::Aborted(format!("cannot create the producer: {e}")))?;
             let init = producer.clone();
             let result = blocking(move || init.init_transactions(TRANSACTION_TIMEOUT)).await;
