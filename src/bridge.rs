@@ -231,9 +231,11 @@ pub async fn run_bridge<P: Resolve>(
         dlq_topic: config.dlq_topic.as_str().into(),
         decoder: formats.decoder,
         encoder: formats.encoder,
-        // `wb-id` wherever a recovery reads outputs back.
+        // `wb-id` where a recovery needs it to read outputs back: not with at_least_once
+        // (which reads none), nor in the exactly-once mode, whose every commit holds the
+        // hashes of the outputs it commits (a checkpoint settles every record first).
         output_headers: OutputHeaders {
-            recovery_id: guarantee != Guarantee::AtLeastOnce,
+            recovery_id: guarantee == Guarantee::Recovery,
             ..config.output_headers
         },
         rules: config.rules.clone(),

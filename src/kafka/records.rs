@@ -1,10 +1,11 @@
 //! The records watchbridge writes: one per new output, and dead letters.
 //!
 //! An output record: key = watch key, timestamp = the output's event time, value = the
-//! output. By default it carries one header, `wb-id` (20 bytes: the XXH3-128 hash of the
-//! output's identity, then the number of the input partition whose watch found it, both
-//! big-endian): a recovery reads the output topic back and takes its own partition's outputs
-//! by it. With `WATCHBRIDGE_GUARANTEE=at_least_once`, which reads nothing back, none.
+//! output. In the `recovery` mode it carries one header, `wb-id` (20 bytes: the XXH3-128
+//! hash of the output's identity, then the number of the input partition whose watch found
+//! it, both big-endian): a recovery reads the output topic back and takes its own
+//! partition's outputs by it. None in the exactly-once mode (each commit holds the hashes
+//! of the outputs it commits) nor with `at_least_once` (which reads nothing back).
 //! Why so lean: every header costs librdkafka allocations on every output, and one halved a
 //! plain producer's rate (`make bench`). `WATCHBRIDGE_OUTPUT_HEADERS` adds readable ones
 //! ([`OutputHeaders`]): `watchbridge-output-key`, `watchbridge-input-partition` (decimal)
