@@ -44,6 +44,9 @@ pub(super) enum Delivery {
     RetryDue(Pending),
 }
 
+/// Slots kept for records in flight once all have been reported: more were a burst.
+const KEPT_SLOTS: usize = 4096;
+
 /// The records this task handed to the producer whose reports have not come back, and
 /// those waiting to be sent again. A record's token (`reports.rs`) names its slot here; the
 /// reports come back through the task's route in batches.
@@ -134,6 +137,12 @@ impl Deliveries {
                 if let Some(pending) = self.slots.get_mut(slot as usize).and_then(Option::take) {
                     self.free.push(slot);
                     self.in_flight -= 1;
+                    if self.in_flight == 0 && self.slots.len() > KEPT_SLOTS {
+                        // After a burst (up to the producer's queue of records, a few
+                        // hundred bytes each): give the memory back once all are reported.
+                        self.slots = Vec::new();
+                        self.free = Vec::new();
+                    }
                     return Some(Delivery::Done(pending, outcome));
                 }
             }
