@@ -63,7 +63,6 @@ pub async fn produce(
     Ok(sent)
 }
 
-/// Print every record of `topic` from the beginning, one line each:
 /// A header's value as `consume` prints it: as it is if it is printable text, else in hex
 /// (`0x…`; watchbridge's own `wb-id` is binary).
 fn header_text(value: &[u8]) -> String {
@@ -76,6 +75,7 @@ fn header_text(value: &[u8]) -> String {
     }
 }
 
+/// Print every record of `topic` from the beginning, one line each:
 /// `partition:offset key timestamp headers value`. With `to_end`, stop at the end.
 pub fn consume(
     brokers: &str,
