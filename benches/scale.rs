@@ -10,21 +10,28 @@
 //! has started its watch, been polled once, had its outputs acknowledged and its state
 //! written (`after`, a few checkpoints later). Per watch = (after − before) / watches:
 //!
-//! - **idle**: `SCALE_WATCHES` (default 100,000) watches whose poll found nothing, not
-//!   final: the "≤ 300 B per idle watch" target. (1,000,000 works, but Tansu on SQLite
-//!   starts them at about 1,400 watches/s here: its state record and input commit each cost
-//!   the broker a write; the engine bench covers the million.)
+//! - **idle**: `SCALE_WATCHES` (default 1,000,000) watches whose poll found nothing, not
+//!   final: the "≤ 300 B per idle watch" target.
 //! - **seen**: `SCALE_SEEN_WATCHES` (default 2,000) watches whose first poll found
 //!   `SCALE_SEEN_PER_WATCH` (default 100) outputs, not final: per seen output = (per
 //!   watch here − per idle watch) / outputs per watch, the "≤ 20 B per seen output" target;
 //!   measured again `SCALE_SETTLE` later (default 35 s, past the 30 s after which a watch
 //!   with nothing new lets go of its unsealed chunk's hashes).
 //!
+//! - **start**: `SCALE_START_WATCHES` (default 200,000) inputs already on the input topic,
+//!   read first by a plain consumer (a group of its own, librdkafka's defaults), then by
+//!   the bridge: watches started per second, from the bridge's first input to every watch
+//!   active, its first state record acknowledged and its input committed, against the
+//!   plain consumer's records per second (first record to last). The "≥ 0.5 of a plain
+//!   consumer" target.
+//!
 //! Memory is the Rust heap (bytes handed out and not returned: exact) and the resident set
 //! (what the OS sees: allocator overhead and librdkafka's own buffers too). Inputs are
 //! `{"id": n}` with a 13-byte key: the bridge keeps each live watch's input (it rewrites the
 //! watch's state record from it), so larger inputs cost their size more.
 
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -213,6 +220,155 @@ fn run_case(watches: usize, per_watch: usize, settle: Duration) -> Case {
     case
 }
 
+/// What the start-rate case measured: records per second of the plain consumer (its
+/// faster of two reads, one before and one after the bridge), and watches started per
+/// second by the bridge.
+struct StartCase {
+    plain: f64,
+    bridge: f64,
+}
+
+/// Reads `n` records of `topic` with a plain consumer in a group of its own (librdkafka's
+/// defaults otherwise); returns records per second from its first record to its last.
+fn plain_read(bootstrap: &str, topic: &str, n: usize) -> f64 {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("plain-{}", now_ms()))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("create the plain consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let limit = Instant::now() + Duration::from_secs(120) + Duration::from_millis(n as u64);
+    let (mut read, mut first) = (0, None);
+    while read < n {
+        assert!(
+            Instant::now() < limit,
+            "plain consumer: {read} of {n} records"
+        );
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(_)) => {
+                first.get_or_insert_with(Instant::now);
+                read += 1;
+            }
+            Some(Err(e)) => eprintln!("scale: plain consumer: {e}"),
+            None => {}
+        }
+    }
+    let took = first.expect("records read").elapsed().as_secs_f64();
+    (n - 1) as f64 / took
+}
+
+/// The start-rate case, in this (fresh) process: `watches` inputs on the topic before
+/// anything reads them.
+fn run_start_case(watches: usize) -> StartCase {
+    let broker = BrokerProcess::tansu(&tansu_bin(), Storage::Sqlite, "watchbridge-bench-tansu-")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let bootstrap = broker.bootstrap.clone();
+    let runtime = tokio::runtime::Runtime::new().expect("start the async runtime");
+    let name = format!("bench-start-{}", std::process::id());
+    let mut args = bridge_args(&bootstrap, &name, PARTITIONS);
+    args.poll_interval = Duration::from_secs(3600);
+    let config = args
+        .check(std::iter::empty())
+        .unwrap_or_else(|e| panic!("bench bridge config: {e}"));
+    let case = runtime.block_on(async {
+        create_topic(&bootstrap, &config.input_topic, PARTITIONS).await;
+        let inputs = (0..watches).map(|n| (format!("watch-{n:07}"), format!(r#"{{"id": {n}}}"#)));
+        produce_inputs(&bootstrap, &config.input_topic, Storage::Sqlite, inputs).await;
+        let (b, t) = (bootstrap.clone(), config.input_topic.clone());
+        let plain_before = tokio::task::spawn_blocking(move || plain_read(&b, &t, watches))
+            .await
+            .expect("plain read");
+        eprintln!("scale: plain consumer {plain_before:.0} records/s");
+        let metrics = Arc::new(Metrics::new());
+        let stop = Arc::new(StopSignal::default());
+        let poller = Arc::new(Prepared {
+            per_watch: 0,
+            base: now_ms(),
+        });
+        let run = run_bridge(
+            &bootstrap,
+            None,
+            &config,
+            poller,
+            metrics.clone(),
+            stop.clone(),
+        );
+        let measure = async {
+            let limit = Duration::from_secs(120) + Duration::from_millis(watches as u64 / 10);
+            wait_until("the first input", limit, &metrics, || {
+                metrics.inputs_consumed.get() > 0
+            })
+            .await;
+            let began = Instant::now();
+            let (w, n) = (watches as i64, watches as u64);
+            wait_until("watches started", limit, &metrics, || {
+                metrics.watches_active.get() == w && metrics.state_records_written.get() >= n
+            })
+            .await;
+            let committed = group_committed(&bootstrap, &config.group_id, &config.input_topic);
+            let end = watches as i64;
+            while committed() < end {
+                assert!(
+                    began.elapsed() < limit,
+                    "inputs committed: {} of {end}",
+                    committed()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let bridge = watches as f64 / began.elapsed().as_secs_f64();
+            stop.stop();
+            bridge
+        };
+        let (result, bridge) = tokio::join!(run, measure);
+        if let Err(e) = result {
+            panic!("the bridge failed: {e}");
+        }
+        let (b, t) = (bootstrap.clone(), config.input_topic.clone());
+        let plain_after = tokio::task::spawn_blocking(move || plain_read(&b, &t, watches))
+            .await
+            .expect("plain read");
+        eprintln!(
+            "scale: bridge {bridge:.0} watches/s; plain consumer again {plain_after:.0} records/s"
+        );
+        StartCase {
+            plain: plain_before.max(plain_after),
+            bridge,
+        }
+    });
+    drop(runtime);
+    drop(broker);
+    case
+}
+
+/// The sum of `group`'s committed offsets on `topic`'s partitions (a partition with none
+/// counts 0), asked afresh at each call.
+fn group_committed(bootstrap: &str, group: &str, topic: &str) -> impl Fn() -> i64 {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .create()
+        .expect("create the offsets reader");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition(topic, p);
+    }
+    move || {
+        consumer
+            .committed_offsets(tpl.clone(), Duration::from_secs(5))
+            .map(|c| {
+                c.elements()
+                    .iter()
+                    .filter_map(|e| match e.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    })
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing here takes arguments.
     tracing_subscriber::fmt()
@@ -222,6 +378,11 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     if let Ok(case) = std::env::var("BENCH_CASE") {
+        if let Some(watches) = case.strip_prefix("start:") {
+            let c = run_start_case(watches.parse().expect("start:<watches>"));
+            println!("{} {}", c.plain, c.bridge);
+            return;
+        }
         let n: Vec<u64> = case.split(':').map(|x| x.parse().unwrap()).collect();
         let c = run_case(n[0] as usize, n[1] as usize, Duration::from_secs(n[2]));
         println!(
@@ -231,13 +392,15 @@ fn main() {
         return;
     }
     let smoke = std::env::var_os("BENCH_SMOKE").is_some();
-    let idle = env_or("SCALE_WATCHES", if smoke { 2_000 } else { 100_000 });
+    let idle = env_or("SCALE_WATCHES", if smoke { 2_000 } else { 1_000_000 });
+    let starts = env_or("SCALE_START_WATCHES", if smoke { 2_000 } else { 200_000 });
     let seen_watches = env_or("SCALE_SEEN_WATCHES", if smoke { 200 } else { 2_000 });
     let per_watch = env_or("SCALE_SEEN_PER_WATCH", 100);
     let settle = env_or("SCALE_SETTLE", if smoke { 0 } else { 35 });
 
     let i = run_fresh(&format!("{idle}:0:0"), 5);
     let s = run_fresh(&format!("{seen_watches}:{per_watch}:{settle}"), 5);
+    let start = run_fresh(&format!("start:{starts}"), 2);
     let per_output = |watch: f64, idle: f64| (watch - idle) / per_watch as f64;
     let met = |v: f64, target: f64| if v <= target { "met" } else { "NOT met" };
     println!("## The whole bridge at scale: memory per watch and per seen output\n");
@@ -272,6 +435,18 @@ fn main() {
         per_output(s[3], i[1]),
         met(per_output(s[2], i[0]), 20.0)
     );
+    let start_ratio = start[1] / start[0];
+    println!(
+        "\nWatch starts ({starts} inputs on the topic before anything reads them, Tansu on SQLite): \
+         a plain consumer (a group of its own, librdkafka's defaults) reads {:.0} records/s \
+         (the faster of a read before and one after the bridge's; first record to last); the \
+         bridge starts {:.0} watches/s (from its first input to every watch active, its first \
+         state record acknowledged and its input committed): **{start_ratio:.2}** of the plain \
+         consumer (target ≥ 0.5: {}).",
+        start[0],
+        start[1],
+        met(0.5, start_ratio)
+    );
     let (idle_heap, seen_heap) = (i[0], per_output(s[2], i[0]));
     print!(
         "{}",
@@ -280,6 +455,18 @@ fn main() {
             &format!("{idle_heap:.0} B heap, {:.0} B resident", i[1]),
             "≤ 300 B",
             idle_heap <= 300.0
+        )
+    );
+    print!(
+        "{}",
+        summary_line(
+            &format!("whole bridge: new watches started per second ({starts} inputs)"),
+            &format!(
+                "{:.0}/s, {start_ratio:.2} of a plain consumer's {:.0} records/s",
+                start[1], start[0]
+            ),
+            "≥ 0.5",
+            start_ratio >= 0.5
         )
     );
     print!(

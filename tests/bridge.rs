@@ -476,10 +476,23 @@ async fn a_full_producer_queue_pauses_input_and_loses_nothing() {
         "info,watchbridge::kafka::consumer=debug".into(),
     ));
     // The inputs are all there before the bridge starts, so it reads them faster than it
-    // can produce their outputs.
+    // can produce their outputs. Each carries 16 KB of profile: the consumer holds up to
+    // 4 MiB of a partition's inputs for a task that is behind before it pauses the
+    // partition (a pause makes librdkafka fetch again what it had read ahead), and 1,200 of
+    // these are 19 MB, of which the task's channel takes 512.
     const USERS: i64 = 1200;
+    let profile = "x".repeat(16_000);
     for user in 0..USERS {
-        produce_user(&s.input, user).await;
+        let value = json!({"id": user, "profile": profile}).to_string();
+        broker()
+            .produce(
+                &s.input,
+                None,
+                Some(format!("user-{user}").as_bytes()),
+                value.as_bytes(),
+                &[],
+            )
+            .await;
     }
     let mut bridge = Bridge::start(&env);
     wait_for_outputs(&s.output, 2 * USERS as usize, Duration::from_secs(120)).await;

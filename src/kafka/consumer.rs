@@ -16,6 +16,7 @@ use crate::pollers::Resolve;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::message::Headers;
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use std::collections::{HashMap, VecDeque};
@@ -27,12 +28,43 @@ use tokio::sync::mpsc;
 /// Inputs buffered per partition between the consumer thread and the partition task.
 const INPUT_BUFFER: usize = 512;
 
+/// How much a partition's task may fall behind (bytes of held inputs, see [`held_size`])
+/// before its partition is paused. Pausing is not free: librdkafka drops what it had
+/// fetched ahead for the partition and fetches it again on resume, so pausing as soon as
+/// the task's channel is full made a burst of new watches fetch each input many times
+/// over (Tansu on SQLite, which reads each record's headers with a query of its own, then
+/// spent its core on re-reads and started ~2,500 watches/s). Holding up to about what one
+/// fetch brings (librdkafka's `max.partition.fetch.bytes` is 1 MiB) before pausing makes
+/// a pause rare and its re-fetch small next to what was read.
+const HOLD_LIMIT_BYTES: usize = 4 << 20;
+
+/// What a held input costs in memory, counted against [`HOLD_LIMIT_BYTES`]: its key,
+/// value and headers' bytes plus the message's own fields.
+fn held_size(feed: &Feed) -> usize {
+    const OVERHEAD: usize = 160;
+    match feed {
+        Feed::Record(m) => {
+            let headers = m.headers().map_or(0, |h| {
+                h.iter()
+                    .map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len) + 48)
+                    .sum()
+            });
+            OVERHEAD + m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len) + headers
+        }
+        Feed::End { .. } => OVERHEAD,
+    }
+}
+
 /// One assigned partition, as the consumer thread sees it.
 struct Assigned {
     inputs: mpsc::Sender<Feed>,
-    /// Inputs (and ends of partition) the task had no room for; the partition is paused
-    /// while any wait here.
+    /// Inputs (and ends of partition) the task had no room for, in order; past
+    /// [`HOLD_LIMIT_BYTES`] the partition is paused until they have all gone to the task.
     held: VecDeque<Feed>,
+    /// The bytes `held` stands for ([`held_size`]).
+    held_bytes: usize,
+    /// Paused because `held` reached the limit.
+    paused: bool,
     stopped: std_mpsc::Receiver<Stopped>,
     /// A bounded run's range (a restarted task reads the rest of it).
     bounds: Option<Bounds>,
@@ -122,6 +154,8 @@ impl<P: Resolve> Partitions<P> {
             Assigned {
                 inputs,
                 held: VecDeque::new(),
+                held_bytes: 0,
+                paused: false,
                 stopped,
                 bounds,
                 lost,
@@ -327,25 +361,32 @@ impl<P: Resolve> Partitions<P> {
         }
     }
 
-    /// Hand a record to its partition's task; if the task is full, hold it and pause.
+    /// Hand a record to its partition's task; if the task is full, hold it, and pause the
+    /// partition once it holds too much.
     fn route(&self, consumer: &BaseConsumer<BridgeContext<P>>, partition: i32, message: Feed) {
         let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
         let Some(a) = assigned.get_mut(&partition) else {
             // Not ours (any more): not committed either, so its new owner reads it.
             return;
         };
-        if !a.held.is_empty() {
-            a.held.push_back(message);
-            return;
-        }
-        match a.inputs.try_send(message) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(message)) => {
-                a.held.push_back(message);
-                let _ = consumer.pause(&self.one(partition));
-                tracing::debug!(partition, "partition paused: its task is catching up");
+        let message = if a.held.is_empty() {
+            match a.inputs.try_send(message) {
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => return,
+                Err(mpsc::error::TrySendError::Full(message)) => message,
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        } else {
+            message
+        };
+        a.held_bytes += held_size(&message);
+        a.held.push_back(message);
+        if !a.paused && a.held_bytes >= HOLD_LIMIT_BYTES {
+            a.paused = true;
+            let _ = consumer.pause(&self.one(partition));
+            tracing::debug!(
+                partition,
+                held = a.held.len(),
+                "partition paused: its task is catching up"
+            );
         }
     }
 
@@ -359,20 +400,27 @@ impl<P: Resolve> Partitions<P> {
                 continue;
             }
             while let Some(message) = a.held.pop_front() {
+                let size = held_size(&message);
                 match a.inputs.try_send(message) {
-                    Ok(()) => {}
+                    Ok(()) => a.held_bytes -= size,
                     Err(mpsc::error::TrySendError::Full(message)) => {
                         a.held.push_front(message);
                         break;
                     }
                     Err(mpsc::error::TrySendError::Closed(_)) => {
                         a.held.clear();
+                        a.held_bytes = 0;
                     }
                 }
             }
             if a.held.is_empty() {
-                let _ = consumer.resume(&self.one(partition));
-                tracing::debug!(partition, "partition resumed");
+                // What a burst made it grow to is not kept.
+                a.held.shrink_to_fit();
+                if a.paused {
+                    a.paused = false;
+                    let _ = consumer.resume(&self.one(partition));
+                    tracing::debug!(partition, "partition resumed");
+                }
             } else {
                 still_held = true;
             }
@@ -503,6 +551,10 @@ impl<P: Resolve> ClientContext for BridgeContext<P> {
     /// The lag of the assigned partitions (`watchbridge_consumer_lag_messages`); a revoked
     /// partition's label goes with its revocation, and is not set again.
     fn stats(&self, statistics: Statistics) {
+        for b in statistics.brokers.values() {
+            let mut r: Vec<_> = b.req.iter().filter(|(_, n)| **n > 0).collect();
+            r.sort();
+        }
         let shared = &self.partitions.shared;
         let committed = shared
             .transaction_positions
