@@ -179,7 +179,7 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         finished_retention: Duration::from_secs(24 * 3600),
         checkpoint_interval: Duration::from_millis(500),
         // What the broker supports (Tansu: `recovery`); a bench can set it.
-        guarantee: "auto".into(),
+        guarantee: std::env::var("BENCH_GUARANTEE").unwrap_or_else(|_| "auto".into()),
         output_headers: "none".into(),
         mode: Mode::Streaming,
         metrics_addr: "off".into(),

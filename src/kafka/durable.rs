@@ -617,6 +617,9 @@ struct Sends {
 }
 
 impl Sends {
+    /// Slots kept between bursts.
+    const KEPT: usize = 4096;
+
     fn sent(&mut self) -> SendTicket {
         self.slots.push_back(None);
         SendTicket(self.first + self.slots.len() as u64 - 1)
@@ -658,6 +661,10 @@ impl Sends {
                     *c = (*c).max(offset + 1);
                 }
             }
+        }
+        if self.slots.is_empty() && self.slots.capacity() > Self::KEPT {
+            // A burst had its outputs in flight at once (24 bytes each): not kept after.
+            self.slots = std::collections::VecDeque::new();
         }
         while self
             .floors
@@ -754,6 +761,25 @@ mod tests {
             };
             assert_eq!(StoredInput::new(&r).registration(), r);
         }
+    }
+
+    #[test]
+    fn the_send_order_gives_back_what_a_burst_made_it_grow_to() {
+        let mut s = state();
+        let key = Bytes::from_static(b"w");
+        start(&mut s, &key, 9, &[]);
+        let tickets: Vec<SendTicket> = (0..20_000).map(|_| s.output_sent(&key)).collect();
+        assert!(s.sends.slots.capacity() >= 20_000);
+        for (i, ticket) in tickets.into_iter().enumerate() {
+            s.output_acknowledged(&key, hash_key(&i.to_le_bytes()), ticket, 0, i as i64);
+        }
+        assert!(s.sends.slots.is_empty());
+        assert!(
+            s.sends.slots.capacity() <= Sends::KEPT,
+            "{} slots kept after the burst",
+            s.sends.slots.capacity()
+        );
+        assert_eq!(s.covered[0], 20_000, "every acknowledged output covered");
     }
 
     #[test]
