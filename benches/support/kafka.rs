@@ -178,7 +178,8 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         state_topic: None,
         finished_retention: Duration::from_secs(24 * 3600),
         checkpoint_interval: Duration::from_millis(500),
-        // What the broker supports (Tansu: `recovery`); a bench can set it.
+        // What the broker supports (Tansu: `recovery`, Apache Kafka: `exactly_once`); a bench
+        // can set it, and `BENCH_GUARANTEE` overrides it (to compare the modes by hand).
         guarantee: std::env::var("BENCH_GUARANTEE").unwrap_or_else(|_| "auto".into()),
         output_headers: "none".into(),
         mode: Mode::Streaming,
