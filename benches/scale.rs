@@ -38,7 +38,8 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use watchbridge::bridge::{run_bridge, StopSignal};
+use watchbridge::bridge::{run_bridge, BridgeError, StopSignal};
+use watchbridge::config::RunConfig;
 use watchbridge::metrics::Metrics;
 use watchbridge::poll::{Output, PollError, PollResult, Poller};
 use watchbridge::pollers::{RenderError, Resolve};
@@ -144,6 +145,43 @@ async fn wait_for_state_settled(metrics: &Metrics, quiet: Duration) {
     }
 }
 
+/// The bench bridge's settings for a case named `name`: defaults, but polls an hour apart
+/// (after its first poll a watch is idle).
+fn case_config(bootstrap: &str, name: &str) -> RunConfig {
+    let mut args = bridge_args(bootstrap, name, PARTITIONS);
+    args.poll_interval = Duration::from_secs(3600);
+    args.check(std::iter::empty())
+        .unwrap_or_else(|e| panic!("bench bridge config: {e}"))
+}
+
+/// The bridge with the [`Prepared`] poller (`per_watch` outputs per watch), not started
+/// until awaited; and its metrics and stop signal.
+fn bridge<'a>(
+    bootstrap: &'a str,
+    config: &'a RunConfig,
+    per_watch: usize,
+) -> (
+    impl std::future::Future<Output = Result<(), BridgeError>> + 'a,
+    Arc<Metrics>,
+    Arc<StopSignal>,
+) {
+    let metrics = Arc::new(Metrics::new());
+    let stop = Arc::new(StopSignal::default());
+    let poller = Arc::new(Prepared {
+        per_watch,
+        base: now_ms(),
+    });
+    let run = run_bridge(
+        bootstrap,
+        None,
+        config,
+        poller,
+        metrics.clone(),
+        stop.clone(),
+    );
+    (run, metrics, stop)
+}
+
 /// One case, in this (fresh) process: `watches` watches with `per_watch` outputs each.
 fn run_case(watches: usize, per_watch: usize, settle: Duration) -> Case {
     // Apache Kafka: Tansu on SQLite, given a million inputs, stopped answering the group's
@@ -153,28 +191,10 @@ fn run_case(watches: usize, per_watch: usize, settle: Duration) -> Case {
     let broker = start_broker(Broker::Kafka);
     let bootstrap = broker.bootstrap.clone();
     let runtime = tokio::runtime::Runtime::new().expect("start the async runtime");
-    let name = format!("bench-scale-{}", std::process::id());
-    let mut args = bridge_args(&bootstrap, &name, PARTITIONS);
-    args.poll_interval = Duration::from_secs(3600);
-    let config = args
-        .check(std::iter::empty())
-        .unwrap_or_else(|e| panic!("bench bridge config: {e}"));
+    let config = case_config(&bootstrap, &format!("bench-scale-{}", std::process::id()));
     let case = runtime.block_on(async {
         create_topic(&bootstrap, &config.input_topic, PARTITIONS).await;
-        let metrics = Arc::new(Metrics::new());
-        let stop = Arc::new(StopSignal::default());
-        let poller = Arc::new(Prepared {
-            per_watch,
-            base: now_ms(),
-        });
-        let run = run_bridge(
-            &bootstrap,
-            None,
-            &config,
-            poller,
-            metrics.clone(),
-            stop.clone(),
-        );
+        let (run, metrics, stop) = bridge(&bootstrap, &config, per_watch);
         let measure = async {
             let limit = Duration::from_secs(60);
             wait_until("ready", limit, &metrics, || metrics.ready.get() == 1).await;
@@ -267,12 +287,7 @@ fn run_start_case(watches: usize, on: Broker) -> StartCase {
     let broker = start_broker(on);
     let bootstrap = broker.bootstrap.clone();
     let runtime = tokio::runtime::Runtime::new().expect("start the async runtime");
-    let name = format!("bench-start-{}", std::process::id());
-    let mut args = bridge_args(&bootstrap, &name, PARTITIONS);
-    args.poll_interval = Duration::from_secs(3600);
-    let config = args
-        .check(std::iter::empty())
-        .unwrap_or_else(|e| panic!("bench bridge config: {e}"));
+    let config = case_config(&bootstrap, &format!("bench-start-{}", std::process::id()));
     let case = runtime.block_on(async {
         create_topic(&bootstrap, &config.input_topic, PARTITIONS).await;
         let inputs = (0..watches).map(|n| (format!("watch-{n:07}"), format!(r#"{{"id": {n}}}"#)));
@@ -282,20 +297,7 @@ fn run_start_case(watches: usize, on: Broker) -> StartCase {
             .await
             .expect("plain read");
         eprintln!("scale: plain consumer {plain_before:.0} records/s");
-        let metrics = Arc::new(Metrics::new());
-        let stop = Arc::new(StopSignal::default());
-        let poller = Arc::new(Prepared {
-            per_watch: 0,
-            base: now_ms(),
-        });
-        let run = run_bridge(
-            &bootstrap,
-            None,
-            &config,
-            poller,
-            metrics.clone(),
-            stop.clone(),
-        );
+        let (run, metrics, stop) = bridge(&bootstrap, &config, 0);
         let measure = async {
             let limit = Duration::from_secs(120) + Duration::from_millis(watches as u64 / 10);
             wait_until("the first input", limit, &metrics, || {
