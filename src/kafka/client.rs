@@ -264,35 +264,47 @@ pub async fn ensure_topics(
             return Err(KafkaSetupError::Missing { missing });
         }
     }
+    // Every missing topic in one request (one at a time, each took a round trip of its own
+    // and an admin client's start: ~0.1 s apiece on Tansu, half of a fresh start).
     let mut input_partitions = existing.get(&config.input_topic).copied();
-    for topic in needed {
-        if existing.contains_key(topic.name) {
-            continue;
-        }
-        let compacted = topic.name == config.watermark_topic || topic.name == config.state_topic;
-        let partitions = if topic.name == config.watermark_topic {
-            1
-        } else {
-            *input_partitions.get_or_insert(config.partitions)
-        };
-        let created = match embedded {
-            Some(broker) => broker.create_topic(topic.name, partitions),
-            None => {
-                match create_with_admin(brokers, config, topic.name, partitions, compacted).await {
-                    Ok(()) => Ok(()),
-                    // Some brokers (librdkafka's mock cluster) answer no CreateTopics but create a
-                    // topic when it is asked for by name.
-                    Err(admin_error) => auto_create(brokers, config, topic.name)
-                        .await
-                        .map_err(|_| admin_error),
-                }
-            }
+    let missing: Vec<NewTopicSpec> = needed
+        .iter()
+        .filter(|t| !existing.contains_key(t.name))
+        .map(|t| NewTopicSpec {
+            name: t.name,
+            partitions: if t.name == config.watermark_topic {
+                1
+            } else {
+                *input_partitions.get_or_insert(config.partitions)
+            },
+            compacted: t.name == config.watermark_topic || t.name == config.state_topic,
+        })
+        .collect();
+    let results = match embedded {
+        Some(broker) => missing
+            .iter()
+            .map(|t| broker.create_topic(t.name, t.partitions))
+            .collect(),
+        None => create_with_admin(brokers, config, &missing).await,
+    };
+    for (topic, created) in missing.iter().zip(results) {
+        let created = match created {
+            // Some brokers (librdkafka's mock cluster) answer no CreateTopics but create a
+            // topic when it is asked for by name.
+            Err(admin_error) if embedded.is_none() => auto_create(brokers, config, topic.name)
+                .await
+                .map_err(|_| admin_error),
+            other => other,
         };
         created.map_err(|error| KafkaSetupError::Create {
             topic: topic.name.to_string(),
             error,
         })?;
-        tracing::info!(topic = topic.name, partitions, "created topic");
+        tracing::info!(
+            topic = topic.name,
+            partitions = topic.partitions,
+            "created topic"
+        );
     }
     let all = [
         config.input_topic.as_str(),
@@ -482,39 +494,64 @@ async fn wait_for_topics(
 }
 
 /// Create a topic through the admin API (a real broker); "already exists" is fine.
+/// A topic to create.
+struct NewTopicSpec<'a> {
+    name: &'a str,
+    partitions: i32,
+    compacted: bool,
+}
+
+/// Create `topics` with one admin request; a result per topic, in order (one that exists
+/// already counts as created).
 async fn create_with_admin(
     brokers: &str,
     config: &RunConfig,
-    topic: &str,
-    partitions: i32,
-    compacted: bool,
-) -> Result<(), String> {
-    let admin: AdminClient<DefaultClientContext> =
-        client_config(brokers, config, ClientKind::Other)
-            .create()
-            .map_err(|e| e.to_string())?;
-    let mut new = NewTopic::new(
-        topic,
-        partitions,
-        TopicReplication::Fixed(config.replication_factor),
-    );
-    if compacted {
-        new = new.set("cleanup.policy", "compact");
+    topics: &[NewTopicSpec<'_>],
+) -> Vec<Result<(), String>> {
+    if topics.is_empty() {
+        return Vec::new();
     }
+    let everyone = |error: String| topics.iter().map(|_| Err(error.clone())).collect();
+    let admin: AdminClient<DefaultClientContext> =
+        match client_config(brokers, config, ClientKind::Other).create() {
+            Ok(admin) => admin,
+            Err(e) => return everyone(e.to_string()),
+        };
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|t| {
+            let new = NewTopic::new(
+                t.name,
+                t.partitions,
+                TopicReplication::Fixed(config.replication_factor),
+            );
+            if t.compacted {
+                new.set("cleanup.policy", "compact")
+            } else {
+                new
+            }
+        })
+        .collect();
     let options = AdminOptions::new()
         .operation_timeout(Some(METADATA_TIMEOUT))
         .request_timeout(Some(METADATA_TIMEOUT));
-    let results = admin
-        .create_topics([&new], &options)
-        .await
-        .map_err(|e| e.to_string())?;
-    for result in results {
-        match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((_, code)) => return Err(code.to_string()),
-        }
-    }
-    Ok(())
+    let results = match admin.create_topics(&new, &options).await {
+        Ok(results) => results,
+        Err(e) => return everyone(e.to_string()),
+    };
+    topics
+        .iter()
+        .map(|t| {
+            let result = results.iter().find(|r| match r {
+                Ok(name) | Err((name, _)) => name == t.name,
+            });
+            match result {
+                Some(Ok(_)) | Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => Ok(()),
+                Some(Err((_, code))) => Err(code.to_string()),
+                None => Err("the broker's answer did not name it".to_string()),
+            }
+        })
+        .collect()
 }
 
 /// Ask for `topic`'s metadata by name with a producer, which lets a broker with automatic
