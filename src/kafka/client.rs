@@ -493,7 +493,6 @@ async fn wait_for_topics(
     }
 }
 
-/// Create a topic through the admin API (a real broker); "already exists" is fine.
 /// A topic to create.
 struct NewTopicSpec<'a> {
     name: &'a str,
@@ -501,8 +500,8 @@ struct NewTopicSpec<'a> {
     compacted: bool,
 }
 
-/// Create `topics` with one admin request; a result per topic, in order (one that exists
-/// already counts as created).
+/// Create `topics` through the admin API (a real broker) with one request; a result per
+/// topic, in order ("already exists" counts as created).
 async fn create_with_admin(
     brokers: &str,
     config: &RunConfig,
