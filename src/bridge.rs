@@ -252,6 +252,7 @@ pub async fn run_bridge<P: Resolve>(
             layout.output_partitions,
         ),
         stop_timeout: config.shutdown_timeout,
+        input_hold_bytes: config.input_hold_bytes,
         watermarks: WatermarkSettings {
             strategy: config.watermark_strategy,
             interval: config.watermark_interval,

@@ -112,6 +112,16 @@ pub struct RunArgs {
         default_value_t = 256
     )]
     pub max_in_flight: usize,
+    /// How many bytes of a partition's inputs the consumer holds for a partition task that
+    /// is behind before it pauses the partition (a pause makes librdkafka fetch again what
+    /// it had read ahead). More holds more memory; less re-reads more.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_INPUT_HOLD_BYTES",
+        value_name = "WATCHBRIDGE_INPUT_HOLD_BYTES",
+        default_value_t = 4 << 20
+    )]
+    pub input_hold_bytes: usize,
     /// Most polls per second to one host (unset: no limit); bursts up to the same number.
     #[arg(
         long,
@@ -252,6 +262,7 @@ pub struct RunConfig {
     pub formats: crate::formats::FormatConfig,
     pub rules: WatchRules,
     pub max_in_flight: usize,
+    pub input_hold_bytes: usize,
     pub host_rate: Option<HostRate>,
     pub create_topics: bool,
     pub partitions: i32,
@@ -440,6 +451,7 @@ impl RunArgs {
                 schedule,
             },
             max_in_flight: self.max_in_flight,
+            input_hold_bytes: self.input_hold_bytes,
             host_rate: self.host_rate.map(|r| HostRate {
                 per_second: r,
                 burst: r,

@@ -37,6 +37,8 @@ async fn every_new_output_reaches_the_output_topic_with_its_event_time_and_heade
     let server = TestServer::start(finished_feeds).await;
     let s = Setup::new("outputs", 2).await;
     let mut env = s.env(&server);
+    // Every readable header (the test support asks only for the output key).
+    env.push(("WATCHBRIDGE_OUTPUT_HEADERS", "all".into()));
     // "watch terminated" is logged at debug.
     env.push((
         "WATCHBRIDGE_LOG",
@@ -415,6 +417,10 @@ async fn live_watches_move_with_their_partitions_and_go_on_without_repeating_an_
     };
     let s = Setup::new("movelive", 4).await;
     let mut env = s.env(&server);
+    // Not a test of the stop's bound: with the other tests loading the broker, the first
+    // bridge's last acknowledgements were seen to take over the suite's 10 s (its stop then
+    // gives up, exit 3).
+    env.push(("WATCHBRIDGE_SHUTDOWN_TIMEOUT", "30s".into()));
     // "watch terminated" is logged at debug.
     env.push((
         "WATCHBRIDGE_LOG",
@@ -432,7 +438,10 @@ async fn live_watches_move_with_their_partitions_and_go_on_without_repeating_an_
     second.wait_for_log("partition state restored", Duration::from_secs(60));
     tokio::time::sleep(Duration::from_secs(2)).await;
     // The first leaves: the second takes the rest, again with their live watches.
-    assert_eq!(first.terminate().0, Some(0));
+    let (code, _) = first
+        .terminate_within(Duration::from_secs(45))
+        .unwrap_or_else(|_| panic!("the first bridge did not stop:\n{}", first.log()));
+    assert_eq!(code, Some(0), "{}", first.log());
     tokio::time::sleep(Duration::from_secs(3)).await;
     let freeze = now_ms() + 1000;
     frozen.store(freeze, Ordering::SeqCst);
@@ -475,24 +484,13 @@ async fn a_full_producer_queue_pauses_input_and_loses_nothing() {
         "WATCHBRIDGE_LOG",
         "info,watchbridge::kafka::consumer=debug".into(),
     ));
+    // Held past 64 KiB (4 MiB by default), the partition's next inputs pause it.
+    env.push(("WATCHBRIDGE_INPUT_HOLD_BYTES", "65536".into()));
     // The inputs are all there before the bridge starts, so it reads them faster than it
-    // can produce their outputs. Each carries 16 KB of profile: the consumer holds up to
-    // 4 MiB of a partition's inputs for a task that is behind before it pauses the
-    // partition (a pause makes librdkafka fetch again what it had read ahead), and 1,200 of
-    // these are 19 MB, of which the task's channel takes 512.
+    // can produce their outputs.
     const USERS: i64 = 1200;
-    let profile = "x".repeat(16_000);
     for user in 0..USERS {
-        let value = json!({"id": user, "profile": profile}).to_string();
-        broker()
-            .produce(
-                &s.input,
-                None,
-                Some(format!("user-{user}").as_bytes()),
-                value.as_bytes(),
-                &[],
-            )
-            .await;
+        produce_user(&s.input, user).await;
     }
     let mut bridge = Bridge::start(&env);
     wait_for_outputs(&s.output, 2 * USERS as usize, Duration::from_secs(120)).await;
@@ -829,6 +827,11 @@ async fn refused_output(together: bool) {
     let s = Setup::new("undeliverable", 1).await;
     let mut env = s.env(&server);
     env.push(("WATCHBRIDGE_GUARANTEE", "recovery".into()));
+    // Outputs with more than the key as headers: a dead letter keeps them all.
+    env.push((
+        "WATCHBRIDGE_OUTPUT_HEADERS",
+        "output_key,input_partition".into(),
+    ));
     let broker_refuses = broker().kind() == support::kafka::BrokerKind::Kafka;
     let refusal = if broker_refuses {
         broker()

@@ -28,17 +28,17 @@ use tokio::sync::mpsc;
 /// Inputs buffered per partition between the consumer thread and the partition task.
 const INPUT_BUFFER: usize = 512;
 
-/// How much a partition's task may fall behind (bytes of held inputs, see [`held_size`])
-/// before its partition is paused. Pausing is not free: librdkafka drops what it had
-/// fetched ahead for the partition and fetches it again on resume, so pausing as soon as
-/// the task's channel is full made a burst of new watches fetch each input many times
-/// over (Tansu on SQLite, which reads each record's headers with a query of its own, then
-/// spent its core on re-reads and started ~2,500 watches/s). Holding up to about what one
-/// fetch brings (librdkafka's `max.partition.fetch.bytes` is 1 MiB) before pausing makes
-/// a pause rare and its re-fetch small next to what was read.
-const HOLD_LIMIT_BYTES: usize = 4 << 20;
+// The hold: how much a partition's task may fall behind (bytes of held inputs, see
+// [`held_size`]) before its partition is paused: `WATCHBRIDGE_INPUT_HOLD_BYTES`, 4 MiB by
+// default. Pausing is not free: librdkafka drops what it had fetched ahead for the
+// partition and fetches it again on resume, so pausing as soon as the task's channel is
+// full made a burst of new watches fetch each input many times over (Tansu on SQLite,
+// which reads each record's headers with a query of its own, then spent its core on
+// re-reads and started ~2,500 watches/s). Holding about what a few fetches bring
+// (librdkafka's `max.partition.fetch.bytes` is 1 MiB) before pausing makes a pause rare and
+// its re-fetch small next to what was read.
 
-/// What a held input costs in memory, counted against [`HOLD_LIMIT_BYTES`]: its key,
+/// What a held input costs in memory, counted against the hold limit: its key,
 /// value and headers' bytes plus the message's own fields.
 fn held_size(feed: &Feed) -> usize {
     const OVERHEAD: usize = 160;
@@ -59,7 +59,7 @@ fn held_size(feed: &Feed) -> usize {
 struct Assigned {
     inputs: mpsc::Sender<Feed>,
     /// Inputs (and ends of partition) the task had no room for, in order; past
-    /// [`HOLD_LIMIT_BYTES`] the partition is paused until they have all gone to the task.
+    /// the hold limit the partition is paused until they have all gone to the task.
     held: VecDeque<Feed>,
     /// The bytes `held` stands for ([`held_size`]).
     held_bytes: usize,
@@ -379,7 +379,7 @@ impl<P: Resolve> Partitions<P> {
         };
         a.held_bytes += held_size(&message);
         a.held.push_back(message);
-        if !a.paused && a.held_bytes >= HOLD_LIMIT_BYTES {
+        if !a.paused && a.held_bytes >= self.shared.input_hold_bytes {
             a.paused = true;
             let _ = consumer.pause(&self.one(partition));
             tracing::debug!(

@@ -233,8 +233,10 @@ impl Broker {
         }
         let deadline = Instant::now() + TOPIC_TIMEOUT;
         loop {
-            let seen = self.partitions(name);
-            if seen == Some(partitions) {
+            // A metadata request that times out is asked again: a busy broker (Tansu, with
+            // the other tests' bridges) was seen to miss the 5 s now and then.
+            let seen = self.try_partitions(name);
+            if seen == Ok(Some(partitions)) {
                 return;
             }
             if Instant::now() > deadline {
@@ -246,15 +248,23 @@ impl Broker {
 
     /// How many partitions metadata shows for the topic; `None` if it doesn't exist (yet).
     pub fn partitions(&self, topic: &str) -> Option<i32> {
+        self.try_partitions(topic)
+            .unwrap_or_else(|e| panic!("metadata for {topic}: {e}"))
+    }
+
+    /// [`Broker::partitions`], or why the metadata request failed.
+    pub fn try_partitions(&self, topic: &str) -> Result<Option<i32>, String> {
         let consumer = self.base_consumer("watchbridge-test-metadata");
         let metadata = consumer
             .fetch_metadata(Some(topic), Duration::from_secs(5))
-            .unwrap_or_else(|e| panic!("metadata for {topic}: {e}"));
-        let t = metadata.topics().iter().find(|t| t.name() == topic)?;
+            .map_err(|e| e.to_string())?;
+        let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
+            return Ok(None);
+        };
         if t.error().is_some() || t.partitions().is_empty() {
-            return None;
+            return Ok(None);
         }
-        Some(t.partitions().len() as i32)
+        Ok(Some(t.partitions().len() as i32))
     }
 
     /// Produces one record with the idempotent producer (acks=all) and waits for its

@@ -94,6 +94,9 @@ pub struct Shared<P: Resolve> {
     pub transaction_positions: Arc<Mutex<HashMap<i32, i64>>>,
     /// How long a stopping task may spend delivering what its watches emitted.
     pub stop_timeout: Duration,
+    /// Bytes of inputs the consumer thread holds for a task that is behind before it
+    /// pauses its partition (`WATCHBRIDGE_INPUT_HOLD_BYTES`).
+    pub input_hold_bytes: usize,
     pub watermarks: WatermarkSettings,
     pub state: StateSettings,
     /// Told when the recovery of a partition ends (what `/readyz` waits for).
