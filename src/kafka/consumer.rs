@@ -28,16 +28,6 @@ use tokio::sync::mpsc;
 /// Inputs buffered per partition between the consumer thread and the partition task.
 const INPUT_BUFFER: usize = 512;
 
-// The hold: how much a partition's task may fall behind (bytes of held inputs, see
-// [`held_size`]) before its partition is paused: `WATCHBRIDGE_INPUT_HOLD_BYTES`, 4 MiB by
-// default. Pausing is not free: librdkafka drops what it had fetched ahead for the
-// partition and fetches it again on resume, so pausing as soon as the task's channel is
-// full made a burst of new watches fetch each input many times over (Tansu on SQLite,
-// which reads each record's headers with a query of its own, then spent its core on
-// re-reads and started ~2,500 watches/s). Holding about what a few fetches bring
-// (librdkafka's `max.partition.fetch.bytes` is 1 MiB) before pausing makes a pause rare and
-// its re-fetch small next to what was read.
-
 /// What a held input costs in memory, counted against the hold limit: its key,
 /// value and headers' bytes plus the message's own fields.
 fn held_size(feed: &Feed) -> usize {
@@ -363,6 +353,16 @@ impl<P: Resolve> Partitions<P> {
 
     /// Hand a record to its partition's task; if the task is full, hold it, and pause the
     /// partition once it holds too much.
+    ///
+    /// The hold: how much a partition's task may fall behind (bytes of held inputs, see
+    /// [`held_size`]) before its partition is paused: `WATCHBRIDGE_INPUT_HOLD_BYTES`, 4 MiB by
+    /// default. Pausing is not free: librdkafka drops what it had fetched ahead for the
+    /// partition and fetches it again on resume, so pausing as soon as the task's channel is
+    /// full made a burst of new watches fetch each input many times over (Tansu on SQLite,
+    /// which reads each record's headers with a query of its own, then spent its core on
+    /// re-reads and started ~2,500 watches/s). Holding about what a few fetches bring
+    /// (librdkafka's `max.partition.fetch.bytes` is 1 MiB) before pausing makes a pause rare and
+    /// its re-fetch small next to what was read.
     fn route(&self, consumer: &BaseConsumer<BridgeContext<P>>, partition: i32, message: Feed) {
         let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
         let Some(a) = assigned.get_mut(&partition) else {
@@ -414,8 +414,11 @@ impl<P: Resolve> Partitions<P> {
                 }
             }
             if a.held.is_empty() {
-                // What a burst made it grow to is not kept.
-                a.held.shrink_to_fit();
+                // What a burst made it grow to is not kept (a small hold keeps its buffer
+                // for the next one, as the delivery slots do).
+                if a.held.capacity() > INPUT_BUFFER {
+                    a.held = VecDeque::new();
+                }
                 if a.paused {
                     a.paused = false;
                     let _ = consumer.resume(&self.one(partition));
