@@ -18,7 +18,9 @@
 //!   over outputs whose acknowledgement is handled *and* every output sent before them too
 //!   (delivery reports are handled in any order; see `Sends`).
 //! - **An input is committed once its watch is durable**: the watch's first record carries
-//!   the input's offset, and the task commits past it when the record is acknowledged.
+//!   the input's offset, and the task commits past it when the record is acknowledged. The
+//!   first records of a checkpoint's new watches share one starts record, which carries
+//!   all their offsets ([`DurableState::checkpoint_records`]).
 //! - **A finished watch is written as finished only once its last outputs are
 //!   acknowledged**, so that a crash before then restores it as live (it polls again and
 //!   emits what did not arrive), then its seen chunks are deleted; the finished record
@@ -43,20 +45,26 @@
 //!   acknowledged before the next), so an [`OutputOffsets`] record never overtakes the
 //!   chunks it vouches for through a retried delivery.
 
+use super::offsets::Origins;
 use super::records::OutRecord;
 use crate::clock::Millis;
 use crate::reason::TerminatedReason;
 use crate::seen::{OutputHash, SeenSet};
 use crate::state::{
-    state_key, Finished, OutputOffsets, Part, Registration, SeenJournal, StateEntry, WatchRecord,
+    starts_key, state_key, Finished, OutputOffsets, Part, Registration, SeenJournal, Starts,
+    StateEntry, WatchRecord, MAX_RECORD_BYTES,
 };
 use crate::watch::Progress;
 use bytes::Bytes;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// How often a watch whose only change is progress is rewritten.
 pub const PROGRESS_WRITE_INTERVAL_MS: Millis = 30_000;
+
+/// Most bytes of members one starts record takes (the rest go into another): the state
+/// format's limit, less room for the key and the record's own fields.
+const STARTS_RECORD_BYTES: usize = MAX_RECORD_BYTES - 1024;
 
 /// A live watch's input record, kept to rewrite its state record: key and value in one
 /// allocation, with no `Bytes` headers (a million idle watches keep a million of these;
@@ -117,11 +125,29 @@ struct LiveWatch {
     /// When its record was last written.
     written_at: Millis,
     /// The input offset whose commit waits for this watch's first record (taken when that
-    /// record is written).
-    origin: Option<i64>,
+    /// record is written), or [`LiveWatch::NO_ORIGIN`] (not an `Option`: 8 bytes less).
+    origin: i64,
+    /// The starts record that holds its only record on the topic (0: it has a record of
+    /// its own, or none yet).
+    relies_on: u32,
     /// Ended, waiting for its outputs in flight before it is written as finished (boxed:
     /// rare, and a pointer is 24 bytes less on every live watch).
     ending: Option<Box<Finished>>,
+}
+
+impl LiveWatch {
+    /// No input waits for its record (input offsets are never negative).
+    const NO_ORIGIN: i64 = -1;
+
+    fn origin(&self) -> Option<i64> {
+        (self.origin != Self::NO_ORIGIN).then_some(self.origin)
+    }
+
+    fn take_origin(&mut self) -> Option<i64> {
+        let origin = self.origin();
+        self.origin = Self::NO_ORIGIN;
+        origin
+    }
 }
 
 /// A state record to produce, and the input offset its acknowledgement lets commit.
@@ -130,7 +156,7 @@ struct LiveWatch {
 #[derive(Debug)]
 pub struct StateWrite {
     pub record: Option<OutRecord>,
-    pub origin: Option<i64>,
+    pub origin: Origins,
     /// An [`OutputOffsets`] record: it vouches for the chunks before it, so it is produced
     /// only once they are acknowledged (a chunk retried after a failed delivery would
     /// otherwise land after it, and a crash before then leave it vouching for hashes that
@@ -147,8 +173,8 @@ pub struct DurableState {
     /// Boxed: the map's slots (up to half of them empty after the table grows) then hold a
     /// key and a pointer, 40 bytes, not the 256 of key and watch (`benches/scale.rs`).
     live: HashMap<Bytes, Box<LiveWatch>>,
-    /// Finished watches whose record is on the topic → when they finished.
-    finished: HashMap<Bytes, Millis>,
+    /// Finished watches whose record is on the topic.
+    finished: HashMap<Bytes, Ended>,
     /// Per output partition: the offset the last written [`OutputOffsets`] says.
     written: Vec<i64>,
     /// Per output partition: the offset after the last output of this partition's watches
@@ -169,13 +195,34 @@ pub struct DurableState {
     /// Watches started again whose earlier run left more chunks than their journal will
     /// write → that count: the rest are deleted after their next record.
     stale_chunks: HashMap<Bytes, u32>,
+    /// Starts records on the topic → how many live watches still rely on them (see
+    /// [`DurableState::checkpoint_records`]).
+    starts: BTreeMap<u32, u32>,
+    /// Starts records no watch relies on since the last checkpoint: deleted at the next one,
+    /// once the records that took their members' places are acknowledged.
+    starts_emptied: Vec<u32>,
+    /// Starts records whose deletion the last checkpoint wrote: gone (from `starts`) at the
+    /// next one, once that is acknowledged.
+    starts_deleting: Vec<u32>,
+    /// The number of the next starts record.
+    next_starts: u32,
+}
+
+/// When a watch that ended was written so, and which starts records may still hold it.
+#[derive(Debug, Clone, Copy)]
+struct Ended {
+    at: Millis,
+    /// Starts records numbered below this may list it as live: its record is deleted only
+    /// once none of them is left (deleted first, it would leave the starts record's copy
+    /// as its latest record, and start it again on a restore).
+    starts_below: u32,
 }
 
 /// A failed watch as kept for the retention.
 #[derive(Debug)]
 struct FailedWatch {
-    /// When it was written as failed.
-    at: Millis,
+    /// When it was written as failed, and which starts records may still hold it.
+    ended: Ended,
     /// Its seen chunks on the topic.
     chunks: u32,
     seen: SeenSet,
@@ -213,11 +260,53 @@ impl DurableState {
             failed: HashMap::new(),
             failing: HashMap::new(),
             stale_chunks: HashMap::new(),
+            starts: BTreeMap::new(),
+            starts_emptied: Vec::new(),
+            starts_deleting: Vec::new(),
+            next_starts: 1,
+        }
+    }
+
+    /// Starts records the recovery found: `alive` on the topic, and the highest number
+    /// any record (deleted or not) had. Call before [`DurableState::restored`].
+    pub fn starts_on_topic(&mut self, alive: &[u32], highest: u32) {
+        self.starts.extend(alive.iter().map(|&seq| (seq, 0)));
+        self.next_starts = self.next_starts.max(highest.saturating_add(1));
+    }
+
+    /// Starts records on the topic that no restored watch relies on: deleted now (their
+    /// members' own records are on the topic already).
+    pub fn unrelied_starts(&mut self) -> Vec<Vec<u8>> {
+        let empty: Vec<u32> = self
+            .starts
+            .iter()
+            .filter(|(_, &n)| n == 0)
+            .map(|(&seq, _)| seq)
+            .collect();
+        for seq in &empty {
+            self.starts.remove(seq);
+        }
+        empty.into_iter().map(starts_key).collect()
+    }
+
+    /// Whether a starts record numbered below `below` is still on the topic.
+    fn starts_alive_below(&self, below: u32) -> bool {
+        self.starts
+            .first_key_value()
+            .is_some_and(|(&seq, _)| seq < below)
+    }
+
+    fn ended(&self, at: Millis) -> Ended {
+        Ended {
+            at,
+            starts_below: self.next_starts,
         }
     }
 
     /// A watch the recovery restored (on the topic already). `dirty` if the read-back found
-    /// outputs its chunks do not list (added to `journal` by the caller).
+    /// outputs its chunks do not list (added to `journal` by the caller). `relies_on`: the
+    /// starts record that holds its record (0: a record of its own); the caller counts it
+    /// with [`DurableState::relies_on`].
     pub fn restored(
         &mut self,
         key: Bytes,
@@ -225,6 +314,7 @@ impl DurableState {
         journal: SeenJournal,
         progress: Progress,
         next_poll: Millis,
+        relies_on: u32,
     ) {
         let dirty = journal.pending() > 0;
         self.live.insert(
@@ -238,21 +328,40 @@ impl DurableState {
                 dirty,
                 progressed: false,
                 written_at: next_poll,
-                origin: None,
+                origin: LiveWatch::NO_ORIGIN,
+                relies_on,
                 ending: None,
             }),
         );
     }
 
-    /// A finished watch's record found by the recovery.
+    /// A watch found on the topic (restored or not) holds its only record in starts record
+    /// `seq`: that record stays until the watch has a record of its own.
+    pub fn relies_on(&mut self, seq: u32) {
+        *self.starts.entry(seq).or_insert(0) += 1;
+    }
+
+    /// A finished watch's record found by the recovery (after [`starts_on_topic`]: any
+    /// starts record found may hold it).
+    ///
+    /// [`starts_on_topic`]: DurableState::starts_on_topic
     pub fn finished_on_topic(&mut self, key: Bytes, at: Millis) {
-        self.finished.insert(key, at);
+        let ended = self.ended(at);
+        self.finished.insert(key, ended);
     }
 
     /// A failed watch's record found by the recovery, with its `chunks` on the topic and the
     /// outputs they (and the read-back) hold.
     pub fn failed_on_topic(&mut self, key: Bytes, at: Millis, chunks: u32, seen: SeenSet) {
-        self.failed.insert(key, FailedWatch { at, chunks, seen });
+        let ended = self.ended(at);
+        self.failed.insert(
+            key,
+            FailedWatch {
+                ended,
+                chunks,
+                seen,
+            },
+        );
     }
 
     /// `key`'s watch failed and its input came again: what it starts with, once. (Also for
@@ -353,7 +462,10 @@ impl DurableState {
             return Err(AlreadyLive);
         }
         self.failing.remove(&key);
-        let displaced = self.live.get(&key).and_then(|w| w.origin);
+        let displaced = self.live.get(&key).and_then(|w| w.origin());
+        // A failed run that relies on a starts record: this run writes a record of its own
+        // (and so releases it), never joins a new one.
+        let relies_on = self.live.get(&key).map_or(0, |w| w.relies_on);
         if stale_chunks > 0 {
             self.stale_chunks.insert(key.clone(), stale_chunks);
         }
@@ -372,7 +484,8 @@ impl DurableState {
                 dirty: true,
                 progressed: false,
                 written_at: next_poll,
-                origin: Some(displaced.map_or(origin, |d| d.min(origin))),
+                origin: displaced.map_or(origin, |d| d.min(origin)),
+                relies_on,
                 ending: None,
             }),
         );
@@ -446,14 +559,38 @@ impl DurableState {
 
     /// The records of one checkpoint at `now`, in the order they must be written: per
     /// changed watch its new chunks then its record (or, once ended and delivered, its
-    /// finished record then tombstones for its chunks), tombstones for finished records
-    /// past the retention, and last the output offsets the written chunks vouch for.
-    /// Empty when nothing changed. `last`: the partition is being given up, so progress is
-    /// written however recent its last write.
+    /// finished record then tombstones for its chunks); the new watches' records together
+    /// in starts records; tombstones for finished records past the retention and for
+    /// starts records no watch relies on; and last the output offsets the written chunks
+    /// vouch for. Empty when nothing changed. `last`: the partition is being given up, so
+    /// progress is written however recent its last write.
+    ///
+    /// # Starts records
+    ///
+    /// A watch's first record is what lets its input commit, so every new watch costs a
+    /// state record; a broker that writes records one at a time (Tansu on SQLite) then
+    /// starts watches at a third of the rate it reads inputs. The new watches of one
+    /// checkpoint (those with no seen hashes yet) are written together instead, in starts
+    /// records of up to ~1 MB, each carrying the offsets of all their inputs. A member's
+    /// next write (progress, outputs, its end) is a record of its own, later on the
+    /// partition, which a recovery prefers. Once no live watch relies on a starts record
+    /// it is deleted, at the checkpoint after (its members' records are acknowledged by
+    /// then). A watch's record is deleted (past the finished retention) only once every
+    /// starts record that may hold it is deleted and that deletion acknowledged, or
+    /// compaction could leave the starts record's copy as its latest, and a restore would
+    /// start it again.
     pub fn checkpoint_records(&mut self, now: Millis, last: bool) -> Vec<StateWrite> {
         let to = self.target();
         let mut writes = Vec::new();
+        for seq in std::mem::take(&mut self.starts_deleting) {
+            self.starts.remove(&seq);
+        }
+        for seq in std::mem::take(&mut self.starts_emptied) {
+            writes.push(to.tombstone(starts_key(seq)));
+            self.starts_deleting.push(seq);
+        }
         let mut ended = Vec::new();
+        let mut new_watches: Vec<(Bytes, WatchRecord, Option<i64>)> = Vec::new();
         for (key, w) in self.live.iter_mut() {
             let done = w.ending.is_some() && w.in_flight == 0;
             let progress_due = w.progressed
@@ -466,12 +603,38 @@ impl DurableState {
                 }
                 continue;
             }
-            let origin = w.origin.take();
+            let origin = w.take_origin();
             let stale = self.stale_chunks.remove(key).unwrap_or(0);
             let failed = done
                 && w.ending
                     .as_ref()
                     .is_some_and(|f| f.reason == TerminatedReason::Failed.as_str());
+            let first = origin.is_some() && w.relies_on == 0;
+            if first && !done && stale == 0 && w.journal.pending() == 0 && w.journal.chunks() == 0 {
+                // New, with nothing seen: its record goes into this checkpoint's starts.
+                let record = WatchRecord::from_progress(
+                    key.clone(),
+                    &w.input.registration(),
+                    w.progress,
+                    w.next_poll,
+                    0,
+                );
+                new_watches.push((key.clone(), record, origin));
+                w.dirty = false;
+                w.progressed = false;
+                w.written_at = now;
+                continue;
+            }
+            // A record of its own from here: the starts record that held it may go.
+            if w.relies_on != 0 {
+                let seq = std::mem::take(&mut w.relies_on);
+                if let Some(n) = self.starts.get_mut(&seq) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.starts_emptied.push(seq);
+                    }
+                }
+            }
             if done && !failed {
                 let chunks = w.journal.chunks().max(stale);
                 let mut record = WatchRecord::from_progress(
@@ -482,17 +645,17 @@ impl DurableState {
                     0,
                 );
                 record.finished = w.ending.take().map(|f| *f);
-                writes.push(to.write(record.to_entry(), origin));
+                writes.push(to.write(record.to_entry(), origin.into()));
                 for n in 0..chunks {
                     let key = state_key(key, Part::Seen(n));
                     writes.push(to.tombstone(key));
                 }
-                ended.push((key.clone(), now, None));
+                ended.push((key.clone(), None));
                 continue;
             }
             // Live, or failed: its chunks first, then its record listing them.
             for chunk in w.journal.checkpoint() {
-                writes.push(to.write(chunk.to_entry(key), None));
+                writes.push(to.write(chunk.to_entry(key), Origins::None));
             }
             let mut record = WatchRecord::from_progress(
                 key.clone(),
@@ -504,35 +667,51 @@ impl DurableState {
             if failed {
                 record.finished = w.ending.take().map(|f| *f);
             }
-            writes.push(to.write(record.to_entry(), origin));
+            writes.push(to.write(record.to_entry(), origin.into()));
             for n in w.journal.chunks()..stale {
                 writes.push(to.tombstone(state_key(key, Part::Seen(n))));
             }
             if failed {
                 let seen = self.failing.remove(key).unwrap_or_default();
-                ended.push((key.clone(), now, Some((w.journal.chunks(), seen))));
+                ended.push((key.clone(), Some((w.journal.chunks(), seen))));
                 continue;
             }
             w.dirty = false;
             w.progressed = false;
             w.written_at = now;
         }
-        for (key, at, failed) in ended {
+        self.write_starts(new_watches, &mut writes);
+        let ending = self.ended(now);
+        for (key, failed) in ended {
             self.live.remove(&key);
             match failed {
                 Some((chunks, seen)) => {
-                    self.failed.insert(key, FailedWatch { at, chunks, seen });
+                    let failed = FailedWatch {
+                        ended: ending,
+                        chunks,
+                        seen,
+                    };
+                    self.failed.insert(key, failed);
                 }
                 None => {
-                    self.finished.insert(key, at);
+                    self.finished.insert(key, ending);
                 }
             }
         }
         let retention = self.retention_ms;
+        let due = |e: &Ended| {
+            now.saturating_sub(e.at) >= retention && !self.starts_alive_below(e.starts_below)
+        };
         let expired: Vec<Bytes> = self
             .finished
             .iter()
-            .filter(|(_, &at)| now.saturating_sub(at) >= retention)
+            .filter(|(_, e)| due(e))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let expired_failed: Vec<Bytes> = self
+            .failed
+            .iter()
+            .filter(|(_, f)| due(&f.ended))
             .map(|(k, _)| k.clone())
             .collect();
         for key in expired {
@@ -540,13 +719,7 @@ impl DurableState {
             let key = state_key(&key, Part::Watch);
             writes.push(to.tombstone(key));
         }
-        let expired: Vec<Bytes> = self
-            .failed
-            .iter()
-            .filter(|(_, f)| now.saturating_sub(f.at) >= retention)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in expired {
+        for key in expired_failed {
             if let Some(f) = self.failed.remove(&key) {
                 writes.push(to.tombstone(state_key(&key, Part::Watch)));
                 for n in 0..f.chunks {
@@ -564,6 +737,45 @@ impl DurableState {
             writes.push(to.offsets(offsets));
         }
         writes
+    }
+
+    /// The first records of this checkpoint's new watches: one alone as its own record,
+    /// more in starts records of at most [`STARTS_RECORD_BYTES`], each carrying its
+    /// members' input offsets.
+    fn write_starts(
+        &mut self,
+        new_watches: Vec<(Bytes, WatchRecord, Option<i64>)>,
+        writes: &mut Vec<StateWrite>,
+    ) {
+        let to = self.target();
+        if new_watches.len() == 1 {
+            let (_, record, origin) = new_watches.into_iter().next().expect("one");
+            writes.push(to.write(record.to_entry(), origin.into()));
+            return;
+        }
+        let mut members = new_watches.into_iter().peekable();
+        while members.peek().is_some() {
+            let seq = self.next_starts;
+            self.next_starts += 1;
+            let mut starts = Starts {
+                seq,
+                watches: Vec::new(),
+            };
+            let mut origins = Vec::new();
+            let mut bytes = 0;
+            while let Some((key, record, origin)) = members.next_if(|(_, r, _)| {
+                bytes == 0 || bytes + Starts::member_len(r) <= STARTS_RECORD_BYTES
+            }) {
+                bytes += Starts::member_len(&record);
+                if let Some(w) = self.live.get_mut(&key) {
+                    w.relies_on = seq;
+                }
+                starts.watches.push(record);
+                origins.extend(origin);
+            }
+            self.starts.insert(seq, starts.watches.len() as u32);
+            writes.push(to.write(starts.to_entry(), Origins::Many(origins.into())));
+        }
     }
 
     /// The [`OutputOffsets`] record as it stands (written first by a partition that has
@@ -689,7 +901,7 @@ impl Target {
     fn tombstone(&self, key: Vec<u8>) -> StateWrite {
         StateWrite {
             record: Some(OutRecord::state(&self.topic, self.partition, key, None)),
-            origin: None,
+            origin: Origins::None,
             offsets: false,
         }
     }
@@ -697,7 +909,7 @@ impl Target {
     fn offsets(&self, offsets: OutputOffsets) -> StateWrite {
         StateWrite {
             offsets: true,
-            ..self.write(offsets.to_entry(), None)
+            ..self.write(offsets.to_entry(), Origins::None)
         }
     }
 
@@ -710,7 +922,7 @@ impl Target {
     fn write(
         &self,
         entry: Result<StateEntry, crate::state::TooLarge>,
-        origin: Option<i64>,
+        origin: Origins,
     ) -> StateWrite {
         match entry {
             Ok(StateEntry { key, value }) => StateWrite {
@@ -807,7 +1019,7 @@ mod tests {
         );
     }
 
-    /// The writes as (decoded entry or None for a tombstone of a watch part, origin).
+    /// The writes as (decoded entry, origin; `None` for a starts record's many).
     fn decoded(writes: &[StateWrite]) -> Vec<(Entry, Option<i64>)> {
         writes
             .iter()
@@ -815,7 +1027,11 @@ mod tests {
                 let r = w.record.as_ref().unwrap();
                 assert_eq!(r.partition, Some(2), "state partition = input partition");
                 let entry = decode_entry(r.key.as_deref().unwrap(), r.value.as_deref()).unwrap();
-                (entry, w.origin)
+                let origin = match w.origin {
+                    Origins::One(o) => Some(o),
+                    Origins::None | Origins::Many(_) => None,
+                };
+                (entry, origin)
             })
             .collect()
     }
@@ -839,6 +1055,131 @@ mod tests {
             s.checkpoint_records(T0, false).is_empty(),
             "nothing changed"
         );
+    }
+
+    /// The starts records among `writes` → (number, member keys), and the starts keys
+    /// deleted.
+    fn starts_of(writes: &[StateWrite]) -> (Vec<(u32, Vec<Bytes>)>, Vec<u32>) {
+        let (mut written, mut deleted) = (Vec::new(), Vec::new());
+        for (entry, _) in decoded(writes) {
+            match entry {
+                Entry::Starts(b) => {
+                    written.push((b.seq, b.watches.into_iter().map(|w| w.watch_key).collect()))
+                }
+                Entry::StartsDeleted { seq } => deleted.push(seq),
+                _ => {}
+            }
+        }
+        (written, deleted)
+    }
+
+    #[test]
+    fn the_new_watches_of_a_checkpoint_share_one_starts_record_carrying_every_input() {
+        let mut s = state();
+        let keys: Vec<Bytes> = (0..3).map(|i| Bytes::from(format!("u{i}"))).collect();
+        for (key, origin) in keys.iter().zip(40..) {
+            start(&mut s, key, origin, &[]);
+        }
+        let writes = s.checkpoint_records(T0, false);
+        let (written, deleted) = starts_of(&writes);
+        assert_eq!(written.len(), 1, "{writes:?}");
+        let (seq, mut members) = written[0].clone();
+        members.sort();
+        assert_eq!((seq, members), (1, keys.clone()));
+        assert!(deleted.is_empty());
+        let mut origins: Vec<i64> = writes.iter().flat_map(|w| w.origin.iter()).collect();
+        origins.sort();
+        assert_eq!(
+            origins,
+            vec![40, 41, 42],
+            "every input commits once it is acknowledged"
+        );
+        // One record per watch would be three records then the offsets.
+        assert_eq!(writes.len(), 2, "{writes:?}");
+        assert!(
+            s.checkpoint_records(T0, false).is_empty(),
+            "nothing changed"
+        );
+    }
+
+    #[test]
+    fn a_starts_record_is_deleted_the_checkpoint_after_its_last_member_has_its_own() {
+        let mut s = state();
+        let (a, b) = (Bytes::from_static(b"a"), Bytes::from_static(b"b"));
+        start(&mut s, &a, 1, &[]);
+        start(&mut s, &b, 2, &[]);
+        assert_eq!(starts_of(&s.checkpoint_records(T0, false)).0.len(), 1);
+        // a finds an output: its own record (and chunk); b still relies on the starts.
+        let sent = s.output_sent(&a);
+        s.output_acknowledged(&a, hash_key(b"e1"), sent, 0, 5);
+        let w = s.checkpoint_records(T0 + 1, false);
+        assert!(decoded(&w)
+            .iter()
+            .any(|(e, _)| matches!(e, Entry::Watch(r) if r.watch_key == a)));
+        assert_eq!(starts_of(&w).1, Vec::<u32>::new());
+        assert!(starts_of(&s.checkpoint_records(T0 + 2, false)).1.is_empty());
+        // b's progress comes due: its own record; the starts record goes one checkpoint
+        // later, once that record is acknowledged.
+        s.checkpoint(&b, Progress::at_start(T0, T0), T0 + 1000);
+        let w = s.checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS, false);
+        assert!(decoded(&w)
+            .iter()
+            .any(|(e, _)| matches!(e, Entry::Watch(r) if r.watch_key == b)));
+        assert!(
+            starts_of(&w).1.is_empty(),
+            "not with the record that replaces it"
+        );
+        let w = s.checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS + 1, false);
+        assert_eq!(starts_of(&w).1, vec![1]);
+        assert!(s
+            .checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS + 2, false)
+            .is_empty());
+    }
+
+    #[test]
+    fn a_finished_record_outlives_every_starts_record_that_may_hold_its_watch() {
+        let mut s = state();
+        let (a, b) = (Bytes::from_static(b"a"), Bytes::from_static(b"b"));
+        start(&mut s, &a, 1, &[]);
+        start(&mut s, &b, 2, &[]);
+        s.checkpoint_records(T0, false);
+        s.terminated(&a, T0 + 10, &TerminatedReason::Final, SeenSet::new());
+        let w = decoded(&s.checkpoint_records(T0 + 10, false));
+        assert!(matches!(&w[0].0, Entry::Watch(r) if r.watch_key == a && r.finished.is_some()));
+        // Past the retention, b still relies on starts record 1, which lists a as live: a's
+        // finished record stays (deleted, compaction would leave the starts record's copy).
+        let past = T0 + 10 + 60_000;
+        let w = decoded(&s.checkpoint_records(past, false));
+        assert!(
+            !w.iter().any(|(e, _)| matches!(
+                e,
+                Entry::Tombstone {
+                    part: Part::Watch,
+                    ..
+                }
+            )),
+            "{w:?}"
+        );
+        assert!(s.is_finished(&a));
+        s.checkpoint(&b, Progress::at_start(T0, T0), past);
+        s.checkpoint_records(past + PROGRESS_WRITE_INTERVAL_MS, false);
+        let w = decoded(&s.checkpoint_records(past + PROGRESS_WRITE_INTERVAL_MS + 1, false));
+        let deleted = |w: &[(Entry, Option<i64>)]| -> Vec<String> {
+            w.iter()
+                .filter_map(|(e, _)| match e {
+                    Entry::StartsDeleted { seq } => Some(format!("starts {seq}")),
+                    Entry::Tombstone {
+                        watch_key,
+                        part: Part::Watch,
+                    } => Some(String::from_utf8_lossy(watch_key).into_owned()),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(deleted(&w), vec!["starts 1"]);
+        let w = decoded(&s.checkpoint_records(past + PROGRESS_WRITE_INTERVAL_MS + 2, false));
+        assert_eq!(deleted(&w), vec!["a"], "once the starts record is gone");
+        assert!(!s.is_finished(&a));
     }
 
     #[test]

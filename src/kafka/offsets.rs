@@ -10,6 +10,34 @@
 
 use std::collections::BTreeMap;
 
+/// The inputs whose commit waits for one record: none (an output, a watermark), one (a
+/// dead letter, a watch's own first record), or many (a starts record, which holds the
+/// first records of every watch one checkpoint started).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Origins {
+    #[default]
+    None,
+    One(i64),
+    Many(Box<[i64]>),
+}
+
+impl Origins {
+    pub fn iter(&self) -> impl Iterator<Item = i64> + '_ {
+        let (one, many): (Option<i64>, &[i64]) = match self {
+            Origins::None => (None, &[]),
+            Origins::One(o) => (Some(*o), &[]),
+            Origins::Many(m) => (None, m),
+        };
+        one.into_iter().chain(many.iter().copied())
+    }
+}
+
+impl From<Option<i64>> for Origins {
+    fn from(origin: Option<i64>) -> Self {
+        origin.map_or(Origins::None, Origins::One)
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct OffsetTracker {
     /// Offset of an input → records it caused that the broker has not acknowledged yet.
@@ -39,6 +67,13 @@ impl OffsetTracker {
             if *n == 0 {
                 self.outstanding.remove(&offset);
             }
+        }
+    }
+
+    /// The broker acknowledged a record every one of `origins` waited for.
+    pub fn acknowledged_all(&mut self, origins: &Origins) {
+        for offset in origins.iter() {
+            self.acknowledged(offset);
         }
     }
 

@@ -80,6 +80,12 @@ pub struct Found {
     /// Keys of seen chunks with no live watch record (left by a crash while a watch was
     /// being deleted, or before its first record): to delete.
     pub orphans: Vec<Vec<u8>>,
+    /// Live watches whose latest record is in a starts record → that record's number.
+    pub members: HashMap<Bytes, u32>,
+    /// Starts records on the topic, and the highest number of any starts key (deleted or
+    /// not): the partition numbers its next ones above it.
+    pub starts: Vec<u32>,
+    pub last_starts: u32,
     /// The input partition's end offset when the recovery read it, if inputs after the
     /// group's committed offset were left to read again (`None`: every input was
     /// committed, so no input comes again).
@@ -121,8 +127,10 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         .map(|q| offsets_of(&consumer, &source.output_topic, q))
         .collect::<Result<Vec<_>, _>>()?;
 
-    // 1. The state partition: the latest value per key.
-    let mut latest: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
+    // 1. The state partition: the latest value per key, and where it is (a starts record
+    // holds the first records of many watches; whichever of a watch's own record and the
+    // starts records listing it is later on the partition is its latest).
+    let mut latest: HashMap<Vec<u8>, (i64, Option<Vec<u8>>)> = HashMap::new();
     read_to_end(
         &consumer,
         &source.state_topic,
@@ -132,42 +140,11 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         |m| {
             found.state_records += 1;
             if let Some(key) = m.key().filter(|k| *k != super::guarantee::PROBE_KEY) {
-                latest.insert(key.to_vec(), m.payload().map(<[u8]>::to_vec));
+                latest.insert(key.to_vec(), (m.offset(), m.payload().map(<[u8]>::to_vec)));
             }
         },
     )?;
-    let mut chunks: HashMap<Bytes, Vec<SeenChunk>> = HashMap::new();
-    for (key, value) in &latest {
-        match decode_entry(key, value.as_deref()) {
-            Ok(Entry::Watch(w)) if w.finished.is_some() => found.finished.push((w, Vec::new())),
-            Ok(Entry::Watch(w)) => found.live.push((w, Vec::new())),
-            Ok(Entry::Seen { watch_key, chunk }) => {
-                chunks.entry(watch_key).or_default().push(chunk)
-            }
-            Ok(Entry::OutputOffsets(o)) => found.offsets = Some(o),
-            Ok(Entry::Tombstone { .. }) => {}
-            Err(e) => {
-                found.undecodable += 1;
-                tracing::error!(
-                    partition,
-                    key = %String::from_utf8_lossy(key),
-                    error = %e,
-                    "a state record cannot be read; it is skipped"
-                );
-            }
-        }
-    }
-    for (record, mine) in found.live.iter_mut().chain(found.finished.iter_mut()) {
-        *mine = chunks.remove(&record.watch_key).unwrap_or_default();
-    }
-    for (watch_key, orphans) in chunks {
-        found.orphans.extend(
-            orphans
-                .iter()
-                .map(|c| crate::state::state_key(&watch_key, Part::Seen(c.index()))),
-        );
-    }
-
+    fold_state(latest, &mut found, partition);
     // 2. The output topic from the checkpoint's offsets (from the start without one).
     let offsets: HashMap<i32, i64> = found
         .offsets
@@ -197,6 +174,74 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
     // first poll.
     std::thread::spawn(move || drop(consumer));
     Ok(found)
+}
+
+/// The state partition's latest record per key (with its offset) as watches: live ones with
+/// their chunks (and the starts record each relies on), finished ones, the output offsets,
+/// the starts records, and orphan chunks.
+fn fold_state(latest: HashMap<Vec<u8>, (i64, Option<Vec<u8>>)>, found: &mut Found, partition: i32) {
+    let mut chunks: HashMap<Bytes, Vec<SeenChunk>> = HashMap::new();
+    // Watch key → its latest record (`None`: deleted), where, and the starts record it is in.
+    let mut watches: HashMap<Bytes, (i64, Option<WatchRecord>, u32)> = HashMap::new();
+    let mut later = |key: Bytes, offset: i64, record: Option<WatchRecord>, seq: u32| {
+        let entry = watches.entry(key).or_insert((i64::MIN, None, 0));
+        if offset > entry.0 {
+            *entry = (offset, record, seq);
+        }
+    };
+    for (key, (offset, value)) in latest {
+        match decode_entry(&key, value.as_deref()) {
+            Ok(Entry::Watch(w)) => later(w.watch_key.clone(), offset, Some(w), 0),
+            Ok(Entry::Tombstone {
+                watch_key,
+                part: Part::Watch,
+            }) => later(watch_key, offset, None, 0),
+            Ok(Entry::Tombstone { .. }) => {}
+            Ok(Entry::Seen { watch_key, chunk }) => {
+                chunks.entry(watch_key).or_default().push(chunk)
+            }
+            Ok(Entry::OutputOffsets(o)) => found.offsets = Some(o),
+            Ok(Entry::Starts(starts)) => {
+                found.starts.push(starts.seq);
+                found.last_starts = found.last_starts.max(starts.seq);
+                for w in starts.watches {
+                    later(w.watch_key.clone(), offset, Some(w), starts.seq);
+                }
+            }
+            Ok(Entry::StartsDeleted { seq }) => found.last_starts = found.last_starts.max(seq),
+            Err(e) => {
+                found.undecodable += 1;
+                tracing::error!(
+                    partition,
+                    key = %String::from_utf8_lossy(&key),
+                    error = %e,
+                    "a state record cannot be read; it is skipped"
+                );
+            }
+        }
+    }
+    for (key, (_, record, seq)) in watches {
+        match record {
+            Some(w) if w.finished.is_some() => found.finished.push((w, Vec::new())),
+            Some(w) => {
+                if seq != 0 {
+                    found.members.insert(key, seq);
+                }
+                found.live.push((w, Vec::new()));
+            }
+            None => {}
+        }
+    }
+    for (record, mine) in found.live.iter_mut().chain(found.finished.iter_mut()) {
+        *mine = chunks.remove(&record.watch_key).unwrap_or_default();
+    }
+    for (watch_key, orphans) in chunks {
+        found.orphans.extend(
+            orphans
+                .iter()
+                .map(|c| crate::state::state_key(&watch_key, Part::Seen(c.index()))),
+        );
+    }
 }
 
 /// The identity of an output read back, if a watch of input partition `partition` wrote it:
@@ -331,6 +376,9 @@ pub fn plan<P: Resolve>(
         mut outputs,
         read_to,
         orphans,
+        members,
+        starts,
+        last_starts,
         ..
     } = found;
     let first_time = offsets.is_none();
@@ -344,7 +392,14 @@ pub fn plan<P: Resolve>(
         None => read_to.clone(),
     };
     let mut state = DurableState::new(state_topic, partition, retention_ms, written, read_to);
+    state.starts_on_topic(&starts, last_starts);
+    // Counted whether or not the watch is restored below (one whose input no longer
+    // resolves keeps its record, in the starts record).
+    for &seq in members.values() {
+        state.relies_on(seq);
+    }
     let mut tombstones = orphans;
+    tombstones.extend(state.unrelied_starts());
     for (record, chunks) in finished {
         let key = record.watch_key.clone();
         let at = record.finished.as_ref().map_or(now, |f| f.at);
@@ -360,7 +415,9 @@ pub fn plan<P: Resolve>(
             .max()
             .unwrap_or(0)
             .max(record.seen_chunks);
-        let expired = now.saturating_sub(at) >= retention_ms;
+        // While a starts record is on the topic (it may hold this watch's first record),
+        // the record waits: the checkpoints delete it once none is left.
+        let expired = now.saturating_sub(at) >= retention_ms && starts.is_empty();
         if expired {
             tombstones.push(crate::state::state_key(&key, Part::Watch));
         }
@@ -434,6 +491,7 @@ pub fn plan<P: Resolve>(
             journal,
             record.progress(),
             record.next_poll,
+            members.get(&key).copied().unwrap_or(0),
         );
         restores.push(RestoreWatch {
             key,
@@ -459,7 +517,7 @@ mod tests {
     use super::*;
     use crate::poll::{PollError, PollResult, Poller};
     use crate::pollers::RenderError;
-    use crate::state::{Finished, OutputOffsets, SeenChunk, WatchRecord};
+    use crate::state::{state_key, Finished, OutputOffsets, SeenChunk, WatchRecord};
     use crate::watch::Progress;
 
     const T0: Millis = 1_700_000_000_000;
@@ -675,5 +733,147 @@ mod tests {
             assert!(restart.seen.contains(h(e)), "{e}");
         }
         assert!(plan.state.take_failed(b"old").is_none());
+    }
+
+    /// A state partition as compaction leaves it: the latest record per key, with its offset.
+    #[derive(Default)]
+    struct Compacted {
+        next: i64,
+        latest: HashMap<Vec<u8>, (i64, Option<Vec<u8>>)>,
+    }
+
+    impl Compacted {
+        fn put(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+            self.latest.insert(key, (self.next, value));
+            self.next += 1;
+        }
+
+        fn append(&mut self, writes: Vec<crate::kafka::durable::StateWrite>) {
+            for w in writes {
+                let r = w.record.expect("a record");
+                self.put(r.key.expect("a key").to_vec(), r.value.map(|v| v.to_vec()));
+            }
+        }
+
+        fn recover(&self, now: Millis) -> Plan<u64> {
+            let mut found = Found {
+                read_to: vec![0, 0],
+                ..Found::default()
+            };
+            fold_state(self.latest.clone(), &mut found, 0);
+            plan(found, &Ids, "st".into(), 0, DAY, now)
+        }
+    }
+
+    fn start(s: &mut DurableState, key: &str, n: i64) {
+        let registration = crate::state::Registration {
+            key: Some(Bytes::copy_from_slice(key.as_bytes())),
+            value: Bytes::from(format!(r#"{{"id":{n}}}"#)),
+            time: T0,
+        };
+        let key = Bytes::copy_from_slice(key.as_bytes());
+        let at_start = Progress::at_start(T0, T0);
+        s.started(key, registration, at_start, T0, n, &[], 0)
+            .expect("new");
+    }
+
+    fn sorted_keys(plan: &Plan<u64>) -> Vec<String> {
+        let mut keys: Vec<String> = plan
+            .restores
+            .iter()
+            .map(|r| String::from_utf8_lossy(&r.key).into_owned())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn watches_in_a_starts_record_are_restored_until_their_own_records_replace_it() {
+        let mut topic = Compacted::default();
+        let mut s = DurableState::new("st".into(), 0, DAY, vec![0, 0], vec![0, 0]);
+        for (key, n) in [("a", 1), ("b", 2), ("c", 3)] {
+            start(&mut s, key, n);
+        }
+        topic.append(s.checkpoint_records(T0, false));
+        assert_eq!(topic.latest.len(), 1, "one starts record");
+        // a polls 7 times (its own record, once due); c ends (its own finished record).
+        let mut polled = Progress::at_start(T0, T0);
+        polled.polls = 7;
+        s.checkpoint(b"a", polled, T0 + 5_000);
+        s.terminated(b"c", T0 + 1, &TerminatedReason::Final, SeenSet::new());
+        let later = T0 + crate::kafka::durable::PROGRESS_WRITE_INTERVAL_MS;
+        topic.append(s.checkpoint_records(later, false));
+
+        let plan = topic.recover(later + 1);
+        assert_eq!(sorted_keys(&plan), ["a", "b"]);
+        let a = plan.restores.iter().find(|r| &r.key[..] == b"a").unwrap();
+        assert_eq!(
+            a.progress.polls, 7,
+            "its own record, later than the starts record"
+        );
+        assert_eq!(*a.input, 1);
+        assert!(plan.state.is_finished(b"c"));
+        assert!(
+            plan.tombstones.is_empty(),
+            "b still relies on the starts record"
+        );
+
+        // b's own record; the starts record is deleted at the checkpoint after.
+        let mut state = plan.state;
+        state.checkpoint(b"b", Progress::at_start(T0, T0), later + 10_000);
+        topic.append(state.checkpoint_records(later + 2 * 30_000, true));
+        topic.append(state.checkpoint_records(later + 2 * 30_000 + 1, false));
+        assert_eq!(
+            topic
+                .latest
+                .get(&b"~starts/1"[..])
+                .map(|(_, v)| v.is_none()),
+            Some(true)
+        );
+        let plan = topic.recover(later + 2 * 30_000 + 2);
+        assert_eq!(sorted_keys(&plan), ["a", "b"]);
+        assert!(plan.state.is_finished(b"c"));
+    }
+
+    #[test]
+    fn whichever_is_later_of_a_watchs_own_record_and_a_starts_record_wins() {
+        let mut topic = Compacted::default();
+        let mut own = record("x", r#"{"id":9}"#, 0, None);
+        own.polls = 5;
+        topic.put(state_key(b"x", Part::Watch), Some(own.encode()));
+        let fresh = record("x", r#"{"id":9}"#, 0, None);
+        let starts = crate::state::Starts {
+            seq: 3,
+            watches: vec![fresh.clone(), record("y", r#"{"id":8}"#, 0, None)],
+        };
+        topic.put(crate::state::starts_key(3), Some(starts.encode()));
+        let plan = topic.recover(T0);
+        assert_eq!(sorted_keys(&plan), ["x", "y"]);
+        assert!(
+            plan.restores.iter().all(|r| r.progress.polls == 3),
+            "the starts record's"
+        );
+        assert!(plan.tombstones.is_empty());
+        // New watches are numbered after every starts record on the topic.
+        let mut state = plan.state;
+        start(&mut state, "p", 20);
+        start(&mut state, "q", 21);
+        let writes = state.checkpoint_records(T0, false);
+        let keys: Vec<Bytes> = writes
+            .iter()
+            .filter_map(|w| w.record.as_ref()?.key.clone())
+            .collect();
+        assert!(keys.contains(&Bytes::from_static(b"~starts/4")), "{keys:?}");
+
+        // Both deleted by later records of their own: the starts record goes at the restore.
+        topic.put(state_key(b"x", Part::Watch), None);
+        topic.put(
+            state_key(b"y", Part::Watch),
+            Some(record("y", r#"{"id":8}"#, 0, Some(T0)).encode()),
+        );
+        let plan = topic.recover(T0 + 1);
+        assert!(plan.restores.is_empty());
+        assert!(plan.state.is_finished(b"y"));
+        assert_eq!(plan.tombstones, vec![b"~starts/3".to_vec()]);
     }
 }

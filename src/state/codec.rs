@@ -31,6 +31,12 @@ const TYPE_WATCH: u8 = 1;
 const TYPE_SEEN_CHUNK: u8 = 2;
 /// Record type byte of [`OutputOffsets`].
 const TYPE_OUTPUT_OFFSETS: u8 = 3;
+/// Record type byte of a [`Starts`] record.
+const TYPE_STARTS: u8 = 4;
+
+/// What a [`Starts`] record's key starts with: `~starts/<seq>` (`<seq>` decimal, no leading
+/// zeros). It does not start with a digit, so it is no watch's key.
+const STARTS_KEY_PREFIX: &[u8] = b"~starts/";
 
 /// The key of a partition's [`OutputOffsets`] record. It does not start with a digit, so it
 /// is no watch's key.
@@ -317,12 +323,104 @@ impl OutputOffsets {
     }
 }
 
+/// The first records of the watches one checkpoint started, in one record (key
+/// `~starts/<seq>`, [`starts_key`]): a broker that writes records one at a time (Tansu on
+/// SQLite) writes one record per checkpoint instead of one per new watch. A member is live
+/// with no seen chunks. A member's own record (`<len>:<watch key>/w`), written later, takes
+/// its place: whichever of the two is later on the partition wins. The record is deleted
+/// once every member has its own record (see `kafka/durable.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Starts {
+    /// Numbers the partition's starts records (1, 2, ...), in the order they were written.
+    pub seq: u32,
+    pub watches: Vec<WatchRecord>,
+}
+
+impl Starts {
+    /// The value bytes: version, type, seq (u32), count (u32), then each member's watch
+    /// record value as a length-prefixed byte string.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        out.push(FORMAT_VERSION);
+        out.push(TYPE_STARTS);
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        let count = u32::try_from(self.watches.len()).expect("a record holds fewer");
+        out.extend_from_slice(&count.to_le_bytes());
+        for w in &self.watches {
+            put_bytes(&mut out, &w.encode());
+        }
+        out
+    }
+
+    /// Bytes of [`Starts::encode`]'s output.
+    pub fn encoded_len(&self) -> usize {
+        10 + self.watches.iter().map(Self::member_len).sum::<usize>()
+    }
+
+    /// What one member adds to [`Starts::encoded_len`].
+    pub fn member_len(w: &WatchRecord) -> usize {
+        4 + w.encoded_len()
+    }
+
+    /// Key and value (refused above [`MAX_RECORD_BYTES`]: the writer splits its members
+    /// over records below that).
+    pub fn to_entry(&self) -> Result<StateEntry, TooLarge> {
+        StateEntry::checked(starts_key(self.seq), self.encode())
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let seq = r.u32("starts number")?;
+        let count = r.u32("member count")? as usize;
+        // Each member takes at least its length prefix: a count the bytes cannot hold
+        // reserves nothing.
+        let mut watches = Vec::with_capacity(count.min(r.buf.len() / 4));
+        for _ in 0..count {
+            let at = r.pos;
+            let bytes = r.bytes("member")?;
+            match Record::decode(bytes)? {
+                Record::Watch(w) if w.finished.is_none() && w.seen_chunks == 0 => watches.push(w),
+                _ => {
+                    return Err(DecodeError::Invalid {
+                        at,
+                        field: "member",
+                        detail: "not a live watch record without seen chunks".into(),
+                    })
+                }
+            }
+        }
+        Ok(Self { seq, watches })
+    }
+}
+
+/// The key of starts record `seq`.
+pub fn starts_key(seq: u32) -> Vec<u8> {
+    let mut key = STARTS_KEY_PREFIX.to_vec();
+    key.extend_from_slice(seq.to_string().as_bytes());
+    key
+}
+
+/// The number a starts record's key names, if it is one (`Err`: a starts key, malformed).
+fn parse_starts_key(key: &[u8]) -> Option<Result<u32, DecodeError>> {
+    let digits = key.strip_prefix(STARTS_KEY_PREFIX)?;
+    Some(
+        canonical_decimal(digits)
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| {
+                DecodeError::Key(format!(
+                    "the starts number `{}` is not a decimal u32 without leading zeros",
+                    String::from_utf8_lossy(digits)
+                ))
+            }),
+    )
+}
+
 /// Any state record value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     Watch(WatchRecord),
     Seen(SeenChunk),
     OutputOffsets(OutputOffsets),
+    Starts(Starts),
 }
 
 /// A record ready to produce: its key and value.
@@ -357,6 +455,12 @@ pub enum Entry {
     },
     /// The partition's [`OutputOffsets`] (key [`OUTPUT_OFFSETS_KEY`]).
     OutputOffsets(OutputOffsets),
+    /// A [`Starts`] record (key [`starts_key`]).
+    Starts(Starts),
+    /// A deleted [`Starts`] record.
+    StartsDeleted {
+        seq: u32,
+    },
 }
 
 /// Decode a record read from the state topic (`value` is `None` for a tombstone) and check
@@ -370,6 +474,20 @@ pub fn decode_entry(key: &[u8], value: Option<&[u8]>) -> Result<Entry, DecodeErr
                 "a watch record or seen chunk under the output-offsets key".into(),
             )),
             None => Ok(Entry::OutputOffsets(OutputOffsets::default())),
+        };
+    }
+    if let Some(seq) = parse_starts_key(key) {
+        let seq = seq?;
+        return match value.map(Record::decode).transpose()? {
+            Some(Record::Starts(s)) if s.seq == seq => Ok(Entry::Starts(s)),
+            Some(Record::Starts(s)) => Err(DecodeError::Mismatch(format!(
+                "starts record {} under the key of starts record {seq}",
+                s.seq
+            ))),
+            Some(_) => Err(DecodeError::Mismatch(
+                "a record other than a starts record under a starts key".into(),
+            )),
+            None => Ok(Entry::StartsDeleted { seq }),
         };
     }
     let (watch_key, part) = parse_state_key(key)?;
@@ -398,6 +516,7 @@ pub fn decode_entry(key: &[u8], value: Option<&[u8]>) -> Result<Entry, DecodeErr
             mismatch("a watch record under a seen chunk key".into())
         }
         (_, Record::OutputOffsets(_)) => mismatch("output offsets under a watch's key".into()),
+        (_, Record::Starts(_)) => mismatch("a starts record under a watch's key".into()),
     }
 }
 
@@ -571,6 +690,7 @@ impl Record {
             TYPE_WATCH => Record::Watch(WatchRecord::decode_body(&mut r)?),
             TYPE_SEEN_CHUNK => Record::Seen(SeenChunk::decode_body(&mut r)?),
             TYPE_OUTPUT_OFFSETS => Record::OutputOffsets(OutputOffsets::decode_body(&mut r)?),
+            TYPE_STARTS => Record::Starts(Starts::decode_body(&mut r)?),
             found => return Err(DecodeError::UnknownType { found }),
         };
         r.finish()?;
@@ -582,6 +702,7 @@ impl Record {
             Record::Watch(w) => w.encode(),
             Record::Seen(c) => c.encode(),
             Record::OutputOffsets(o) => o.encode(),
+            Record::Starts(b) => b.encode(),
         }
     }
 }
@@ -738,6 +859,62 @@ mod tests {
         assert!(matches!(
             decode_entry(&key, Some(&entry.value)),
             Err(DecodeError::Mismatch(_))
+        ));
+    }
+
+    #[test]
+    fn starts_records_round_trip_under_their_own_key_and_hold_only_new_live_watches() {
+        let mut other = watch_record();
+        other.watch_key = Bytes::from_static(b"other");
+        other.finished = None;
+        other.seen_chunks = 0;
+        let mut first = other.clone();
+        first.watch_key = Bytes::from_static(b"first");
+        let starts = Starts {
+            seq: 17,
+            watches: vec![first, other],
+        };
+        let entry = starts.to_entry().unwrap();
+        assert_eq!(entry.key, b"~starts/17");
+        assert_eq!(entry.value.len(), starts.encoded_len());
+        assert_eq!(
+            decode_entry(&entry.key, Some(&entry.value)),
+            Ok(Entry::Starts(starts.clone()))
+        );
+        assert_eq!(
+            decode_entry(&entry.key, None),
+            Ok(Entry::StartsDeleted { seq: 17 })
+        );
+        // Another number under the key, a malformed number, a finished member, a member
+        // with chunks: refused.
+        assert!(matches!(
+            decode_entry(b"~starts/18", Some(&entry.value)),
+            Err(DecodeError::Mismatch(_))
+        ));
+        assert!(matches!(
+            decode_entry(b"~starts/017", None),
+            Err(DecodeError::Key(_))
+        ));
+        for bad in [
+            |w: &mut WatchRecord| w.finished = watch_record().finished,
+            |w: &mut WatchRecord| w.seen_chunks = 1,
+        ] {
+            let mut s = starts.clone();
+            bad(&mut s.watches[1]);
+            assert!(matches!(
+                Record::decode(&s.encode()),
+                Err(DecodeError::Invalid {
+                    field: "member",
+                    ..
+                })
+            ));
+        }
+        // A count the bytes cannot hold is cut short, not allocated.
+        let mut lying = starts.encode();
+        lying[6..10].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            Record::decode(&lying),
+            Err(DecodeError::Truncated { .. })
         ));
     }
 

@@ -16,6 +16,7 @@
 //! | `<len>:<watch key>/w`        | [`WatchRecord`]               | whenever the watch changes    |
 //! | `<len>:<watch key>/s/<n>`    | [`SeenChunk`] `n` (0, 1, ...) | when its hashes are new       |
 //! | `~output-offsets` (one)      | [`OutputOffsets`]             | after a checkpoint's records  |
+//! | `~starts/<n>` (n = 1, 2, ..) | [`Starts`]: new watches' records | a checkpoint's new watches |
 //!
 //! ## Keys
 //!
@@ -28,12 +29,12 @@
 //! spellings of one record would never replace each other. A text watch key stays readable
 //! in a console consumer (`7:order-1/s/0`). Keys that do not start with an ASCII digit are
 //! reserved for records that are not per watch: [`OUTPUT_OFFSETS_KEY`], where a recovery
-//! starts reading the output topic back.
+//! starts reading the output topic back, and [`starts_key`]s.
 //!
 //! ## Values
 //!
 //! Every value starts with a format version byte ([`FORMAT_VERSION`], now 1) and a record
-//! type byte (1: watch record, 2: seen chunk); then fixed-width little-endian integers and
+//! type byte (1: watch record, 2: seen chunk, 3: output offsets, 4: starts); then fixed-width little-endian integers and
 //! byte strings prefixed by a u32 little-endian length, in the order the types document
 //! (`WatchRecord::encode`, `SeenChunk::encode`; the exact bytes are pinned by a test). A
 //! reader refuses a version it does not know, an unknown type, a value cut short, and bytes
@@ -63,7 +64,12 @@
 //! Kafka keeps the order of records in a partition, and compaction keeps the latest value
 //! per key, so the restore sees each key's last write. The writer keeps these orders:
 //!
-//! 1. A watch's first watch record is written when it starts, before any of its chunks.
+//! 1. A watch's first watch record is written when it starts, before any of its chunks:
+//!    its own, or, for watches one checkpoint started with nothing seen, in a [`Starts`]
+//!    record with theirs. Per watch, whichever of its own record (or tombstone) and the
+//!    starts records listing it is later on the partition is its latest. A starts record
+//!    is deleted once every member has a later record of its own, and a watch's own record
+//!    is deleted only after every starts record that may list it (see `kafka/durable.rs`).
 //! 2. A checkpoint writes a watch's chunks first, in index order, then its watch record
 //!    listing them; and it writes a hash only once the output it stands for is
 //!    acknowledged by the output topic. A crash in between leaves chunks the record does
@@ -109,8 +115,8 @@ pub mod snapshot;
 
 pub use chunks::{RestoreError, SeenJournal, DEFAULT_CHUNK_HASHES};
 pub use codec::{
-    decode_entry, parse_state_key, state_key, DecodeError, Entry, Finished, OutputOffsets, Part,
-    Record, SeenChunk, StateEntry, TooLarge, TooManyHashes, WatchRecord, FORMAT_VERSION,
-    MAX_HASHES_PER_CHUNK, MAX_RECORD_BYTES, OUTPUT_OFFSETS_KEY,
+    decode_entry, parse_state_key, starts_key, state_key, DecodeError, Entry, Finished,
+    OutputOffsets, Part, Record, SeenChunk, Starts, StateEntry, TooLarge, TooManyHashes,
+    WatchRecord, FORMAT_VERSION, MAX_HASHES_PER_CHUNK, MAX_RECORD_BYTES, OUTPUT_OFFSETS_KEY,
 };
 pub use snapshot::{Registration, FINISHED_REASON_ROOM};

@@ -223,7 +223,7 @@ mod tests {
             match decode_entry(k, Some(v)).unwrap() {
                 Entry::Watch(r) => back = Some(r),
                 Entry::Seen { chunk, .. } => chunks.push(chunk),
-                Entry::Tombstone { .. } | Entry::OutputOffsets(_) => unreachable!(),
+                _ => unreachable!(),
             }
         }
         let back = back.unwrap();

@@ -20,7 +20,7 @@ const DELIVERY_ATTEMPTS: u32 = 5;
 /// recovery's read-back account for, and watermarks).
 pub(super) struct Pending {
     pub(super) record: OutRecord,
-    pub(super) origin: Option<i64>,
+    pub(super) origin: Origins,
     pub(super) attempt: u32,
     pub(super) kind: Kind,
 }
@@ -255,9 +255,7 @@ impl<P: Resolve> PartitionTask<P> {
                     }
                     Kind::DeadLetter | Kind::Watermark => {}
                 }
-                if let Some(origin) = pending.origin {
-                    self.tracker.acknowledged(origin);
-                }
+                self.tracker.acknowledged_all(&pending.origin);
             }
             Delivery::Done(pending, Err(error)) => self.delivery_failed(pending, error),
             Delivery::RetryDue(pending) => self.send(pending).await,
@@ -328,9 +326,7 @@ impl<P: Resolve> PartitionTask<P> {
             }
             Kind::DeadLetter => {
                 tracing::error!(error = %error, "a dead letter could not be delivered either; it is lost");
-                if let Some(origin) = pending.origin {
-                    self.tracker.acknowledged(origin);
-                }
+                self.tracker.acknowledged_all(&pending.origin);
                 return;
             }
             // Not on the output topic, so not in the watch's saved seen set: a restored

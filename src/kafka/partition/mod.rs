@@ -32,7 +32,7 @@ pub use transaction::{Ending, TransactionSettings};
 
 use super::durable::{DurableState, StateWrite};
 use super::input::Rejected;
-use super::offsets::OffsetTracker;
+use super::offsets::{OffsetTracker, Origins};
 use super::records::{OutRecord, OutRecordParts, Source};
 use super::recovery::{self, RecoverySource};
 use super::stats::BridgeProducer;
@@ -709,7 +709,7 @@ impl<P: Resolve> PartitionTask<P> {
                 self.tracker.caused(offset);
                 self.send(Pending {
                     record,
-                    origin: Some(offset),
+                    origin: Origins::One(offset),
                     attempt: 1,
                     kind: Kind::DeadLetter,
                 })
@@ -920,7 +920,7 @@ impl<P: Resolve> PartitionTask<P> {
                     let ticket = self.durable.output_sent(&key);
                     self.send(Pending {
                         record,
-                        origin: None,
+                        origin: Origins::None,
                         attempt: 1,
                         kind: Kind::Output {
                             watch: key.clone(),

@@ -185,9 +185,7 @@ impl<P: Resolve> PartitionTask<P> {
             }
             let StateWrite { record, origin, .. } = write;
             let Some(record) = record else {
-                if let Some(origin) = origin {
-                    self.tracker.acknowledged(origin);
-                }
+                self.tracker.acknowledged_all(&origin);
                 continue;
             };
             self.checkpoint_in_flight += 1;

@@ -70,7 +70,7 @@ impl<P: Resolve> PartitionTask<P> {
         for record in records {
             self.send(Pending {
                 record,
-                origin: None,
+                origin: Origins::None,
                 attempt: 1,
                 kind: Kind::Watermark,
             })
