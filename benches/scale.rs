@@ -49,6 +49,7 @@ use watchbridge::pollers::{RenderError, Resolve};
 mod support;
 use support::alloc::{live, rss, run_fresh};
 use support::broker_process::BrokerProcess;
+use support::cpu::cpu_seconds;
 use support::kafka::{bridge_args, create_topic, input_id, produce_inputs};
 use support::report::{env_or, machine, now_ms, summary_line};
 use support::tansu_process::{tansu_bin, Storage};
@@ -101,7 +102,12 @@ struct Case {
     heap_settled: f64,
     resident_settled: f64,
     start_seconds: f64,
+    /// Share of one core the bridge used over [`IDLE_WINDOW`] with every watch idle.
+    idle_cpu: f64,
 }
+
+/// How long the idle bridge's CPU is measured for.
+const IDLE_WINDOW: Duration = Duration::from_secs(10);
 
 /// Where the bridge stands, for progress lines and a timeout's panic.
 fn progress(metrics: &Metrics) -> String {
@@ -221,7 +227,12 @@ fn run_case(watches: usize, per_watch: usize, settle: Duration) -> Case {
             let start_seconds = began.elapsed().as_secs_f64();
             wait_for_state_settled(&metrics, Duration::from_secs(3)).await;
             let (heap1, rss1) = (live(), rss());
-            tokio::time::sleep(settle).await;
+            // Every watch is idle (polled, next poll in an hour): what the bridge still does
+            // is its checkpoints, watermarks and metrics.
+            let cpu0 = cpu_seconds("self");
+            tokio::time::sleep(IDLE_WINDOW).await;
+            let idle_cpu = (cpu_seconds("self") - cpu0) / IDLE_WINDOW.as_secs_f64();
+            tokio::time::sleep(settle.saturating_sub(IDLE_WINDOW)).await;
             wait_for_state_settled(&metrics, Duration::from_secs(2)).await;
             let (heap2, rss2) = (live(), rss());
             stop.stop();
@@ -232,6 +243,7 @@ fn run_case(watches: usize, per_watch: usize, settle: Duration) -> Case {
                 heap_settled: per(heap0, heap2),
                 resident_settled: per(rss0, rss2),
                 start_seconds,
+                idle_cpu,
             }
         };
         let (result, case) = tokio::join!(run, measure);
@@ -433,8 +445,8 @@ fn main() {
         let n: Vec<u64> = case.split(':').map(|x| x.parse().unwrap()).collect();
         let c = run_case(n[0] as usize, n[1] as usize, Duration::from_secs(n[2]));
         println!(
-            "{} {} {} {} {}",
-            c.heap, c.resident, c.heap_settled, c.resident_settled, c.start_seconds
+            "{} {} {} {} {} {}",
+            c.heap, c.resident, c.heap_settled, c.resident_settled, c.start_seconds, c.idle_cpu
         );
         return;
     }
@@ -445,11 +457,11 @@ fn main() {
     let per_watch = env_or("SCALE_SEEN_PER_WATCH", 100);
     let settle = env_or("SCALE_SETTLE", if smoke { 0 } else { 35 });
 
-    let i = run_fresh(&format!("{idle}:0:0"), 5);
+    let i = run_fresh(&format!("{idle}:0:0"), 6);
     // The same number of idle watches as the seen case has: what a watch costs besides its
     // outputs, fixed costs shared out alike (a million watches share them far thinner).
-    let i_seen = run_fresh(&format!("{seen_watches}:0:0"), 5);
-    let s = run_fresh(&format!("{seen_watches}:{per_watch}:{settle}"), 5);
+    let i_seen = run_fresh(&format!("{seen_watches}:0:0"), 6);
+    let s = run_fresh(&format!("{seen_watches}:{per_watch}:{settle}"), 6);
     let start = run_fresh(&format!("start:{starts}:tansu"), 3);
     let start_kafka = run_fresh(&format!("start:{starts}:kafka"), 3);
     let per_output = |watch: f64, idle: f64| (watch - idle) / per_watch as f64;
@@ -485,6 +497,12 @@ fn main() {
         per_output(s[2], i_seen[0]),
         per_output(s[3], i_seen[1]),
         met(per_output(s[2], i_seen[0]), 20.0)
+    );
+    println!(
+        "\nWith all {idle} watches idle (each polled, its next poll an hour away), the bridge \
+         used {:.1}% of one core over {} s: its checkpoints, watermarks and metrics.",
+        i[5] * 100.0,
+        IDLE_WINDOW.as_secs()
     );
     let start_ratio = start[1] / start[0];
     println!(
