@@ -479,9 +479,19 @@ impl Broker {
         let mut remaining: HashMap<i32, i64> = HashMap::new();
         for element in assignment.elements() {
             let p = element.partition();
-            let (low, high) = consumer
-                .fetch_watermarks(topic, p, Duration::from_secs(20))
-                .unwrap_or_else(|e| panic!("offsets of {topic}/{p}: {e}"));
+            // Asked again while it fails: a topic just created may have no leader yet
+            // (Apache Kafka answers `NotLeaderForPartition` for a moment).
+            let asked = std::time::Instant::now();
+            let (low, high) = loop {
+                match consumer.fetch_watermarks(topic, p, Duration::from_secs(20)) {
+                    Ok(offsets) => break offsets,
+                    Err(e) if asked.elapsed() < Duration::from_secs(20) => {
+                        eprintln!("offsets of {topic}/{p}: {e}; asking again");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(e) => panic!("offsets of {topic}/{p}: {e}"),
+                }
+            };
             if high > low {
                 remaining.insert(p, high);
             }
