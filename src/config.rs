@@ -119,7 +119,7 @@ pub struct RunArgs {
         long,
         env = "WATCHBRIDGE_INPUT_HOLD_BYTES",
         value_name = "WATCHBRIDGE_INPUT_HOLD_BYTES",
-        default_value_t = 4 << 20
+        default_value_t = 16 << 20
     )]
     pub input_hold_bytes: usize,
     /// Most polls per second to one host (unset: no limit); bursts up to the same number.

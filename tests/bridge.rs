@@ -484,7 +484,7 @@ async fn a_full_producer_queue_pauses_input_and_loses_nothing() {
         "WATCHBRIDGE_LOG",
         "info,watchbridge::kafka::consumer=debug".into(),
     ));
-    // Held past 64 KiB (4 MiB by default), the partition's next inputs pause it.
+    // Held past 64 KiB (16 MiB by default), the partition's next inputs pause it.
     env.push(("WATCHBRIDGE_INPUT_HOLD_BYTES", "65536".into()));
     // The inputs are all there before the bridge starts, so it reads them faster than it
     // can produce their outputs.

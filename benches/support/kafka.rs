@@ -165,7 +165,7 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         poll_jitter: 0.1,
         termination: "never".into(),
         max_in_flight: 256,
-        input_hold_bytes: 4 << 20,
+        input_hold_bytes: 16 << 20,
         host_rate: None,
         create_topics: true,
         partitions,

@@ -172,7 +172,7 @@ fn bridge_config(args: &DemoArgs, formats: FormatArgs) -> Result<RunConfig, Conf
         poll_jitter: 0.1,
         termination: args.termination.clone(),
         max_in_flight: args.max_in_flight,
-        input_hold_bytes: 4 << 20,
+        input_hold_bytes: 16 << 20,
         host_rate: args.host_rate,
         create_topics: true,
         partitions: PARTITIONS,

@@ -355,14 +355,16 @@ impl<P: Resolve> Partitions<P> {
     /// partition once it holds too much.
     ///
     /// The hold: how much a partition's task may fall behind (bytes of held inputs, see
-    /// [`held_size`]) before its partition is paused: `WATCHBRIDGE_INPUT_HOLD_BYTES`, 4 MiB by
+    /// [`held_size`]) before its partition is paused: `WATCHBRIDGE_INPUT_HOLD_BYTES`, 16 MiB by
     /// default. Pausing is not free: librdkafka drops what it had fetched ahead for the
     /// partition and fetches it again on resume, so pausing as soon as the task's channel is
     /// full made a burst of new watches fetch each input many times over (Tansu on SQLite,
     /// which reads each record's headers with a query of its own, then spent its core on
-    /// re-reads and started ~2,500 watches/s). Holding about what a few fetches bring
-    /// (librdkafka's `max.partition.fetch.bytes` is 1 MiB) before pausing makes a pause rare and
-    /// its re-fetch small next to what was read.
+    /// re-reads and started ~2,500 watches/s). Holding about what librdkafka itself reads
+    /// ahead for a partition (`queued.min.messages`, 100,000 records: 18 MiB of small inputs
+    /// as the hold counts them) makes a pause rare: with 4 MiB, 200,000 small inputs on 4
+    /// partitions paused each partition once or twice and the re-reads halved the rate at
+    /// which the bridge read them (`benches/scale.rs`: 17,319 against 30,621 watches/s).
     fn route(&self, consumer: &BaseConsumer<BridgeContext<P>>, partition: i32, message: Feed) {
         let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
         let Some(a) = assigned.get_mut(&partition) else {
