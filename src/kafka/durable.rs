@@ -155,6 +155,17 @@ impl LiveWatch {
         self.origin = Self::NO_ORIGIN;
         origin
     }
+
+    /// Its watch record as it stands, listing `chunks` seen chunks (not finished).
+    fn record(&self, key: &Bytes, chunks: u32) -> WatchRecord {
+        WatchRecord::from_progress(
+            key.clone(),
+            &self.input.registration(),
+            self.progress,
+            self.next_poll,
+            chunks,
+        )
+    }
 }
 
 /// A state record to produce, and the input offset its acknowledgement lets commit.
@@ -357,7 +368,7 @@ impl DurableState {
                 in_flight: 0,
                 dirty,
                 progressed: false,
-                touched: false,
+                touched: dirty,
                 written_at: next_poll,
                 origin: LiveWatch::NO_ORIGIN,
                 relies_on,
@@ -365,7 +376,7 @@ impl DurableState {
             }),
         );
         if dirty {
-            self.touch(&key);
+            self.touched.push(key);
         }
     }
 
@@ -517,14 +528,14 @@ impl DurableState {
                 in_flight: 0,
                 dirty: true,
                 progressed: false,
-                touched: false,
+                touched: true,
                 written_at: next_poll,
                 origin: displaced.map_or(origin, |d| d.min(origin)),
                 relies_on,
                 ending: None,
             }),
         );
-        self.touch(&key);
+        self.touched.push(key);
         Ok(displaced.map(|d| d.max(origin)))
     }
 
@@ -818,14 +829,8 @@ impl Visit<'_> {
         let first = origin.is_some() && w.relies_on == 0;
         if first && !done && stale == 0 && w.journal.pending() == 0 && w.journal.chunks() == 0 {
             // New, with nothing seen: its record goes into this checkpoint's starts.
-            let record = WatchRecord::from_progress(
-                key.clone(),
-                &w.input.registration(),
-                w.progress,
-                w.next_poll,
-                0,
-            );
-            self.new_watches.push((key.clone(), record, origin));
+            self.new_watches
+                .push((key.clone(), w.record(key, 0), origin));
             w.dirty = false;
             w.progressed = false;
             w.written_at = self.now;
@@ -843,13 +848,7 @@ impl Visit<'_> {
         }
         if done && !failed {
             let chunks = w.journal.chunks().max(stale);
-            let mut record = WatchRecord::from_progress(
-                key.clone(),
-                &w.input.registration(),
-                w.progress,
-                w.next_poll,
-                0,
-            );
+            let mut record = w.record(key, 0);
             record.finished = w.ending.take().map(|f| *f);
             self.writes
                 .push(self.to.write(record.to_entry(), origin.into()));
@@ -865,13 +864,7 @@ impl Visit<'_> {
             self.writes
                 .push(self.to.write(chunk.to_entry(key), Origins::None));
         }
-        let mut record = WatchRecord::from_progress(
-            key.clone(),
-            &w.input.registration(),
-            w.progress,
-            w.next_poll,
-            w.journal.chunks(),
-        );
+        let mut record = w.record(key, w.journal.chunks());
         if failed {
             record.finished = w.ending.take().map(|f| *f);
         }
