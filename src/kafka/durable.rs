@@ -632,6 +632,7 @@ impl DurableState {
     pub fn checkpoint_records(&mut self, now: Millis, last: bool) -> Vec<StateWrite> {
         let to = self.target();
         let mut writes = Vec::new();
+        self.sends.release_idle_capacity();
         for seq in std::mem::take(&mut self.starts_deleting) {
             self.starts.remove(&seq);
         }
@@ -914,9 +915,6 @@ struct Sends {
 }
 
 impl Sends {
-    /// Slots kept between bursts.
-    const KEPT: usize = 4096;
-
     fn sent(&mut self) -> SendTicket {
         self.slots.push_back(None);
         SendTicket(self.first + self.slots.len() as u64 - 1)
@@ -946,6 +944,14 @@ impl Sends {
         self.advance(covered);
     }
 
+    /// Give back what a burst of outputs in flight at once (24 bytes each) made the queue
+    /// grow to, once none is in flight (at each checkpoint).
+    fn release_idle_capacity(&mut self) {
+        if self.slots.is_empty() {
+            self.slots = std::collections::VecDeque::new();
+        }
+    }
+
     fn advance(&mut self, covered: &mut [i64]) {
         while let Some(Some(landed)) = self.slots.front().copied() {
             self.slots.pop_front();
@@ -958,10 +964,6 @@ impl Sends {
                     *c = (*c).max(offset + 1);
                 }
             }
-        }
-        if self.slots.is_empty() && self.slots.capacity() > Self::KEPT {
-            // A burst had its outputs in flight at once (24 bytes each): not kept after.
-            self.slots = std::collections::VecDeque::new();
         }
         while self
             .floors
@@ -1065,18 +1067,25 @@ mod tests {
         let mut s = state();
         let key = Bytes::from_static(b"w");
         start(&mut s, &key, 9, &[]);
-        let tickets: Vec<SendTicket> = (0..20_000).map(|_| s.output_sent(&key)).collect();
-        assert!(s.sends.slots.capacity() >= 20_000);
+        let burst = 1_000;
+        let tickets: Vec<SendTicket> = (0..burst).map(|_| s.output_sent(&key)).collect();
+        assert!(s.sends.slots.capacity() >= burst);
+        s.checkpoint_records(1, false);
+        assert!(s.sends.slots.capacity() >= burst, "kept while in flight");
         for (i, ticket) in tickets.into_iter().enumerate() {
             s.output_acknowledged(&key, hash_key(&i.to_le_bytes()), ticket, 0, i as i64);
         }
         assert!(s.sends.slots.is_empty());
-        assert!(
-            s.sends.slots.capacity() <= Sends::KEPT,
-            "{} slots kept after the burst",
-            s.sends.slots.capacity()
+        s.checkpoint_records(2, false);
+        assert_eq!(
+            s.sends.slots.capacity(),
+            0,
+            "slots kept after the burst, at the next checkpoint"
         );
-        assert_eq!(s.covered[0], 20_000, "every acknowledged output covered");
+        assert_eq!(
+            s.covered[0], burst as i64,
+            "every acknowledged output covered"
+        );
     }
 
     #[test]

@@ -44,9 +44,6 @@ pub(super) enum Delivery {
     RetryDue(Pending),
 }
 
-/// Slots kept for records in flight once all have been reported: more were a burst.
-const KEPT_SLOTS: usize = 4096;
-
 /// The records this task handed to the producer whose reports have not come back, and
 /// those waiting to be sent again. A record's token (`reports.rs`) names its slot here; the
 /// reports come back through the task's route in batches.
@@ -116,6 +113,29 @@ impl Deliveries {
         }
     }
 
+    /// Give back what a burst made the buffers grow to, once it is over (nothing in
+    /// flight, every report handled). Called at each checkpoint: a busy partition keeps
+    /// its buffers, an idle one holds none (up to a producer queue of records, a few hundred
+    /// bytes each, on every partition an instance owns).
+    pub(super) fn release_idle_capacity(&mut self) {
+        if self.in_flight == 0 {
+            self.slots = Vec::new();
+            self.free = Vec::new();
+        }
+        if self.handled == self.batch.len() {
+            self.batch = Vec::new();
+            self.handled = 0;
+        }
+    }
+
+    /// Heap bytes held by the buffers (slots, free list, reports taken).
+    #[cfg(test)]
+    fn buffer_bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Option<Pending>>()
+            + self.free.capacity() * std::mem::size_of::<u32>()
+            + self.batch.capacity() * std::mem::size_of::<Report>()
+    }
+
     /// Send `pending` again once `after` has passed.
     fn retry(&mut self, after: Duration, pending: Pending) {
         self.retries.push(
@@ -137,12 +157,6 @@ impl Deliveries {
                 if let Some(pending) = self.slots.get_mut(slot as usize).and_then(Option::take) {
                     self.free.push(slot);
                     self.in_flight -= 1;
-                    if self.in_flight == 0 && self.slots.len() > KEPT_SLOTS {
-                        // After a burst (up to the producer's queue of records, a few
-                        // hundred bytes each): give the memory back once all are reported.
-                        self.slots = Vec::new();
-                        self.free = Vec::new();
-                    }
                     return Some(Delivery::Done(pending, outcome));
                 }
             }
@@ -445,5 +459,72 @@ fn failure_label(error: &KafkaError) -> String {
             .next()
             .unwrap_or("other")
             .to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka::health::{BrokerHealth, KafkaContext};
+    use crate::kafka::stats::ProducerStats;
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::Producer;
+
+    /// A producer that never reaches a broker: records wait in its queue, and the test
+    /// reports them itself through the producer's routes.
+    fn producer() -> BridgeProducer {
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let health = BrokerHealth::new("127.0.0.1:9", metrics.clone());
+        ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:9")
+            .create_with_context(ProducerStats::new(metrics, KafkaContext::new(health)))
+            .expect("a producer")
+    }
+
+    fn state_record(n: usize) -> Pending {
+        let topic: Arc<str> = Arc::from("state");
+        Pending {
+            record: OutRecord::state(&topic, 0, n.to_le_bytes().to_vec(), None),
+            origin: Origins::None,
+            attempt: 1,
+            kind: Kind::State,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_burst_s_buffers_are_given_back_once_it_is_over() {
+        let producer = producer();
+        let mut deliveries = Deliveries::new(&producer);
+        let burst = 1_000;
+        for n in 0..burst {
+            assert!(deliveries.send(&producer, state_record(n)).is_ok());
+        }
+        let routes = producer.context().routes.clone();
+        for slot in 0..burst as u32 {
+            routes.deliver(deliveries.route.token(slot), Ok((0, i64::from(slot))));
+        }
+        // While reports are still coming, nothing is given back.
+        for _ in 0..burst / 2 {
+            assert!(matches!(deliveries.next().await, Some(Delivery::Done(..))));
+        }
+        deliveries.release_idle_capacity();
+        assert!(
+            deliveries.buffer_bytes() > 0,
+            "half the burst is still in flight"
+        );
+        for _ in burst / 2..burst {
+            assert!(matches!(deliveries.next().await, Some(Delivery::Done(..))));
+        }
+        assert!(deliveries.is_empty());
+        let held = deliveries.buffer_bytes();
+        assert!(
+            held > burst * 100,
+            "the burst grew the buffers ({held} bytes)"
+        );
+        deliveries.release_idle_capacity();
+        assert_eq!(deliveries.buffer_bytes(), 0, "the burst is over");
+        // And they grow again for the next one.
+        assert!(deliveries.send(&producer, state_record(0)).is_ok());
+        assert_eq!(deliveries.len(), 1);
     }
 }

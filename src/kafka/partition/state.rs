@@ -121,6 +121,11 @@ impl<P: Resolve> PartitionTask<P> {
     /// one is acknowledged (so the checkpoint covers every output), its state records go
     /// in, then the input position, then the commit.
     pub(super) async fn checkpoint(&mut self, last: bool) -> Result<(), transaction::Failure> {
+        // What a burst of outputs or inputs grew, given back once the burst is over.
+        self.deliveries.release_idle_capacity();
+        if self.starting.is_empty() {
+            self.starting = VecDeque::new();
+        }
         if self.txn.is_none() {
             if self.checkpoint_in_flight == 0 {
                 let writes = self
