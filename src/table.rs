@@ -351,8 +351,11 @@ fn slot_key<I>(slots: &Pages<Slot<I>>, slot: u32) -> Option<&[u8]> {
 /// unused tail of the last page is (4,096 × 104 bytes ≈ 416 KiB at most).
 const PAGE: usize = 4096;
 
-/// A growable array in fixed pages: appending never copies or over-allocates more than
-/// one page, and an element's index never changes.
+/// A growable array in fixed pages: appending never copies more than the first page or
+/// over-allocates more than one page, and an element's index never changes. The first page
+/// grows as a `Vec` does, up to [`PAGE`] (a table with a few watches holds a few slots,
+/// not 416 KiB: an instance has a table per partition it owns); every later page is
+/// allocated whole.
 struct Pages<T> {
     pages: Vec<Vec<T>>,
     len: usize,
@@ -370,12 +373,22 @@ impl<T> Default for Pages<T> {
 impl<T> Pages<T> {
     /// Append, returning the new element's index.
     fn push(&mut self, value: T) -> u32 {
-        if self.len.is_multiple_of(PAGE) {
-            self.pages.push(Vec::with_capacity(PAGE));
-        }
         let index = self.len;
-        // The page was created with exactly PAGE capacity and is never pushed past it.
-        self.pages[index / PAGE].push(value);
+        if index.is_multiple_of(PAGE) {
+            self.pages.push(if index == 0 {
+                Vec::new()
+            } else {
+                Vec::with_capacity(PAGE)
+            });
+        }
+        let page = &mut self.pages[index / PAGE];
+        if page.len() == page.capacity() {
+            // Only the first page is ever full below PAGE: double it, at most to PAGE.
+            let grown = (page.capacity() * 2).clamp(8, PAGE);
+            page.reserve_exact(grown - page.len());
+        }
+        // No page is pushed past PAGE: a full one is followed by a new page.
+        page.push(value);
         self.len += 1;
         index as u32
     }
@@ -391,6 +404,12 @@ impl<T> Pages<T> {
     }
 
     /// For indexes the table handed out itself (always in range).
+    /// Heap bytes of the pages (their capacity).
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
+        self.pages.iter().map(Vec::capacity).sum::<usize>() * std::mem::size_of::<T>()
+    }
+
     fn at(&self, index: u32) -> &T {
         let i = index as usize;
         &self.pages[i / PAGE][i % PAGE]
@@ -429,6 +448,29 @@ mod tests {
     fn a_slot_stays_small() {
         // A million idle watches are one slot each; docs/architecture.md accounts for this.
         assert!(std::mem::size_of::<Slot<()>>() <= 104);
+    }
+
+    #[test]
+    fn a_small_table_holds_a_small_slab_and_a_large_one_whole_pages() {
+        // An instance owns many partitions, each with a table: one with a few watches must
+        // not hold a whole page (416 KiB); one past the first page grows a page at a time.
+        let mut t = table("never");
+        for n in 0..10 {
+            t.insert(key(&format!("w{n}")), Arc::new(()), 0, 0).unwrap();
+        }
+        let slot = std::mem::size_of::<Slot<()>>();
+        assert!(
+            t.slots.heap_bytes() <= 16 * slot,
+            "{} bytes of slots for 10 watches",
+            t.slots.heap_bytes()
+        );
+        for n in 10..PAGE + 1 {
+            t.insert(key(&format!("w{n}")), Arc::new(()), 0, 0).unwrap();
+        }
+        assert_eq!(t.slots.heap_bytes(), 2 * PAGE * slot, "two whole pages");
+        for n in [0, 9, PAGE - 1, PAGE] {
+            assert!(t.contains_key(format!("w{n}").as_bytes()), "w{n}");
+        }
     }
 
     #[test]
