@@ -647,9 +647,12 @@ async fn a_partition_taken_over_by_another_instance_continues_from_its_last_wate
         assert!(Instant::now() < deadline, "{}", first.log());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let mut second = Bridge::start(&e);
     let (code, _) = first.terminate();
     assert_eq!(code, Some(0));
+    // Started once the first has left the group: on Tansu a member joining while another
+    // leaves got no assignment for over 60 s under a loaded CI run (../shared/notes/
+    // tansu-0.6.md, group membership); live rebalances are tests/bridge.rs's subject.
+    let mut second = Bridge::start(&e);
     // Everything from here on is the second instance's: the first has stopped.
     let (_, first_stopped_at) = broker().offsets(&t.watermarks, 0);
     let before = watermark_messages(&t.watermarks).await;
