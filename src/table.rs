@@ -403,13 +403,13 @@ impl<T> Pages<T> {
         self.pages.get_mut(i / PAGE)?.get_mut(i % PAGE)
     }
 
-    /// For indexes the table handed out itself (always in range).
     /// Heap bytes of the pages (their capacity).
     #[cfg(test)]
     fn heap_bytes(&self) -> usize {
         self.pages.iter().map(Vec::capacity).sum::<usize>() * std::mem::size_of::<T>()
     }
 
+    /// For indexes the table handed out itself (always in range).
     fn at(&self, index: u32) -> &T {
         let i = index as usize;
         &self.pages[i / PAGE][i % PAGE]
