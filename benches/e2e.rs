@@ -59,7 +59,7 @@ use watchbridge::formats::{InputFormat, OutputFormat};
 use watchbridge::kafka::records;
 use watchbridge::metrics::Metrics;
 use watchbridge::poll::{Output, PollError, PollResult, Poller};
-use watchbridge::pollers::{RenderError, Resolve};
+use watchbridge::pollers::{OutputKeyReader, RenderError, Resolve};
 use watchbridge::seen::hash_key;
 
 #[path = "support/mod.rs"]
@@ -168,8 +168,11 @@ impl Workload {
             let outputs = (0..s.per_watch)
                 .map(|j| {
                     let event_time = base + j as Millis;
-                    let mut value =
-                        format!(r#"{{"watch":{n},"item":{j},"at":{event_time},"pad":""#);
+                    // The item carries its key, as an API's items carry their ids (what
+                    // a recovery reads an output's identity back from).
+                    let mut value = format!(
+                        r#"{{"id":"item-{n}-{j}","watch":{n},"item":{j},"at":{event_time},"pad":""#
+                    );
                     let pad = VALUE_BYTES.saturating_sub(value.len() + 2);
                     value.extend(std::iter::repeat_n('x', pad));
                     value.push_str("\"}");
@@ -207,6 +210,14 @@ impl Poller for Prepared {
 impl Resolve for Prepared {
     fn resolve(&self, value: &Value, _key: &[u8]) -> Result<usize, RenderError> {
         input_id(value)
+    }
+
+    /// An output's key is its item's `id`, as with the HTTP poller's `/id`.
+    fn output_key_reader(&self) -> Option<OutputKeyReader> {
+        Some(Arc::new(|value: &[u8]| {
+            let item: Value = serde_json::from_slice(value).ok()?;
+            Some(item.get("id")?.as_str()?.to_owned().into())
+        }))
     }
 }
 

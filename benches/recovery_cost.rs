@@ -760,6 +760,7 @@ fn main() {
             output_topic: output.as_str().into(),
             output_partitions: PARTITIONS,
             read_outputs: true,
+            output_keys: None,
         }
     };
     let (now_source, before_source) = (source(&config.state_topic), source(&before_topic));

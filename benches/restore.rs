@@ -374,6 +374,7 @@ fn main() {
         output_topic: OUTPUT.into(),
         output_partitions: 1,
         read_outputs: true,
+        output_keys: None,
     };
 
     // Each partition as its task recovers it: read, then plan. The bridge runs the

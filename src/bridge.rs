@@ -18,6 +18,7 @@
 
 use crate::clock::Clock;
 use crate::config::{Mode, RunConfig};
+use crate::formats::output::OutputEncoder;
 use crate::internal_events::StopGaveUp;
 use crate::kafka::client::{
     client_config, ensure_topics, log_properties, wait_for_brokers, KafkaSetupError,
@@ -34,7 +35,7 @@ use crate::kafka::partition::{
     Bounds, Shared, StateSettings, TransactionSettings, WatermarkSettings,
 };
 use crate::kafka::properties::ClientKind;
-use crate::kafka::records::OutputHeaders;
+use crate::kafka::records::OutputLayout;
 use crate::kafka::recovery::RecoverySource;
 use crate::kafka::stats::{self, BridgeProducer, ProducerStats};
 use crate::limits::Limits;
@@ -223,6 +224,23 @@ pub async fn run_bridge<P: Resolve>(
     let clock = Clock::system();
     let watermark_read_back = WatermarkTopic::shared(&config.input_topic, layout.input_partitions);
     let watermarks_read = Arc::new(AtomicI64::new(0));
+    // Outputs' identities read back from their values: where the poller can, and the values
+    // are its items as it gave them (not Avro, whose datums a recovery would decode).
+    let output_keys = match formats.encoder.as_ref() {
+        OutputEncoder::Json => poller.output_key_reader(),
+        OutputEncoder::Avro { .. } => None,
+    };
+    // `wb-id` only where a recovery reads outputs back and could not tell them apart
+    // without it: not with at_least_once (which reads none), nor in the exactly-once mode,
+    // whose every commit holds the hashes of the outputs it commits (a checkpoint settles
+    // every record first).
+    let output_layout = OutputLayout::choose(
+        config.output_headers,
+        layout.input_partitions,
+        layout.output_partitions,
+        guarantee == Guarantee::Recovery,
+        output_keys.is_some(),
+    );
     let shared = Arc::new(Shared {
         poller,
         producer: producer.clone(),
@@ -231,13 +249,7 @@ pub async fn run_bridge<P: Resolve>(
         dlq_topic: config.dlq_topic.as_str().into(),
         decoder: formats.decoder,
         encoder: formats.encoder,
-        // `wb-id` where a recovery needs it to read outputs back: not with at_least_once
-        // (which reads none), nor in the exactly-once mode, whose every commit holds the
-        // hashes of the outputs it commits (a checkpoint settles every record first).
-        output_headers: OutputHeaders {
-            recovery_id: guarantee == Guarantee::Recovery,
-            ..config.output_headers
-        },
+        output_layout,
         rules: config.rules.clone(),
         poll_timeout: config.poll_timeout,
         limits: Limits::new(config.max_in_flight, config.host_rate),
@@ -273,6 +285,7 @@ pub async fn run_bridge<P: Resolve>(
                 output_topic: config.output_topic.as_str().into(),
                 output_partitions: layout.output_partitions,
                 read_outputs: guarantee != Guarantee::AtLeastOnce,
+                output_keys,
             },
             finished_retention: config.finished_retention,
             checkpoint_interval: config.checkpoint_interval,

@@ -506,6 +506,9 @@ pub struct PartitionRecovered {
     pub outputs_read: u64,
     /// Outputs of this partition's watches found past the last checkpoint.
     pub outputs_recovered: usize,
+    /// Outputs in this partition's namesake without `wb-id` whose identity the poller
+    /// could not read from their value: their watches may emit them again.
+    pub outputs_unidentified: u64,
     pub undecodable: u64,
     pub took: std::time::Duration,
 }
@@ -523,6 +526,15 @@ impl PartitionRecovered {
             took_ms = self.took.as_millis() as u64,
             "partition state restored"
         );
+        if self.outputs_unidentified > 0 {
+            tracing::warn!(
+                partition = self.partition,
+                outputs = self.outputs_unidentified,
+                "outputs read back whose identity the poller could not read from their value \
+                 (written by another poller's settings, or not by watchbridge): if they are \
+                 this partition's, their watches emit them again"
+            );
+        }
         m.recovery_duration.observe(self.took.as_secs_f64());
         m.partitions_recovering.dec();
         m.outputs_recovered.inc_by(self.outputs_recovered as u64);

@@ -592,10 +592,9 @@ async fn the_readme_walkthrough_feeds_and_reads_with_the_bundled_clients() {
         "{printed}"
     );
     // The default headers, as the README shows them (the test support asks for the
-    // readable ones; this test does not): only the short binary one a recovery reads, in
-    // the `recovery` mode (Tansu); none in the exactly-once mode (Apache Kafka).
-    let recovery_mode = broker().kind() == support::kafka::BrokerKind::Tansu;
-    assert_eq!(lines[0].contains(" wb-id=0x"), recovery_mode, "{printed}");
+    // readable ones; this test does not): none, in either mode (a recovery reads the HTTP
+    // poller's item keys back from the values).
+    assert!(!lines[0].contains("wb-id"), "{printed}");
     assert!(!lines[0].contains("watchbridge-output-key"), "{printed}");
     assert!(lines[1].contains(r#""id":"u4-b""#), "{printed}");
     // Stopped, `consume -e` reads the topic to its end again: those two, nothing more.
@@ -945,8 +944,8 @@ async fn refused_output(together: bool) {
 /// the producer's queue is full of outputs: the bridge stops (exit 0) and a restart emits
 /// the rest, exactly once (the output topic read to its end and counted). How long the
 /// stop takes and what it committed: the next test (a bug). With the default output
-/// headers (issue 19): the restart's read-back knows the outputs delivered after the last
-/// checkpoint by their `wb-id` alone (outputs told apart here by their values' ids).
+/// headers (issue 19): none; the restart's read-back knows the outputs delivered after the
+/// last checkpoint by where they are and by the item keys in their values.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_with_polls_and_outputs_in_flight_and_a_restart_emit_every_output_once() {
     sigterm_in_flight(false, Duration::from_secs(5)).await;
@@ -1124,12 +1123,9 @@ async fn sigterm_in_flight(strict: bool, shutdown_timeout: Duration) {
     }
     let all = outputs_to_end(&s.output).await;
     if !strict {
-        // Nothing but `wb-id` to recover by (and `watchbridge-late` on a late output); in
-        // the exactly-once mode (Apache Kafka), no header at all.
-        let expected: &[&str] = match broker().kind() {
-            support::kafka::BrokerKind::Tansu => &["wb-id"],
-            _ => &[],
-        };
+        // No header to recover by (but `watchbridge-late` on a late output), in either mode:
+        // the restart read the outputs' identities from their values.
+        let expected: &[&str] = &[];
         for m in &all {
             let names: Vec<&str> = m.headers().map_or(vec![], |h| {
                 h.iter()

@@ -16,8 +16,10 @@
 //! - in each output partition, in offset order, no input partition's in-band marker goes
 //!   below one before it;
 //! - no output without `watchbridge-late: true` has an event time (its record timestamp)
-//!   below a marker of its own input partition (from its `wb-id` header, which
-//!   must be its key's partition) that its output partition carried before it.
+//!   below a marker of its own input partition (its key's) that its output partition
+//!   carried before it;
+//! - every output sits in the output partition numbered as its input partition, with no
+//!   header (besides `watchbridge-late`): what a recovery tells outputs apart by.
 //!
 //! `"watermark_ms":i64::MIN` (no watermark yet, with `"idle":true`) is a value like any other
 //! there, the lowest. Late-flagged outputs are counted in the summary line.
@@ -50,7 +52,7 @@
 mod support;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::OwnedMessage;
+use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
@@ -193,12 +195,12 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
         ),
         ("KAFKA_HEARTBEAT_INTERVAL_MS", "1000".into()),
         ("WATCHBRIDGE_GUARANTEE", guarantee.clone()),
-        // The default output headers (the test support asks for all): recovery by `wb-id`
-        // alone; outputs told apart here by their values' ids.
+        // The default output headers (the test support asks for all): none; a recovery reads
+        // each output's identity from its value. Outputs told apart here by their values' ids.
         ("WATCHBRIDGE_OUTPUT_HEADERS", "none".into()),
         // Checkpoints far apart (`CHAOS_CHECKPOINT_INTERVAL`): a SIGKILL finds many outputs
         // acknowledged since the last one, which only the recovery's read-back of the output
-        // topic knows (with the read-back's `wb-id` ignored, Tansu runs reported
+        // topic knows (with the read-back's identities ignored, Tansu runs reported
         // duplicated=40). Not on Apache Kafka by default: there, with 3 s, the `recovery`
         // mode emits a few watches' first outputs again (2 of 6 runs, 5 and 6 duplicates;
         // 1 of 3 runs of the code before issue 19 too, 11), a known bug (docs/architecture.md,
@@ -467,23 +469,37 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
         println!("{violations}");
     }
 
-    // The output headers of the mode: `wb-id` alone where a recovery reads outputs back,
-    // none in the exactly-once mode (its commits hold every output's hash).
+    // No output header in any mode (the HTTP poller's outputs, as many output partitions as
+    // input partitions): a recovery reads an output's identity from its value and its
+    // input partition from where it is.
     let outputs: Vec<&OwnedMessage> = records
         .iter()
         .filter(|m| header(m, "watchbridge-control").is_none())
         .collect();
-    let with_id = outputs
+    let with_headers = outputs
         .iter()
-        .filter(|m| header(m, "wb-id").is_some())
+        .filter(|m| {
+            m.headers()
+                .is_some_and(|h| h.iter().any(|h| h.key != "watchbridge-late"))
+        })
         .count();
-    let exactly_once_mode = broker().kind() == BrokerKind::Kafka
-        && matches!(guarantee.as_str(), "auto" | "exactly_once");
-    let expected_with_id = if exactly_once_mode { 0 } else { outputs.len() };
+    // The topics have as many partitions: every output sits in its input partition's
+    // namesake (what a recovery tells whose it is by, without a header).
+    let misplaced: Vec<String> = outputs
+        .iter()
+        .filter(|m| input_partition_of_key(m.key().unwrap_or_default()) != Some(m.partition()))
+        .map(|m| format!("{}:{}", m.partition(), m.offset()))
+        .take(5)
+        .collect();
     assert!(
-        !outputs.is_empty() && with_id == expected_with_id,
-        "outputs with a wb-id header: {with_id}, expected {expected_with_id} (guarantee \
+        misplaced.is_empty(),
+        "outputs not in their input partition's namesake (partition:offset): {misplaced:?}"
+    );
+    assert!(
+        !outputs.is_empty() && with_headers == 0,
+        "outputs with a header besides watchbridge-late: {with_headers} of {} (guarantee \
          {guarantee} on {})",
+        outputs.len(),
         broker().kind().name()
     );
     assert!(
@@ -726,7 +742,7 @@ impl Watermarks {
                 support::kafka::output_key(m)
             );
             let by_key = input_partition_of_key(key);
-            // None in the exactly-once mode, where outputs carry no header at all.
+            // A header naming it where one is asked for (none by default).
             let by_header: Option<i32> = support::kafka::input_partition(m);
             if by_header.is_some() && by_header != by_key {
                 w.wrong_input_partition.push(format!(

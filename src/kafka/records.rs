@@ -1,11 +1,16 @@
 //! The records watchbridge writes: one per new output, and dead letters.
 //!
 //! An output record: key = watch key, timestamp = the output's event time, value = the
-//! output. In the `recovery` mode it carries one header, `wb-id` (20 bytes: the XXH3-128
-//! hash of the output's identity, then the number of the input partition whose watch found
-//! it, both big-endian): a recovery reads the output topic back and takes its own
-//! partition's outputs by it. None in the exactly-once mode (each commit holds the hashes
-//! of the outputs it commits) nor with `at_least_once` (which reads nothing back).
+//! output, partition = its input partition's number where the two topics have as many
+//! partitions ([`OutputLayout`]), else where the partitioner puts its key. No header by
+//! default: a recovery reads the output topic back and knows an output's watch by its key,
+//! its input partition by where it is, and its identity from its value (the poller's
+//! [`crate::pollers::OutputKeyReader`]). Where it cannot (the topics' partition counts
+//! differ, Avro outputs, a poller that cannot read keys back: the files pollers), the
+//! `recovery` mode adds one header, `wb-id` (20 bytes: the XXH3-128 hash of the output's
+//! identity, then the number of the input partition whose watch found it, both
+//! big-endian). None in the exactly-once mode (each commit holds the hashes of the outputs
+//! it commits) nor with `at_least_once` (which reads nothing back).
 //! Why so lean: every header costs librdkafka allocations on every output, and one halved a
 //! plain producer's rate (`make bench`). `WATCHBRIDGE_OUTPUT_HEADERS` adds readable ones
 //! ([`OutputHeaders`]): `watchbridge-output-key`, `watchbridge-input-partition` (decimal)
@@ -91,6 +96,41 @@ impl OutputHeaders {
     }
 }
 
+/// How outputs are written: their headers and their partition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutputLayout {
+    pub headers: OutputHeaders,
+    /// Each output goes to the output partition numbered as its input partition, not where
+    /// the partitioner puts its key, so that a recovery knows whose an output is from
+    /// where it is. A watch's outputs stay together (and in order) either way.
+    pub by_input_partition: bool,
+}
+
+impl OutputLayout {
+    /// The layout of a bridge whose input and output topics have `input_partitions` and
+    /// `output_partitions`: by input partition where they are as many; `wb-id` where a
+    /// recovery reads outputs back (`reads_back`) and could not tell them apart without it:
+    /// outputs placed by key (whose input partition is not where they are), or values it
+    /// cannot read identities from (`keys_from_values`: the poller reads keys back from
+    /// values and the values are the items as the poller returned them).
+    pub fn choose(
+        headers: OutputHeaders,
+        input_partitions: i32,
+        output_partitions: i32,
+        reads_back: bool,
+        keys_from_values: bool,
+    ) -> Self {
+        let by_input_partition = input_partitions == output_partitions;
+        Self {
+            headers: OutputHeaders {
+                recovery_id: reads_back && !(by_input_partition && keys_from_values),
+                ..headers
+            },
+            by_input_partition,
+        }
+    }
+}
+
 /// The `wb-id` header's value: the output's hash and the input partition, big-endian.
 pub fn recovery_id(hash: OutputHash, input_partition: i32) -> [u8; 20] {
     let mut id = [0; 20];
@@ -131,8 +171,8 @@ pub struct Source<'a> {
 }
 
 impl OutRecord {
-    /// One new output of the watch `watch_key`, whose identity hashes to `hash`, with the
-    /// headers `with` asks for.
+    /// One new output of the watch `watch_key` of `input_partition`, whose identity hashes
+    /// to `hash`, written as `layout` says.
     pub fn output(
         topic: &Arc<str>,
         watch_key: &Bytes,
@@ -140,8 +180,9 @@ impl OutRecord {
         hash: OutputHash,
         input_partition: i32,
         first_seen: Millis,
-        with: OutputHeaders,
+        layout: OutputLayout,
     ) -> Self {
+        let with = layout.headers;
         let mut headers: Vec<(HeaderName, Option<Bytes>)> = Vec::with_capacity(with.count());
         if with.recovery_id {
             let id = recovery_id(hash, input_partition);
@@ -160,7 +201,7 @@ impl OutRecord {
         }
         Self {
             topic: topic.clone(),
-            partition: None,
+            partition: layout.by_input_partition.then_some(input_partition),
             key: Some(watch_key.clone()),
             value: Some(output.value.clone()),
             // Kafka has no timestamps before the epoch; such an output goes without one.
@@ -386,7 +427,7 @@ mod tests {
         let topic: Arc<str> = "out".into();
         let output = Output::new("ev-9", "{\"a\":1}", 1_700_000_000_000);
         let hash = crate::seen::hash_key(b"ev-9");
-        let build = |with| {
+        let build = |headers| {
             OutRecord::output(
                 &topic,
                 &Bytes::from_static(b"user-1"),
@@ -394,7 +435,10 @@ mod tests {
                 hash,
                 3,
                 1_700_000_000_500,
-                with,
+                OutputLayout {
+                    headers,
+                    by_input_partition: false,
+                },
             )
         };
         // The default where a recovery reads outputs back: one short header.
@@ -433,9 +477,52 @@ mod tests {
             0,
             0,
             0,
-            OutputHeaders::default(),
+            OutputLayout::default(),
         );
         assert_eq!(early.timestamp, None);
+    }
+
+    #[test]
+    fn outputs_go_without_a_header_where_a_recovery_can_tell_them_apart_without_one() {
+        let none = OutputHeaders::default();
+        // As many partitions, keys read back from values: nothing but key, value, time, and
+        // the input partition's number as the partition.
+        let lean = OutputLayout::choose(none, 4, 4, true, true);
+        assert_eq!(
+            lean,
+            OutputLayout {
+                headers: none,
+                by_input_partition: true
+            }
+        );
+        let output = Output::new("ev-9", "{\"id\":\"ev-9\"}", 1_700_000_000_000);
+        let r = OutRecord::output(
+            &"out".into(),
+            &Bytes::from_static(b"user-1"),
+            &output,
+            crate::seen::hash_key(b"ev-9"),
+            3,
+            0,
+            lean,
+        );
+        assert_eq!((r.partition, r.headers.len()), (Some(3), 0));
+        // The identity cannot be read back from the value: `wb-id`.
+        let opaque = OutputLayout::choose(none, 4, 4, true, false);
+        assert!(opaque.headers.recovery_id && opaque.by_input_partition);
+        // The output topic has more partitions: placed by key, so `wb-id` names the input
+        // partition.
+        let wider = OutputLayout::choose(none, 4, 8, true, true);
+        assert!(wider.headers.recovery_id && !wider.by_input_partition);
+        // Nothing read back (at_least_once, exactly_once): no `wb-id` at all.
+        let unread = OutputLayout::choose(none, 4, 8, false, false);
+        assert!(!unread.headers.recovery_id);
+        // The readable headers asked for stay.
+        let asked = OutputHeaders::parse("output_key").unwrap();
+        assert!(
+            OutputLayout::choose(asked, 4, 4, true, true)
+                .headers
+                .output_key
+        );
     }
 
     #[test]

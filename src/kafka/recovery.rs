@@ -16,10 +16,10 @@
 
 use super::durable::DurableState;
 use super::health::KafkaContext;
-use super::records::{parse_recovery_id, INPUT_PARTITION, OUTPUT_KEY, RECOVERY_ID};
+use super::records::{parse_recovery_id, CONTROL, INPUT_PARTITION, OUTPUT_KEY, RECOVERY_ID};
 use crate::clock::Millis;
 use crate::engine::RestoreWatch;
-use crate::pollers::Resolve;
+use crate::pollers::{OutputKeyReader, ReadOutputKey, Resolve};
 use crate::reason::TerminatedReason;
 use crate::seen::{hash_key, OutputHash, SeenSet};
 use crate::state::{
@@ -56,6 +56,9 @@ pub struct RecoverySource {
     /// Whether to read the output topic back from the last checkpoint's offsets (not with
     /// `WATCHBRIDGE_GUARANTEE=at_least_once`: outputs written after it may come again).
     pub read_outputs: bool,
+    /// Reads the identity of an output without `wb-id` from its value (the poller's, where
+    /// it can and the values are its items as it gave them).
+    pub output_keys: Option<OutputKeyReader>,
 }
 
 /// What the state and output topics say about one input partition.
@@ -75,6 +78,9 @@ pub struct Found {
     pub read_to: Vec<i64>,
     pub state_records: u64,
     pub outputs_read: u64,
+    /// Outputs without `wb-id` in this partition's namesake whose identity could not be
+    /// read from their value (their watches may emit them again).
+    pub unidentified: u64,
     /// State records that did not decode (logged; left in place).
     pub undecodable: u64,
     /// Keys of seen chunks with no live watch record (left by a crash while a watch was
@@ -158,14 +164,23 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
             continue;
         }
         let from = offsets.get(&q).map_or(low, |&o| o.max(low));
+        // Outputs without `wb-id` are this partition's where they are in its namesake.
+        let keys = source.output_keys.as_deref().filter(|_| q == partition);
         read_to_end(&consumer, &source.output_topic, q, from, end, |m| {
             found.outputs_read += 1;
-            if let (Some(watch), Some(hash)) = (m.key(), output_of(m, partition, &wanted)) {
-                found
+            let Some(watch) = m.key() else { return };
+            let headers = |name: &str| {
+                let h = m.headers()?;
+                h.iter().find(|h| h.key == name).and_then(|h| h.value)
+            };
+            match output_of(headers, m.payload(), partition, &wanted, keys) {
+                Identified::Mine(hash) => found
                     .outputs
                     .entry(Bytes::copy_from_slice(watch))
                     .or_default()
-                    .push(hash);
+                    .push(hash),
+                Identified::Unreadable => found.unidentified += 1,
+                Identified::NotMine => {}
             }
         })?;
         found.read_to.push(end);
@@ -244,22 +259,55 @@ fn fold_state(latest: HashMap<Vec<u8>, (i64, Option<Vec<u8>>)>, found: &mut Foun
     }
 }
 
-/// The identity of an output read back, if a watch of input partition `partition` wrote it:
-/// from its `wb-id` header, or (an output written before that header existed, or with
-/// `WATCHBRIDGE_OUTPUT_HEADERS` asking for them) from `watchbridge-input-partition`, which is
-/// `wanted`, and `watchbridge-output-key`.
-fn output_of(m: &BorrowedMessage<'_>, partition: i32, wanted: &str) -> Option<OutputHash> {
-    let headers = m.headers()?;
-    let header = |name: &str| headers.iter().find(|h| h.key == name).and_then(|h| h.value);
+/// What an output read back is to the recovery of one input partition.
+#[derive(Debug, PartialEq, Eq)]
+enum Identified {
+    /// A watch of this partition wrote it; its identity hashes to this.
+    Mine(OutputHash),
+    /// Another partition's, or no output (a watermark record).
+    NotMine,
+    /// This partition's by where it is, but its identity could not be read from its value.
+    Unreadable,
+}
+
+/// Whose an output read back is, and its identity: from its `wb-id` header; or (an output
+/// written before that header existed, or with `WATCHBRIDGE_OUTPUT_HEADERS` asking for
+/// them) from `watchbridge-input-partition`, which is `wanted`, and
+/// `watchbridge-output-key`; or, with neither, read from its value by `keys`, given only
+/// where the output sits in this partition's namesake (outputs go there without a header
+/// where the topics have as many partitions: `records::OutputLayout`).
+fn output_of<'a>(
+    header: impl Fn(&str) -> Option<&'a [u8]>,
+    value: Option<&[u8]>,
+    partition: i32,
+    wanted: &str,
+    keys: Option<&ReadOutputKey>,
+) -> Identified {
+    let mine = |hash: Option<OutputHash>| hash.map_or(Identified::NotMine, Identified::Mine);
     if let Some(id) = header(RECOVERY_ID) {
-        return parse_recovery_id(id)
-            .filter(|(_, p)| *p == partition)
-            .map(|(hash, _)| hash);
+        return mine(
+            parse_recovery_id(id)
+                .filter(|(_, p)| *p == partition)
+                .map(|(hash, _)| hash),
+        );
     }
-    if header(INPUT_PARTITION) != Some(wanted.as_bytes()) {
-        return None;
+    if let Some(p) = header(INPUT_PARTITION) {
+        return mine(
+            header(OUTPUT_KEY)
+                .filter(|_| p == wanted.as_bytes())
+                .map(hash_key),
+        );
     }
-    header(OUTPUT_KEY).map(hash_key)
+    if header(CONTROL).is_some() {
+        return Identified::NotMine;
+    }
+    match keys {
+        None => Identified::NotMine,
+        Some(read) => match value.and_then(read) {
+            Some(key) => Identified::Mine(hash_key(&key)),
+            None => Identified::Unreadable,
+        },
+    }
 }
 
 /// The low and end (high watermark) offsets of `topic`/`partition` now.
@@ -570,6 +618,63 @@ mod tests {
 
     fn h(s: &str) -> OutputHash {
         hash_key(s.as_bytes())
+    }
+
+    /// Whose each output read back is: by `wb-id`, by the readable headers, or (neither)
+    /// by where it is and what its value says, read by the poller.
+    #[test]
+    fn outputs_read_back_are_told_apart_by_header_or_by_place_and_value() {
+        use super::super::records::{recovery_id, CONTROL, INPUT_PARTITION, OUTPUT_KEY};
+        let keys = |v: &[u8]| -> Option<Bytes> {
+            let item: serde_json::Value = serde_json::from_slice(v).ok()?;
+            Some(Bytes::from(item.get("id")?.as_str()?.to_string()))
+        };
+        let keys: &crate::pollers::ReadOutputKey = &keys;
+        let of = |headers: &[(&str, &[u8])], value: &[u8], keys| {
+            let headers: Vec<(String, Vec<u8>)> = headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_vec()))
+                .collect();
+            let header = |name: &str| {
+                headers
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.as_slice())
+            };
+            output_of(header, Some(value), 2, "2", keys)
+        };
+        let v = br#"{"id":"ev-1"}"#;
+        // No header, read from its value: this partition's where it sits in output
+        // partition 2 (`keys` is given only there).
+        assert_eq!(of(&[], v, Some(keys)), Identified::Mine(h("ev-1")));
+        assert_eq!(of(&[], v, None), Identified::NotMine);
+        assert_eq!(of(&[], b"{}", Some(keys)), Identified::Unreadable);
+        assert_eq!(
+            of(&[("watchbridge-late", b"true")], v, Some(keys)),
+            Identified::Mine(h("ev-1")),
+            "a late output is marked, and still an output"
+        );
+        assert_eq!(
+            of(&[(CONTROL, b"watermark")], b"{}", Some(keys)),
+            Identified::NotMine,
+            "a watermark record is no output"
+        );
+        // `wb-id` decides, wherever the output is: its hash, not the value's.
+        let id = recovery_id(h("other"), 2);
+        assert_eq!(
+            of(&[(RECOVERY_ID, &id)], v, Some(keys)),
+            Identified::Mine(h("other"))
+        );
+        let id = recovery_id(h("ev-1"), 3);
+        assert_eq!(
+            of(&[(RECOVERY_ID, &id)], v, Some(keys)),
+            Identified::NotMine
+        );
+        // The readable headers of outputs written before `wb-id`.
+        let readable = [(INPUT_PARTITION, &b"2"[..]), (OUTPUT_KEY, b"ev-9")];
+        assert_eq!(of(&readable, v, None), Identified::Mine(h("ev-9")));
+        let theirs = [(INPUT_PARTITION, &b"1"[..]), (OUTPUT_KEY, b"ev-9")];
+        assert_eq!(of(&theirs, v, Some(keys)), Identified::NotMine);
     }
 
     #[test]

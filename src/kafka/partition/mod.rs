@@ -80,8 +80,8 @@ pub struct Shared<P: Resolve> {
     pub decoder: Arc<crate::formats::input::InputDecoder>,
     /// Writes output values in the output format.
     pub encoder: Arc<crate::formats::output::OutputEncoder>,
-    /// The headers each output carries (`records::OutputHeaders`).
-    pub output_headers: super::records::OutputHeaders,
+    /// How outputs are written: their headers and partition (`records::OutputLayout`).
+    pub output_layout: super::records::OutputLayout,
     pub rules: WatchRules,
     pub poll_timeout: Duration,
     pub limits: Limits,
@@ -890,7 +890,7 @@ impl<P: Resolve> PartitionTask<P> {
                         hash,
                         self.partition,
                         first_seen,
-                        self.shared.output_headers,
+                        self.shared.output_layout,
                     );
                     match self.shared.encoder.value(output) {
                         Ok(value) => record.value = Some(value),

@@ -66,8 +66,12 @@ impl<P: Resolve> PartitionTask<P> {
             return Err(transaction::Ending::Done);
         }
         self.take_over_watermark();
-        let (state_records, outputs_read, undecodable) =
-            (found.state_records, found.outputs_read, found.undecodable);
+        let (state_records, outputs_read, undecodable, outputs_unidentified) = (
+            found.state_records,
+            found.outputs_read,
+            found.undecodable,
+            found.unidentified,
+        );
         self.recovery_input_end = found.input_end;
         let outputs_found: usize = found.outputs.values().map(Vec::len).sum();
         let finished = found.finished.len();
@@ -108,6 +112,7 @@ impl<P: Resolve> PartitionTask<P> {
             state_records,
             outputs_read,
             outputs_recovered: outputs_found,
+            outputs_unidentified,
             undecodable,
             took: started.elapsed(),
         }

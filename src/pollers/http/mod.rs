@@ -181,6 +181,16 @@ impl Resolve for HttpPoller {
             pages: Mutex::new(Vec::new()),
         })
     }
+
+    /// An output's value is its item's JSON text: the key is read again from it, with the
+    /// same pointer and the same rule as when the page was read.
+    fn output_key_reader(&self) -> Option<crate::pollers::OutputKeyReader> {
+        let pointer = self.config.item_key.clone();
+        Some(Arc::new(move |value: &[u8]| {
+            let item: Value = serde_json::from_slice(value).ok()?;
+            page::item_key(&item, &pointer).map(bytes::Bytes::from)
+        }))
+    }
 }
 
 impl Poller for HttpPoller {

@@ -9,6 +9,17 @@ use crate::pollers::event_time;
 use serde_json::Value;
 use url::Url;
 
+/// An item's key: the text of a string at `pointer`, the JSON text of any other value
+/// there; `None` where there is nothing (or null). The output's value is the item's JSON
+/// text, so a recovery gets the same key back from it (`HttpPoller::output_key_reader`).
+pub(super) fn item_key(item: &Value, pointer: &str) -> Option<Vec<u8>> {
+    match item.pointer(pointer)? {
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        Value::Null => None,
+        other => Some(other.to_string().into_bytes()),
+    }
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Page {
     pub outputs: Vec<Output>,
@@ -56,15 +67,11 @@ impl Page {
         }
         let mut outputs = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
-            let key = match item.pointer(&config.item_key) {
-                Some(Value::String(s)) => s.as_bytes().to_vec(),
-                Some(Value::Null) | None => {
-                    return Err(missing(format!(
-                        "item {i} has no WATCHBRIDGE_HTTP_ITEM_KEY `{}`",
-                        config.item_key
-                    )))
-                }
-                Some(other) => other.to_string().into_bytes(),
+            let Some(key) = item_key(item, &config.item_key) else {
+                return Err(missing(format!(
+                    "item {i} has no WATCHBRIDGE_HTTP_ITEM_KEY `{}`",
+                    config.item_key
+                )));
             };
             let event_time = match &config.item_time {
                 None => first_seen,
@@ -212,6 +219,40 @@ mod tests {
             &page.outputs[5].value[..],
             br#"{"id":12345678901234567890123}"#
         );
+    }
+
+    /// A recovery reads outputs back without a header naming them: every output's key
+    /// comes back from its value, exactly, whatever the key's JSON type or where it is.
+    #[test]
+    fn every_item_key_is_read_back_from_its_output_value() {
+        use crate::pollers::Resolve;
+        for pointer in ["/id", "/meta/ref", ""] {
+            let mut config = HttpConfig::new("http://h/").unwrap();
+            config.item_key = pointer.into();
+            let body =
+                br#"[{"id": 1, "meta": {"ref": "r\u00e9-1"}}, {"id": "1", "meta": {"ref": 2.50}},
+                {"id": 12345678901234567890123, "meta": {"ref": [1, {"b": null}]}},
+                {"id": "caf\u00e9 \"q\"", "meta": {"ref": true}}]"#;
+            let page = Page::parse(body, &config, 0, &url(), usize::MAX).unwrap();
+            let poller = super::super::HttpPoller::new(config).unwrap();
+            let reader = poller
+                .output_key_reader()
+                .expect("the HTTP poller reads keys back");
+            assert_eq!(page.outputs.len(), 4);
+            for output in &page.outputs {
+                assert_eq!(
+                    reader(&output.value).as_deref(),
+                    Some(&output.key[..]),
+                    "pointer `{pointer}`, value {}",
+                    String::from_utf8_lossy(&output.value)
+                );
+            }
+        }
+        let reader = super::super::HttpPoller::new(HttpConfig::new("http://h/").unwrap())
+            .unwrap()
+            .output_key_reader()
+            .unwrap();
+        assert_eq!(reader(b"not json"), None);
     }
 
     #[test]
