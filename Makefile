@@ -119,6 +119,9 @@ bench-smoke: setup broker-install bench-peer-install
 test: lint broker-install bench-smoke
 	WATCHBRIDGE_TEST_BROKER=tansu $(CARGO) test
 	$(MAKE) chaos-short BROKER=tansu
+	@# Once more with an output topic of another partition count: outputs placed by key and
+	@# told apart by their `wb-id` header (the default, as many partitions, needs none).
+	WATCHBRIDGE_TEST_BROKER=tansu CHAOS_OUTPUT_PARTITIONS=6 $(CHAOS_SHORT)
 	$(MAKE) test-kafka
 
 # The test binaries that use a broker, each run on Apache Kafka (one Kafka per binary, ~10 s
@@ -144,8 +147,10 @@ test-kafka: setup
 # and prints one `chaos:` summary line (lost, duplicated, expected, restarts, ...); fails
 # unless every expected output is there exactly once with its event time and no watermark
 # went back. About 100 s plus the build. `make test` runs a short form (chaos-short: 3
-# kills, still with the two-instance kill and the broker restart) on each broker; BROKER=kafka
-# runs either on Apache Kafka.
+# kills, still with the two-instance kill and the broker restart) on each broker, and once
+# more on Tansu with CHAOS_OUTPUT_PARTITIONS=6 (an output topic of another partition count
+# than the input's: outputs placed by key, with `wb-id`); BROKER=kafka runs either on
+# Apache Kafka.
 CHAOS_KILLS ?= 10
 CHAOS_USERS ?= 20
 chaos: broker-install

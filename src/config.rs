@@ -210,7 +210,8 @@ pub struct RunArgs {
         default_value = "auto"
     )]
     pub guarantee: String,
-    /// Readable headers on every output, besides the short `wb-id` a recovery needs:
+    /// Readable headers on every output (by default none; `wb-id` where a recovery cannot
+    /// tell outputs apart by their partition and value):
     /// `none`, `all`, or a comma-separated list of `output_key` (the output's identity),
     /// `input_partition`, `first_seen` (processing time, ms). Each costs throughput.
     #[arg(

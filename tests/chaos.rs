@@ -19,7 +19,9 @@
 //!   below a marker of its own input partition (its key's) that its output partition
 //!   carried before it;
 //! - every output sits in the output partition numbered as its input partition, with no
-//!   header (besides `watchbridge-late`): what a recovery tells outputs apart by.
+//!   header (besides `watchbridge-late`): what a recovery tells outputs apart by; or, with
+//!   `CHAOS_OUTPUT_PARTITIONS` another count than the input topic's, wherever its key
+//!   hashes, with `wb-id` in the `recovery` mode.
 //!
 //! `"watermark_ms":i64::MIN` (no watermark yet, with `"idle":true`) is a value like any other
 //! there, the lowest. Late-flagged outputs are counted in the summary line.
@@ -187,6 +189,15 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
 
     let output = format!("{input}-out");
     let watermarks = format!("{output}.watermarks");
+    // CHAOS_OUTPUT_PARTITIONS (default: as many as the input topic): another count makes
+    // the bridge place outputs by key, and the `recovery` mode then tells them apart by
+    // their `wb-id` header instead of by place and value.
+    let output_partitions_wanted = knob("CHAOS_OUTPUT_PARTITIONS", PARTITIONS as u64) as i32;
+    if output_partitions_wanted != PARTITIONS {
+        broker()
+            .create_topic(&output, output_partitions_wanted)
+            .await;
+    }
     let mut env = served.bridge_env(&input, &output, &format!("{input}-group"), "250ms");
     env.extend([
         (
@@ -469,36 +480,52 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
         println!("{violations}");
     }
 
-    // No output header in any mode (the HTTP poller's outputs, as many output partitions as
-    // input partitions): a recovery reads an output's identity from its value and its
-    // input partition from where it is.
+    // The HTTP poller's outputs. With as many output partitions as input partitions: no
+    // header in any mode, each in its input partition's namesake (a recovery reads an
+    // output's identity from its value and its input partition from where it is). With
+    // another count: placed by key, with `wb-id` in the `recovery` mode (none in the
+    // exactly-once mode).
     let outputs: Vec<&OwnedMessage> = records
         .iter()
         .filter(|m| header(m, "watchbridge-control").is_none())
         .collect();
-    let with_headers = outputs
-        .iter()
-        .filter(|m| {
-            m.headers()
-                .is_some_and(|h| h.iter().any(|h| h.key != "watchbridge-late"))
+    let names = |m: &OwnedMessage| -> Vec<String> {
+        m.headers().map_or(vec![], |h| {
+            h.iter()
+                .map(|h| h.key.to_string())
+                .filter(|k| k != "watchbridge-late")
+                .collect()
         })
-        .count();
-    // The topics have as many partitions: every output sits in its input partition's
-    // namesake (what a recovery tells whose it is by, without a header).
-    let misplaced: Vec<String> = outputs
+    };
+    let co_partitioned = output_partitions == PARTITIONS;
+    let exactly_once_mode = broker().kind() == BrokerKind::Kafka
+        && matches!(guarantee.as_str(), "auto" | "exactly_once");
+    let expected_headers: Vec<String> = if co_partitioned || exactly_once_mode {
+        vec![]
+    } else {
+        vec!["wb-id".into()]
+    };
+    let unexpected_headers = outputs
         .iter()
-        .filter(|m| input_partition_of_key(m.key().unwrap_or_default()) != Some(m.partition()))
-        .map(|m| format!("{}:{}", m.partition(), m.offset()))
-        .take(5)
-        .collect();
+        .filter(|m| names(m) != expected_headers)
+        .count();
+    if co_partitioned {
+        let misplaced: Vec<String> = outputs
+            .iter()
+            .filter(|m| input_partition_of_key(m.key().unwrap_or_default()) != Some(m.partition()))
+            .map(|m| format!("{}:{}", m.partition(), m.offset()))
+            .take(5)
+            .collect();
+        assert!(
+            misplaced.is_empty(),
+            "outputs not in their input partition's namesake (partition:offset): {misplaced:?}"
+        );
+    }
     assert!(
-        misplaced.is_empty(),
-        "outputs not in their input partition's namesake (partition:offset): {misplaced:?}"
-    );
-    assert!(
-        !outputs.is_empty() && with_headers == 0,
-        "outputs with a header besides watchbridge-late: {with_headers} of {} (guarantee \
-         {guarantee} on {})",
+        !outputs.is_empty() && unexpected_headers == 0,
+        "outputs whose headers (besides watchbridge-late) are not {expected_headers:?}: \
+         {unexpected_headers} of {} (guarantee {guarantee} on {}, {output_partitions} output \
+         partitions)",
         outputs.len(),
         broker().kind().name()
     );

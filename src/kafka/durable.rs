@@ -11,8 +11,8 @@
 //! - **Outputs acknowledged since the last checkpoint are found by reading back.** Each
 //!   checkpoint ends with an [`OutputOffsets`] record: per output partition, the offset
 //!   after the last output of this partition's watches that the checkpoint's seen chunks
-//!   already cover. A recovery reads the output topic from there to its end and takes the
-//!   outputs whose `wb-id` header names this partition. Offsets are
+//!   already cover. A recovery reads the output topic from there to its end and takes this
+//!   partition's outputs (by `wb-id`, or by place and value: `recovery::output_of`). Offsets are
 //!   assigned in send order per partition (idempotent producer), so an output acknowledged
 //!   later, or never acknowledged but written, lies above them. The offsets advance only
 //!   over outputs whose acknowledgement is handled *and* every output sent before them too
