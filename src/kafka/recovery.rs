@@ -169,11 +169,12 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         read_to_end(&consumer, &source.output_topic, q, from, end, |m| {
             found.outputs_read += 1;
             let Some(watch) = m.key() else { return };
-            let headers = |name: &str| {
-                let h = m.headers()?;
+            let headers = m.headers();
+            let header = |name: &str| {
+                let h = headers?;
                 h.iter().find(|h| h.key == name).and_then(|h| h.value)
             };
-            match output_of(headers, m.payload(), partition, &wanted, keys) {
+            match output_of(header, m.payload(), partition, &wanted, keys) {
                 Identified::Mine(hash) => found
                     .outputs
                     .entry(Bytes::copy_from_slice(watch))
