@@ -156,8 +156,9 @@ pub async fn run_bridge<P: Resolve>(
     readiness.waiting_for_brokers(Some(brokers), &metrics);
     let start = async {
         loop {
-            wait_for_brokers(brokers, config, &kafka, started, start_deadline).await?;
-            match ensure_topics(brokers, config, embedded).await {
+            let existing =
+                wait_for_brokers(brokers, config, &kafka, started, start_deadline).await?;
+            match ensure_topics(brokers, config, embedded, existing).await {
                 Err(KafkaSetupError::Unreachable { error, .. })
                     if Instant::now() < start_deadline =>
                 {
@@ -591,6 +592,11 @@ fn producer_config(brokers: &str, config: &RunConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("linger.ms", "5");
     c.set("compression.type", "lz4");
+    // A connection to every broker from the start, not only once a record needs one: the
+    // idempotent producer asks for its producer id only over a connection that is up, and
+    // where none is it tries again 500 ms later (librdkafka's PID timer). With the sparse
+    // default the first outputs of a fresh start waited 0.5–1 s for that.
+    c.set("enable.sparse.connections", "false");
     override_with(&mut c, client_config(brokers, config, ClientKind::Producer));
     stats::enable(&mut c, &config.kafka);
     // Required for "nothing lost, nothing twice" on the producer side.
@@ -803,4 +809,54 @@ fn exit_past_the_stop_deadline(stop: Arc<StopSignal>, timeout: Duration) {
                 std::process::exit(i32::from(STOP_GAVE_UP_EXIT_CODE));
             });
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RunArgs;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn config(env: &[(&str, &str)]) -> RunConfig {
+        let args = [
+            "watchbridge",
+            "--input-topic",
+            "users",
+            "--output-topic",
+            "events",
+        ];
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        Cli::parse_from(args).run.check(env).unwrap()
+    }
+
+    /// The producer connects to every broker at once (its producer id without the PID
+    /// timer's 500 ms wait), unless the operator says otherwise; idempotence is not theirs
+    /// to turn off.
+    #[test]
+    fn the_producer_connects_at_once_unless_told_otherwise() {
+        let get = |c: &ClientConfig, k: &str| c.get(k).map(str::to_string);
+        let default = producer_config("b:9092", &config(&[]));
+        assert_eq!(
+            get(&default, "enable.sparse.connections").as_deref(),
+            Some("false")
+        );
+        let told = producer_config(
+            "b:9092",
+            &config(&[
+                ("KAFKA_PRODUCER_ENABLE_SPARSE_CONNECTIONS", "true"),
+                ("KAFKA_ENABLE_IDEMPOTENCE", "false"),
+            ]),
+        );
+        assert_eq!(
+            get(&told, "enable.sparse.connections").as_deref(),
+            Some("true")
+        );
+        assert_eq!(get(&told, "enable.idempotence").as_deref(), Some("true"));
+    }
 }

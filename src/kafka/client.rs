@@ -128,14 +128,16 @@ const TRY_TIMEOUT: (Duration, Duration) = (Duration::from_secs(1), Duration::fro
 /// fresh client, with a longer timeout, up to 8 s) until `deadline` (`started` +
 /// `WATCHBRIDGE_START_TIMEOUT`); then fail naming both settings. A broker still starting
 /// or restarting is waited for: the first failed try is logged, then one every 30 s
-/// ([`WaitingForBrokers`]), each at debug.
+/// ([`WaitingForBrokers`]), each at debug. Returns the topics the answer listed, with
+/// their partition counts: what [`ensure_topics`] starts from (asking again cost a client
+/// and a round trip, about a tenth of a fresh start on Tansu).
 pub async fn wait_for_brokers(
     brokers: &str,
     config: &RunConfig,
     context: &KafkaContext,
     started: std::time::Instant,
     deadline: std::time::Instant,
-) -> Result<(), KafkaSetupError> {
+) -> Result<HashMap<String, i32>, KafkaSetupError> {
     let metrics = context.health.metrics().clone();
     let mut tries = 0u32;
     let mut try_timeout = TRY_TIMEOUT.0;
@@ -154,7 +156,7 @@ pub async fn wait_for_brokers(
                 .map_err(|e| KafkaSetupError::Config(e.to_string()))?;
             consumer
                 .fetch_metadata(None, slot)
-                .map(|_| ())
+                .map(|metadata| partition_counts(&metadata))
                 .map_err(|e| KafkaSetupError::Unreachable {
                     brokers: String::new(),
                     error: e.to_string(),
@@ -163,7 +165,7 @@ pub async fn wait_for_brokers(
         .await
         .map_err(|e| KafkaSetupError::Config(e.to_string()))?;
         let error = match answer {
-            Ok(()) => {
+            Ok(topics) => {
                 BrokersAnswered {
                     brokers,
                     waited: started.elapsed(),
@@ -171,7 +173,7 @@ pub async fn wait_for_brokers(
                 }
                 .emit(&metrics);
                 context.health.reached();
-                return Ok(());
+                return Ok(topics);
             }
             Err(KafkaSetupError::Unreachable { error, .. }) => error,
             Err(e) => return Err(e),
@@ -225,12 +227,14 @@ pub struct TopicLayout {
 /// dead-letter and state topics with the input topic's count; the watermark topic with one
 /// partition. Watermark and state topics are compacted (only the latest value per key
 /// matters). A state topic whose partition count differs from the input's is refused.
+/// `existing`: the topics on the cluster with their partition counts, as
+/// [`wait_for_brokers`] found them.
 pub async fn ensure_topics(
     brokers: &str,
     config: &RunConfig,
     embedded: Option<&EmbeddedBroker>,
+    existing: HashMap<String, i32>,
 ) -> Result<TopicLayout, KafkaSetupError> {
-    let existing = topic_partitions(brokers, config).await?;
     let needed = [
         NeededTopic {
             var: "WATCHBRIDGE_INPUT_TOPIC",
@@ -313,7 +317,13 @@ pub async fn ensure_topics(
         &config.watermark_topic,
         &config.state_topic,
     ];
-    let layout = wait_for_topics(brokers, config, &all).await?;
+    // Created topics reach every broker's metadata a moment later: wait for them. Where
+    // nothing was created, the metadata already read is the answer.
+    let layout = if missing.is_empty() {
+        existing
+    } else {
+        wait_for_topics(brokers, config, &all).await?
+    };
     let (expected, found) = (layout[&config.input_topic], layout[&config.state_topic]);
     if found != expected {
         return Err(KafkaSetupError::StatePartitions {
@@ -322,7 +332,9 @@ pub async fn ensure_topics(
             expected,
         });
     }
-    if embedded.is_none() {
+    // A state topic this start created is compacted by construction; one found is checked.
+    let created_state = missing.iter().any(|t| t.name == config.state_topic);
+    if embedded.is_none() && !created_state {
         check_state_cleanup(brokers, config).await?;
     }
     Ok(TopicLayout {
@@ -453,15 +465,20 @@ async fn topic_partitions(
         let metadata = consumer
             .fetch_metadata(None, METADATA_TIMEOUT)
             .map_err(|e| unreachable(e.to_string()))?;
-        Ok(metadata
-            .topics()
-            .iter()
-            .filter(|t| t.error().is_none())
-            .map(|t| (t.name().to_string(), t.partitions().len() as i32))
-            .collect())
+        Ok(partition_counts(&metadata))
     })
     .await
     .map_err(|e| KafkaSetupError::Config(e.to_string()))?
+}
+
+/// The topics a metadata answer lists without an error, with their partition counts.
+fn partition_counts(metadata: &rdkafka::metadata::Metadata) -> HashMap<String, i32> {
+    metadata
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none())
+        .map(|t| (t.name().to_string(), t.partitions().len() as i32))
+        .collect()
 }
 
 /// Topic creation goes to every broker's metadata a moment later; wait for it.
