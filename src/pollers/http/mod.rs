@@ -27,6 +27,7 @@
 pub mod config;
 pub mod link;
 mod page;
+mod raw;
 
 pub use config::{HttpArgs, HttpConfig};
 
@@ -187,8 +188,8 @@ impl Resolve for HttpPoller {
     fn output_key_reader(&self) -> Option<crate::pollers::OutputKeyReader> {
         let pointer = self.config.item_key.clone();
         Some(Arc::new(move |value: &[u8]| {
-            let item: Value = serde_json::from_slice(value).ok()?;
-            page::item_key(&item, &pointer).map(bytes::Bytes::from)
+            let item: &serde_json::value::RawValue = serde_json::from_slice(value).ok()?;
+            page::item_key(item, &pointer).map(bytes::Bytes::from)
         }))
     }
 }

@@ -1,20 +1,27 @@
 //! One page of a response, read with the pointers the user configured: its items become
 //! outputs; the watermark, "complete" flag and next page come along.
 
+use super::raw;
 use super::{shown, HttpConfig};
 use crate::clock::Millis;
 use crate::logging::outside;
 use crate::poll::{Output, PollError};
 use crate::pollers::event_time;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use url::Url;
 
 /// An item's key: the text of a string at `pointer`, the JSON text of any other value
 /// there; `None` where there is nothing (or null). The output's value is the item's JSON
 /// text, so a recovery gets the same key back from it (`HttpPoller::output_key_reader`).
-pub(super) fn item_key(item: &Value, pointer: &str) -> Option<Vec<u8>> {
-    match item.pointer(pointer)? {
-        Value::String(s) => Some(s.as_bytes().to_vec()),
+pub(super) fn item_key(item: &RawValue, pointer: &str) -> Option<Vec<u8>> {
+    key_of(raw::value_at(item, pointer)?)
+}
+
+/// The key that the value at an item's key pointer makes (see [`item_key`]).
+fn key_of(value: Value) -> Option<Vec<u8>> {
+    match value {
+        Value::String(s) => Some(s.into_bytes()),
         Value::Null => None,
         other => Some(other.to_string().into_bytes()),
     }
@@ -39,7 +46,8 @@ impl Page {
         url: &Url,
         items_left: usize,
     ) -> Result<Self, PollError> {
-        let doc: Value = serde_json::from_slice(body).map_err(|e| {
+        // Checked as JSON whole; then read by pointer, item by item (`raw.rs`).
+        let doc: &RawValue = serde_json::from_slice(body).map_err(|e| {
             PollError::transient(
                 "malformed_json",
                 format!("{}: response is not JSON: {e}", shown(url)),
@@ -47,9 +55,17 @@ impl Page {
         })?;
         let missing =
             |what: String| PollError::transient("missing_field", format!("{}: {what}", shown(url)));
-        let items = doc
-            .pointer(&config.items)
-            .and_then(Value::as_array)
+        let [items, watermark, complete, next] = raw::at_each(
+            doc,
+            [
+                Some(config.items.as_str()),
+                config.watermark.as_deref(),
+                config.complete.as_deref(),
+                config.next.as_deref(),
+            ],
+        );
+        let items: Vec<&RawValue> = items
+            .and_then(|items| serde_json::from_str(items.get()).ok())
             .ok_or_else(|| {
                 missing(format!(
                     "response has no array at WATCHBRIDGE_HTTP_ITEMS `{}`",
@@ -66,8 +82,12 @@ impl Page {
             ));
         }
         let mut outputs = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            let Some(key) = item_key(item, &config.item_key) else {
+        for (i, item) in items.into_iter().enumerate() {
+            let [key, time] = raw::at_each(
+                item,
+                [Some(config.item_key.as_str()), config.item_time.as_deref()],
+            );
+            let Some(key) = raw::parse(key).and_then(key_of) else {
                 return Err(missing(format!(
                     "item {i} has no WATCHBRIDGE_HTTP_ITEM_KEY `{}`",
                     config.item_key
@@ -76,10 +96,10 @@ impl Page {
             let event_time = match &config.item_time {
                 None => first_seen,
                 Some(p) => {
-                    let t = item.pointer(p).ok_or_else(|| {
+                    let t = raw::parse(time).ok_or_else(|| {
                         missing(format!("item {i} has no WATCHBRIDGE_HTTP_ITEM_TIME `{p}`"))
                     })?;
-                    event_time::from_json(t).map_err(|e| {
+                    event_time::from_json(&t).map_err(|e| {
                         PollError::transient(
                             "bad_time",
                             format!(
@@ -90,20 +110,21 @@ impl Page {
                     })?
                 }
             };
-            outputs.push(Output::new(key, item.to_string().into_bytes(), event_time));
+            // The item's text as the response wrote it (one copy, no tree written back out).
+            outputs.push(Output::new(key, item.get().as_bytes().to_vec(), event_time));
         }
-        let watermark = match config.watermark.as_deref().and_then(|p| doc.pointer(p)) {
+        let watermark = match raw::parse(watermark) {
             None | Some(Value::Null) => None,
-            Some(w) => Some(event_time::from_json(w).map_err(|e| {
+            Some(w) => Some(event_time::from_json(&w).map_err(|e| {
                 PollError::transient(
                     "bad_time",
                     format!("{}: WATCHBRIDGE_HTTP_WATERMARK: {e}", shown(url)),
                 )
             })?),
         };
-        let complete = match config.complete.as_deref().and_then(|p| doc.pointer(p)) {
+        let complete = match raw::parse(complete) {
             None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
+            Some(Value::Bool(b)) => b,
             Some(other) => {
                 return Err(PollError::transient(
                     "missing_field",
@@ -115,9 +136,9 @@ impl Page {
                 ))
             }
         };
-        let next = match config.next.as_deref().and_then(|p| doc.pointer(p)) {
+        let next = match raw::parse(next) {
             None => None,
-            Some(v) => next_page(v, url, &config.cursor_param)?,
+            Some(v) => next_page(&v, url, &config.cursor_param)?,
         };
         Ok(Self {
             outputs,
@@ -214,10 +235,10 @@ mod tests {
                 r#"[1,"a"]"#
             ]
         );
-        // The output value keeps the number as written too.
+        // The output value is the item as the response wrote it.
         assert_eq!(
             &page.outputs[5].value[..],
-            br#"{"id":12345678901234567890123}"#
+            br#"{"id": 12345678901234567890123}"#
         );
     }
 
