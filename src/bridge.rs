@@ -814,25 +814,14 @@ fn exit_past_the_stop_deadline(stop: Arc<StopSignal>, timeout: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::RunArgs;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunArgs,
-    }
 
     fn config(env: &[(&str, &str)]) -> RunConfig {
-        let args = [
-            "watchbridge",
-            "--input-topic",
-            "users",
-            "--output-topic",
-            "events",
-        ];
+        let args = ["--input-topic", "users", "--output-topic", "events"];
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
-        Cli::parse_from(args).run.check(env).unwrap()
+        crate::config::parse_run_args(&args)
+            .unwrap()
+            .check(env)
+            .unwrap()
     }
 
     /// The producer connects to every broker at once (its producer id without the PID

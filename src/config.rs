@@ -667,21 +667,26 @@ pub fn is_secret(name: &str) -> bool {
         )
 }
 
+/// The settings of `watchbridge run` from command-line arguments alone (for tests).
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) fn parse_run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
     use clap::Parser;
-
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
         run: RunArgs,
     }
+    let mut all = vec!["watchbridge"];
+    all.extend_from_slice(args);
+    Cli::try_parse_from(all).map(|c| c.run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     fn parse(args: &[&str]) -> Result<RunArgs, clap::Error> {
-        let mut all = vec!["watchbridge"];
-        all.extend_from_slice(args);
-        Cli::try_parse_from(all).map(|c| c.run)
+        parse_run_args(args)
     }
 
     fn base() -> Vec<&'static str> {
