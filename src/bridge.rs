@@ -829,12 +829,8 @@ mod tests {
     /// to turn off.
     #[test]
     fn the_producer_connects_at_once_unless_told_otherwise() {
-        let get = |c: &ClientConfig, k: &str| c.get(k).map(str::to_string);
         let default = producer_config("b:9092", &config(&[]));
-        assert_eq!(
-            get(&default, "enable.sparse.connections").as_deref(),
-            Some("false")
-        );
+        assert_eq!(default.get("enable.sparse.connections"), Some("false"));
         let told = producer_config(
             "b:9092",
             &config(&[
@@ -842,10 +838,7 @@ mod tests {
                 ("KAFKA_ENABLE_IDEMPOTENCE", "false"),
             ]),
         );
-        assert_eq!(
-            get(&told, "enable.sparse.connections").as_deref(),
-            Some("true")
-        );
-        assert_eq!(get(&told, "enable.idempotence").as_deref(), Some("true"));
+        assert_eq!(told.get("enable.sparse.connections"), Some("true"));
+        assert_eq!(told.get("enable.idempotence"), Some("true"));
     }
 }

@@ -683,11 +683,8 @@ pub(crate) fn parse_run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
 
 #[cfg(test)]
 mod tests {
+    use super::parse_run_args as parse;
     use super::*;
-
-    fn parse(args: &[&str]) -> Result<RunArgs, clap::Error> {
-        parse_run_args(args)
-    }
 
     fn base() -> Vec<&'static str> {
         vec!["--input-topic", "users", "--output-topic", "events"]

@@ -173,8 +173,10 @@ impl<'de, const N: usize> Visitor<'de> for Step<'_, '_, N> {
     fn visit_none<E>(self) -> Result<Self::Value, E> {
         Ok([None; N])
     }
-    // `arbitrary_precision` hands numbers over as a one-member map; its name is no JSON
-    // member name a pointer could follow, so such a "map" has no member found either.
+    // `arbitrary_precision` hands a number over as a one-member map named by serde_json's
+    // private marker: a pointer into a number finds nothing, as with `Value::pointer`,
+    // unless its token is that marker's name (`$serde_json::private::Number`), which then
+    // finds the number's text.
 }
 
 /// An object member's name, borrowed where the text has no escapes.
