@@ -68,12 +68,31 @@ type Handler = dyn Fn(&Seen) -> Reply + Send + Sync;
 
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// `http`, or `https` for a server started with [`TestServer::start_tls`].
+    scheme: &'static str,
     seen: Arc<Mutex<Vec<Seen>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl TestServer {
     pub async fn start(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> Self {
+        Self::start_with(handler, None).await
+    }
+
+    /// The same server behind TLS (see `support::tls`); a connection whose handshake fails
+    /// is dropped.
+    pub async fn start_tls(
+        handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static,
+        tls: tokio_rustls::TlsAcceptor,
+    ) -> Self {
+        Self::start_with(handler, Some(tls)).await
+    }
+
+    async fn start_with(
+        handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Self {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -86,24 +105,43 @@ impl TestServer {
                 };
                 let handler = handler.clone();
                 let seen = seen_by_server.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req: Request<Incoming>| {
                         let handler = handler.clone();
                         let seen = seen.clone();
                         async move { Ok::<_, Infallible>(answer(&req, &*handler, &seen).await) }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let http1 = hyper::server::conn::http1::Builder::new();
+                    let _ = match tls {
+                        None => http1.serve_connection(TokioIo::new(stream), service).await,
+                        Some(tls) => match tls.accept(stream).await {
+                            Ok(stream) => {
+                                http1.serve_connection(TokioIo::new(stream), service).await
+                            }
+                            Err(_) => return,
+                        },
+                    };
                 });
             }
         });
-        Self { addr, seen, task }
+        Self {
+            addr,
+            scheme,
+            seen,
+            task,
+        }
     }
 
-    /// `http://127.0.0.1:<port><path>`
+    /// `http://127.0.0.1:<port><path>` (`https://` for a TLS server)
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}://{}{path}", self.scheme, self.addr)
+    }
+
+    /// The same URL with `host` in place of `127.0.0.1` (e.g. `localhost`, or `api.test`,
+    /// which only the test proxy resolves).
+    pub fn url_at(&self, host: &str, path: &str) -> String {
+        format!("{}://{host}:{}{path}", self.scheme, self.addr.port())
     }
 
     pub fn requests(&self) -> Vec<Seen> {

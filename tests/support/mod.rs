@@ -17,9 +17,13 @@ pub mod ops_client;
 #[allow(dead_code)]
 pub mod prometheus;
 #[allow(dead_code)]
+pub mod proxy;
+#[allow(dead_code)]
 pub mod python;
 #[allow(dead_code)]
 pub mod tansu_process;
+#[allow(dead_code)]
+pub mod tls;
 #[allow(dead_code)]
 pub mod watchdog;
 

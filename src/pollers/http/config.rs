@@ -122,6 +122,10 @@ pub struct HttpArgs {
         value_name = "WATCHBRIDGE_HTTP_ALLOWED_HOSTS"
     )]
     pub allowed_hosts: Option<String>,
+    #[command(flatten)]
+    pub auth: super::auth::AuthArgs,
+    #[command(flatten)]
+    pub client: super::client::ClientArgs,
 }
 
 /// A setting whose value must not appear in logs or `Debug` output.
@@ -163,6 +167,10 @@ pub struct HttpConfig {
     pub allowed_hosts: Option<Vec<AllowedHost>>,
     /// Each request's deadline (`WATCHBRIDGE_POLL_TIMEOUT`; the engine bounds the whole poll).
     pub timeout: Duration,
+    /// How requests authenticate (`WATCHBRIDGE_HTTP_AUTH`).
+    pub auth: super::auth::AuthConfig,
+    /// Trust, client certificate and proxy of the HTTP client.
+    pub client: super::client::ClientConfig,
 }
 
 impl HttpConfig {
@@ -370,6 +378,19 @@ impl HttpArgs {
         if let Some(allowed) = &allowed_hosts {
             check_own_host_allowed(&url, allowed)?;
         }
+        let headers = match &self.headers {
+            Some(text) => parse_headers(&text.0, env)?,
+            None => HeaderMap::new(),
+        };
+        let auth = self.auth.config()?;
+        if !matches!(auth, super::auth::AuthConfig::None)
+            && headers.contains_key(reqwest::header::AUTHORIZATION)
+        {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_HTTP_HEADERS",
+                "sets Authorization, and so does WATCHBRIDGE_HTTP_AUTH: keep one",
+            ));
+        }
         Ok(HttpConfig {
             url,
             items: pointer("WATCHBRIDGE_HTTP_ITEMS", &self.items)?,
@@ -380,10 +401,7 @@ impl HttpArgs {
             next: optional_pointer("WATCHBRIDGE_HTTP_NEXT", &self.next)?,
             cursor_param: self.cursor_param.clone(),
             max_pages: self.max_pages,
-            headers: match &self.headers {
-                Some(text) => parse_headers(&text.0, env)?,
-                None => HeaderMap::new(),
-            },
+            headers,
             max_bytes: parse_bytes(&self.max_bytes)
                 .map_err(|m| ConfigError::new("WATCHBRIDGE_HTTP_MAX_BYTES", m))?,
             max_poll_bytes: parse_bytes(&self.max_poll_bytes)
@@ -391,6 +409,8 @@ impl HttpArgs {
             max_poll_items: self.max_poll_items,
             allowed_hosts,
             timeout,
+            auth,
+            client: self.client.config()?,
         })
     }
 }

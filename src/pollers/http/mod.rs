@@ -8,7 +8,8 @@
 //! | kind | what | retried |
 //! |---|---|---|
 //! | `timeout` | no complete response within `WATCHBRIDGE_POLL_TIMEOUT` | yes |
-//! | `connect` | connection refused, DNS, TLS | yes |
+//! | `connect` | connection refused, DNS, TLS (an untrusted server, a refused client certificate) | yes |
+//! | `auth` | no credential to send: token file missing or empty, OAuth2 token endpoint refused | yes |
 //! | `http_429`, `http_503`, `http_5xx` | server busy or broken; `Retry-After` honoured, up to `WATCHBRIDGE_RETRY_AFTER_MAX` | yes |
 //! | `http_4xx` | 404, 408 and 425 are retried; other 4xx mean the request is wrong | 404/408/425 |
 //! | `too_large` | body above `WATCHBRIDGE_HTTP_MAX_BYTES` (read no further) | yes |
@@ -22,8 +23,11 @@
 //! placeholder in the host or port needs `WATCHBRIDGE_HTTP_ALLOWED_HOSTS`), plus
 //! `WATCHBRIDGE_HTTP_ALLOWED_HOSTS`. Redirects (followed here, hop by hop) and next-page links
 //! elsewhere, or from https to http, are refused. The configured headers go only to the
-//! origin of the watch's URL, and no `Referer` is sent.
+//! origin of the watch's URL, and so does the credential (`auth.rs`); no `Referer` is sent.
+//! The client's trust, client certificate and proxy are `client.rs`'s.
 
+pub mod auth;
+pub mod client;
 pub mod config;
 pub mod link;
 mod page;
@@ -35,6 +39,7 @@ use crate::clock::Millis;
 use crate::logging::{outside, Outside};
 use crate::poll::{PollError, PollResult, Poller};
 use crate::pollers::{RenderError, Resolve};
+use auth::Auth;
 use config::AllowedHost;
 use page::Page;
 use reqwest::header::{self, HeaderMap, HeaderValue};
@@ -58,6 +63,8 @@ const MAX_REDIRECTS: usize = 10;
 /// Polls JSON HTTP APIs. One client (connection pool) is shared by every watch.
 pub struct HttpPoller {
     client: reqwest::Client,
+    /// Shared by every watch: one OAuth2 token, one read of a token file.
+    auth: Arc<Auth>,
     config: Arc<HttpConfig>,
 }
 
@@ -91,21 +98,10 @@ impl HttpPoller {
     pub fn new(config: HttpConfig) -> Result<Self, crate::pollers::ConfigError> {
         // Checked here too, for configs built in code rather than by `HttpArgs::config`.
         config::check_origin_placeholders(&config.url, config.allowed_hosts.is_some())?;
-        let client = reqwest::Client::builder()
-            .user_agent(concat!("watchbridge/", env!("CARGO_PKG_VERSION")))
-            .timeout(config.timeout)
-            .connect_timeout(config.timeout.min(Duration::from_secs(10)))
-            // Redirects are followed by `send`, which decides each hop and its headers.
-            .redirect(reqwest::redirect::Policy::none())
-            .referer(false)
-            .build()
-            .map_err(|e| {
-                crate::pollers::ConfigError::new(
-                    "WATCHBRIDGE_POLLER",
-                    format!("cannot build the HTTP client: {e}"),
-                )
-            })?;
+        // Redirects are followed by `send`, which decides each hop and its headers.
+        let client = client::build(&config.client, config.timeout)?;
         Ok(Self {
+            auth: Arc::new(Auth::new(&config.auth, client.clone())),
             client,
             config: Arc::new(config),
         })
@@ -201,9 +197,12 @@ impl Poller for HttpPoller {
         &self,
         target: Arc<HttpTarget>,
     ) -> impl Future<Output = Result<PollResult, PollError>> + Send + 'static {
-        let client = self.client.clone();
-        let config = self.config.clone();
-        async move { poll(&client, &config, &target).await }
+        let http = Http {
+            client: self.client.clone(),
+            auth: self.auth.clone(),
+            config: self.config.clone(),
+        };
+        async move { poll(&http, &target).await }
     }
 
     fn rate_key(&self, target: &HttpTarget) -> Option<Arc<str>> {
@@ -211,12 +210,16 @@ impl Poller for HttpPoller {
     }
 }
 
+/// What one poll uses: the shared client and credential, and the settings.
+struct Http {
+    client: reqwest::Client,
+    auth: Arc<Auth>,
+    config: Arc<HttpConfig>,
+}
+
 /// One poll: every page from the target's URL, as one result.
-async fn poll(
-    client: &reqwest::Client,
-    config: &HttpConfig,
-    target: &HttpTarget,
-) -> Result<PollResult, PollError> {
+async fn poll(http: &Http, target: &HttpTarget) -> Result<PollResult, PollError> {
+    let config = &*http.config;
     let first_seen = now_ms();
     let cached = target.pages.lock().map(|p| p.clone()).unwrap_or_default();
     let mut now_cached = Vec::new();
@@ -228,7 +231,7 @@ async fn poll(
     let mut read: u64 = 0;
     loop {
         let previous = cached.iter().find(|c| c.url == url);
-        let response = send(client, config, &target.url, &url, previous).await?;
+        let response = send(http, &target.url, &url, previous).await?;
         let next = match response.status() {
             StatusCode::NOT_MODIFIED if previous.is_some() => {
                 // Unchanged since the last poll: its items were all emitted then.
@@ -328,29 +331,17 @@ async fn poll(
 /// chain has left the origin, no later hop of it carries the configured headers, even one
 /// back on the origin. No `Referer` is ever sent.
 async fn send(
-    client: &reqwest::Client,
-    config: &HttpConfig,
+    http: &Http,
     origin: &Url,
     url: &Url,
     previous: Option<&CachedPage>,
 ) -> Result<Response, PollError> {
+    let config = &*http.config;
     let allowed = config.allowed_hosts.as_deref().unwrap_or_default();
     let mut hop = url.clone();
     let mut credentials = same_origin(url, origin);
     for _ in 0..=MAX_REDIRECTS {
-        let mut request = client.get(hop.clone());
-        if credentials {
-            request = request.headers(config.headers.clone());
-        }
-        if let Some(previous) = previous {
-            if let Some(etag) = &previous.etag {
-                request = request.header(header::IF_NONE_MATCH, etag);
-            }
-            if let Some(modified) = &previous.last_modified {
-                request = request.header(header::IF_MODIFIED_SINCE, modified);
-            }
-        }
-        let response = request.send().await.map_err(|e| client_error(&e, &hop))?;
+        let response = request(http, &hop, credentials, previous).await?;
         let followed = matches!(response.status().as_u16(), 301 | 302 | 303 | 307 | 308);
         let location = response
             .headers()
@@ -381,6 +372,48 @@ async fn send(
         "redirect_refused",
         format!("{}: more than {MAX_REDIRECTS} redirects", shown(url)),
     ))
+}
+
+/// One request to `hop`, with the configured headers and credential when `credentials`
+/// (the watch's own origin). A 401 to a credential that can be renewed (an OAuth2 token, a
+/// token file) is asked once more with the renewed one.
+async fn request(
+    http: &Http,
+    hop: &Url,
+    credentials: bool,
+    previous: Option<&CachedPage>,
+) -> Result<Response, PollError> {
+    let mut renewed = false;
+    loop {
+        let mut request = http.client.get(hop.clone());
+        let mut authorization = None;
+        if credentials {
+            request = request.headers(http.config.headers.clone());
+            authorization = http.auth.authorization().await?;
+            if let Some(value) = &authorization {
+                request = request.header(header::AUTHORIZATION, value.clone());
+            }
+        }
+        if let Some(previous) = previous {
+            if let Some(etag) = &previous.etag {
+                request = request.header(header::IF_NONE_MATCH, etag);
+            }
+            if let Some(modified) = &previous.last_modified {
+                request = request.header(header::IF_MODIFIED_SINCE, modified);
+            }
+        }
+        let response = request.send().await.map_err(|e| client_error(&e, hop))?;
+        if response.status() == StatusCode::UNAUTHORIZED && !renewed {
+            if let Some(sent) = &authorization {
+                if http.auth.rejected(sent) {
+                    tracing::info!(url = %shown(hop), "401 Unauthorized: asking once more with a renewed credential");
+                    renewed = true;
+                    continue;
+                }
+            }
+        }
+        return Ok(response);
+    }
 }
 
 /// Read the whole body, failing as soon as it is seen (from `Content-Length` or while
@@ -503,6 +536,10 @@ fn client_error(e: &reqwest::Error, url: &Url) -> PollError {
         ("timeout", "timed out")
     } else if e.is_connect() {
         ("connect", "cannot connect")
+    } else if tls_failed(e) {
+        // With TLS 1.3 a server refuses a client certificate after the client's side of the
+        // handshake is done, so it shows as a failed request; it is a connection fault.
+        ("connect", "TLS failed")
     } else if e.is_body() {
         ("request", "reading the body failed")
     } else {
@@ -516,6 +553,21 @@ fn client_error(e: &reqwest::Error, url: &Url) -> PollError {
         source = s.source();
     }
     PollError::transient(kind, message)
+}
+
+/// Somewhere in `e`'s sources is a TLS error (a rustls error, maybe inside an I/O error).
+fn tls_failed(e: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let io_inner = s
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref());
+        if s.is::<rustls::Error>() || io_inner.is_some_and(|i| i.is::<rustls::Error>()) {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 fn now_ms() -> Millis {
