@@ -242,6 +242,10 @@ pub async fn run_bridge<P: Resolve>(
         guarantee == Guarantee::Recovery,
         output_keys.is_some(),
     );
+    let limits = Limits::new(config.max_in_flight, config.host_rate);
+    // WATCHBRIDGE_HOST_RATE is the group's: each instance polls at the share of the input
+    // partitions it owns.
+    limits.share_among(layout.input_partitions.max(0) as u32);
     let shared = Arc::new(Shared {
         poller,
         producer: producer.clone(),
@@ -253,7 +257,7 @@ pub async fn run_bridge<P: Resolve>(
         output_layout,
         rules: config.rules.clone(),
         poll_timeout: config.poll_timeout,
-        limits: Limits::new(config.max_in_flight, config.host_rate),
+        limits,
         metrics: metrics.clone(),
         clock,
         positions: Arc::new(Mutex::new(HashMap::new())),

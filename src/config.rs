@@ -122,7 +122,8 @@ pub struct RunArgs {
         default_value_t = 16 << 20
     )]
     pub input_hold_bytes: usize,
-    /// Most polls per second to one host (unset: no limit); bursts up to the same number.
+    /// Most polls per second to one host from the whole group (each instance takes the share
+    /// of the input partitions it owns; unset: no limit); bursts up to the same number.
     #[arg(
         long,
         env = "WATCHBRIDGE_HOST_RATE",

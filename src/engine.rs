@@ -61,7 +61,7 @@
 
 use crate::clock::{millis, Clock, Millis};
 use crate::internal_events::{
-    InputAlreadyWatching, PollFailed, PollRateLimited, PollStarted, PollSucceeded,
+    HostHeld, InputAlreadyWatching, PollFailed, PollRateLimited, PollStarted, PollSucceeded,
     RetryAfterCapped, WatchRestored, WatchStarted, WatchTerminated,
 };
 use crate::limits::Limits;
@@ -451,6 +451,7 @@ impl<P: Poller> Engine<P> {
     async fn complete(&mut self, done: Done, events: &mpsc::Sender<Event>) -> Result<(), Ended> {
         let now = self.clock.now_ms();
         let duration = done.started.elapsed();
+        self.hold_host_if_asked(&done);
         let Some(completion) = self.table.complete(done.id, done.outcome, now) else {
             return Ok(());
         };
@@ -523,6 +524,29 @@ impl<P: Poller> Engine<P> {
         // The poll may have moved this watch's hold or ended it: either can move the
         // minimum, reported after its outputs.
         self.report_min_hold(events).await
+    }
+
+    /// A resource that said to wait (`Retry-After` on a failure, `RateLimit-*` with nothing
+    /// remaining) said it for its host: every watch of this instance polling that host waits
+    /// as long, up to the `Retry-After` cap.
+    fn hold_host_if_asked(&self, done: &Done) {
+        let asked = match &done.outcome {
+            Ok(result) => result.host_wait,
+            Err(error) => error.retry_after,
+        };
+        let Some(asked) = asked.filter(|w| !w.is_zero()) else {
+            return;
+        };
+        let Some(host) = self
+            .table
+            .watch(done.id)
+            .and_then(|w| self.poller.rate_key(w.input()))
+        else {
+            return;
+        };
+        let (wait, _) = self.table.rules().schedule.retry.cap_retry_after(asked);
+        HostHeld { host: &host, wait }.emit();
+        self.limits.hold_host(&host, wait);
     }
 
     /// With checkpoints on, report where a watch that goes on stands after a poll.

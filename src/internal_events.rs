@@ -161,6 +161,19 @@ impl PollRateLimited<'_> {
     }
 }
 
+/// A host said to wait, and every watch of this instance polling it waits (its deferred
+/// polls are counted by [`PollRateLimited`]).
+pub struct HostHeld<'a> {
+    pub host: &'a str,
+    pub wait: Duration,
+}
+
+impl HostHeld<'_> {
+    pub fn emit(&self) {
+        tracing::info!(host = %crate::logging::outside(self.host), wait = %humantime::format_duration(self.wait), "the host said to wait: no watch polls it before then");
+    }
+}
+
 pub struct PollStarted {
     pub lateness: Duration,
 }

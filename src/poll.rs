@@ -41,6 +41,10 @@ pub struct PollResult {
     pub watermark: Option<Millis>,
     /// The set of outputs is final: the watch ends after this poll.
     pub complete: bool,
+    /// The resource said to ask it nothing more for this long (an HTTP API whose
+    /// `RateLimit-Remaining` is 0): every watch polling the same host waits
+    /// ([`crate::limits::Limits::hold_host`]), up to `WATCHBRIDGE_RETRY_AFTER_MAX`.
+    pub host_wait: Option<Duration>,
 }
 
 impl PollResult {
@@ -50,6 +54,7 @@ impl PollResult {
             outputs,
             watermark: None,
             complete: false,
+            host_wait: None,
         }
     }
 
@@ -59,6 +64,7 @@ impl PollResult {
             outputs,
             watermark: None,
             complete: true,
+            host_wait: None,
         }
     }
 

@@ -372,6 +372,7 @@ mod tests {
                     outputs: outputs.clone(),
                     watermark: watermark.map(|wm| T0 + wm),
                     complete: false,
+                    host_wait: None,
                 };
                 // Model: the first occurrence of each key never returned by an earlier poll,
                 // in event-time order (stable: ties keep poll order).

@@ -716,6 +716,84 @@ async fn per_host_rate_limit_spaces_polls_of_one_host_only() {
     assert!(metrics.polls_deferred.get() >= 3);
 }
 
+/// Many watches wanting far more than a host's rate take turns: none is starved because
+/// another always comes first (ties among watches due at once used to go to the lowest
+/// slot, so the same few watches took every token).
+#[tokio::test(start_paused = true)]
+async fn under_a_host_rate_every_watch_gets_its_turn() {
+    let poller = Arc::new(Scripted::with(vec![]));
+    let rate = HostRate {
+        per_second: NonZeroU32::new(4).unwrap(),
+        burst: NonZeroU32::new(1).unwrap(),
+    };
+    let mut rules = rules("never");
+    rules.schedule.interval = Duration::from_millis(100);
+    let r = start(poller.clone(), rules, Limits::new(100, Some(rate)), 64);
+    for i in 0..20 {
+        r.watch_host(&format!("w{i}"), T0, Some("a.example")).await;
+    }
+    // 4 polls a second for 30 s: 120 turns for 20 watches.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let counts: Vec<usize> = (0..20)
+        .map(|i| poller.poll_times(&format!("w{i}")).len())
+        .collect();
+    assert!(counts.iter().sum::<usize>() >= 115, "{counts:?}");
+    assert!(
+        counts.iter().all(|&n| n >= 2),
+        "some watches starved: {counts:?}"
+    );
+}
+
+/// A host that says to wait — a failure's `Retry-After`, or rate-limit headers saying no
+/// request is left on a success — holds every watch polling it, not only the one told;
+/// another host goes on.
+#[tokio::test(start_paused = true)]
+async fn a_host_that_says_wait_holds_every_watch_polling_it() {
+    let told =
+        PollError::transient("http_429", "slow down").with_retry_after(Duration::from_secs(3));
+    let none_left = PollResult {
+        host_wait: Some(Duration::from_secs(2)),
+        ..PollResult::default()
+    };
+    let poller = Arc::new(Scripted::with(vec![
+        ("a0", vec![Err(told)]),
+        ("c0", vec![Ok(none_left)]),
+    ]));
+    let r = start(
+        poller.clone(),
+        rules("polls(1)"),
+        Limits::new(100, None),
+        64,
+    );
+    r.watch_host("a0", T0, Some("a.example")).await;
+    r.watch_host("c0", T0, Some("c.example")).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for (name, host) in [
+        ("a1", "a.example"),
+        ("b0", "b.example"),
+        ("c1", "c.example"),
+    ] {
+        r.watch_host(name, T0, Some(host)).await;
+    }
+    r.drain().await;
+    assert_eq!(poller.poll_times("a0")[0], 0);
+    let a1 = poller.poll_times("a1");
+    assert!(
+        (3_000..3_100).contains(&a1[0]),
+        "a.example said 3 s: {a1:?}"
+    );
+    let c1 = poller.poll_times("c1");
+    assert!(
+        (2_000..2_100).contains(&c1[0]),
+        "c.example said 2 s: {c1:?}"
+    );
+    assert_eq!(
+        poller.poll_times("b0"),
+        vec![1_000],
+        "b.example said nothing"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn backoff_stretches_quiet_polls_and_a_new_output_resets_it() {
     let poller = Arc::new(Scripted::with(vec![(

@@ -10,6 +10,8 @@
 //!   would poll again, and not the stale "live" checkpoint its revocation used to write,
 //!   which resurrected the finished watches for the next owner, who emitted their outputs a
 //!   second time (docs/architecture.md, "What a crash does").
+//! - `WATCHBRIDGE_HOST_RATE` belongs to the group: each instance polls a host at the share
+//!   of the input partitions it owns, so two instances keep the host at the rate together.
 
 mod support;
 
@@ -18,12 +20,14 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use support::bridge::Bridge;
 use support::http_server::{Reply, TestServer};
 use support::kafka::{broker, header};
-use support::scenario::{data_records, finished_feeds, produce_user, wait_for_outputs, Setup, T0};
+use support::scenario::{
+    data_records, feeds, finished_feeds, produce_user, produce_user_to, wait_for_outputs, Setup, T0,
+};
 
 /// The session timeout of every instance: a paused one loses its partitions after this.
 const SESSION_TIMEOUT_MS: u64 = 6000;
@@ -169,5 +173,70 @@ async fn a_watch_key_that_is_not_the_record_key_is_warned_about() {
             .iter()
             .any(|l| l.contains("record_key=tenant-a") && l.contains("watch_key=7")),
         "{warned:#?}"
+    );
+}
+
+/// Requests the server saw in `[from, from + window)`.
+fn seen_in(times: &Mutex<Vec<Instant>>, from: Instant, window: Duration) -> usize {
+    times
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|t| **t >= from && **t < from + window)
+        .count()
+}
+
+/// Forty watches that would each poll every 50 ms, on one host limited to 10 polls a
+/// second: one instance alone polls it at 10/s; a second one joining takes half the
+/// partitions and their half of the rate, and the host still sees 10/s, not 20.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_instances_keep_the_host_rate_together() {
+    let times = Arc::new(Mutex::new(Vec::new()));
+    let server = {
+        let times = times.clone();
+        TestServer::start(move |seen| {
+            times.lock().unwrap().push(Instant::now());
+            feeds(seen, false)
+        })
+        .await
+    };
+    let s = Setup::new("group-rate", 4).await;
+    let mut env = s.env(&server);
+    env.push(("WATCHBRIDGE_HOST_RATE", "10".into()));
+    env.push(("WATCHBRIDGE_POLL_INTERVAL", "50ms".into()));
+    env.push(("WATCHBRIDGE_POLL_JITTER", "0".into()));
+    let mut a = Bridge::start(&env);
+    for user in 0..40i64 {
+        produce_user_to(&s.input, Some((user % 4) as i32), user).await;
+    }
+    wait_for_outputs(&s.output, 80, Duration::from_secs(60)).await;
+    let window = Duration::from_secs(5);
+    let alone_from = Instant::now();
+    tokio::time::sleep(window).await;
+    let alone = seen_in(&times, alone_from, window);
+
+    let mut b = Bridge::start(&env);
+    b.wait_for_log("partition state restored", Duration::from_secs(60));
+    // The rebalance rebuilds each instance's buckets full: let that burst pass.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let together_from = Instant::now();
+    tokio::time::sleep(window).await;
+    let together = seen_in(&times, together_from, window);
+    let b_log = b.log();
+    kill(&mut a);
+    kill(&mut b);
+
+    assert!(
+        b_log.contains("partition assigned"),
+        "B owns partitions: {b_log}"
+    );
+    // 10/s for 5 s, plus at most a full bucket (10) at the window's start.
+    assert!(
+        (40..=60).contains(&alone),
+        "one instance alone: {alone} requests in 5 s"
+    );
+    assert!(
+        (35..=60).contains(&together),
+        "two instances together: {together} requests in 5 s (each alone would make 50)"
     );
 }

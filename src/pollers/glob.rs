@@ -211,6 +211,7 @@ fn poll_blocking(
         outputs,
         watermark: None,
         complete,
+        host_wait: None,
     })
 }
 

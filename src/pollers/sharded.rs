@@ -215,6 +215,7 @@ fn poll_blocking(
         outputs,
         watermark: progress.watermark,
         complete: progress.complete,
+        host_wait: None,
     })
 }
 

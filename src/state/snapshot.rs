@@ -285,6 +285,7 @@ mod tests {
                     outputs,
                     watermark: wm.map(|wm| T0 + wm),
                     complete: *complete,
+                    host_wait: None,
                 };
                 let polled = w.on_success(result, now, rules, rng);
                 (None, Some(polled.next), polled.new_outputs)

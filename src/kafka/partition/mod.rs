@@ -261,6 +261,9 @@ pub struct PartitionTask<P: Resolve> {
     /// mode its own transactional one (`txn`).
     producer: BridgeProducer,
     txn: Option<transaction::Transaction>,
+    /// This partition's share of `WATCHBRIDGE_HOST_RATE`, this instance's while the task
+    /// lives (`limits.rs`).
+    _rate_share: crate::limits::PartitionShare,
 }
 
 impl<P: Resolve> PartitionTask<P> {
@@ -311,6 +314,7 @@ impl<P: Resolve> PartitionTask<P> {
         );
         let producer = shared.producer.clone();
         let output_ends = shared.output_ends.clone();
+        let rate_share = shared.limits.own_partition();
         let task = Self {
             partition,
             shared,
@@ -338,6 +342,7 @@ impl<P: Resolve> PartitionTask<P> {
             waiting: None,
             producer,
             txn: None,
+            _rate_share: rate_share,
         };
         task.run()
     }

@@ -31,6 +31,7 @@ pub mod client;
 pub mod config;
 pub mod link;
 mod page;
+mod rate_limit;
 mod raw;
 
 pub use config::{HttpArgs, HttpConfig};
@@ -232,6 +233,10 @@ async fn poll(http: &Http, target: &HttpTarget) -> Result<PollResult, PollError>
     loop {
         let previous = cached.iter().find(|c| c.url == url);
         let response = send(http, &target.url, &url, previous).await?;
+        // A page that leaves no request in the server's window holds the host afterwards.
+        result.host_wait = result
+            .host_wait
+            .max(rate_limit::wait(response.headers(), SystemTime::now()));
         let next = match response.status() {
             StatusCode::NOT_MODIFIED if previous.is_some() => {
                 // Unchanged since the last poll: its items were all emitted then.
@@ -469,7 +474,8 @@ async fn read_body(
 /// A response that is neither a success nor an expected `304`.
 async fn status_error(mut response: Response, url: &Url) -> PollError {
     let status = response.status();
-    let retry_after = retry_after(response.headers());
+    let retry_after = retry_after(response.headers())
+        .or_else(|| rate_limit::wait(response.headers(), SystemTime::now()));
     if status.is_redirection() {
         let to = response
             .headers()
