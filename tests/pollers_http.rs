@@ -195,6 +195,179 @@ async fn the_page_limit_returns_what_it_read_and_promises_nothing_more() {
     assert_eq!(server.requests().len(), 4);
 }
 
+/// Issue 20: a listing longer than `WATCHBRIDGE_HTTP_MAX_PAGES` is read over several polls,
+/// each continuing at the first page the last one did not read, and promising nothing (no
+/// watermark, not final) until one reaches the last page; the poll after that starts at the
+/// template's URL again. Before, every poll restarted at page one and items past page
+/// `MAX_PAGES` were never read.
+#[tokio::test]
+async fn the_page_limit_continues_at_the_next_poll_where_the_last_one_stopped() {
+    const PAGES: usize = 250;
+    let server = TestServer::start(|seen| {
+        let page: usize = seen.target.rsplit('/').next().unwrap().parse().unwrap();
+        let next = if page < PAGES {
+            json!(format!("/p/{}", page + 1))
+        } else {
+            Value::Null
+        };
+        Reply::json(
+            json!({"items": [page], "next": next, "done": page == PAGES, "wm": 1000 + page}),
+        )
+    })
+    .await;
+    let mut c = HttpConfig::new(&server.url("/p/1")).unwrap();
+    c.items = "/items".into();
+    c.next = Some("/next".into());
+    c.complete = Some("/done".into());
+    c.watermark = Some("/wm".into());
+    c.max_pages = 100;
+    let p = poller(c);
+    let t = target(&p, json!({}));
+    let page_keys = |pages: std::ops::RangeInclusive<usize>| -> Vec<String> {
+        pages.map(|n| n.to_string()).collect()
+    };
+    let mut all = Vec::new();
+    let mut asked = 0;
+    for (n, pages) in [(1, 1..=100), (2, 101..=200), (3, 201..=250)] {
+        let r = poll(&p, &t).await.unwrap();
+        let requests = server.requests();
+        assert_eq!(
+            requests[asked].target,
+            format!("/p/{}", pages.start()),
+            "poll {n} starts where poll {} stopped",
+            n - 1
+        );
+        asked = requests.len();
+        assert_eq!(keys(&r), page_keys(pages.clone()), "poll {n}");
+        if n < 3 {
+            assert!(!r.complete, "poll {n} read only part of the listing");
+            assert_eq!(r.watermark, None, "poll {n} read only part of the listing");
+        } else {
+            assert!(r.complete, "poll 3 reached the last page");
+            assert_eq!(r.watermark, Some(1201), "the lowest of the pages it read");
+        }
+        all.extend(keys(&r));
+    }
+    assert_eq!(all, page_keys(1..=PAGES), "every item exactly once");
+    assert_eq!(asked, PAGES);
+    // The last page was reached: the next poll starts over at the template's URL.
+    let fourth = poll(&p, &t).await.unwrap();
+    assert_eq!(server.requests()[PAGES].target, "/p/1");
+    assert_eq!(keys(&fourth), page_keys(1..=100));
+}
+
+/// Where the next poll starts is kept only when a poll succeeded: a continued poll that
+/// fails is retried from the same page, not from page one (nor from past the failure).
+#[tokio::test]
+async fn a_continued_poll_that_fails_is_retried_from_where_it_started() {
+    let failed = Arc::new(AtomicUsize::new(0));
+    let failures = failed.clone();
+    let server = TestServer::start(move |seen| {
+        let page: usize = seen.target.rsplit('/').next().unwrap().parse().unwrap();
+        if page == 4 && failures.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Reply::status(500, "boom");
+        }
+        let next = if page < 5 {
+            json!(format!("/p/{}", page + 1))
+        } else {
+            Value::Null
+        };
+        Reply::json(json!({"items": [page], "next": next}))
+    })
+    .await;
+    let mut c = HttpConfig::new(&server.url("/p/1")).unwrap();
+    c.items = "/items".into();
+    c.next = Some("/next".into());
+    c.max_pages = 2;
+    let p = poller(c);
+    let t = target(&p, json!({}));
+    assert_eq!(keys(&poll(&p, &t).await.unwrap()), ["1", "2"]);
+    assert_eq!(poll(&p, &t).await.unwrap_err().kind, "http_5xx");
+    assert_eq!(keys(&poll(&p, &t).await.unwrap()), ["3", "4"]);
+    assert_eq!(keys(&poll(&p, &t).await.unwrap()), ["5"]);
+    let targets: Vec<_> = server.requests().into_iter().map(|s| s.target).collect();
+    assert_eq!(
+        targets,
+        ["/p/1", "/p/2", "/p/3", "/p/4", "/p/3", "/p/4", "/p/5"]
+    );
+}
+
+/// Issue 20: pages answered `304 Not Modified` (asked conditionally with validators from an
+/// earlier poll) are not read, so they do not count toward `WATCHBRIDGE_HTTP_MAX_PAGES`:
+/// a listing that grew behind unchanged pages is read to its end, and an unchanged listing
+/// read over several polls is walked to its end by one poll of 304s.
+#[tokio::test]
+async fn pages_answered_304_do_not_count_toward_the_page_limit() {
+    let last = Arc::new(AtomicUsize::new(3));
+    let pages = last.clone();
+    let server = TestServer::start(move |seen| {
+        let page: usize = seen.target.rsplit('/').next().unwrap().parse().unwrap();
+        let last = pages.load(Ordering::SeqCst);
+        // A page changes (its ETag with it) when it gains a next link.
+        let etag = format!("\"{page}-{}\"", page < last);
+        if seen
+            .headers
+            .get("if-none-match")
+            .is_some_and(|v| *v == *etag)
+        {
+            return Reply::status(304, "");
+        }
+        let next = if page < last {
+            json!(format!("/p/{}", page + 1))
+        } else {
+            Value::Null
+        };
+        Reply::json(json!({"items": [page], "next": next})).header("etag", etag)
+    })
+    .await;
+    let mut c = HttpConfig::new(&server.url("/p/1")).unwrap();
+    c.items = "/items".into();
+    c.next = Some("/next".into());
+    c.max_pages = 3;
+    let p = poller(c);
+    let t = target(&p, json!({}));
+    assert_eq!(keys(&poll(&p, &t).await.unwrap()), ["1", "2", "3"]);
+    // Pages 1 and 2 unchanged (304), page 3 now links on: 3, 4 and 5 are the three read.
+    last.store(5, Ordering::SeqCst);
+    let r = poll(&p, &t).await.unwrap();
+    assert_eq!(keys(&r), ["3", "4", "5"], "the 304s did not count");
+    let seen = server.requests();
+    assert_eq!(seen.len(), 3 + 5);
+    assert_eq!(seen[3].headers["if-none-match"], "\"1-true\"");
+    // The listing now changes no more. One poll walks it to its end: five 304s, none read.
+    let before = server.requests().len();
+    let r = poll(&p, &t).await.unwrap();
+    assert!(r.outputs.is_empty(), "{r:?}");
+    let targets: Vec<_> = server.requests()[before..]
+        .iter()
+        .map(|s| s.target.clone())
+        .collect();
+    assert_eq!(targets, ["/p/1", "/p/2", "/p/3", "/p/4", "/p/5"]);
+
+    // A listing of six pages, read three by three: pages 1-3, then 4-6. Their validators
+    // are all kept, so the poll that starts over is six 304s and reaches the end.
+    last.store(6, Ordering::SeqCst);
+    let fresh = target(&p, json!({}));
+    let before = server.requests().len();
+    assert_eq!(keys(&poll(&p, &fresh).await.unwrap()), ["1", "2", "3"]);
+    assert_eq!(keys(&poll(&p, &fresh).await.unwrap()), ["4", "5", "6"]);
+    let mid = server.requests().len();
+    assert_eq!(mid - before, 6);
+    let r = poll(&p, &fresh).await.unwrap();
+    assert!(r.outputs.is_empty(), "{r:?}");
+    let statuses: Vec<_> = server.requests()[mid..]
+        .iter()
+        .map(|s| (s.target.clone(), s.headers.contains_key("if-none-match")))
+        .collect();
+    assert_eq!(
+        statuses,
+        (1..=6)
+            .map(|n| (format!("/p/{n}"), true))
+            .collect::<Vec<_>>(),
+        "every page asked conditionally, the whole listing in one poll"
+    );
+}
+
 #[tokio::test]
 async fn a_next_link_back_to_a_page_already_read_ends_the_poll() {
     let server = TestServer::start(|_| Reply::json(json!({"items": [1], "next": "/same"}))).await;

@@ -72,7 +72,8 @@ pub struct HttpArgs {
         default_value = "cursor"
     )]
     pub cursor_param: String,
-    /// Most pages read in one poll (pages beyond it wait for the next poll).
+    /// Most pages read in one poll (`304 Not Modified` pages do not count); the next poll
+    /// continues at the first page not read, until one reaches the last page.
     #[arg(
         long = "http-max-pages",
         env = "WATCHBRIDGE_HTTP_MAX_PAGES",

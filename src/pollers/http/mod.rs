@@ -69,8 +69,8 @@ pub struct HttpPoller {
     config: Arc<HttpConfig>,
 }
 
-/// What one watch polls: its URL, fixed when the watch starts, and the validators of the
-/// pages it last read (for conditional requests).
+/// What one watch polls: its URL, fixed when the watch starts, the validators of the pages
+/// it read (for conditional requests), and where its next poll starts.
 #[derive(Debug)]
 pub struct HttpTarget {
     url: Url,
@@ -78,6 +78,13 @@ pub struct HttpTarget {
     /// Written only after a whole poll succeeds, so a poll that failed half way never makes
     /// a later one skip pages whose items were not emitted.
     pages: Mutex<Vec<CachedPage>>,
+    /// The first page the last poll did not read because it stopped at
+    /// `WATCHBRIDGE_HTTP_MAX_PAGES`: the next poll starts there instead of at `url`, so a
+    /// listing longer than the limit is read whole over several polls (were every poll to
+    /// start at `url`, pages past the limit would never be read). `None` once a poll reached
+    /// the last page. Written with `pages`, only after a poll succeeded: a failed poll is
+    /// retried from where it started.
+    resume: Mutex<Option<Url>>,
 }
 
 impl HttpTarget {
@@ -177,6 +184,7 @@ impl Resolve for HttpPoller {
             url,
             host: host.into(),
             pages: Mutex::new(Vec::new()),
+            resume: Mutex::new(None),
         })
     }
 
@@ -218,16 +226,28 @@ struct Http {
     config: Arc<HttpConfig>,
 }
 
-/// One poll: every page from the target's URL, as one result.
+/// Validators are kept for at most this many times `WATCHBRIDGE_HTTP_MAX_PAGES` pages per
+/// watch (the most recently read), so that a listing read over several polls can be walked
+/// again as `304`s, while a server that links page after page cannot grow a watch's memory
+/// without end.
+const CACHED_PAGES_PER_MAX_PAGE: usize = 4;
+
+/// One poll: the pages from the target's URL (or from where the last poll stopped at the
+/// page limit), as one result.
 async fn poll(http: &Http, target: &HttpTarget) -> Result<PollResult, PollError> {
     let config = &*http.config;
     let first_seen = now_ms();
     let cached = target.pages.lock().map(|p| p.clone()).unwrap_or_default();
+    let resume = target.resume.lock().ok().and_then(|r| r.clone());
     let mut now_cached = Vec::new();
     let mut result = PollResult::default();
-    let mut url = target.url.clone();
+    let mut url = resume.unwrap_or_else(|| target.url.clone());
     let mut visited = vec![url.clone()];
-    let mut truncated = false;
+    // Pages read in this poll: a `304` is not read (nothing of it is new), so it does not
+    // count toward `max_pages`; a poll asks for at most `max_pages` plus the pages it holds
+    // validators for.
+    let mut read_pages: usize = 0;
+    let mut truncated = None;
     // Body bytes read by this poll so far, over all its pages (`max_poll_bytes`).
     let mut read: u64 = 0;
     loop {
@@ -246,6 +266,7 @@ async fn poll(http: &Http, target: &HttpTarget) -> Result<PollResult, PollError>
                 previous.next.clone()
             }
             status if status.is_success() => {
+                read_pages += 1;
                 let etag = response.headers().get(header::ETAG).cloned();
                 let last_modified = response.headers().get(header::LAST_MODIFIED).cloned();
                 let link = link::next_link(
@@ -310,21 +331,36 @@ async fn poll(http: &Http, target: &HttpTarget) -> Result<PollResult, PollError>
             tracing::debug!(url = %shown(&url), next = %shown(&next), "next page already read in this poll; stopping");
             break;
         }
-        if visited.len() >= config.max_pages as usize {
-            truncated = true;
+        if read_pages >= config.max_pages as usize {
+            truncated = Some(next);
             break;
         }
         visited.push(next.clone());
         url = next;
     }
-    if truncated {
+    if let Some(next) = &truncated {
         // Pages not read may hold anything: promise nothing about them.
-        tracing::warn!(url = %shown(&target.url), max_pages = config.max_pages, "more pages than WATCHBRIDGE_HTTP_MAX_PAGES; the rest wait for the next poll");
+        tracing::debug!(url = %shown(&target.url), next = %shown(next), max_pages = config.max_pages, "more pages than WATCHBRIDGE_HTTP_MAX_PAGES; the next poll continues there");
         result.complete = false;
         result.watermark = None;
     }
+    // The validators of earlier polls' pages not asked for in this one stay (a continued
+    // poll asks for other pages than the one before it), newest first, up to the cap.
+    let cap = CACHED_PAGES_PER_MAX_PAGE.saturating_mul(config.max_pages as usize);
+    for old in cached {
+        if now_cached.len() >= cap {
+            break;
+        }
+        if !visited.contains(&old.url) {
+            now_cached.push(old);
+        }
+    }
+    now_cached.truncate(cap);
     if let Ok(mut pages) = target.pages.lock() {
         *pages = now_cached;
+    }
+    if let Ok(mut resume) = target.resume.lock() {
+        *resume = truncated;
     }
     Ok(result)
 }
