@@ -148,6 +148,8 @@ pub struct Checkpoint {
     pub next_poll: Millis,
     /// [`hash_key`] of each output this poll found new, in the order they were emitted.
     pub new_hashes: Vec<OutputHash>,
+    /// The poller's state of the watch after this poll ([`Poller::resume_state`]).
+    pub resume: Option<Vec<u8>>,
 }
 
 /// What the engine reports.
@@ -561,14 +563,15 @@ impl<P: Poller> Engine<P> {
         if !self.checkpoints {
             return Ok(());
         }
-        let Some(progress) = self.table.watch(id).map(|w| w.progress()) else {
+        let Some(watch) = self.table.watch(id) else {
             return Ok(());
         };
         let checkpoint = Checkpoint {
             key,
-            progress,
+            progress: watch.progress(),
             next_poll,
             new_hashes,
+            resume: self.poller.resume_state(watch.input()),
         };
         send(events, Event::Checkpoint(Box::new(checkpoint))).await
     }

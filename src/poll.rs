@@ -131,4 +131,12 @@ pub trait Poller: Send + Sync + 'static {
     fn rate_key(&self, _input: &Self::Input) -> Option<Arc<str>> {
         None
     }
+
+    /// What of this watch's polling must survive a restart, as bytes the poller reads back
+    /// in [`crate::pollers::Resolve::resume`] (the HTTP poller's `{last.*}` values). Saved
+    /// with the watch's state record once the outputs found before it are delivered.
+    /// `None` (the default): nothing; each poll depends only on the input.
+    fn resume_state(&self, _input: &Self::Input) -> Option<Vec<u8>> {
+        None
+    }
 }

@@ -320,6 +320,90 @@ async fn a_redelivered_input_for_a_live_watch_starts_no_second_watch_and_a_resta
     );
 }
 
+/// The `since` of a request target (empty when the watch had nothing yet).
+fn since_of(target: &str) -> Option<String> {
+    url::Url::parse(&format!("http://h{target}"))
+        .unwrap()
+        .query_pairs()
+        .find(|(k, _)| k == "since")
+        .map(|(_, v)| v.into_owned())
+}
+
+/// An API filtered by `since={last.time_ms}`: each request asks only for what is newer than
+/// the newest output the watch has seen; after a SIGKILL, the restarted bridge's first
+/// request continues from the value saved with the watch, not from the beginning, and no
+/// output is emitted twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn incremental_requests_continue_from_the_saved_value_after_a_kill() {
+    // Events e0.. at T0 + i s; `visible` of them exist.
+    let visible = Arc::new(AtomicI64::new(3));
+    let server = {
+        let visible = visible.clone();
+        TestServer::start(move |seen| {
+            let since = since_of(&seen.target)
+                .filter(|s| !s.is_empty())
+                .map_or(i64::MIN, |s| s.parse().unwrap());
+            let events: Vec<Value> = (0..visible.load(Ordering::SeqCst))
+                .map(|i| (i, T0 + i * 1000))
+                .filter(|&(_, at)| at > since)
+                .map(|(i, at)| json!({"id": format!("e{i}"), "at": at}))
+                .collect();
+            Reply::json(json!({"events": events, "done": false}))
+        })
+        .await
+    };
+    let s = Setup::new("incremental", 1).await;
+    let mut env = s.env(&server);
+    env.retain(|(k, _)| *k != "WATCHBRIDGE_HTTP_URL");
+    env.push((
+        "WATCHBRIDGE_HTTP_URL",
+        server.url("/users/{/id}/events?since={last.time_ms}"),
+    ));
+    let mut bridge = Bridge::start(&env);
+    produce_user(&s.input, 1).await;
+    wait_for_outputs(&s.output, 3, Duration::from_secs(60)).await;
+    // A few more polls (every 200 ms), and checkpoints (every 500 ms) to save the value.
+    let polled = server.requests().len();
+    while server.requests().len() < polled + 5 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    bridge.child.kill().unwrap();
+    bridge.child.wait().unwrap();
+    let asked: Vec<Option<String>> = server
+        .requests()
+        .iter()
+        .map(|r| since_of(&r.target))
+        .collect();
+    let newest = Some((T0 + 2000).to_string());
+    assert_eq!(
+        asked[0].as_deref(),
+        Some(""),
+        "the first asks for everything"
+    );
+    assert!(
+        asked.len() > 5 && asked[1..].iter().all(|a| *a == newest),
+        "each later request asks for what is newer than e2: {asked:?}"
+    );
+
+    visible.store(5, Ordering::SeqCst);
+    let before = server.requests().len();
+    let mut bridge = Bridge::start(&env);
+    wait_for_outputs(&s.output, 5, Duration::from_secs(60)).await;
+    let first_after = since_of(&server.requests()[before].target);
+    assert_eq!(
+        first_after, newest,
+        "the restart continues from the saved value"
+    );
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        (0..5).map(|i| format!("e{i}")),
+        &format!("each output once across the kill\n{}", bridge.log()),
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_stops_promptly_after_committing_what_was_delivered() {
     let server = TestServer::start(finished_feeds).await;

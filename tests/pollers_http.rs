@@ -1268,3 +1268,175 @@ async fn url_secrets_never_appear_in_poll_errors() {
         "{message}"
     );
 }
+
+/// The value of query parameter `name` in a request target, decoded.
+fn query_param(target: &str, name: &str) -> Option<String> {
+    url::Url::parse(&format!("http://h{target}"))
+        .unwrap()
+        .query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
+/// An API that filters by `since` (exclusive, epoch ms) over a feed that grows: each request
+/// asks only for what is newer than the newest output the watch has seen, and gets only that.
+#[tokio::test]
+async fn incremental_requests_ask_only_for_what_is_new() {
+    let feed = Arc::new(std::sync::Mutex::new(vec![(1_000i64, "a"), (2_000, "b")]));
+    let server = {
+        let feed = feed.clone();
+        TestServer::start(move |seen| {
+            let since: i64 = query_param(&seen.target, "since")
+                .filter(|s| !s.is_empty())
+                .map_or(i64::MIN, |s| s.parse().unwrap());
+            let items: Vec<Value> = feed
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(t, _)| *t > since)
+                .map(|(t, id)| json!({"id": id, "at": t}))
+                .collect();
+            Reply::json(json!({ "items": items }))
+        })
+        .await
+    };
+    let config = HttpArgs {
+        url: Some(
+            server
+                .url("/users/{/id}/events?since={last.time_ms}&after={last.key}&from={last.time}"),
+        ),
+        items: "/items".into(),
+        item_key: "/id".into(),
+        item_time: Some("/at".into()),
+        ..HttpArgs::defaults()
+    }
+    .config(Duration::from_secs(5), &|_| None)
+    .unwrap();
+    let p = poller(config);
+    let t = target(&p, json!({"id": 7}));
+    assert_eq!(keys(&poll(&p, &t).await.unwrap()), ["a", "b"]);
+    assert_eq!(keys(&poll(&p, &t).await.unwrap()), Vec::<String>::new());
+    feed.lock().unwrap().push((3_000, "c/d e"));
+    assert_eq!(keys(&poll(&p, &t).await.unwrap()), ["c/d e"]);
+    let asked: Vec<(String, Option<String>, Option<String>, Option<String>)> = server
+        .requests()
+        .iter()
+        .map(|r| {
+            (
+                r.target.split('?').next().unwrap().to_string(),
+                query_param(&r.target, "since"),
+                query_param(&r.target, "after"),
+                query_param(&r.target, "from"),
+            )
+        })
+        .collect();
+    let s = |v: &str| Some(v.to_string());
+    assert_eq!(
+        asked,
+        [
+            ("/users/7/events".into(), s(""), s(""), s("")),
+            (
+                "/users/7/events".into(),
+                s("2000"),
+                s("b"),
+                s("1970-01-01T00:00:02.000Z")
+            ),
+            (
+                "/users/7/events".into(),
+                s("2000"),
+                s("b"),
+                s("1970-01-01T00:00:02.000Z")
+            ),
+        ]
+    );
+    // The key is percent-encoded as one value.
+    let last = server.requests().len();
+    poll(&p, &t).await.unwrap();
+    let target4 = &server.requests()[last].target;
+    assert!(target4.contains("after=c%2Fd%20e"), "{target4}");
+
+    // What the watch saves with its state gives a restored watch the same place.
+    let saved = p.resume_state(&t).unwrap();
+    let restored = target(&p, json!({"id": 7}));
+    p.resume(&restored, &saved);
+    poll(&p, &restored).await.unwrap();
+    assert_eq!(server.requests().last().unwrap().target, *target4);
+}
+
+/// A cursor API (Dropbox's `list_folder/continue` shape): every page gives a cursor to
+/// continue from, also the last one; the next poll starts from the last cursor.
+#[tokio::test]
+async fn a_cursor_api_continues_from_the_last_cursor() {
+    let server = TestServer::start(|seen| {
+        let cursor: usize = query_param(&seen.target, "cursor")
+            .filter(|c| !c.is_empty())
+            .map_or(0, |c| c.trim_start_matches('c').parse().unwrap());
+        // Two items per page, five items in all: a cursor is the count read.
+        let items: Vec<Value> = (cursor..(cursor + 2).min(5))
+            .map(|i| json!({"id": format!("i{i}")}))
+            .collect();
+        let next = cursor + items.len();
+        Reply::json(json!({"items": items, "cursor": format!("c{next}")}))
+    })
+    .await;
+    let config = HttpArgs {
+        url: Some(server.url("/files?cursor={last.cursor}")),
+        items: "/items".into(),
+        item_key: "/id".into(),
+        next: Some("/cursor".into()),
+        ..HttpArgs::defaults()
+    }
+    .config(Duration::from_secs(5), &|_| None)
+    .unwrap();
+    let p = poller(config);
+    let t = target(&p, json!({}));
+    assert_eq!(
+        keys(&poll(&p, &t).await.unwrap()),
+        ["i0", "i1", "i2", "i3", "i4"]
+    );
+    let before = server.requests().len();
+    assert!(keys(&poll(&p, &t).await.unwrap()).is_empty());
+    let second: Vec<String> = server.requests()[before..]
+        .iter()
+        .map(|r| r.target.clone())
+        .collect();
+    assert_eq!(
+        second,
+        ["/files?cursor=c5"],
+        "one request, from the last cursor"
+    );
+}
+
+#[test]
+fn last_placeholders_belong_in_the_query_and_a_cursor_needs_its_pointer() {
+    for (url, next, expected) in [
+        (
+            "http://api/{last.time}/events",
+            None,
+            "must be in the query",
+        ),
+        (
+            "http://api/events?c={last.cursor}",
+            None,
+            "WATCHBRIDGE_HTTP_NEXT",
+        ),
+        (
+            "http://api/events?since={last.nope}",
+            None,
+            "unknown placeholder",
+        ),
+    ] {
+        let e = HttpArgs {
+            url: Some(url.into()),
+            next: next.map(str::to_string),
+            ..HttpArgs::defaults()
+        }
+        .config(Duration::from_secs(5), &|_| None)
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("WATCHBRIDGE_HTTP_URL") && e.contains(expected),
+            "{url}: {e}"
+        );
+    }
+}

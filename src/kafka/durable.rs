@@ -76,10 +76,14 @@ const STARTS_RECORD_BYTES: usize = MAX_RECORD_BYTES - 1024;
 /// the `Registration` a record needs is copied out at the rare checkpoint that writes it).
 #[derive(Debug)]
 struct StoredInput {
-    /// The key's bytes, then the value's.
+    /// The key's bytes, then the value's, then the poller's resume state's.
     bytes: Box<[u8]>,
     /// The key's length, or [`StoredInput::NO_KEY`].
     key_len: u32,
+    /// The resume state's length ([`WatchRecord::resume`]; 0: none), at the end of `bytes`
+    /// (here, not in a field of its own: this `u32` fills what was padding, so a live watch
+    /// stays as small).
+    resume_len: u32,
     time: Millis,
 }
 
@@ -95,8 +99,27 @@ impl StoredInput {
         Self {
             bytes: bytes.into_boxed_slice(),
             key_len: key.map_or(Self::NO_KEY, |k| k.len() as u32),
+            resume_len: 0,
             time: r.time,
         }
+    }
+
+    /// The poller's state of the watch that its record carries, if any.
+    fn resume(&self) -> Option<&[u8]> {
+        (self.resume_len > 0).then(|| &self.bytes[self.bytes.len() - self.resume_len as usize..])
+    }
+
+    /// Carry `state` in the watch's record from now on (one allocation again).
+    fn set_resume(&mut self, state: &[u8]) {
+        if self.resume() == Some(state) {
+            return;
+        }
+        let input_len = self.bytes.len() - self.resume_len as usize;
+        let mut bytes = Vec::with_capacity(input_len + state.len());
+        bytes.extend_from_slice(&self.bytes[..input_len]);
+        bytes.extend_from_slice(state);
+        self.bytes = bytes.into_boxed_slice();
+        self.resume_len = state.len() as u32;
     }
 
     fn registration(&self) -> Registration {
@@ -105,7 +128,8 @@ impl StoredInput {
         } else {
             self.key_len as usize
         };
-        let (key, value) = self.bytes.split_at(split);
+        let input = &self.bytes[..self.bytes.len() - self.resume_len as usize];
+        let (key, value) = input.split_at(split);
         Registration {
             key: (self.key_len != Self::NO_KEY).then(|| Bytes::copy_from_slice(key)),
             value: Bytes::copy_from_slice(value),
@@ -158,13 +182,15 @@ impl LiveWatch {
 
     /// Its watch record as it stands, listing `chunks` seen chunks (not finished).
     fn record(&self, key: &Bytes, chunks: u32) -> WatchRecord {
-        WatchRecord::from_progress(
+        let mut record = WatchRecord::from_progress(
             key.clone(),
             &self.input.registration(),
             self.progress,
             self.next_poll,
             chunks,
-        )
+        );
+        record.resume = self.input.resume().map(Bytes::copy_from_slice);
+        record
     }
 }
 
@@ -233,6 +259,11 @@ pub struct DurableState {
     touched: Vec<Bytes>,
     /// When a checkpoint last visited every live watch.
     visited_all_at: Millis,
+    /// Poller states ([`WatchRecord::resume`]) that came while some of their watch's
+    /// outputs were in flight: they go into its record only once those are delivered. A
+    /// state past outputs not delivered (an HTTP `since=` newer than they are) would, after
+    /// a crash, ask the resource only for what came after them, and they would be lost.
+    resume_waiting: HashMap<Bytes, Box<[u8]>>,
 }
 
 /// When a watch that ended was written so, and which starts records may still hold it.
@@ -293,6 +324,7 @@ impl DurableState {
             next_starts: 1,
             touched: Vec::new(),
             visited_all_at: 0,
+            resume_waiting: HashMap::new(),
         }
     }
 
@@ -356,12 +388,17 @@ impl DurableState {
         progress: Progress,
         next_poll: Millis,
         relies_on: u32,
+        resume: Option<Bytes>,
     ) {
         let dirty = journal.pending() > 0;
+        let mut input = StoredInput::new(&registration);
+        if let Some(resume) = resume.filter(|r| !r.is_empty()) {
+            input.set_resume(&resume);
+        }
         self.live.insert(
             key.clone(),
             Box::new(LiveWatch {
-                input: StoredInput::new(&registration),
+                input,
                 journal,
                 progress,
                 next_poll,
@@ -562,6 +599,7 @@ impl DurableState {
             w.journal.add(hash);
             w.dirty = true;
         }
+        self.settle_resume(key);
         self.touch(key);
         self.sends
             .handled(ticket, Some((partition, offset)), &mut self.covered);
@@ -583,16 +621,51 @@ impl DurableState {
         if let Some(w) = self.live.get_mut(key) {
             w.in_flight = w.in_flight.saturating_sub(1);
         }
+        self.settle_resume(key);
         self.touch(key);
         self.sends.handled(ticket, None, &mut self.covered);
     }
 
-    /// Where a live watch stands after a poll.
-    pub fn checkpoint(&mut self, key: &[u8], progress: Progress, next_poll: Millis) {
+    /// Where a live watch stands after a poll, and its poller state then (`resume`). With
+    /// `held_back` (the stop left some of its outputs unsent, to be found again after the
+    /// recovery) that state is not kept: it is past outputs that are nowhere.
+    pub fn checkpoint(
+        &mut self,
+        key: &[u8],
+        progress: Progress,
+        next_poll: Millis,
+        resume: Option<Vec<u8>>,
+        held_back: bool,
+    ) {
         if let Some(w) = self.live.get_mut(key) {
             w.progress = progress;
             w.next_poll = next_poll;
             w.progressed = true;
+            if let (Some(state), false) = (resume, held_back) {
+                self.resume_waiting
+                    .insert(Bytes::copy_from_slice(key), state.into_boxed_slice());
+                self.settle_resume(key);
+            }
+        }
+    }
+
+    /// Once no output of `key`'s watch is in flight, its waiting resume state goes into its
+    /// record (see `resume_waiting`).
+    fn settle_resume(&mut self, key: &[u8]) {
+        if self.resume_waiting.is_empty() {
+            return;
+        }
+        match self.live.get_mut(key) {
+            Some(w) if w.in_flight > 0 => {}
+            Some(w) => {
+                if let Some(state) = self.resume_waiting.remove(key) {
+                    w.input.set_resume(&state);
+                    w.progressed = true;
+                }
+            }
+            None => {
+                self.resume_waiting.remove(key);
+            }
         }
     }
 
@@ -1214,7 +1287,7 @@ mod tests {
         assert!(starts_of(&s.checkpoint_records(T0 + 2, false)).1.is_empty());
         // b's progress comes due: its own record; the starts record goes one checkpoint
         // later, once that record is acknowledged.
-        s.checkpoint(&b, Progress::at_start(T0, T0), T0 + 1000);
+        s.checkpoint(&b, Progress::at_start(T0, T0), T0 + 1000, None, false);
         let w = s.checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS, false);
         assert!(decoded(&w)
             .iter()
@@ -1228,6 +1301,71 @@ mod tests {
         assert!(s
             .checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS + 2, false)
             .is_empty());
+    }
+
+    /// The watch's records (not starts records) among `writes`, with their resume state.
+    fn resumes(writes: &[StateWrite]) -> Vec<Option<Bytes>> {
+        decoded(writes)
+            .into_iter()
+            .filter_map(|(e, _)| match e {
+                Entry::Watch(r) => Some(r.resume),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A poller state that moved past outputs still in flight (an HTTP `since=` newer than
+    /// they are) reaches the watch's record only once they are delivered: written before,
+    /// a crash would make the restored watch ask only for what came after them.
+    #[test]
+    fn a_resume_state_waits_for_the_outputs_before_it() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        start(&mut s, &key, 1, &[]);
+        s.checkpoint_records(T0, false);
+        let sent = s.output_sent(&key);
+        s.checkpoint(
+            &key,
+            Progress::at_start(T0, T0),
+            T0 + 1000,
+            Some(b"R1".to_vec()),
+            false,
+        );
+        let at = T0 + PROGRESS_WRITE_INTERVAL_MS;
+        assert_eq!(resumes(&s.checkpoint_records(at, true)), [None]);
+        s.output_acknowledged(&key, hash_key(b"e1"), sent, 0, 5);
+        assert_eq!(
+            resumes(&s.checkpoint_records(at + 1, true)),
+            [Some(Bytes::from_static(b"R1"))]
+        );
+        // With nothing in flight it goes in at once, and later records keep it.
+        s.checkpoint(
+            &key,
+            Progress::at_start(T0, T0),
+            T0 + 2000,
+            Some(b"R2".to_vec()),
+            false,
+        );
+        assert_eq!(
+            resumes(&s.checkpoint_records(at + 2, true)),
+            [Some(Bytes::from_static(b"R2"))]
+        );
+        // Held back by a stop (outputs left unsent): not kept at all.
+        s.checkpoint(
+            &key,
+            Progress::at_start(T0, T0),
+            T0 + 3000,
+            Some(b"R3".to_vec()),
+            true,
+        );
+        let writes = s.checkpoint_records(at + 3, true);
+        assert_eq!(resumes(&writes), [Some(Bytes::from_static(b"R2"))]);
+        // The input is still whole beside it.
+        let w = decoded(&writes);
+        let Entry::Watch(r) = &w[0].0 else {
+            panic!("{w:?}")
+        };
+        assert_eq!(r.registration(), registration());
     }
 
     #[test]
@@ -1255,7 +1393,7 @@ mod tests {
             "{w:?}"
         );
         assert!(s.is_finished(&a));
-        s.checkpoint(&b, Progress::at_start(T0, T0), past);
+        s.checkpoint(&b, Progress::at_start(T0, T0), past, None, false);
         s.checkpoint_records(past + PROGRESS_WRITE_INTERVAL_MS, false);
         let w = decoded(&s.checkpoint_records(past + PROGRESS_WRITE_INTERVAL_MS + 1, false));
         let deleted = |w: &[(Entry, Option<i64>)]| -> Vec<String> {
@@ -1284,7 +1422,7 @@ mod tests {
         s.checkpoint_records(T0, false);
         let sent = s.output_sent(&key);
         let _second = s.output_sent(&key);
-        s.checkpoint(&key, Progress::at_start(T0, T0), T0 + 1000);
+        s.checkpoint(&key, Progress::at_start(T0, T0), T0 + 1000, None, false);
         // Progress alone: written once it is PROGRESS_WRITE_INTERVAL_MS old, or when the
         // partition is given up; the record only, no chunk, offsets unchanged.
         assert!(s.checkpoint_records(T0 + 1, false).is_empty());
@@ -1293,7 +1431,7 @@ mod tests {
         assert!(
             matches!(&w[0], (Entry::Watch(r), None) if r.seen_chunks == 0 && r.next_poll == T0 + 1000)
         );
-        s.checkpoint(&key, Progress::at_start(T0, T0), T0 + 2000);
+        s.checkpoint(&key, Progress::at_start(T0, T0), T0 + 2000, None, false);
         assert!(s
             .checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS, false)
             .is_empty());

@@ -534,6 +534,9 @@ pub fn plan<P: Resolve>(
                 continue;
             }
         };
+        if let Some(resume) = &record.resume {
+            poller.resume(&input, resume);
+        }
         state.restored(
             key.clone(),
             record.registration(),
@@ -541,6 +544,7 @@ pub fn plan<P: Resolve>(
             record.progress(),
             record.next_poll,
             members.get(&key).copied().unwrap_or(0),
+            record.resume.clone(),
         );
         restores.push(RestoreWatch {
             key,
@@ -614,6 +618,7 @@ mod tests {
                 at,
                 reason: "final".into(),
             }),
+            resume: None,
         }
     }
 
@@ -905,7 +910,7 @@ mod tests {
         // a polls 7 times (its own record, once due); c ends (its own finished record).
         let mut polled = Progress::at_start(T0, T0);
         polled.polls = 7;
-        s.checkpoint(b"a", polled, T0 + 5_000);
+        s.checkpoint(b"a", polled, T0 + 5_000, None, false);
         s.terminated(b"c", T0 + 1, &TerminatedReason::Final, SeenSet::new());
         let later = T0 + crate::kafka::durable::PROGRESS_WRITE_INTERVAL_MS;
         topic.append(s.checkpoint_records(later, false));
@@ -926,7 +931,13 @@ mod tests {
 
         // b's own record; the starts record is deleted at the checkpoint after.
         let mut state = plan.state;
-        state.checkpoint(b"b", Progress::at_start(T0, T0), later + 10_000);
+        state.checkpoint(
+            b"b",
+            Progress::at_start(T0, T0),
+            later + 10_000,
+            None,
+            false,
+        );
         topic.append(state.checkpoint_records(later + 2 * 30_000, true));
         topic.append(state.checkpoint_records(later + 2 * 30_000 + 1, false));
         assert_eq!(

@@ -75,6 +75,15 @@ pub(crate) fn pattern_template(
             format!("`{text}` must be an absolute path (start with `/`)"),
         ));
     }
+    if let Some((field, _)) = template.last_placeholders().first() {
+        return Err(ConfigError::new(
+            var,
+            format!(
+                "`{{{}}}` is for the HTTP poller's URL (incremental requests); a path pattern takes `{{key}}` and JSON pointers",
+                field.name()
+            ),
+        ));
+    }
     if let Err(e) = glob::Pattern::new(&template.with_placeholders_as("x")) {
         return Err(ConfigError::new(
             var,

@@ -50,6 +50,12 @@ pub trait Resolve: Poller {
     fn output_key_reader(&self) -> Option<OutputKeyReader> {
         None
     }
+
+    /// A restored watch's input, resolved again, takes back what
+    /// [`Poller::resume_state`](crate::poll::Poller::resume_state) saved. State it cannot
+    /// read is ignored (the watch then polls as from its start, and its seen set drops what
+    /// it already emitted), with a warning.
+    fn resume(&self, _input: &Self::Input, _state: &[u8]) {}
 }
 
 /// Reads an output's key ([`crate::poll::Output::key`]) back from the value the poller

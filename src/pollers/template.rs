@@ -30,6 +30,43 @@ enum Part {
     /// A JSON pointer into the input value (RFC 6901, starts with `/`).
     Pointer(String),
     Key,
+    /// A value from the watch's own progress (`{last.time}`, …), filled at each poll.
+    Last(LastField),
+}
+
+/// What a watch remembers of its last polls, for incremental requests (`{last.time}`,
+/// `{last.time_ms}`, `{last.key}`, `{last.cursor}` in the HTTP poller's URL template).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LastField {
+    /// The newest output's event time, RFC 3339 in UTC with milliseconds.
+    Time,
+    /// The same, as epoch milliseconds.
+    TimeMs,
+    /// The newest output's key.
+    Key,
+    /// The last cursor a page gave at `WATCHBRIDGE_HTTP_NEXT`.
+    Cursor,
+}
+
+impl LastField {
+    fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "last.time" => Self::Time,
+            "last.time_ms" => Self::TimeMs,
+            "last.key" => Self::Key,
+            "last.cursor" => Self::Cursor,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Time => "last.time",
+            Self::TimeMs => "last.time_ms",
+            Self::Key => "last.key",
+            Self::Cursor => "last.cursor",
+        }
+    }
 }
 
 /// Where a placeholder sits in a URL template ([`Template::origin_placeholders`]).
@@ -114,9 +151,11 @@ impl Template {
                         Part::Key
                     } else if name.starts_with('/') {
                         Part::Pointer(name.to_string())
+                    } else if let Some(field) = LastField::parse(name) {
+                        Part::Last(field)
                     } else {
                         return Err(err(
-                            format!("unknown placeholder `{{{name}}}` (expected `{{key}}` or a JSON pointer such as `{{/id}}`)"),
+                            format!("unknown placeholder `{{{name}}}` (expected `{{key}}`, a JSON pointer such as `{{/id}}`, or `{{last.time}}`, `{{last.time_ms}}`, `{{last.key}}`, `{{last.cursor}}`)"),
                             i,
                         ));
                     };
@@ -177,9 +216,67 @@ impl Template {
                     found.push(("{key}".to_string(), part));
                     scheme.push('\0');
                 }
+                Part::Last(field) => {
+                    found.push((format!("{{{}}}", field.name()), part));
+                    scheme.push('\0');
+                }
             }
         }
         found
+    }
+
+    /// The `{last.*}` placeholders, in order, each with whether it sits in the query (after
+    /// the template's own first `?`).
+    pub fn last_placeholders(&self) -> Vec<(LastField, bool)> {
+        let mut in_query = false;
+        let mut found = Vec::new();
+        for p in &self.parts {
+            match p {
+                Part::Literal(text) => in_query |= text.contains('?'),
+                Part::Last(field) => found.push((*field, in_query)),
+                Part::Pointer(_) | Part::Key => {}
+            }
+        }
+        found
+    }
+
+    /// The template with the input's values in place (encoded as [`render`](Self::render)
+    /// encodes them), its `{last.*}` placeholders left for [`render_last`](Self::render_last)
+    /// at each poll.
+    pub fn bind(&self, input: &Value, key: &[u8]) -> Result<Template, RenderError> {
+        let mut parts = Vec::new();
+        for part in &self.parts {
+            match part {
+                Part::Last(field) => parts.push(Part::Last(*field)),
+                other => {
+                    let one = Template {
+                        text: String::new(),
+                        parts: vec![other.clone()],
+                    };
+                    parts.push(Part::Literal(one.render(input, key)?));
+                }
+            }
+        }
+        Ok(Template {
+            text: self.text.clone(),
+            parts,
+        })
+    }
+
+    /// A [bound](Self::bind) template filled with the watch's last values (`value` gives
+    /// each, empty when the watch has none yet), percent-encoded as one component.
+    pub fn render_last(&self, value: impl Fn(LastField) -> String) -> String {
+        let mut out = String::with_capacity(self.text.len() + 32);
+        for part in &self.parts {
+            match part {
+                Part::Literal(s) => out.push_str(s),
+                Part::Last(field) => out.extend(utf8_percent_encode(&value(*field), COMPONENT)),
+                Part::Pointer(_) | Part::Key => {
+                    debug_assert!(false, "render_last on a template that was not bound")
+                }
+            }
+        }
+        out
     }
 
     /// Whether the template reads the input value at all (if not, only the key matters).
@@ -291,7 +388,7 @@ impl Template {
             .iter()
             .map(|p| match p {
                 Part::Literal(s) => s.as_str(),
-                Part::Pointer(_) | Part::Key => fill,
+                Part::Pointer(_) | Part::Key | Part::Last(_) => fill,
             })
             .collect()
     }
@@ -342,6 +439,9 @@ impl Template {
                     };
                     encode(p, text, &mut out)?;
                 }
+                // Filled at each poll by `render_last`; empty until then (the HTTP poller
+                // allows them only in the query, where empty is just empty).
+                Part::Last(_) => {}
             }
         }
         Ok(out)

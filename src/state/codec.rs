@@ -226,6 +226,10 @@ pub struct WatchRecord {
     /// ended `failed` keeps its seen chunks as long (`seen_chunks` lists them), so that a
     /// re-delivered input starts it again knowing them.
     pub finished: Option<Finished>,
+    /// The poller's own state of the watch that must survive a restart (the HTTP poller's
+    /// `{last.*}` values, as it encodes them), as of outputs all delivered. Written after
+    /// the other fields only when set, so records from before it read as `None`.
+    pub resume: Option<Bytes>,
 }
 
 /// When and why a watch ended.
@@ -557,6 +561,9 @@ impl WatchRecord {
                 put_bytes(&mut out, f.reason.as_bytes());
             }
         }
+        if let Some(resume) = &self.resume {
+            put_bytes(&mut out, resume);
+        }
         debug_assert_eq!(out.len(), self.encoded_len());
         out
     }
@@ -571,6 +578,7 @@ impl WatchRecord {
             + 3 * 4
             + 1
             + self.finished.as_ref().map_or(0, |f| 8 + 4 + f.reason.len())
+            + self.resume.as_ref().map_or(0, |r| 4 + r.len())
     }
 
     /// Key and value, unless together they exceed [`MAX_RECORD_BYTES`] (an input value near
@@ -612,6 +620,11 @@ impl WatchRecord {
                 reason: r.string("finish reason")?,
             }),
         };
+        // Optional, last: absent in records written before it existed.
+        let resume = match r.pos < r.buf.len() {
+            false => None,
+            true => Some(Bytes::copy_from_slice(r.bytes("poller resume state")?)),
+        };
         Ok(Self {
             watch_key,
             input_key,
@@ -626,6 +639,7 @@ impl WatchRecord {
             failures,
             seen_chunks,
             finished,
+            resume,
         })
     }
 }
@@ -822,6 +836,7 @@ mod tests {
                 at: 10,
                 reason: "final".into(),
             }),
+            resume: None,
         }
     }
 
@@ -1171,8 +1186,15 @@ mod tests {
                     failures,
                     seen_chunks,
                     finished,
+                    resume: None,
                 },
             )
+            .prop_flat_map(|w| {
+                prop::option::of(bytes(30)).prop_map(move |resume| WatchRecord {
+                    resume,
+                    ..w.clone()
+                })
+            })
     }
 
     fn any_chunk() -> impl Strategy<Value = SeenChunk> {

@@ -103,6 +103,7 @@ impl WatchRecord {
             failures: p.failures,
             seen_chunks,
             finished: None,
+            resume: None,
         }
     }
 

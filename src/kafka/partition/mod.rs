@@ -872,7 +872,12 @@ impl<P: Resolve> PartitionTask<P> {
                     self.tracker.acknowledged(offset);
                 }
             }
-            Event::Checkpoint(c) => self.durable.checkpoint(&c.key, c.progress, c.next_poll),
+            Event::Checkpoint(c) => {
+                let held_back = self.stopping || self.unsent.contains_key(&c.key);
+                let c = *c;
+                self.durable
+                    .checkpoint(&c.key, c.progress, c.next_poll, c.resume, held_back)
+            }
             Event::Hold { min } => self.min_hold = min,
             Event::Outputs { key, outputs, .. } if self.stopping => {
                 *self.unsent.entry(key).or_default() += outputs.len();

@@ -347,6 +347,23 @@ impl HttpArgs {
             ));
         }
         check_url_shape(text, &url)?;
+        for (field, in_query) in url.last_placeholders() {
+            if !in_query {
+                return Err(ConfigError::new(
+                    URL,
+                    format!(
+                        "`{{{}}}` must be in the query (after `?`, e.g. `?since={{last.time}}`): it is empty until the watch has seen an output, and an empty path value would name another resource",
+                        field.name()
+                    ),
+                ));
+            }
+            if field == crate::pollers::template::LastField::Cursor && self.next.is_none() {
+                return Err(ConfigError::new(
+                    URL,
+                    "`{last.cursor}` needs WATCHBRIDGE_HTTP_NEXT, the pointer to the cursor a page gives",
+                ));
+            }
+        }
         if self.max_pages == 0 {
             return Err(ConfigError::new(
                 "WATCHBRIDGE_HTTP_MAX_PAGES",

@@ -29,6 +29,7 @@
 pub mod auth;
 pub mod client;
 pub mod config;
+mod last;
 pub mod link;
 mod page;
 mod rate_limit;
@@ -85,9 +86,31 @@ pub struct HttpTarget {
     /// the last page. Written with `pages`, only after a poll succeeded: a failed poll is
     /// retried from where it started.
     resume: Mutex<Option<Url>>,
+    /// With `{last.*}` in the URL template: the template with this input's values in place,
+    /// and what the watch has seen so far, which fills the rest at each poll.
+    incremental: Option<Box<Incremental>>,
+}
+
+/// A watch's incremental request ([`last`]).
+#[derive(Debug)]
+struct Incremental {
+    bound: crate::pollers::template::Template,
+    last: Mutex<last::Last>,
 }
 
 impl HttpTarget {
+    /// The first page to ask for: the URL, with the watch's last values where the template
+    /// has `{last.*}`.
+    fn first_page(&self) -> Url {
+        let Some(inc) = &self.incremental else {
+            return self.url.clone();
+        };
+        let last = inc.last.lock().unwrap_or_else(|p| p.into_inner());
+        let text = inc.bound.render_last(|field| last.value(field));
+        // Only the query changes, and values are percent-encoded: the URL stays one.
+        Url::parse(&text).unwrap_or_else(|_| self.url.clone())
+    }
+
     pub fn url(&self) -> &Url {
         &self.url
     }
@@ -157,6 +180,13 @@ fn may_reach(to: &Url, from: &Url, allowed: &[AllowedHost]) -> bool {
 impl Resolve for HttpPoller {
     fn resolve(&self, value: &Value, key: &[u8]) -> Result<HttpTarget, RenderError> {
         let text = self.config.url.render(value, key)?;
+        let incremental = match self.config.url.last_placeholders().is_empty() {
+            true => None,
+            false => Some(Box::new(Incremental {
+                bound: self.config.url.bind(value, key)?,
+                last: Mutex::default(),
+            })),
+        };
         let url = Url::parse(&text).map_err(|e| {
             RenderError::Unusable(format!(
                 "`{}` is not a valid URL: {e}",
@@ -185,7 +215,21 @@ impl Resolve for HttpPoller {
             host: host.into(),
             pages: Mutex::new(Vec::new()),
             resume: Mutex::new(None),
+            incremental,
         })
+    }
+
+    fn resume(&self, target: &HttpTarget, state: &[u8]) {
+        let Some(inc) = &target.incremental else {
+            return;
+        };
+        match last::Last::decode(state) {
+            Some(saved) => *inc.last.lock().unwrap_or_else(|p| p.into_inner()) = saved,
+            None => tracing::warn!(
+                url = %shown(&target.url),
+                "a restored watch's saved {{last.*}} values do not read as such; it asks as from its start"
+            ),
+        }
     }
 
     /// An output's value is its item's JSON text: the key is read again from it, with the
@@ -217,6 +261,12 @@ impl Poller for HttpPoller {
     fn rate_key(&self, target: &HttpTarget) -> Option<Arc<str>> {
         Some(target.host.clone())
     }
+
+    fn resume_state(&self, target: &HttpTarget) -> Option<Vec<u8>> {
+        let inc = target.incremental.as_ref()?;
+        let last = inc.last.lock().unwrap_or_else(|p| p.into_inner());
+        Some(last.encode())
+    }
 }
 
 /// What one poll uses: the shared client and credential, and the settings.
@@ -241,7 +291,9 @@ async fn poll(http: &Http, target: &HttpTarget) -> Result<PollResult, PollError>
     let resume = target.resume.lock().ok().and_then(|r| r.clone());
     let mut now_cached = Vec::new();
     let mut result = PollResult::default();
-    let mut url = resume.unwrap_or_else(|| target.url.clone());
+    let mut url = resume.unwrap_or_else(|| target.first_page());
+    // The last cursor a page of this poll gave (`{last.cursor}`).
+    let mut cursor = None;
     let mut visited = vec![url.clone()];
     // Pages read in this poll: a `304` is not read (nothing of it is new), so it does not
     // count toward `max_pages`; a poll asks for at most `max_pages` plus the pages it holds
@@ -301,6 +353,7 @@ async fn poll(http: &Http, target: &HttpTarget) -> Result<PollResult, PollError>
                         })
                         .transpose()?,
                 };
+                cursor = page.cursor.or(cursor);
                 result.outputs.extend(page.outputs);
                 result.watermark = match (result.watermark, page.watermark) {
                     (Some(a), Some(b)) => Some(a.min(b)),
@@ -361,6 +414,10 @@ async fn poll(http: &Http, target: &HttpTarget) -> Result<PollResult, PollError>
     }
     if let Ok(mut resume) = target.resume.lock() {
         *resume = truncated;
+    }
+    if let Some(inc) = &target.incremental {
+        let mut last = inc.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.advance(&result.outputs, cursor);
     }
     Ok(result)
 }

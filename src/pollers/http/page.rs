@@ -33,6 +33,9 @@ pub(super) struct Page {
     pub watermark: Option<Millis>,
     pub complete: bool,
     pub next: Option<Url>,
+    /// The next page's cursor, when `WATCHBRIDGE_HTTP_NEXT` gave one rather than a URL
+    /// (`{last.cursor}`).
+    pub cursor: Option<String>,
 }
 
 impl Page {
@@ -136,15 +139,16 @@ impl Page {
                 ))
             }
         };
-        let next = match raw::parse(next) {
-            None => None,
-            Some(v) => next_page(&v, url, &config.cursor_param)?,
+        let (next, cursor) = match raw::parse(next) {
+            None => (None, None),
+            Some(v) => (next_page(&v, url, &config.cursor_param)?, cursor_of(&v)),
         };
         Ok(Self {
             outputs,
             watermark,
             complete,
             next,
+            cursor,
         })
     }
 }
@@ -156,35 +160,28 @@ fn next_page(value: &Value, url: &Url, cursor_param: &str) -> Result<Option<Url>
     let cursor = match value {
         Value::Null | Value::Bool(false) => return Ok(None),
         Value::String(s) if s.is_empty() => return Ok(None),
-        Value::String(s) => {
-            let is_url = ["http://", "https://", "/", "?", "./", "../"]
-                .iter()
-                .any(|p| s.starts_with(p));
-            if is_url {
-                return url.join(s).map(Some).map_err(|e| {
-                    PollError::transient(
-                        "bad_next",
-                        format!(
-                            "{}: WATCHBRIDGE_HTTP_NEXT `{}` is not a URL: {e}",
-                            shown(url),
-                            crate::logging::url(s)
-                        ),
-                    )
-                });
-            }
-            s.clone()
+        Value::String(s) if is_url(s) => {
+            return url.join(s).map(Some).map_err(|e| {
+                PollError::transient(
+                    "bad_next",
+                    format!(
+                        "{}: WATCHBRIDGE_HTTP_NEXT `{}` is not a URL: {e}",
+                        shown(url),
+                        crate::logging::url(s)
+                    ),
+                )
+            })
         }
-        Value::Number(n) => n.to_string(),
-        other => {
-            return Err(PollError::transient(
+        value => cursor_of(value).ok_or_else(|| {
+            PollError::transient(
                 "bad_next",
                 format!(
                     "{}: WATCHBRIDGE_HTTP_NEXT is {}, not a URL or cursor",
                     shown(url),
-                    outside(&other.to_string())
+                    outside(&value.to_string())
                 ),
-            ))
-        }
+            )
+        })?,
     };
     let mut next = url.clone();
     let kept: Vec<(String, String)> = url
@@ -197,6 +194,22 @@ fn next_page(value: &Value, url: &Url, cursor_param: &str) -> Result<Option<Url>
         .extend_pairs(kept)
         .append_pair(cursor_param, &cursor);
     Ok(Some(next))
+}
+
+/// A next-page value that is a URL rather than a cursor.
+fn is_url(s: &str) -> bool {
+    ["http://", "https://", "/", "?", "./", "../"]
+        .iter()
+        .any(|p| s.starts_with(p))
+}
+
+/// A next-page value that is a cursor: a string that is not a URL, or a number.
+fn cursor_of(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) if !s.is_empty() && !is_url(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
