@@ -1318,7 +1318,8 @@ async fn incremental_requests_ask_only_for_what_is_new() {
     assert_eq!(keys(&poll(&p, &t).await.unwrap()), Vec::<String>::new());
     feed.lock().unwrap().push((3_000, "c/d e"));
     assert_eq!(keys(&poll(&p, &t).await.unwrap()), ["c/d e"]);
-    let asked: Vec<(String, Option<String>, Option<String>, Option<String>)> = server
+    type Asked = (String, Option<String>, Option<String>, Option<String>);
+    let asked: Vec<Asked> = server
         .requests()
         .iter()
         .map(|r| {

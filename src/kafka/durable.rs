@@ -379,21 +379,20 @@ impl DurableState {
     /// A watch the recovery restored (on the topic already). `dirty` if the read-back found
     /// outputs its chunks do not list (added to `journal` by the caller). `relies_on`: the
     /// starts record that holds its record (0: a record of its own); the caller counts it
-    /// with [`DurableState::relies_on`].
+    /// with [`DurableState::relies_on`]. Its input, progress, next poll and resume state are
+    /// `record`'s.
     pub fn restored(
         &mut self,
         key: Bytes,
-        registration: Registration,
+        record: &WatchRecord,
         journal: SeenJournal,
-        progress: Progress,
-        next_poll: Millis,
         relies_on: u32,
-        resume: Option<Bytes>,
     ) {
         let dirty = journal.pending() > 0;
-        let mut input = StoredInput::new(&registration);
-        if let Some(resume) = resume.filter(|r| !r.is_empty()) {
-            input.set_resume(&resume);
+        let (progress, next_poll) = (record.progress(), record.next_poll);
+        let mut input = StoredInput::new(&record.registration());
+        if let Some(resume) = record.resume.as_ref().filter(|r| !r.is_empty()) {
+            input.set_resume(resume);
         }
         self.live.insert(
             key.clone(),

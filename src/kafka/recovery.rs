@@ -539,12 +539,9 @@ pub fn plan<P: Resolve>(
         }
         state.restored(
             key.clone(),
-            record.registration(),
+            &record,
             journal,
-            record.progress(),
-            record.next_poll,
             members.get(&key).copied().unwrap_or(0),
-            record.resume.clone(),
         );
         restores.push(RestoreWatch {
             key,
