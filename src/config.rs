@@ -8,7 +8,7 @@ use crate::kafka::records::OutputHeaders;
 use crate::limits::HostRate;
 use crate::pollers::builtin::PollerArgs;
 use crate::pollers::ConfigError;
-use crate::schedule::{Retry, Schedule};
+use crate::schedule::{Backoff, Retry, Schedule};
 use crate::termination::Termination;
 use crate::watch::WatchRules;
 use crate::watermark::WatermarkStrategy;
@@ -96,6 +96,18 @@ pub struct RunArgs {
         default_value_t = 0.1
     )]
     pub poll_jitter: f64,
+    /// How quiet polls are spaced: `none` (every WATCHBRIDGE_POLL_INTERVAL), or a factor
+    /// and a max, `<factor>x,<max>`: `2x,10m` doubles the delay after each poll in a row
+    /// that brings nothing new, up to 10 minutes, and the first new output brings it back
+    /// to the interval. A resource that rarely changes is then asked less often, without
+    /// slowing the reaction to one that is busy.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_BACKOFF",
+        value_name = "WATCHBRIDGE_BACKOFF",
+        default_value = "none"
+    )]
+    pub backoff: String,
     /// When a watch ends besides the poller saying "final", e.g. `any(total(1h), stable(10m))`.
     #[arg(
         long,
@@ -483,8 +495,9 @@ impl RunArgs {
 }
 
 impl RunArgs {
-    /// The poll schedule: `WATCHBRIDGE_POLL_INTERVAL`, `WATCHBRIDGE_POLL_JITTER` and the
-    /// retry policy (`WATCHBRIDGE_RETRY_*`), each checked under its own name.
+    /// The poll schedule: `WATCHBRIDGE_POLL_INTERVAL`, `WATCHBRIDGE_POLL_JITTER`,
+    /// `WATCHBRIDGE_BACKOFF` and the retry policy (`WATCHBRIDGE_RETRY_*`), each checked
+    /// under its own name.
     fn schedule(&self) -> Result<Schedule, ConfigError> {
         if self.poll_interval.is_zero() {
             return Err(ConfigError::new(
@@ -501,6 +514,7 @@ impl RunArgs {
                 ),
             ));
         }
+        let backoff = backoff(&self.backoff, self.poll_interval)?;
         let (initial, max) = (self.retry_initial_backoff, self.retry_max_backoff);
         if initial.is_zero() {
             return Err(ConfigError::new(
@@ -521,6 +535,7 @@ impl RunArgs {
         let limit = retry_limit(&self.retry_limit, initial, max)?;
         let schedule = Schedule {
             interval: self.poll_interval,
+            backoff,
             jitter: self.poll_jitter,
             retry: Retry {
                 initial,
@@ -528,13 +543,57 @@ impl RunArgs {
                 after_max: self.retry_after_max,
                 limit,
             },
-            ..Schedule::default()
         };
         schedule
             .validate()
             .map_err(|e| ConfigError::new("WATCHBRIDGE_POLL_INTERVAL", e.to_string()))?;
         Ok(schedule)
     }
+}
+
+/// `WATCHBRIDGE_BACKOFF`: `none`, or `<factor>x,<max>` (`2x,10m`). The factor is at least 1
+/// (below 1 quiet polls would come ever faster) and the max at least the poll interval (the
+/// backoff only ever stretches the interval; a max below it would shorten it instead).
+fn backoff(value: &str, interval: Duration) -> Result<Option<Backoff>, ConfigError> {
+    const VAR: &str = "WATCHBRIDGE_BACKOFF";
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let syntax = || {
+        ConfigError::new(
+            VAR,
+            format!(
+                "`{value}` is not `none` or `<factor>x,<max>` such as `2x,10m` (each poll in a \
+                 row without anything new waits twice as long as the one before, up to 10 \
+                 minutes)"
+            ),
+        )
+    };
+    let (factor, max) = value.split_once(',').ok_or_else(syntax)?;
+    let factor: f64 = factor
+        .trim()
+        .strip_suffix(['x', 'X'])
+        .and_then(|f| f.trim().parse().ok())
+        .ok_or_else(syntax)?;
+    let max = humantime::parse_duration(max.trim()).map_err(|_| syntax())?;
+    if !(factor.is_finite() && factor >= 1.0) {
+        return Err(ConfigError::new(
+            VAR,
+            format!("the factor of `{value}` must be a number of at least 1 (e.g. 2x)"),
+        ));
+    }
+    if max < interval {
+        return Err(ConfigError::new(
+            VAR,
+            format!(
+                "the max of `{value}` is below WATCHBRIDGE_POLL_INTERVAL ({}): the backoff \
+                 only ever stretches the interval",
+                humantime::format_duration(interval)
+            ),
+        ));
+    }
+    Ok(Some(Backoff { factor, max }))
 }
 
 /// `WATCHBRIDGE_RETRY_LIMIT`: a number of retries, a duration they must span (see
@@ -912,5 +971,123 @@ mod tests {
         a.extend_from_slice(&["--poll-jitter", "lots"]);
         let e = parse(&a).unwrap_err().to_string();
         assert!(e.contains("WATCHBRIDGE_POLL_JITTER"), "{e}");
+    }
+    /// `WATCHBRIDGE_BACKOFF` (`--backoff`): `none` by default (a fixed interval), or
+    /// `<factor>x,<max>`; each bad value named by the variable.
+    #[test]
+    fn the_quiet_poll_backoff_is_set_from_the_environment_and_checked() {
+        let schedule = |extra: &[&str]| {
+            let mut a = base();
+            a.extend_from_slice(extra);
+            parse(&a).unwrap().check([]).map(|c| c.rules.schedule)
+        };
+        assert_eq!(schedule(&[]).unwrap().backoff, None, "a fixed interval");
+        assert_eq!(schedule(&["--backoff", "none"]).unwrap().backoff, None);
+        assert_eq!(schedule(&["--backoff", "None"]).unwrap().backoff, None);
+        let backoff = |value: &str| schedule(&["--backoff", value]).unwrap().backoff;
+        assert_eq!(
+            backoff("2x,10m"),
+            Some(Backoff {
+                factor: 2.0,
+                max: Duration::from_secs(600)
+            })
+        );
+        assert_eq!(
+            backoff(" 1.5x , 1h 30m "),
+            Some(Backoff {
+                factor: 1.5,
+                max: Duration::from_secs(5400)
+            })
+        );
+        assert_eq!(
+            backoff("1x,10s"),
+            Some(Backoff {
+                factor: 1.0,
+                max: Duration::from_secs(10)
+            }),
+            "a factor of 1 and a max of the interval itself are allowed (a fixed interval)"
+        );
+        for bad in [
+            "2x",
+            "2,10m",
+            "x2,10m",
+            "2x,",
+            ",10m",
+            "2x,soon",
+            "twox,10m",
+            "0.5x,10m",
+            "0x,10m",
+            "-2x,10m",
+            "NaNx,10m",
+            "infx,10m",
+            "2x,10m,1h",
+            "2x,5s",
+            "fast",
+            "",
+        ] {
+            let e = schedule(&[&format!("--backoff={bad}")]).unwrap_err();
+            assert_eq!(e.var, "WATCHBRIDGE_BACKOFF", "{bad:?}: {e}");
+        }
+        let e = schedule(&["--backoff", "0.5x,10m"]).unwrap_err();
+        assert!(e.message.contains("at least 1"), "{e}");
+        let e = schedule(&["--backoff", "2x,5s"]).unwrap_err();
+        assert!(e.message.contains("WATCHBRIDGE_POLL_INTERVAL"), "{e}");
+        let e = schedule(&["--backoff", "fast"]).unwrap_err();
+        assert!(
+            e.message.contains("2x,10m") && e.message.contains("none"),
+            "{e}"
+        );
+        // The max is checked against the interval actually set.
+        assert!(schedule(&["--backoff", "2x,5s", "--poll-interval", "5s"]).is_ok());
+    }
+
+    /// The schedule a run gets from `WATCHBRIDGE_BACKOFF` stretches the polls of a watch
+    /// while they bring nothing new, up to the max, and the first new output brings the
+    /// interval back.
+    #[test]
+    fn the_backoff_a_run_is_given_stretches_quiet_polls() {
+        use crate::poll::{Output, PollResult};
+        use crate::watch::{Next, Watch};
+        use std::sync::Arc;
+        let mut a = base();
+        a.extend_from_slice(&["--backoff", "2x,1m", "--poll-jitter", "0"]);
+        let rules = parse(&a).unwrap().check([]).unwrap().rules;
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut now = 1_700_000_000_000;
+        let mut w = Watch::new(
+            bytes::Bytes::from_static(b"k"),
+            Arc::new(()),
+            now,
+            now,
+            &rules,
+        );
+        let mut poll = |outputs: Vec<Output>, now: &mut i64| {
+            let result = PollResult {
+                outputs,
+                ..PollResult::default()
+            };
+            let Next::PollAt(at) = w.on_success(result, *now, &rules, &mut rng).next else {
+                panic!("the watch goes on")
+            };
+            let waited = at - *now;
+            *now = at;
+            waited / 1000
+        };
+        let new = |k: &str| vec![Output::new(k.as_bytes().to_vec(), b"v".to_vec(), 0)];
+        assert_eq!(poll(new("a"), &mut now), 10, "something new: the interval");
+        let quiet: Vec<i64> = (0..5).map(|_| poll(vec![], &mut now)).collect();
+        assert_eq!(
+            quiet,
+            [20, 40, 60, 60, 60],
+            "quiet polls stretch up to the max"
+        );
+        assert_eq!(
+            poll(new("b"), &mut now),
+            10,
+            "something new again: back to it"
+        );
+        // Without WATCHBRIDGE_BACKOFF, quiet polls keep the interval.
+        let fixed = parse(&base()).unwrap().check([]).unwrap().rules.schedule;
+        assert_eq!(fixed.base_delay(5), Duration::from_secs(10));
     }
 }

@@ -360,6 +360,8 @@ fn run_names_a_missing_or_bad_setting() {
         ("WATCHBRIDGE_METRICS_ADDR", "localhost:9898"),
         ("WATCHBRIDGE_LOG_FORMAT", "xml"),
         ("WATCHBRIDGE_GUARANTEE", "twice"),
+        ("WATCHBRIDGE_BACKOFF", "2x"),
+        ("WATCHBRIDGE_BACKOFF", "2x,1s"),
         ("WATCHBRIDGE_START_TIMEOUT", "0s"),
         ("WATCHBRIDGE_START_TIMEOUT", "soon"),
     ] {
@@ -381,6 +383,7 @@ fn run_names_a_missing_or_bad_setting() {
         "WATCHBRIDGE_SHARDED_PATTERN",
         "WATCHBRIDGE_METRICS_ADDR",
         "WATCHBRIDGE_LOG_FORMAT",
+        "WATCHBRIDGE_BACKOFF",
     ] {
         assert!(out.contains(var), "--help lists {var}");
     }

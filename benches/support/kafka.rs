@@ -163,6 +163,7 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         retry_max_backoff: Duration::from_secs(60),
         retry_after_max: None,
         poll_jitter: 0.1,
+        backoff: "none".into(),
         termination: "never".into(),
         max_in_flight: 256,
         input_hold_bytes: 16 << 20,

@@ -170,6 +170,8 @@ fn bridge_config(args: &DemoArgs, formats: FormatArgs) -> Result<RunConfig, Conf
         retry_max_backoff: args.poll_interval.saturating_mul(2),
         retry_after_max: None,
         poll_jitter: 0.1,
+        // Quiet feeds are polled at the interval: the demo shows what each poll finds.
+        backoff: "none".into(),
         termination: args.termination.clone(),
         max_in_flight: args.max_in_flight,
         input_hold_bytes: 16 << 20,
