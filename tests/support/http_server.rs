@@ -17,9 +17,13 @@ use tokio::net::TcpListener;
 /// A request as the server saw it.
 #[derive(Debug, Clone)]
 pub struct Seen {
+    /// `GET`, `POST`, …
+    pub method: String,
     /// Path and query exactly as sent (still percent-encoded).
     pub target: String,
     pub headers: HeaderMap,
+    /// The request body as received (empty when there was none).
+    pub body: Vec<u8>,
 }
 
 /// What to answer.
@@ -110,7 +114,7 @@ impl TestServer {
                     let service = service_fn(move |req: Request<Incoming>| {
                         let handler = handler.clone();
                         let seen = seen.clone();
-                        async move { Ok::<_, Infallible>(answer(&req, &*handler, &seen).await) }
+                        async move { Ok::<_, Infallible>(answer(req, &*handler, &seen).await) }
                     });
                     let http1 = hyper::server::conn::http1::Builder::new();
                     let _ = match tls {
@@ -156,17 +160,24 @@ impl Drop for TestServer {
 }
 
 async fn answer(
-    req: &Request<Incoming>,
+    req: Request<Incoming>,
     handler: &Handler,
     seen: &Mutex<Vec<Seen>>,
 ) -> Response<UnsyncBoxBody<Bytes, Infallible>> {
+    let (parts, body) = req.into_parts();
+    let body = match body.collect().await {
+        Ok(collected) => collected.to_bytes().to_vec(),
+        Err(_) => Vec::new(),
+    };
     let request = Seen {
-        target: req
-            .uri()
+        method: parts.method.to_string(),
+        target: parts
+            .uri
             .path_and_query()
             .map(|p| p.as_str().to_string())
             .unwrap_or_default(),
-        headers: req.headers().clone(),
+        headers: parts.headers,
+        body,
     };
     seen.lock().unwrap().push(request.clone());
     let reply = handler(&request);
