@@ -361,6 +361,8 @@ fn run_names_a_missing_or_bad_setting() {
         ("WATCHBRIDGE_LOG_FORMAT", "xml"),
         ("WATCHBRIDGE_GUARANTEE", "twice"),
         ("WATCHBRIDGE_BACKOFF", "2x"),
+        ("WATCHBRIDGE_HTTP_METHOD", "PUT"),
+        ("WATCHBRIDGE_HTTP_BODY", r#"{"id": "{/id}"}"#),
         ("WATCHBRIDGE_BACKOFF", "2x,1s"),
         ("WATCHBRIDGE_START_TIMEOUT", "0s"),
         ("WATCHBRIDGE_START_TIMEOUT", "soon"),
@@ -384,6 +386,8 @@ fn run_names_a_missing_or_bad_setting() {
         "WATCHBRIDGE_METRICS_ADDR",
         "WATCHBRIDGE_LOG_FORMAT",
         "WATCHBRIDGE_BACKOFF",
+        "WATCHBRIDGE_HTTP_METHOD",
+        "WATCHBRIDGE_HTTP_BODY",
     ] {
         assert!(out.contains(var), "--help lists {var}");
     }
@@ -672,6 +676,63 @@ fn a_mistyped_header_line_does_not_echo_its_secret() {
         assert!(err.contains("WATCHBRIDGE_HTTP_HEADERS"), "{err}");
         assert!(!err.contains("c0ffee"), "{headers:?}: {err}");
     }
+}
+
+/// Issue 20: `WATCHBRIDGE_HTTP_METHOD=POST` (any case) and `WATCHBRIDGE_HTTP_BODY` from
+/// the environment reach the poller: the server sees a POST with the body made from the
+/// input; `--help` does not show the body (it may hold a secret); a body that cannot be
+/// JSON fails the start naming the variable, without quoting it.
+#[tokio::test(flavor = "multi_thread")]
+async fn poll_once_posts_the_json_body_from_the_environment() {
+    let server = TestServer::start(|seen| {
+        let body: serde_json::Value = serde_json::from_slice(&seen.body).unwrap_or_default();
+        if seen.method == "POST" && body["variables"]["id"] == 42 {
+            Reply::json(serde_json::json!({"data": [{"id": "ev-1"}]}))
+        } else {
+            Reply::status(400, "not the expected POST")
+        }
+    })
+    .await;
+    let url = server.url("/graphql");
+    let body = r#"{"query": "{/q} s3cret-query", "variables": {"id": {/id}}}"#;
+    let env = move |body: &'static str| {
+        vec![
+            ("WATCHBRIDGE_HTTP_URL", url.clone()),
+            ("WATCHBRIDGE_HTTP_ITEMS", "/data".to_string()),
+            ("WATCHBRIDGE_HTTP_ITEM_KEY", "/id".to_string()),
+            ("WATCHBRIDGE_HTTP_METHOD", "post".to_string()),
+            ("WATCHBRIDGE_HTTP_BODY", body.to_string()),
+        ]
+    };
+    let run = |args: &'static [&'static str], env: Vec<(&'static str, String)>| {
+        tokio::task::spawn_blocking(move || {
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            watchbridge_with_env(args, &env)
+        })
+    };
+    let (code, out, err) = run(
+        &["poll-once", "--input", r#"{"id": 42, "q": "events"}"#],
+        env(body),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("ev-1"), "{out}");
+    let seen = server.requests();
+    assert_eq!(seen[0].headers["content-type"], "application/json");
+    let (code, out, _) = run(&["run", "--help"], env(body)).await.unwrap();
+    assert_eq!(code, 0);
+    assert!(out.contains("WATCHBRIDGE_HTTP_BODY"), "{out}");
+    assert!(!out.contains("s3cret-query"), "{out}");
+    let (code, _, err) = run(
+        &["poll-once", "--input", "{}"],
+        env(r#"{"query": "s3cret-query", "id": x{/id}}"#),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("WATCHBRIDGE_HTTP_BODY"), "{err}");
+    assert!(!err.contains("s3cret-query"), "{err}");
 }
 
 /// Issue 17, item 8: user info and secret query parameters in WATCHBRIDGE_HTTP_URL never

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use support::engine::run_one_watch;
 use support::http_server::{Body, Reply, TestServer};
 use watchbridge::poll::{PollError, PollResult, Poller};
-use watchbridge::pollers::http::config::{HttpArgs, Redacted};
+use watchbridge::pollers::http::config::{HttpArgs, HttpMethod, Redacted};
 use watchbridge::pollers::http::{HttpConfig, HttpPoller, HttpTarget};
 use watchbridge::pollers::{RenderError, Resolve};
 
@@ -1439,5 +1439,246 @@ fn last_placeholders_belong_in_the_query_and_a_cursor_needs_its_pointer() {
             e.contains("WATCHBRIDGE_HTTP_URL") && e.contains(expected),
             "{url}: {e}"
         );
+    }
+}
+
+/// `WATCHBRIDGE_HTTP_METHOD=POST` with the body template `body` (nothing else set).
+fn post(url: &str, body: &str) -> HttpConfig {
+    HttpArgs {
+        url: Some(url.into()),
+        method: HttpMethod::Post,
+        body: Some(body.into()),
+        ..HttpArgs::defaults()
+    }
+    .config(Duration::from_secs(5), &|_| None)
+    .unwrap()
+}
+
+/// The body a request carried, as JSON (it must be JSON).
+fn sent(seen: &support::http_server::Seen) -> Value {
+    serde_json::from_slice(&seen.body).unwrap_or_else(|e| {
+        panic!(
+            "the body is not JSON ({e}): {}",
+            String::from_utf8_lossy(&seen.body)
+        )
+    })
+}
+
+/// Issue 20: GraphQL and search APIs are asked with POST and a JSON body made from the
+/// input: a placeholder inside a JSON string is replaced by the value's text (escaped), one
+/// standing as a whole value by the input's JSON value (a big integer exactly as written).
+#[tokio::test]
+async fn a_post_sends_the_json_body_made_from_the_input() {
+    let server = TestServer::start(|_| Reply::json(json!({"items": ["a"]}))).await;
+    let mut c = post(
+        &server.url("/graphql"),
+        r#"{"query": "events of {/user/name} ({key})",
+            "variables": {"id": {/id}, "tags": {/tags}, "user": {/user}, "key": {key}, "n": "{/id}"}}"#,
+    );
+    c.items = "/items".into();
+    let p = poller(c);
+    let input: Value = serde_json::from_str(
+        r#"{"id": 12345678901234567890123, "user": {"name": "Ada"}, "tags": ["a", 1, null]}"#,
+    )
+    .unwrap();
+    let t = Arc::new(p.resolve(&input, b"user-1").unwrap());
+    assert_eq!(keys(&poll(&p, &t).await.unwrap()), ["a"]);
+    let seen = &server.requests()[0];
+    assert_eq!(
+        (seen.method.as_str(), seen.target.as_str()),
+        ("POST", "/graphql")
+    );
+    assert_eq!(seen.headers["content-type"], "application/json");
+    let mut body = sent(seen);
+    assert_eq!(
+        body["variables"]["id"].to_string(),
+        "12345678901234567890123",
+        "a number standing as a value is the input's number, exactly"
+    );
+    body["variables"]["id"] = json!("checked");
+    assert_eq!(
+        body,
+        json!({
+            "query": "events of Ada (user-1)",
+            "variables": {
+                "id": "checked",
+                "tags": ["a", 1, null],
+                "user": {"name": "Ada"},
+                "key": "user-1",
+                "n": "12345678901234567890123"
+            }
+        })
+    );
+
+    // GET, the default, sends no body.
+    let server = TestServer::start(|_| Reply::json(json!([]))).await;
+    let p = poller(HttpConfig::new(&server.url("/x")).unwrap());
+    poll(&p, &target(&p, json!({}))).await.unwrap();
+    let seen = &server.requests()[0];
+    assert_eq!(seen.method, "GET");
+    assert!(seen.body.is_empty() && !seen.headers.contains_key("content-type"));
+}
+
+/// A value from the input cannot break out of its string nor add members to the body:
+/// whatever it holds, the server reads the body the template describes, with the value
+/// as one string.
+#[tokio::test]
+async fn hostile_input_values_stay_inside_their_json_strings() {
+    let server = TestServer::start(|_| Reply::json(json!([]))).await;
+    let p = poller(post(
+        &server.url("/search"),
+        r#"{"name": "{/name}", "quoted": "<{/name}>", "as_value": {/name}, "key": "{key}", "admin": false}"#,
+    ));
+    let hostile = [
+        "x\", \"admin\": true, \"y\": \"",
+        "\\\", \"admin\": true}",
+        "\"}, \"admin\": true, \"x\": {\"",
+        "line\nbreak\r\t\u{0}\u{1f}\u{2028}",
+        "{/name}{key}",
+        "\\u0022",
+    ];
+    for (i, value) in hostile.into_iter().enumerate() {
+        let t = Arc::new(
+            p.resolve(&json!({ "name": value }), value.as_bytes())
+                .unwrap(),
+        );
+        poll(&p, &t).await.unwrap();
+        let body = sent(&server.requests()[i]);
+        assert_eq!(
+            body,
+            json!({
+                "name": value,
+                "quoted": format!("<{value}>"),
+                "as_value": value,
+                "key": value,
+                "admin": false
+            }),
+            "{value:?}"
+        );
+    }
+}
+
+/// An input that cannot fill the body never becomes a watch: the reason sends it to the
+/// dead-letter topic (`unresolvable`), as for the URL.
+#[tokio::test]
+async fn inputs_that_cannot_fill_the_body_are_refused_with_the_reason() {
+    let p = poller(post(
+        "http://127.0.0.1:1/x",
+        r#"{"id": "{/id}", "filter": {/filter}}"#,
+    ));
+    assert_eq!(
+        p.resolve(&json!({"filter": 1}), b"k").unwrap_err(),
+        RenderError::Missing("/id".into())
+    );
+    assert_eq!(
+        p.resolve(&json!({"id": 1}), b"k").unwrap_err(),
+        RenderError::Missing("/filter".into())
+    );
+    assert_eq!(
+        p.resolve(&json!({"id": {"a": 1}, "filter": 1}), b"k")
+            .unwrap_err(),
+        RenderError::NotScalar("/id".into(), "an object")
+    );
+    assert!(p
+        .resolve(&json!({"id": 1, "filter": {"any": [null]}}), b"k")
+        .is_ok());
+    let p = poller(post("http://127.0.0.1:1/x", r#"{"k": {key}}"#));
+    assert_eq!(
+        p.resolve(&json!({}), &[0xff]).unwrap_err(),
+        RenderError::KeyNotUtf8
+    );
+}
+
+/// With POST every page of a poll is asked with the same method and body; a cursor goes in
+/// the query as with GET. Conditional requests still apply: unchanged pages are 304s.
+#[tokio::test]
+async fn a_post_asks_every_page_with_the_same_body_and_conditionally() {
+    let server = TestServer::start(|seen| {
+        let page: usize = seen
+            .target
+            .split_once("cursor=")
+            .map_or(1, |(_, n)| n.parse().unwrap());
+        let etag = format!("\"p{page}\"");
+        if seen
+            .headers
+            .get("if-none-match")
+            .is_some_and(|v| *v == *etag)
+        {
+            return Reply::status(304, "");
+        }
+        let next = if page < 3 {
+            json!(page + 1)
+        } else {
+            Value::Null
+        };
+        Reply::json(json!({"items": [format!("p{page}")], "next": next})).header("etag", etag)
+    })
+    .await;
+    let mut c = post(&server.url("/search?tenant=a"), r#"{"q": "{/q}"}"#);
+    c.items = "/items".into();
+    c.next = Some("/next".into());
+    let p = poller(c);
+    let t = target(&p, json!({"q": "ada"}));
+    assert_eq!(keys(&poll(&p, &t).await.unwrap()), ["p1", "p2", "p3"]);
+    assert!(poll(&p, &t).await.unwrap().outputs.is_empty());
+    let seen = server.requests();
+    let targets: Vec<_> = seen.iter().map(|s| s.target.as_str()).collect();
+    assert_eq!(
+        targets,
+        [
+            "/search?tenant=a",
+            "/search?tenant=a&cursor=2",
+            "/search?tenant=a&cursor=3"
+        ]
+        .repeat(2)
+    );
+    for (i, s) in seen.iter().enumerate() {
+        assert_eq!(s.method, "POST", "request {i}");
+        assert_eq!(s.headers["content-type"], "application/json", "request {i}");
+        assert_eq!(sent(s), json!({"q": "ada"}), "request {i}");
+        assert_eq!(
+            s.headers.contains_key("if-none-match"),
+            i >= 3,
+            "request {i}"
+        );
+    }
+}
+
+/// Redirects of a POST: 307 and 308 keep the method and the body; 301, 302 and 303 turn it
+/// into a GET without a body, as browsers do.
+#[tokio::test]
+async fn a_post_redirected_by_307_or_308_stays_a_post_and_by_301_302_303_becomes_a_get() {
+    let server = TestServer::start(|seen| match seen.target.as_str() {
+        "/final" => Reply::json(json!([seen.method.clone()])),
+        other => Reply::status(other[1..].parse().unwrap(), "").header("location", "/final"),
+    })
+    .await;
+    let p = poller(post(&server.url("/{key}"), r#"{"q": 1}"#));
+    for (status, method) in [
+        ("307", "POST"),
+        ("308", "POST"),
+        ("301", "GET"),
+        ("302", "GET"),
+        ("303", "GET"),
+    ] {
+        let t = Arc::new(p.resolve(&json!({}), status.as_bytes()).unwrap());
+        assert_eq!(keys(&poll(&p, &t).await.unwrap()), [method], "{status}");
+        let seen = server.requests();
+        let [.., first, last] = &seen[..] else {
+            panic!("{seen:?}")
+        };
+        assert_eq!(
+            (first.method.as_str(), sent(first)),
+            ("POST", json!({"q": 1}))
+        );
+        assert_eq!(last.target, "/final");
+        assert_eq!(last.method, method, "{status}");
+        if method == "POST" {
+            assert_eq!(sent(last), json!({"q": 1}), "{status}");
+            assert_eq!(last.headers["content-type"], "application/json");
+        } else {
+            assert!(last.body.is_empty(), "{status}: {:?}", last.body);
+            assert!(!last.headers.contains_key("content-type"), "{status}");
+        }
     }
 }

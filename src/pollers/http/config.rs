@@ -1,6 +1,7 @@
 //! `WATCHBRIDGE_HTTP_*`: the HTTP poller's settings, as flags and environment variables,
 //! checked once at start into an [`HttpConfig`]. Every error names its variable.
 
+use super::body::BodyTemplate;
 use crate::pollers::template::{OriginPart, Template};
 use crate::pollers::ConfigError;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -20,6 +21,28 @@ pub struct HttpArgs {
         hide_env_values = true
     )]
     pub url: Option<String>,
+    /// The request method: `GET`, or `POST` (for GraphQL and search APIs, with
+    /// WATCHBRIDGE_HTTP_BODY). Every page of a poll is asked with it.
+    #[arg(
+        long = "http-method",
+        env = "WATCHBRIDGE_HTTP_METHOD",
+        value_name = "WATCHBRIDGE_HTTP_METHOD",
+        value_enum,
+        ignore_case = true,
+        default_value_t = HttpMethod::Get
+    )]
+    pub method: HttpMethod,
+    /// JSON body sent with POST (`Content-Type: application/json`), the same body on every
+    /// page. `{/json/pointer}` and `{key}` inside a JSON string are replaced by the value's
+    /// text, JSON-escaped; standing as a whole value (`"id": {/id}`), by the input's JSON
+    /// value. Its value is not shown here: it may hold a secret.
+    #[arg(
+        long = "http-body",
+        env = "WATCHBRIDGE_HTTP_BODY",
+        value_name = "WATCHBRIDGE_HTTP_BODY",
+        hide_env_values = true
+    )]
+    pub body: Option<String>,
     /// JSON pointer to the array of items in a response (empty: the response is the array).
     #[arg(
         long = "http-items",
@@ -129,6 +152,14 @@ pub struct HttpArgs {
     pub client: super::client::ClientArgs,
 }
 
+/// `WATCHBRIDGE_HTTP_METHOD`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HttpMethod {
+    #[default]
+    Get,
+    Post,
+}
+
 /// A setting whose value must not appear in logs or `Debug` output.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Redacted(pub String);
@@ -150,6 +181,10 @@ impl std::str::FromStr for Redacted {
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
     pub url: Template,
+    /// `WATCHBRIDGE_HTTP_METHOD`: `GET` or `POST`.
+    pub method: reqwest::Method,
+    /// `WATCHBRIDGE_HTTP_BODY`, only with `POST`.
+    pub body: Option<BodyTemplate>,
     pub items: String,
     pub item_key: String,
     pub item_time: Option<String>,
@@ -364,6 +399,25 @@ impl HttpArgs {
                 ));
             }
         }
+        let method = match self.method {
+            HttpMethod::Get => reqwest::Method::GET,
+            HttpMethod::Post => reqwest::Method::POST,
+        };
+        let body = self
+            .body
+            .as_deref()
+            .map(|text| {
+                // A body on a GET is ignored or refused by servers: say so rather than
+                // send one they would not read.
+                if method != reqwest::Method::POST {
+                    return Err(ConfigError::new(
+                        "WATCHBRIDGE_HTTP_BODY",
+                        "is set, but a body is sent only with WATCHBRIDGE_HTTP_METHOD=POST (it is GET)",
+                    ));
+                }
+                BodyTemplate::parse(text).map_err(|m| ConfigError::new("WATCHBRIDGE_HTTP_BODY", m))
+            })
+            .transpose()?;
         if self.max_pages == 0 {
             return Err(ConfigError::new(
                 "WATCHBRIDGE_HTTP_MAX_PAGES",
@@ -411,6 +465,8 @@ impl HttpArgs {
         }
         Ok(HttpConfig {
             url,
+            method,
+            body,
             items: pointer("WATCHBRIDGE_HTTP_ITEMS", &self.items)?,
             item_key: pointer("WATCHBRIDGE_HTTP_ITEM_KEY", &self.item_key)?,
             item_time: optional_pointer("WATCHBRIDGE_HTTP_ITEM_TIME", &self.item_time)?,
@@ -779,5 +835,59 @@ mod tests {
         assert!(!hosts[1].matches(&url::Url::parse("http://127.0.0.1:8081/x").unwrap()));
         assert!(hosts[0].matches(&url::Url::parse("https://API.example.com/x").unwrap()));
         assert!(hosts[2].matches(&url::Url::parse("http://[::1]:9/").unwrap()));
+    }
+    /// `WATCHBRIDGE_HTTP_BODY` is checked at start: it needs `WATCHBRIDGE_HTTP_METHOD=POST`
+    /// (an error naming both), and with every placeholder filled it must be JSON, so that
+    /// no input is dead-lettered for the template's own fault.
+    #[test]
+    fn a_body_needs_post_and_must_be_json_whatever_the_input() {
+        let with = |method: HttpMethod, body: &str| {
+            HttpArgs {
+                method,
+                body: Some(body.into()),
+                ..args("http://h/")
+            }
+            .config(Duration::from_secs(5), &env)
+        };
+        let e = with(HttpMethod::Get, r#"{"a": 1}"#).unwrap_err();
+        assert_eq!(e.var, "WATCHBRIDGE_HTTP_BODY");
+        assert!(e.message.contains("WATCHBRIDGE_HTTP_METHOD=POST"), "{e}");
+        assert!(HttpArgs {
+            method: HttpMethod::Post,
+            ..args("http://h/")
+        }
+        .config(Duration::from_secs(5), &env)
+        .is_ok());
+        for good in [
+            r#"{"a": "{/a} and {key}", "b": {/b}, "c": [{/c}, {key}], "d": "\u007bkey}"}"#,
+            r#"{"query": "query{user{id}}", "n": -1.5e3, "ok": [true, null]}"#,
+            r#"[{/a}, "{/b}"]"#,
+            // The example of docs/pollers/http.md.
+            r#"{"query": "query($id: ID!, $tenant: String) { events(user: $id, tenant: $tenant) { nodes { id at } } }",
+                "variables": {"id": {/id}, "tenant": "{/org/name}", "watch": "{key}"}}"#,
+            "{/a}",
+            r#" {"a": { "b" : {/a} } } "#,
+        ] {
+            assert!(with(HttpMethod::Post, good).is_ok(), "{good}");
+        }
+        for bad in [
+            r#"{"a": 1"#,
+            r#"{"a": x{/id}}"#,
+            r#"{"a": {/a}{/b}}"#,
+            r#"{"a": {/a} {/b}}"#,
+            r#"{"a": 1{/a}}"#,
+            r#"{"a": -{/a}}"#,
+            r#"{"a": {/a}.5}"#,
+            r#"{{/k}: 1}"#,
+            r#"{"a": "{/a"}"#,
+            r#"{"a": {"b": {/a}}"#,
+            "",
+            "query { user }",
+        ] {
+            let e = with(HttpMethod::Post, bad).unwrap_err();
+            assert_eq!(e.var, "WATCHBRIDGE_HTTP_BODY", "{bad}: {e}");
+        }
+        let e = with(HttpMethod::Post, r#"{"a": x{/id}}"#).unwrap_err();
+        assert!(e.message.contains("not JSON"), "{e}");
     }
 }

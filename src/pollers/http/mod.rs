@@ -1,6 +1,7 @@
 //! The HTTP JSON poller (`WATCHBRIDGE_POLLER=http`, the default): each watch GETs a URL made
-//! from its input, reads the items of a JSON response (following pages), and returns one
-//! output per item, keyed by the item's identity and stamped with its event time.
+//! from its input (or POSTs a JSON body made from it too: `body.rs`), reads the items of a
+//! JSON response (following pages), and returns one output per item, keyed by the item's
+//! identity and stamped with its event time.
 //!
 //! Faults are poll errors, never panics, and their `kind` says which fault it was (the
 //! engine retries transient ones with backoff and counts them by kind):
@@ -27,6 +28,7 @@
 //! The client's trust, client certificate and proxy are `client.rs`'s.
 
 pub mod auth;
+pub mod body;
 pub mod client;
 pub mod config;
 mod last;
@@ -76,6 +78,9 @@ pub struct HttpPoller {
 pub struct HttpTarget {
     url: Url,
     host: Arc<str>,
+    /// The JSON body every request of the watch sends (`WATCHBRIDGE_HTTP_BODY`, POST only),
+    /// made from the input once, when the watch starts, as its URL is.
+    body: Option<bytes::Bytes>,
     /// Written only after a whole poll succeeds, so a poll that failed half way never makes
     /// a later one skip pages whose items were not emitted.
     pages: Mutex<Vec<CachedPage>>,
@@ -210,9 +215,14 @@ impl Resolve for HttpPoller {
                 )));
             }
         }
+        let body = match &self.config.body {
+            Some(template) => Some(template.render(value, key)?.into()),
+            None => None,
+        };
         Ok(HttpTarget {
             url,
             host: host.into(),
+            body,
             pages: Mutex::new(Vec::new()),
             resume: Mutex::new(None),
             incremental,
@@ -304,7 +314,7 @@ async fn poll(http: &Http, target: &HttpTarget) -> Result<PollResult, PollError>
     let mut read: u64 = 0;
     loop {
         let previous = cached.iter().find(|c| c.url == url);
-        let response = send(http, &target.url, &url, previous).await?;
+        let response = send(http, &target.url, &url, target.body.as_ref(), previous).await?;
         // A page that leaves no request in the server's window holds the host afterwards.
         result.host_wait = result
             .host_wait
@@ -422,25 +432,31 @@ async fn poll(http: &Http, target: &HttpTarget) -> Result<PollResult, PollError>
     Ok(result)
 }
 
-/// GET `url`, conditionally if it was read before with validators, following redirects.
+/// Ask for `url` with the configured method (and `body`, with POST), conditionally if it
+/// was read before with validators, following redirects.
 ///
 /// The configured headers go only to `origin`'s origin (the watch's URL: scheme, host,
 /// port). A redirect is followed only where a next page could go ([`refuse_hop`]); once a
 /// chain has left the origin, no later hop of it carries the configured headers, even one
-/// back on the origin. No `Referer` is ever sent.
+/// back on the origin. No `Referer` is ever sent. A 307 or 308 asks the next hop with the
+/// same method and body; a 301, 302 or 303 turns a POST into a GET without a body, as
+/// browsers do (and as servers that answer a POST with 303 expect).
 async fn send(
     http: &Http,
     origin: &Url,
     url: &Url,
+    body: Option<&bytes::Bytes>,
     previous: Option<&CachedPage>,
 ) -> Result<Response, PollError> {
     let config = &*http.config;
     let allowed = config.allowed_hosts.as_deref().unwrap_or_default();
     let mut hop = url.clone();
     let mut credentials = same_origin(url, origin);
+    let (mut method, mut body) = (config.method.clone(), body);
     for _ in 0..=MAX_REDIRECTS {
-        let response = request(http, &hop, credentials, previous).await?;
-        let followed = matches!(response.status().as_u16(), 301 | 302 | 303 | 307 | 308);
+        let response = request(http, &method, &hop, body, credentials, previous).await?;
+        let status = response.status().as_u16();
+        let followed = matches!(status, 301 | 302 | 303 | 307 | 308);
         let location = response
             .headers()
             .get(header::LOCATION)
@@ -464,6 +480,9 @@ async fn send(
             return Err(refused(format!("`{}`, {why}", shown(&to))));
         }
         credentials &= same_origin(&to, origin);
+        if matches!(status, 301..=303) && method == reqwest::Method::POST {
+            (method, body) = (reqwest::Method::GET, None);
+        }
         hop = to;
     }
     Err(PollError::transient(
@@ -477,13 +496,15 @@ async fn send(
 /// token file) is asked once more with the renewed one.
 async fn request(
     http: &Http,
+    method: &reqwest::Method,
     hop: &Url,
+    body: Option<&bytes::Bytes>,
     credentials: bool,
     previous: Option<&CachedPage>,
 ) -> Result<Response, PollError> {
     let mut renewed = false;
     loop {
-        let mut request = http.client.get(hop.clone());
+        let mut request = new_request(&http.client, method, hop, body);
         let mut authorization = None;
         if credentials {
             request = request.headers(http.config.headers.clone());
@@ -511,6 +532,23 @@ async fn request(
             }
         }
         return Ok(response);
+    }
+}
+
+/// A request of `method` for `url`, with `body` as JSON when there is one (a configured
+/// `Content-Type` header, added after, wins).
+fn new_request(
+    client: &reqwest::Client,
+    method: &reqwest::Method,
+    url: &Url,
+    body: Option<&bytes::Bytes>,
+) -> reqwest::RequestBuilder {
+    let request = client.request(method.clone(), url.clone());
+    match body {
+        Some(body) => request
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body.clone()),
+        None => request,
     }
 }
 
