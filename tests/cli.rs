@@ -369,7 +369,8 @@ fn run_names_a_missing_or_bad_setting() {
     ] {
         let mut env = topics.to_vec();
         env.push((var, value));
-        let (code, _, err) = watchbridge_with_env(&["run"], &env);
+        // Bounded: a setting that stopped being checked would start a bridge that runs on.
+        let (code, err) = watchbridge_within(std::time::Duration::from_secs(20), &["run"], &env);
         assert_eq!(code, 2, "{var}: {err}");
         assert!(err.contains(var), "{var}: {err}");
     }
