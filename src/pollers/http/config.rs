@@ -155,8 +155,11 @@ pub struct HttpArgs {
 /// `WATCHBRIDGE_HTTP_METHOD`.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HttpMethod {
+    /// Written as HTTP writes it (any case is read).
     #[default]
+    #[value(name = "GET")]
     Get,
+    #[value(name = "POST")]
     Post,
 }
 
