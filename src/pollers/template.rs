@@ -38,7 +38,7 @@ enum Part {
 /// `{last.time_ms}`, `{last.key}`, `{last.cursor}` in the HTTP poller's URL template).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LastField {
-    /// The newest output's event time, RFC 3339 in UTC with milliseconds.
+    /// The newest output's event time, RFC 3339 in UTC.
     Time,
     /// The same, as epoch milliseconds.
     TimeMs,

@@ -8,6 +8,7 @@
 
 use crate::clock::Millis;
 use crate::poll::Output;
+use crate::pollers::event_time::format_rfc3339;
 use crate::pollers::template::LastField;
 use serde::{Deserialize, Serialize};
 
@@ -28,7 +29,7 @@ impl Last {
     /// everything, as `since=` usually means).
     pub fn value(&self, field: LastField) -> String {
         match field {
-            LastField::Time => self.time.map(rfc3339).unwrap_or_default(),
+            LastField::Time => self.time.map(format_rfc3339).unwrap_or_default(),
             LastField::TimeMs => self.time.map(|t| t.to_string()).unwrap_or_default(),
             LastField::Key => self.key.clone().unwrap_or_default(),
             LastField::Cursor => self.cursor.clone().unwrap_or_default(),
@@ -60,23 +61,6 @@ impl Last {
     }
 }
 
-/// Epoch milliseconds as RFC 3339 in UTC with milliseconds (`2026-11-30T13:00:00.250Z`).
-fn rfc3339(ms: Millis) -> String {
-    match time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) {
-        Ok(t) => format!(
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-            t.year(),
-            u8::from(t.month()),
-            t.day(),
-            t.hour(),
-            t.minute(),
-            t.second(),
-            t.millisecond()
-        ),
-        Err(_) => ms.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,7 +74,7 @@ mod tests {
         let mut last = Last::default();
         assert_eq!(last.value(LastField::Time), "");
         last.advance(&[out("a", 1_000), out("c", 3_000), out("b", 2_000)], None);
-        assert_eq!(last.value(LastField::Time), "1970-01-01T00:00:03.000Z");
+        assert_eq!(last.value(LastField::Time), "1970-01-01T00:00:03Z");
         assert_eq!(last.value(LastField::TimeMs), "3000");
         assert_eq!(last.value(LastField::Key), "c");
         assert_eq!(last.value(LastField::Cursor), "");
@@ -107,10 +91,5 @@ mod tests {
             r#"{"t":3000,"k":"d","c":"cur-9"}"#
         );
         assert_eq!(Last::decode(b"not json"), None);
-    }
-
-    #[test]
-    fn times_are_rfc3339_utc_with_milliseconds() {
-        assert_eq!(rfc3339(1_764_507_600_250), "2025-11-30T13:00:00.250Z");
     }
 }
