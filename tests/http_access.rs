@@ -137,7 +137,7 @@ async fn with_a_proxy_set_every_request_goes_through_it_tunnelled_for_https() {
             AuthArgs::default(),
             ClientArgs {
                 ca_file: Some(pki.file("ca.pem", &pki.ca_pem)),
-                proxy: Some("none".into()),
+                proxy: Some(Redacted("none".into())),
                 ..Default::default()
             },
         ))
@@ -149,7 +149,7 @@ async fn with_a_proxy_set_every_request_goes_through_it_tunnelled_for_https() {
             AuthArgs::default(),
             ClientArgs {
                 ca_file: Some(pki.file("ca.pem", &pki.ca_pem)),
-                proxy: Some(proxy.url()),
+                proxy: Some(Redacted(proxy.url())),
                 ..Default::default()
             },
         );

@@ -57,7 +57,7 @@ pub struct ClientArgs {
         value_name = "WATCHBRIDGE_HTTP_PROXY",
         hide_env_values = true
     )]
-    pub proxy: Option<String>,
+    pub proxy: Option<super::config::Redacted>,
 }
 
 /// The checked client settings: files read, proxy parsed.
@@ -138,7 +138,7 @@ impl ClientArgs {
             )),
             (Some(cert), Some(key)) => Some(identity(cert, key)?),
         };
-        let proxy = match self.proxy.as_deref().map(str::trim) {
+        let proxy = match self.proxy.as_ref().map(|p| p.0.trim()) {
             None => ProxyChoice::FromEnvironment,
             Some(none) if none.eq_ignore_ascii_case("none") => ProxyChoice::Direct,
             Some(url) => ProxyChoice::Via(Box::new(proxy(url)?)),
@@ -259,6 +259,7 @@ pub fn build(config: &ClientConfig, timeout: Duration) -> Result<reqwest::Client
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pollers::http::config::Redacted;
     use std::io::Write;
 
     fn file(text: &str) -> tempfile::NamedTempFile {
@@ -314,14 +315,14 @@ mod tests {
             ),
             (
                 ClientArgs {
-                    proxy: Some("socks9://p:1".into()),
+                    proxy: Some(Redacted("socks9://p:1".into())),
                     ..Default::default()
                 },
                 "WATCHBRIDGE_HTTP_PROXY",
             ),
             (
                 ClientArgs {
-                    proxy: Some("not a url".into()),
+                    proxy: Some(Redacted("not a url".into())),
                     ..Default::default()
                 },
                 "WATCHBRIDGE_HTTP_PROXY",
@@ -335,25 +336,25 @@ mod tests {
     #[test]
     fn a_proxy_password_is_not_shown_in_errors_or_debug() {
         let e = error(ClientArgs {
-            proxy: Some("ftp://user:hunter2@proxy:1".into()),
+            proxy: Some(Redacted("ftp://user:hunter2@proxy:1".into())),
             ..Default::default()
         });
         assert!(
             e.contains("WATCHBRIDGE_HTTP_PROXY") && !e.contains("hunter2"),
             "{e}"
         );
-        let ok = ClientArgs {
-            proxy: Some("http://user:hunter2@proxy:3128".into()),
+        let args = ClientArgs {
+            proxy: Some(Redacted("http://user:hunter2@proxy:3128".into())),
             ..Default::default()
-        }
-        .config()
-        .unwrap();
+        };
+        assert!(!format!("{args:?}").contains("hunter2"), "{args:?}");
+        let ok = args.config().unwrap();
         let debug = format!("{ok:?}");
         assert!(!debug.contains("hunter2"), "{debug}");
         assert!(matches!(ok.proxy, ProxyChoice::Via(_)));
         assert!(matches!(
             ClientArgs {
-                proxy: Some("NONE".into()),
+                proxy: Some(Redacted("NONE".into())),
                 ..Default::default()
             }
             .config()
