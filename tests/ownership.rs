@@ -225,6 +225,7 @@ async fn two_instances_keep_the_host_rate_together() {
     let b_log = b.log();
     kill(&mut a);
     kill(&mut b);
+    eprintln!("requests in 5 s: one instance alone {alone}, two together {together}");
 
     assert!(
         b_log.contains("partition assigned"),
