@@ -244,19 +244,16 @@ impl Template {
     /// encodes them), its `{last.*}` placeholders left for [`render_last`](Self::render_last)
     /// at each poll.
     pub fn bind(&self, input: &Value, key: &[u8]) -> Result<Template, RenderError> {
+        let mut lasts = Vec::new();
+        let text = self.render_url(input, key, |field, at| lasts.push((at, field)))?;
         let mut parts = Vec::new();
-        for part in &self.parts {
-            match part {
-                Part::Last(field) => parts.push(Part::Last(*field)),
-                other => {
-                    let one = Template {
-                        text: String::new(),
-                        parts: vec![other.clone()],
-                    };
-                    parts.push(Part::Literal(one.render(input, key)?));
-                }
-            }
+        let mut from = 0;
+        for (at, field) in lasts {
+            parts.push(Part::Literal(text[from..at].to_string()));
+            parts.push(Part::Last(field));
+            from = at;
         }
+        parts.push(Part::Literal(text[from..].to_string()));
         Ok(Template {
             text: self.text.clone(),
             parts,
@@ -292,7 +289,18 @@ impl Template {
     /// would name `/users/`, another resource (the collection); in the query or fragment it
     /// is just an empty value.
     pub fn render(&self, input: &Value, key: &[u8]) -> Result<String, RenderError> {
-        self.render_with(input, key, push_literal, |placeholder, value, out| {
+        self.render_url(input, key, no_last)
+    }
+
+    /// [`render`](Self::render), calling `last` with each `{last.*}` placeholder (left empty)
+    /// and where in the output it stands.
+    fn render_url(
+        &self,
+        input: &Value,
+        key: &[u8],
+        last: impl FnMut(LastField, usize),
+    ) -> Result<String, RenderError> {
+        self.render_with(input, key, push_literal, last, |placeholder, value, out| {
             // Values are percent-encoded, so a `?` or `#` written so far is the template's.
             if value.is_empty() && !out.contains(['?', '#']) {
                 return Err(RenderError::NotOneSegment {
@@ -317,31 +325,37 @@ impl Template {
     /// ([`NAME_MAX`]: no file could match it); glob metacharacters in it are escaped so they
     /// match only themselves.
     pub fn render_glob(&self, input: &Value, key: &[u8]) -> Result<String, RenderError> {
-        self.render_with(input, key, push_literal, |placeholder, value, out| {
-            let unsafe_because = if value.is_empty() {
-                Some("it is empty")
-            } else if value == "." {
-                Some("it is `.`")
-            } else if value.contains('/') {
-                Some("it contains `/`")
-            } else if value.contains("..") {
-                Some("it contains `..`")
-            } else if value.contains('\0') {
-                Some("it contains NUL")
-            } else if value.len() > NAME_MAX {
-                Some("it is longer than 255 bytes, the longest file name (NAME_MAX)")
-            } else {
-                None
-            };
-            if let Some(reason) = unsafe_because {
-                return Err(RenderError::NotOneSegment {
-                    placeholder: placeholder.to_string(),
-                    reason,
-                });
-            }
-            out.push_str(&glob::Pattern::escape(value));
-            Ok(())
-        })
+        self.render_with(
+            input,
+            key,
+            push_literal,
+            no_last,
+            |placeholder, value, out| {
+                let unsafe_because = if value.is_empty() {
+                    Some("it is empty")
+                } else if value == "." {
+                    Some("it is `.`")
+                } else if value.contains('/') {
+                    Some("it contains `/`")
+                } else if value.contains("..") {
+                    Some("it contains `..`")
+                } else if value.contains('\0') {
+                    Some("it contains NUL")
+                } else if value.len() > NAME_MAX {
+                    Some("it is longer than 255 bytes, the longest file name (NAME_MAX)")
+                } else {
+                    None
+                };
+                if let Some(reason) = unsafe_because {
+                    return Err(RenderError::NotOneSegment {
+                        placeholder: placeholder.to_string(),
+                        reason,
+                    });
+                }
+                out.push_str(&glob::Pattern::escape(value));
+                Ok(())
+            },
+        )
     }
 
     /// Fill a glob pattern template ([`render_glob`](Self::render_glob)) and also return the
@@ -367,6 +381,7 @@ impl Template {
                     c => c,
                 }))
             },
+            no_last,
             |_, value, out| {
                 out.push_str(value);
                 Ok(())
@@ -395,12 +410,14 @@ impl Template {
 
     /// Walk the parts, handing the template's own text to `literal` and each substituted
     /// value to `encode` (which appends it to the output or refuses it). `placeholder` is
-    /// `key` or the pointer, for error messages.
+    /// `key` or the pointer, for error messages. A `{last.*}` placeholder adds nothing; `last`
+    /// is told where it stands in the output.
     fn render_with(
         &self,
         input: &Value,
         key: &[u8],
         literal: impl Fn(&str, &mut String),
+        mut last: impl FnMut(LastField, usize),
         encode: impl Fn(&str, &str, &mut String) -> Result<(), RenderError>,
     ) -> Result<String, RenderError> {
         let mut out = String::with_capacity(self.text.len() + 16);
@@ -441,12 +458,15 @@ impl Template {
                 }
                 // Filled at each poll by `render_last`; empty until then (the HTTP poller
                 // allows them only in the query, where empty is just empty).
-                Part::Last(_) => {}
+                Part::Last(field) => last(*field, out.len()),
             }
         }
         Ok(out)
     }
 }
+
+/// For templates without `{last.*}` (path patterns refuse it at start).
+fn no_last(_: LastField, _: usize) {}
 
 fn push_literal(s: &str, out: &mut String) {
     out.push_str(s);
@@ -461,6 +481,26 @@ impl fmt::Display for Template {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A template bound to an input, then filled with no last values, is what `render`
+    /// makes of the same input; and it refuses what `render` refuses.
+    #[test]
+    fn bind_fills_the_input_as_render_does() {
+        let t = Template::parse("http://h/u/{/id}?t={/t}&k={key}&since={last.time}&x=1").unwrap();
+        let input = serde_json::json!({"id": "a b", "t": ""});
+        let bound = t.bind(&input, b"k1").unwrap();
+        assert_eq!(
+            bound.render_last(|_| String::new()),
+            t.render(&input, b"k1").unwrap()
+        );
+        assert_eq!(
+            bound.render_last(|f| format!("<{}>", f.name())),
+            "http://h/u/a%20b?t=&k=k1&since=%3Clast.time%3E&x=1"
+        );
+        let empty_path = serde_json::json!({"id": "", "t": "x"});
+        assert!(t.bind(&empty_path, b"k1").is_err());
+        assert!(t.render(&empty_path, b"k1").is_err());
+    }
     use serde_json::json;
 
     fn t(s: &str) -> Template {

@@ -184,13 +184,15 @@ fn may_reach(to: &Url, from: &Url, allowed: &[AllowedHost]) -> bool {
 
 impl Resolve for HttpPoller {
     fn resolve(&self, value: &Value, key: &[u8]) -> Result<HttpTarget, RenderError> {
-        let text = self.config.url.render(value, key)?;
-        let incremental = match self.config.url.last_placeholders().is_empty() {
-            true => None,
-            false => Some(Box::new(Incremental {
-                bound: self.config.url.bind(value, key)?,
-                last: Mutex::default(),
-            })),
+        // With `{last.*}`, the template bound to the input; its URL is that with none yet.
+        let (text, incremental) = match self.config.url.last_placeholders().is_empty() {
+            true => (self.config.url.render(value, key)?, None),
+            false => {
+                let bound = self.config.url.bind(value, key)?;
+                let text = bound.render_last(|_| String::new());
+                let last = Mutex::default();
+                (text, Some(Box::new(Incremental { bound, last })))
+            }
         };
         let url = Url::parse(&text).map_err(|e| {
             RenderError::Unusable(format!(
