@@ -19,7 +19,7 @@ use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -55,8 +55,15 @@ pub struct HostRate {
 pub struct Limits {
     in_flight: Arc<Semaphore>,
     per_host: Option<Arc<HostLimits>>,
-    /// Hosts that said to wait, until when.
-    holds: Arc<Mutex<HashMap<Arc<str>, Instant>>>,
+    holds: Arc<Holds>,
+}
+
+/// Hosts that said to wait, until when. Every poll of a rate-keyed poller asks; almost
+/// always none is held, which `any` says without taking the lock all engines share.
+#[derive(Default)]
+struct Holds {
+    any: AtomicBool,
+    until: Mutex<HashMap<Arc<str>, Instant>>,
 }
 
 /// The per-host rate of the group, and this instance's share of it.
@@ -68,7 +75,7 @@ struct HostLimits {
     owned: AtomicU32,
     /// Rebuilt when the share changes (a bucket's quota cannot change): the buckets start
     /// full again, so a rebalance may let one burst through.
-    limiter: RwLock<Arc<HostLimiter>>,
+    limiter: RwLock<HostLimiter>,
 }
 
 impl HostLimits {
@@ -94,7 +101,7 @@ impl HostLimits {
     }
 
     fn rebuild(&self) {
-        let limiter = Arc::new(RateLimiter::dashmap_with_clock(self.quota(), TokioClock));
+        let limiter = RateLimiter::dashmap_with_clock(self.quota(), TokioClock);
         *self.limiter.write().unwrap_or_else(|p| p.into_inner()) = limiter;
     }
 }
@@ -118,17 +125,16 @@ impl Limits {
     /// At most `max_in_flight` polls at once across every engine sharing these limits.
     pub fn new(max_in_flight: usize, per_host: Option<HostRate>) -> Self {
         let per_host = per_host.map(|group| {
-            let host = HostLimits {
+            // The whole rate until the partitions are known (`HostLimits::quota`).
+            Arc::new(HostLimits {
                 group,
                 partitions: AtomicU32::new(0),
                 owned: AtomicU32::new(0),
-                limiter: RwLock::new(Arc::new(RateLimiter::dashmap_with_clock(
+                limiter: RwLock::new(RateLimiter::dashmap_with_clock(
                     Quota::per_second(group.per_second).allow_burst(group.burst),
                     TokioClock,
-                ))),
-            };
-            host.rebuild();
-            Arc::new(host)
+                )),
+            })
         });
         Self {
             in_flight: Arc::new(Semaphore::new(max_in_flight.max(1))),
@@ -165,32 +171,29 @@ impl Limits {
     /// instance polls it before then.
     pub fn hold_host(&self, host: &Arc<str>, wait: Duration) {
         let until = Instant::now() + wait;
-        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut holds = self.holds.until.lock().unwrap_or_else(|p| p.into_inner());
         holds.retain(|_, at| *at > Instant::now());
         let at = holds.entry(host.clone()).or_insert(until);
         *at = (*at).max(until);
+        self.holds.any.store(true, Ordering::Relaxed);
     }
 
     /// Take a token for `host`; if there is none, or the host said to wait, how long until
     /// it may be polled.
     pub fn check_host(&self, host: &Arc<str>) -> Result<(), Duration> {
-        {
-            let holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        if self.holds.any.load(Ordering::Relaxed) {
+            let mut holds = self.holds.until.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            holds.retain(|_, at| *at > now);
+            self.holds.any.store(!holds.is_empty(), Ordering::Relaxed);
             if let Some(until) = holds.get(host) {
-                let now = Instant::now();
-                if *until > now {
-                    return Err(*until - now);
-                }
+                return Err(*until - now);
             }
         }
         match &self.per_host {
             None => Ok(()),
             Some(limits) => {
-                let limiter = limits
-                    .limiter
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
+                let limiter = limits.limiter.read().unwrap_or_else(|p| p.into_inner());
                 limiter.check_key(host).map_err(|not_until| {
                     let earliest = not_until.earliest_possible();
                     earliest.duration_since(TokioClock.now())
