@@ -640,10 +640,20 @@ impl DurableState {
             w.progress = progress;
             w.next_poll = next_poll;
             w.progressed = true;
-            if let (Some(state), false) = (resume, held_back) {
-                self.resume_waiting
-                    .insert(Bytes::copy_from_slice(key), state.into_boxed_slice());
-                self.settle_resume(key);
+            match (resume, held_back) {
+                (None, _) | (_, true) => {}
+                // Every output found before it is delivered: into the record now (most
+                // polls; no map entry made and removed again).
+                (Some(state), false) if w.in_flight == 0 => {
+                    w.input.set_resume(&state);
+                    if !self.resume_waiting.is_empty() {
+                        self.resume_waiting.remove(key);
+                    }
+                }
+                (Some(state), false) => {
+                    self.resume_waiting
+                        .insert(Bytes::copy_from_slice(key), state.into_boxed_slice());
+                }
             }
         }
     }
