@@ -90,7 +90,7 @@ pub struct HttpTarget {
     /// start at `url`, pages past the limit would never be read). `None` once a poll reached
     /// the last page. Written with `pages`, only after a poll succeeded: a failed poll is
     /// retried from where it started.
-    resume: Mutex<Option<Url>>,
+    continue_at: Mutex<Option<Url>>,
     /// With `{last.*}` in the URL template: the template with this input's values in place,
     /// and what the watch has seen so far, which fills the rest at each poll.
     incremental: Option<Box<Incremental>>,
@@ -226,7 +226,7 @@ impl Resolve for HttpPoller {
             host: host.into(),
             body,
             pages: Mutex::new(Vec::new()),
-            resume: Mutex::new(None),
+            continue_at: Mutex::new(None),
             incremental,
         })
     }
@@ -300,10 +300,10 @@ async fn poll(http: &Http, target: &HttpTarget) -> Result<PollResult, PollError>
     let config = &*http.config;
     let first_seen = now_ms();
     let cached = target.pages.lock().map(|p| p.clone()).unwrap_or_default();
-    let resume = target.resume.lock().ok().and_then(|r| r.clone());
+    let continue_at = target.continue_at.lock().ok().and_then(|r| r.clone());
     let mut now_cached = Vec::new();
     let mut result = PollResult::default();
-    let mut url = resume.unwrap_or_else(|| target.first_page());
+    let mut url = continue_at.unwrap_or_else(|| target.first_page());
     // The last cursor a page of this poll gave (`{last.cursor}`).
     let mut cursor = None;
     let mut visited = vec![url.clone()];
@@ -424,8 +424,8 @@ async fn poll(http: &Http, target: &HttpTarget) -> Result<PollResult, PollError>
     if let Ok(mut pages) = target.pages.lock() {
         *pages = now_cached;
     }
-    if let Ok(mut resume) = target.resume.lock() {
-        *resume = truncated;
+    if let Ok(mut continue_at) = target.continue_at.lock() {
+        *continue_at = truncated;
     }
     if let Some(inc) = &target.incremental {
         let mut last = inc.last.lock().unwrap_or_else(|p| p.into_inner());
