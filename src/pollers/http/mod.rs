@@ -656,10 +656,8 @@ async fn status_error(mut response: Response, url: &Url) -> PollError {
 /// `Retry-After`: the retry backoff alone decides.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
-    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
-        return Some(Duration::from_secs(
-            value.parse::<u64>().unwrap_or(u64::MAX),
-        ));
+    if let Some(seconds) = rate_limit::delta_seconds(value) {
+        return Some(Duration::from_secs(seconds));
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(

@@ -40,10 +40,16 @@ pub fn wait(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
         })
 }
 
-fn number(text: &str) -> Option<u64> {
-    let text = text.trim().trim_matches('"');
+/// HTTP's delta-seconds (`Retry-After: 120` too): digits only, and more than a `u64`
+/// holds is as long as can be (the schedule caps it).
+pub fn delta_seconds(text: &str) -> Option<u64> {
     (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
         .then(|| text.parse().unwrap_or(u64::MAX))
+}
+
+/// A field's number, also quoted (the structured form allows `"30"`).
+fn number(text: &str) -> Option<u64> {
+    delta_seconds(text.trim().trim_matches('"'))
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
