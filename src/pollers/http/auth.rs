@@ -8,7 +8,7 @@
 //! logged: settings are [`Redacted`], header values marked sensitive, and messages name the
 //! variable or file, not what it holds.
 
-use super::config::Redacted;
+use super::config::{sensitive_header, Redacted};
 use crate::poll::PollError;
 use crate::pollers::ConfigError;
 use oauth2::basic::BasicClient;
@@ -264,14 +264,12 @@ impl AuthArgs {
 
 /// An `Authorization` value, marked sensitive (its `Debug` shows `Sensitive`).
 fn sensitive(text: &str, var: &'static str) -> Result<HeaderValue, ConfigError> {
-    let mut value = HeaderValue::from_str(text).map_err(|_| {
+    sensitive_header(text).ok_or_else(|| {
         ConfigError::new(
             var,
             "holds a character not allowed in an HTTP header (a line break?)",
         )
-    })?;
-    value.set_sensitive(true);
-    Ok(value)
+    })
 }
 
 /// The token in a token file: its text without surrounding whitespace (files often end
@@ -284,14 +282,12 @@ fn read_token(path: &Path) -> Result<HeaderValue, String> {
     if token.is_empty() {
         return Err(format!("the token file {} is empty", path.display()));
     }
-    let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+    sensitive_header(&format!("Bearer {token}")).ok_or_else(|| {
         format!(
             "the token file {} holds a character not allowed in an HTTP header",
             path.display()
         )
-    })?;
-    value.set_sensitive(true);
-    Ok(value)
+    })
 }
 
 /// The credential of every request, as it stands.
@@ -484,17 +480,15 @@ impl OAuth2Tokens {
                     ),
                 )
             })?;
-        let mut value =
-            HeaderValue::from_str(&format!("Bearer {}", response.access_token().secret()))
-                .map_err(|_| {
-                    PollError::transient(
-                        "auth",
-                        format!(
-                    "OAuth2 token from {shown} holds a character not allowed in an HTTP header"
-                ),
-                    )
-                })?;
-        value.set_sensitive(true);
+        let value = sensitive_header(&format!("Bearer {}", response.access_token().secret()))
+            .ok_or_else(|| {
+                PollError::transient(
+                    "auth",
+                    format!(
+                        "OAuth2 token from {shown} holds a character not allowed in an HTTP header"
+                    ),
+                )
+            })?;
         let lifetime = response.expires_in();
         tracing::info!(token_url = %shown, expires_in = ?lifetime, "OAuth2 token fetched");
         Ok(Token {

@@ -163,6 +163,15 @@ pub enum HttpMethod {
     Post,
 }
 
+/// A header value that may be a secret, marked sensitive (its `Debug` shows `Sensitive`,
+/// and the HTTP/2 encoder never indexes it); `None` if a header cannot carry the text.
+/// Configured headers and every credential are made here.
+pub(crate) fn sensitive_header(text: &str) -> Option<HeaderValue> {
+    let mut value = HeaderValue::from_str(text).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
 /// A setting whose value must not appear in logs or `Debug` output.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Redacted(pub String);
@@ -540,13 +549,12 @@ fn parse_headers(
         })?;
         let value = expand(value.trim(), env)
             .map_err(|m| ConfigError::new(VAR, format!("header `{name}`: {m}")))?;
-        let mut value = HeaderValue::from_str(&value).map_err(|_| {
+        let value = sensitive_header(&value).ok_or_else(|| {
             ConfigError::new(
                 VAR,
                 format!("header `{name}`: the value has characters a header cannot carry"),
             )
         })?;
-        value.set_sensitive(true);
         headers.append(name, value);
     }
     Ok(headers)
