@@ -478,6 +478,7 @@ fn poll_lateness(watches: usize, measure: Duration) -> Vec<f64> {
                     empty_streak: 0,
                     failures: 0,
                 },
+                conditions: None,
                 seen: SeenSet::new(),
                 next_poll,
             };

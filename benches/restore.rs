@@ -140,6 +140,7 @@ fn watch_records(i: usize, seen: usize, now: Millis) -> Vec<(Vec<u8>, Vec<u8>)> 
         seen_chunks: journal.chunks(),
         finished: None,
         resume: None,
+        conditions: None,
     };
     let e = record.to_entry().expect("a small record");
     records.push((e.key, e.value));

@@ -132,6 +132,8 @@ pub struct RestoreWatch<I> {
     pub input: Arc<I>,
     /// The watch's saved progress ([`WatchRecord::progress`](crate::state::WatchRecord::progress)).
     pub progress: Progress,
+    /// Its user termination conditions' saved states ([`WatchRecord::conditions`](crate::state::WatchRecord::conditions)).
+    pub conditions: Option<Bytes>,
     /// Every output hash the watch had seen.
     pub seen: SeenSet,
     /// When the watch was due to poll next (processing time); a time already past is due at
@@ -150,6 +152,10 @@ pub struct Checkpoint {
     pub new_hashes: Vec<OutputHash>,
     /// The poller's state of the watch after this poll ([`Poller::resume_state`]).
     pub resume: Option<Vec<u8>>,
+    /// Its user termination conditions' states after this poll
+    /// ([`Watch::saved_conditions`](crate::watch::Watch::saved_conditions); `None`: the
+    /// rules have none).
+    pub conditions: Option<Vec<u8>>,
 }
 
 /// What the engine reports.
@@ -349,6 +355,7 @@ impl<P: Poller> Engine<P> {
             key,
             input,
             progress,
+            conditions,
             seen,
             next_poll,
         } = restore;
@@ -367,6 +374,7 @@ impl<P: Poller> Engine<P> {
             input,
             seen,
             progress,
+            conditions.as_deref(),
             next_poll.min(latest),
         ) {
             Ok(_) => {
@@ -572,6 +580,7 @@ impl<P: Poller> Engine<P> {
             next_poll,
             new_hashes,
             resume: self.poller.resume_state(watch.input()),
+            conditions: watch.saved_conditions(self.table.rules()),
         };
         send(events, Event::Checkpoint(Box::new(checkpoint))).await
     }

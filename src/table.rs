@@ -150,7 +150,10 @@ impl<I> WatchTable<I> {
         input: Arc<I>,
         input_time: Millis,
         now: Millis,
-    ) -> Result<WatchId, AlreadyWatching> {
+    ) -> Result<WatchId, AlreadyWatching>
+    where
+        I: Send + Sync + 'static,
+    {
         let hash = key_hash(&key);
         if self.find(&key, hash).is_some() {
             return Err(AlreadyWatching);
@@ -170,13 +173,17 @@ impl<I> WatchTable<I> {
         input: Arc<I>,
         seen: SeenSet,
         progress: Progress,
+        conditions: Option<&[u8]>,
         next_poll: Millis,
-    ) -> Result<WatchId, AlreadyWatching> {
+    ) -> Result<WatchId, AlreadyWatching>
+    where
+        I: Send + Sync + 'static,
+    {
         let hash = key_hash(&key);
         if self.find(&key, hash).is_some() {
             return Err(AlreadyWatching);
         }
-        let watch = Watch::restore(key, input, seen, progress, &self.rules);
+        let watch = Watch::restore(key, input, seen, progress, conditions, &self.rules);
         let due = watch.wake_at(next_poll, &self.rules);
         Ok(self.add(watch, hash, due))
     }
@@ -584,14 +591,14 @@ mod tests {
             empty_streak: 0,
             failures: 0,
         };
-        let refused = t.insert_restored(key("a"), Arc::new(()), SeenSet::new(), progress, 70);
+        let refused = t.insert_restored(key("a"), Arc::new(()), SeenSet::new(), progress, None, 70);
         assert_eq!(refused, Err(AlreadyWatching));
         assert_eq!(t.min_hold(), Some(1_000), "a refused restore adds no hold");
         t.remove(live);
 
         let seen = SeenSet::from_hashes([crate::seen::hash_key(b"x")]);
         let b = t
-            .insert_restored(key("b"), Arc::new(()), seen, progress, 70)
+            .insert_restored(key("b"), Arc::new(()), seen, progress, None, 70)
             .unwrap();
         assert_eq!(t.min_hold(), Some(500));
         assert_eq!(t.next_due(), Some(70));

@@ -10,7 +10,7 @@ use crate::poll::{Output, PollError, PollResult};
 use crate::reason::TerminatedReason;
 use crate::schedule::{AfterFailure, Schedule};
 use crate::seen::SeenSet;
-use crate::termination::{Condition, TermState, Termination};
+use crate::termination::{Condition, NewInput, TermState, Termination};
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -54,7 +54,7 @@ pub struct Failed {
 
 /// Everything a watch carries from poll to poll apart from its key, input and seen set: what
 /// the state topic saves so that a restored watch decides exactly as the original would.
-/// (User termination conditions' states are not in it; see [`Termination::restore_state`].)
+/// (User termination conditions' states are saved beside it: [`Watch::saved_conditions`].)
 ///
 /// [`Termination::restore_state`]: crate::termination::Termination::restore_state
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +101,7 @@ pub struct Watch<I> {
     failures: u32,
 }
 
-impl<I> Watch<I> {
+impl<I: Send + Sync + 'static> Watch<I> {
     /// A watch for an input with record timestamp `input_time`, arriving at processing time
     /// `now`. Its hold starts at the input's timestamp.
     pub fn new(
@@ -112,10 +112,12 @@ impl<I> Watch<I> {
         rules: &WatchRules,
     ) -> Self {
         Self {
+            termination: rules
+                .termination
+                .for_new_input(now, &NewInput::new(&key, &*input)),
             key,
             input,
             seen: SeenSet::new(),
-            termination: rules.termination.for_new_input(now),
             hold: input_time,
             empty_streak: 0,
             failures: 0,
@@ -130,23 +132,28 @@ impl<I> Watch<I> {
         input: Arc<I>,
         seen: SeenSet,
         progress: Progress,
+        conditions: Option<&[u8]>,
         rules: &WatchRules,
     ) -> Self {
         Self {
-            key,
-            input,
-            seen,
             termination: rules.termination.restore_state(
                 progress.arrived,
                 progress.last_new,
                 progress.polls,
+                conditions,
+                &NewInput::new(&key, &*input),
             ),
+            key,
+            input,
+            seen,
             hold: progress.hold,
             empty_streak: progress.empty_streak,
             failures: progress.failures,
         }
     }
+}
 
+impl<I> Watch<I> {
     /// What [`Watch::restore`] needs, besides the key, input and seen set, to rebuild this
     /// watch.
     pub fn progress(&self) -> Progress {
@@ -158,6 +165,12 @@ impl<I> Watch<I> {
             empty_streak: self.empty_streak,
             failures: self.failures,
         }
+    }
+
+    /// The states of its user termination conditions, for [`Watch::restore`] (`None`: the
+    /// rules have none; [`Termination::save_custom`]).
+    pub fn saved_conditions(&self, rules: &WatchRules) -> Option<Vec<u8>> {
+        rules.termination.save_custom(&self.termination)
     }
 
     pub fn key(&self) -> &Bytes {
@@ -220,7 +233,7 @@ impl<I> Watch<I> {
             self.empty_streak = 0;
             rules
                 .termination
-                .on_seen_new_output(now, &mut self.termination);
+                .on_seen_new_output(now, new_outputs.len(), &mut self.termination);
         }
         rules
             .termination

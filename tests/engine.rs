@@ -560,6 +560,7 @@ async fn restore_with_a_far_next_poll(r: &Running) {
     };
     r.commands
         .send(Command::Restore(Box::new(RestoreWatch {
+            conditions: None,
             key: Bytes::from_static(b"w"),
             input: input("w"),
             progress,
@@ -1006,6 +1007,7 @@ async fn interrupted(
     let mut b = start_at(poller.clone(), rules, unlimited(), 64, true, now);
     b.commands
         .send(Command::Restore(Box::new(RestoreWatch {
+            conditions: None,
             key: Bytes::from_static(b"w"),
             input: input("w"),
             progress: last.progress,
@@ -1226,6 +1228,7 @@ async fn a_restore_for_a_live_key_is_refused_and_changes_nothing() {
     };
     r.commands
         .send(Command::Restore(Box::new(RestoreWatch {
+            conditions: None,
             key: Bytes::from_static(b"u1"),
             input: input("u1"),
             progress,
@@ -1304,6 +1307,7 @@ async fn an_input_for_a_key_whose_end_the_runtime_has_not_taken_in_starts_nothin
     );
     r.commands
         .send(Command::Restore(Box::new(RestoreWatch {
+            conditions: None,
             key: u1.clone(),
             input: input("u1"),
             progress: watchbridge::watch::Progress::at_start(T0, T0),

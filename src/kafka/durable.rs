@@ -74,17 +74,60 @@ const STARTS_RECORD_BYTES: usize = MAX_RECORD_BYTES - 1024;
 /// A live watch's input record, kept to rewrite its state record: key and value in one
 /// allocation, with no `Bytes` headers (a million idle watches keep a million of these;
 /// the `Registration` a record needs is copied out at the rare checkpoint that writes it).
+/// What the record carries after the input travels in the same allocation: the poller's
+/// resume state and the user termination conditions' states ([`Tail`]).
 #[derive(Debug)]
 struct StoredInput {
-    /// The key's bytes, then the value's, then the poller's resume state's.
+    /// The key's bytes, then the value's, then the tail's.
     bytes: Box<[u8]>,
     /// The key's length, or [`StoredInput::NO_KEY`].
     key_len: u32,
-    /// The resume state's length ([`WatchRecord::resume`]; 0: none), at the end of `bytes`
-    /// (here, not in a field of its own: this `u32` fills what was padding, so a live watch
-    /// stays as small).
-    resume_len: u32,
+    /// The tail's length (0: none), at the end of `bytes` (here, not in a field of its own:
+    /// this `u32` fills what was padding, so a live watch stays as small).
+    tail_len: u32,
     time: Millis,
+}
+
+/// What a watch's record carries besides its input and progress, as of a poll whose
+/// outputs are all delivered: the poller's resume state ([`WatchRecord::resume`]) and the
+/// states of the user termination conditions ([`WatchRecord::conditions`]). Framed in one
+/// byte string, `[resume length: u32][resume][conditions]`, so it costs a live watch one
+/// length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tail<'a> {
+    resume: Option<&'a [u8]>,
+    conditions: Option<&'a [u8]>,
+}
+
+impl<'a> Tail<'a> {
+    /// The framed bytes; `None` when there is nothing to carry.
+    fn frame(&self) -> Option<Box<[u8]>> {
+        if self.resume.is_none() && self.conditions.is_none() {
+            return None;
+        }
+        let (resume, conditions) = (
+            self.resume.unwrap_or_default(),
+            self.conditions.unwrap_or_default(),
+        );
+        let mut out = Vec::with_capacity(4 + resume.len() + conditions.len());
+        out.extend_from_slice(&(resume.len() as u32).to_le_bytes());
+        out.extend_from_slice(resume);
+        out.extend_from_slice(conditions);
+        Some(out.into_boxed_slice())
+    }
+
+    /// [`Tail::frame`]'s bytes back (an empty part is none).
+    fn read(framed: &'a [u8]) -> Self {
+        let len = framed.get(..4).map_or(0, |b| {
+            u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize
+        });
+        let resume = framed.get(4..4 + len).unwrap_or_default();
+        let conditions = framed.get(4 + len..).unwrap_or_default();
+        Self {
+            resume: (!resume.is_empty()).then_some(resume),
+            conditions: (!conditions.is_empty()).then_some(conditions),
+        }
+    }
 }
 
 impl StoredInput {
@@ -99,27 +142,28 @@ impl StoredInput {
         Self {
             bytes: bytes.into_boxed_slice(),
             key_len: key.map_or(Self::NO_KEY, |k| k.len() as u32),
-            resume_len: 0,
+            tail_len: 0,
             time: r.time,
         }
     }
 
-    /// The poller's state of the watch that its record carries, if any.
-    fn resume(&self) -> Option<&[u8]> {
-        (self.resume_len > 0).then(|| &self.bytes[self.bytes.len() - self.resume_len as usize..])
+    /// What its record carries after the input.
+    fn tail(&self) -> Tail<'_> {
+        Tail::read(&self.bytes[self.bytes.len() - self.tail_len as usize..])
     }
 
-    /// Carry `state` in the watch's record from now on (one allocation again).
-    fn set_resume(&mut self, state: &[u8]) {
-        if self.resume() == Some(state) {
+    /// Carry `framed` ([`Tail::frame`]'s bytes) in the watch's record from now on (one
+    /// allocation again).
+    fn set_tail(&mut self, framed: &[u8]) {
+        let input_len = self.bytes.len() - self.tail_len as usize;
+        if self.bytes[input_len..] == *framed {
             return;
         }
-        let input_len = self.bytes.len() - self.resume_len as usize;
-        let mut bytes = Vec::with_capacity(input_len + state.len());
+        let mut bytes = Vec::with_capacity(input_len + framed.len());
         bytes.extend_from_slice(&self.bytes[..input_len]);
-        bytes.extend_from_slice(state);
+        bytes.extend_from_slice(framed);
         self.bytes = bytes.into_boxed_slice();
-        self.resume_len = state.len() as u32;
+        self.tail_len = framed.len() as u32;
     }
 
     fn registration(&self) -> Registration {
@@ -128,7 +172,7 @@ impl StoredInput {
         } else {
             self.key_len as usize
         };
-        let input = &self.bytes[..self.bytes.len() - self.resume_len as usize];
+        let input = &self.bytes[..self.bytes.len() - self.tail_len as usize];
         let (key, value) = input.split_at(split);
         Registration {
             key: (self.key_len != Self::NO_KEY).then(|| Bytes::copy_from_slice(key)),
@@ -189,7 +233,9 @@ impl LiveWatch {
             self.next_poll,
             chunks,
         );
-        record.resume = self.input.resume().map(Bytes::copy_from_slice);
+        let tail = self.input.tail();
+        record.resume = tail.resume.map(Bytes::copy_from_slice);
+        record.conditions = tail.conditions.map(Bytes::copy_from_slice);
         record
     }
 }
@@ -259,11 +305,13 @@ pub struct DurableState {
     touched: Vec<Bytes>,
     /// When a checkpoint last visited every live watch.
     visited_all_at: Millis,
-    /// Poller states ([`WatchRecord::resume`]) that came while some of their watch's
+    /// Tails (poller and condition states, [`Tail`]) that came while some of their watch's
     /// outputs were in flight: they go into its record only once those are delivered. A
-    /// state past outputs not delivered (an HTTP `since=` newer than they are) would, after
-    /// a crash, ask the resource only for what came after them, and they would be lost.
-    resume_waiting: HashMap<Bytes, Box<[u8]>>,
+    /// poller state past outputs not delivered (an HTTP `since=` newer than they are) would,
+    /// after a crash, ask the resource only for what came after them, and they would be
+    /// lost; a condition that counts outputs would count them twice when they are found
+    /// again.
+    tail_waiting: HashMap<Bytes, Box<[u8]>>,
 }
 
 /// When a watch that ended was written so, and which starts records may still hold it.
@@ -324,7 +372,7 @@ impl DurableState {
             next_starts: 1,
             touched: Vec::new(),
             visited_all_at: 0,
-            resume_waiting: HashMap::new(),
+            tail_waiting: HashMap::new(),
         }
     }
 
@@ -391,8 +439,12 @@ impl DurableState {
         let dirty = journal.pending() > 0;
         let (progress, next_poll) = (record.progress(), record.next_poll);
         let mut input = StoredInput::new(&record.registration());
-        if let Some(resume) = record.resume.as_ref().filter(|r| !r.is_empty()) {
-            input.set_resume(resume);
+        let tail = Tail {
+            resume: record.resume.as_deref().filter(|r| !r.is_empty()),
+            conditions: record.conditions.as_deref().filter(|c| !c.is_empty()),
+        };
+        if let Some(framed) = tail.frame() {
+            input.set_tail(&framed);
         }
         self.live.insert(
             key.clone(),
@@ -598,7 +650,7 @@ impl DurableState {
             w.journal.add(hash);
             w.dirty = true;
         }
-        self.settle_resume(key);
+        self.settle_tail(key);
         self.touch(key);
         self.sends
             .handled(ticket, Some((partition, offset)), &mut self.covered);
@@ -620,60 +672,66 @@ impl DurableState {
         if let Some(w) = self.live.get_mut(key) {
             w.in_flight = w.in_flight.saturating_sub(1);
         }
-        self.settle_resume(key);
+        self.settle_tail(key);
         self.touch(key);
         self.sends.handled(ticket, None, &mut self.covered);
     }
 
-    /// Where a live watch stands after a poll, and its poller state then (`resume`). With
-    /// `held_back` (the stop left some of its outputs unsent, to be found again after the
-    /// recovery) that state is not kept: it is past outputs that are nowhere.
+    /// Where a live watch stands after a poll, and its poller state then (`resume`) and its
+    /// user termination conditions' (`conditions`). With `held_back` (the stop left some of
+    /// its outputs unsent, to be found again after the recovery) those states are not kept:
+    /// they are past outputs that are nowhere.
     pub fn checkpoint(
         &mut self,
         key: &[u8],
         progress: Progress,
         next_poll: Millis,
         resume: Option<Vec<u8>>,
+        conditions: Option<Vec<u8>>,
         held_back: bool,
     ) {
         if let Some(w) = self.live.get_mut(key) {
             w.progress = progress;
             w.next_poll = next_poll;
             w.progressed = true;
-            match (resume, held_back) {
+            let tail = Tail {
+                resume: resume.as_deref(),
+                conditions: conditions.as_deref(),
+            };
+            match (tail.frame(), held_back) {
                 (None, _) | (_, true) => {}
                 // Every output found before it is delivered: into the record now (most
                 // polls; no map entry made and removed again).
-                (Some(state), false) if w.in_flight == 0 => {
-                    w.input.set_resume(&state);
-                    if !self.resume_waiting.is_empty() {
-                        self.resume_waiting.remove(key);
+                (Some(framed), false) if w.in_flight == 0 => {
+                    w.input.set_tail(&framed);
+                    if !self.tail_waiting.is_empty() {
+                        self.tail_waiting.remove(key);
                     }
                 }
-                (Some(state), false) => {
-                    self.resume_waiting
-                        .insert(Bytes::copy_from_slice(key), state.into_boxed_slice());
+                (Some(framed), false) => {
+                    self.tail_waiting
+                        .insert(Bytes::copy_from_slice(key), framed);
                 }
             }
         }
     }
 
-    /// Once no output of `key`'s watch is in flight, its waiting resume state goes into its
-    /// record (see `resume_waiting`).
-    fn settle_resume(&mut self, key: &[u8]) {
-        if self.resume_waiting.is_empty() {
+    /// Once no output of `key`'s watch is in flight, its waiting tail goes into its record
+    /// (see `tail_waiting`).
+    fn settle_tail(&mut self, key: &[u8]) {
+        if self.tail_waiting.is_empty() {
             return;
         }
         match self.live.get_mut(key) {
             Some(w) if w.in_flight > 0 => {}
             Some(w) => {
-                if let Some(state) = self.resume_waiting.remove(key) {
-                    w.input.set_resume(&state);
+                if let Some(framed) = self.tail_waiting.remove(key) {
+                    w.input.set_tail(&framed);
                     w.progressed = true;
                 }
             }
             None => {
-                self.resume_waiting.remove(key);
+                self.tail_waiting.remove(key);
             }
         }
     }
@@ -1296,7 +1354,7 @@ mod tests {
         assert!(starts_of(&s.checkpoint_records(T0 + 2, false)).1.is_empty());
         // b's progress comes due: its own record; the starts record goes one checkpoint
         // later, once that record is acknowledged.
-        s.checkpoint(&b, Progress::at_start(T0, T0), T0 + 1000, None, false);
+        s.checkpoint(&b, Progress::at_start(T0, T0), T0 + 1000, None, None, false);
         let w = s.checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS, false);
         assert!(decoded(&w)
             .iter()
@@ -1323,6 +1381,17 @@ mod tests {
             .collect()
     }
 
+    /// The watch's records among `writes`, with their conditions' states.
+    fn conditions(writes: &[StateWrite]) -> Vec<Option<Bytes>> {
+        decoded(writes)
+            .into_iter()
+            .filter_map(|(e, _)| match e {
+                Entry::Watch(r) => Some(r.conditions),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// A poller state that moved past outputs still in flight (an HTTP `since=` newer than
     /// they are) reaches the watch's record only once they are delivered: written before,
     /// a crash would make the restored watch ask only for what came after them.
@@ -1338,21 +1407,23 @@ mod tests {
             Progress::at_start(T0, T0),
             T0 + 1000,
             Some(b"R1".to_vec()),
+            Some(b"C1".to_vec()),
             false,
         );
         let at = T0 + PROGRESS_WRITE_INTERVAL_MS;
         assert_eq!(resumes(&s.checkpoint_records(at, true)), [None]);
         s.output_acknowledged(&key, hash_key(b"e1"), sent, 0, 5);
-        assert_eq!(
-            resumes(&s.checkpoint_records(at + 1, true)),
-            [Some(Bytes::from_static(b"R1"))]
-        );
+        let writes = s.checkpoint_records(at + 1, true);
+        assert_eq!(resumes(&writes), [Some(Bytes::from_static(b"R1"))]);
+        // The conditions' states (a count of outputs, say) wait the same way.
+        assert_eq!(conditions(&writes), [Some(Bytes::from_static(b"C1"))]);
         // With nothing in flight it goes in at once, and later records keep it.
         s.checkpoint(
             &key,
             Progress::at_start(T0, T0),
             T0 + 2000,
             Some(b"R2".to_vec()),
+            None,
             false,
         );
         assert_eq!(
@@ -1365,6 +1436,7 @@ mod tests {
             Progress::at_start(T0, T0),
             T0 + 3000,
             Some(b"R3".to_vec()),
+            Some(b"C3".to_vec()),
             true,
         );
         let writes = s.checkpoint_records(at + 3, true);
@@ -1402,7 +1474,7 @@ mod tests {
             "{w:?}"
         );
         assert!(s.is_finished(&a));
-        s.checkpoint(&b, Progress::at_start(T0, T0), past, None, false);
+        s.checkpoint(&b, Progress::at_start(T0, T0), past, None, None, false);
         s.checkpoint_records(past + PROGRESS_WRITE_INTERVAL_MS, false);
         let w = decoded(&s.checkpoint_records(past + PROGRESS_WRITE_INTERVAL_MS + 1, false));
         let deleted = |w: &[(Entry, Option<i64>)]| -> Vec<String> {
@@ -1431,7 +1503,14 @@ mod tests {
         s.checkpoint_records(T0, false);
         let sent = s.output_sent(&key);
         let _second = s.output_sent(&key);
-        s.checkpoint(&key, Progress::at_start(T0, T0), T0 + 1000, None, false);
+        s.checkpoint(
+            &key,
+            Progress::at_start(T0, T0),
+            T0 + 1000,
+            None,
+            None,
+            false,
+        );
         // Progress alone: written once it is PROGRESS_WRITE_INTERVAL_MS old, or when the
         // partition is given up; the record only, no chunk, offsets unchanged.
         assert!(s.checkpoint_records(T0 + 1, false).is_empty());
@@ -1440,7 +1519,14 @@ mod tests {
         assert!(
             matches!(&w[0], (Entry::Watch(r), None) if r.seen_chunks == 0 && r.next_poll == T0 + 1000)
         );
-        s.checkpoint(&key, Progress::at_start(T0, T0), T0 + 2000, None, false);
+        s.checkpoint(
+            &key,
+            Progress::at_start(T0, T0),
+            T0 + 2000,
+            None,
+            None,
+            false,
+        );
         assert!(s
             .checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS, false)
             .is_empty());

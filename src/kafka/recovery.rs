@@ -547,6 +547,7 @@ pub fn plan<P: Resolve>(
             key,
             input: Arc::new(input),
             progress: record.progress(),
+            conditions: record.conditions.clone(),
             seen,
             next_poll: record.next_poll,
         });
@@ -616,6 +617,7 @@ mod tests {
                 reason: "final".into(),
             }),
             resume: None,
+            conditions: None,
         }
     }
 
@@ -907,7 +909,7 @@ mod tests {
         // a polls 7 times (its own record, once due); c ends (its own finished record).
         let mut polled = Progress::at_start(T0, T0);
         polled.polls = 7;
-        s.checkpoint(b"a", polled, T0 + 5_000, None, false);
+        s.checkpoint(b"a", polled, T0 + 5_000, None, None, false);
         s.terminated(b"c", T0 + 1, &TerminatedReason::Final, SeenSet::new());
         let later = T0 + crate::kafka::durable::PROGRESS_WRITE_INTERVAL_MS;
         topic.append(s.checkpoint_records(later, false));
@@ -932,6 +934,7 @@ mod tests {
             b"b",
             Progress::at_start(T0, T0),
             later + 10_000,
+            None,
             None,
             false,
         );

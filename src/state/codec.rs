@@ -230,6 +230,11 @@ pub struct WatchRecord {
     /// `{last.*}` values, as it encodes them), as of outputs all delivered. Written after
     /// the other fields only when set, so records from before it read as `None`.
     pub resume: Option<Bytes>,
+    /// The states of the watch's user termination conditions
+    /// ([`Termination::save_custom`](crate::termination::Termination::save_custom)'s bytes),
+    /// as of the same poll as `resume`. Written after `resume` (an empty `resume` then stands
+    /// for none) only when set, so records from before it read as `None`.
+    pub conditions: Option<Bytes>,
 }
 
 /// When and why a watch ended.
@@ -561,8 +566,11 @@ impl WatchRecord {
                 put_bytes(&mut out, f.reason.as_bytes());
             }
         }
-        if let Some(resume) = &self.resume {
-            put_bytes(&mut out, resume);
+        if self.resume.is_some() || self.conditions.is_some() {
+            put_bytes(&mut out, self.resume.as_deref().unwrap_or_default());
+        }
+        if let Some(conditions) = &self.conditions {
+            put_bytes(&mut out, conditions);
         }
         debug_assert_eq!(out.len(), self.encoded_len());
         out
@@ -578,7 +586,11 @@ impl WatchRecord {
             + 3 * 4
             + 1
             + self.finished.as_ref().map_or(0, |f| 8 + 4 + f.reason.len())
-            + self.resume.as_ref().map_or(0, |r| 4 + r.len())
+            + match (&self.resume, &self.conditions) {
+                (None, None) => 0,
+                (resume, _) => 4 + resume.as_ref().map_or(0, Bytes::len),
+            }
+            + self.conditions.as_ref().map_or(0, |c| 4 + c.len())
     }
 
     /// Key and value, unless together they exceed [`MAX_RECORD_BYTES`] (an input value near
@@ -625,6 +637,14 @@ impl WatchRecord {
             false => None,
             true => Some(Bytes::copy_from_slice(r.bytes("poller resume state")?)),
         };
+        let conditions = match r.pos < r.buf.len() {
+            false => None,
+            true => Some(Bytes::copy_from_slice(
+                r.bytes("termination condition states")?,
+            )),
+        };
+        // An empty resume state written only to place the conditions after it is none.
+        let resume = resume.filter(|r| !r.is_empty() || conditions.is_none());
         Ok(Self {
             watch_key,
             input_key,
@@ -640,6 +660,7 @@ impl WatchRecord {
             seen_chunks,
             finished,
             resume,
+            conditions,
         })
     }
 }
@@ -837,6 +858,7 @@ mod tests {
                 reason: "final".into(),
             }),
             resume: None,
+            conditions: None,
         }
     }
 
@@ -1187,13 +1209,18 @@ mod tests {
                     seen_chunks,
                     finished,
                     resume: None,
+                    conditions: None,
                 },
             )
             .prop_flat_map(|w| {
-                prop::option::of(bytes(30)).prop_map(move |resume| WatchRecord {
-                    resume,
-                    ..w.clone()
-                })
+                (prop::option::of(bytes(30)), prop::option::of(bytes(30))).prop_map(
+                    move |(resume, conditions)| WatchRecord {
+                        // With conditions after it, an empty resume state reads as none.
+                        resume: resume.filter(|r| !r.is_empty() || conditions.is_none()),
+                        conditions,
+                        ..w.clone()
+                    },
+                )
             })
     }
 

@@ -1,15 +1,14 @@
 //! A [`Watch`] to a [`WatchRecord`] and back.
 //!
-//! Captured: the termination facts (arrival, last new output, polls), the hold, the backoff
+//! Captured: the termination facts (arrival, last new output, polls), the states of user
+//! termination conditions (each encoded by its [`Condition::encode_state`]; see
+//! [`Termination::restore_state`]), the hold, the backoff
 //! and retry steps, the next poll time (which the table, not the watch, holds: the caller
 //! passes it in and schedules the restored watch at it) and, through the seen chunks, the
 //! seen set. So a restored watch answers its next poll exactly as the original would have,
 //! given the same jitter draws.
 //!
 //! Not captured:
-//! - the states of user termination conditions ([`Termination::custom`]): they are opaque
-//!   values of any type, with no encoding. They restart as `for_new_input(arrived)` made them
-//!   (see [`Termination::restore_state`]); built-in conditions lose nothing;
 //! - the jitter random source: it is shared by all the watches of a table, and later delays
 //!   are random anyway. The next poll time, already drawn, is saved;
 //! - the poller's input (`I`): the record keeps the input record's bytes instead, and the
@@ -17,7 +16,7 @@
 //! - the rules (termination tree, schedule): they are configuration, and a restarted bridge
 //!   applies its own. A restored watch is judged by the new rules from its saved facts.
 //!
-//! [`Termination::custom`]: crate::termination::Termination::custom
+//! [`Condition::encode_state`]: crate::termination::Condition::encode_state
 //! [`Termination::restore_state`]: crate::termination::Termination::restore_state
 
 use super::chunks::{RestoreError, SeenJournal};
@@ -70,14 +69,17 @@ impl WatchRecord {
         input: &Registration,
         next_poll: Millis,
         seen_chunks: u32,
+        rules: &WatchRules,
     ) -> Self {
-        Self::from_progress(
+        let mut record = Self::from_progress(
             watch.key().clone(),
             input,
             watch.progress(),
             next_poll,
             seen_chunks,
-        )
+        );
+        record.conditions = watch.saved_conditions(rules).map(Bytes::from);
+        record
     }
 
     /// The record of the live watch `watch_key` with progress `p` (as the engine's
@@ -104,6 +106,7 @@ impl WatchRecord {
             seen_chunks,
             finished: None,
             resume: None,
+            conditions: None,
         }
     }
 
@@ -139,12 +142,24 @@ impl WatchRecord {
     /// The watch again, with `input` resolved from [`WatchRecord::registration`] and its seen
     /// set restored from its chunks. Schedule it at [`WatchRecord::next_poll`]. (A finished
     /// record is not a watch to run; this does not look at `finished`.)
-    pub fn restore<I>(&self, input: Arc<I>, seen: SeenSet, rules: &WatchRules) -> Watch<I> {
-        Watch::restore(self.watch_key.clone(), input, seen, self.progress(), rules)
+    pub fn restore<I: Send + Sync + 'static>(
+        &self,
+        input: Arc<I>,
+        seen: SeenSet,
+        rules: &WatchRules,
+    ) -> Watch<I> {
+        Watch::restore(
+            self.watch_key.clone(),
+            input,
+            seen,
+            self.progress(),
+            self.conditions.as_deref(),
+            rules,
+        )
     }
 
     /// [`SeenJournal::restore`] from this record's chunks, then [`WatchRecord::restore`].
-    pub fn restore_with_chunks<I>(
+    pub fn restore_with_chunks<I: Send + Sync + 'static>(
         &self,
         chunks: impl IntoIterator<Item = SeenChunk>,
         chunk_capacity: u32,
@@ -163,7 +178,7 @@ mod tests {
     use crate::schedule::{Backoff, Retry, Schedule};
     use crate::seen::{hash_key, OutputHash};
     use crate::state::codec::{decode_entry, Entry};
-    use crate::termination::{Condition, Termination};
+    use crate::termination::{Condition, NewInput, Termination};
     use crate::watch::Next;
     use proptest::prelude::*;
     use std::time::Duration;
@@ -210,7 +225,8 @@ mod tests {
             let e = chunk.to_entry(w.key()).unwrap();
             topic.push((e.key, e.value));
         }
-        let record = WatchRecord::from_watch(w, &registration(), next_poll, journal.chunks());
+        let record =
+            WatchRecord::from_watch(w, &registration(), next_poll, journal.chunks(), rules);
         let e = record.to_entry().unwrap();
         topic.push((e.key, e.value));
 
@@ -417,24 +433,32 @@ mod tests {
 
     impl Condition for Productive {
         type State = u32;
-        fn for_new_input(&self, _now: Millis) -> u32 {
+        fn for_new_input(&self, _now: Millis, _input: &NewInput<'_>) -> u32 {
             0
         }
-        fn on_seen_new_output(&self, _now: Millis, n: &mut u32) {
+        fn on_seen_new_output(&self, _now: Millis, _new: usize, n: &mut u32) {
             *n += 1;
         }
         fn on_poll_complete(&self, _now: Millis, _n: &mut u32) {}
         fn can_stop_polling(&self, _now: Millis, n: &u32) -> Option<TerminatedReason> {
             (*n >= self.0).then(|| TerminatedReason::Custom("productive".into()))
         }
+        fn encode_state(&self, n: &u32) -> Vec<u8> {
+            n.to_le_bytes().to_vec()
+        }
+        fn decode_state(&self, bytes: &[u8]) -> Result<u32, String> {
+            Ok(u32::from_le_bytes(
+                bytes.try_into().map_err(|_| "not 4 bytes")?,
+            ))
+        }
     }
 
     #[test]
-    fn user_condition_states_are_not_saved_and_restart_fresh() {
+    fn user_condition_states_are_saved_and_go_on_after_a_restore() {
         let rules = WatchRules {
             termination: Termination::Any(vec![
                 Termination::custom("productive", Productive(2)),
-                Termination::Polls(3),
+                Termination::Polls(4),
             ]),
             schedule: Schedule {
                 jitter: 0.0,
@@ -447,20 +471,33 @@ mod tests {
         w.on_success(found, T0, &rules, &mut rng);
         let (mut r, _, _) = round_trip(&w, &mut SeenJournal::new(), &mut Vec::new(), T0, &rules);
         let found = || PollResult::incomplete(vec![Output::new("b", "b", T0)]);
-        // The original has now found something twice; the restored one counts once.
+        // The original and the restored watch have both found something twice now.
         assert_eq!(
             w.on_success(found(), T0 + 10_000, &rules, &mut rng).next,
             Next::Stop(TerminatedReason::Custom("productive".into()))
         );
         assert_eq!(
             r.on_success(found(), T0 + 10_000, &rules, &mut rng).next,
-            Next::PollAt(T0 + 20_000)
+            Next::Stop(TerminatedReason::Custom("productive".into()))
         );
-        // The built-in poll count was saved: the third poll ends it.
+
+        // A record that saved no state for it (written before the condition was added)
+        // starts it afresh: one more productive poll is not enough.
+        let record = WatchRecord::from_watch(&w, &registration(), T0, 0, &rules);
         assert_eq!(
-            r.on_success(PollResult::default(), T0 + 20_000, &rules, &mut rng)
+            record.conditions.as_deref(),
+            Some(&b"\x0a\x00productive\x04\x00\x00\x00\x02\x00\x00\x00"[..])
+        );
+        let old = WatchRecord {
+            conditions: None,
+            ..record
+        };
+        let mut fresh = old.restore(Arc::new(()), SeenSet::new(), &rules);
+        assert_eq!(
+            fresh
+                .on_success(found(), T0 + 20_000, &rules, &mut rng)
                 .next,
-            Next::Stop(TerminatedReason::Polls)
+            Next::PollAt(T0 + 30_000)
         );
     }
 
@@ -468,7 +505,7 @@ mod tests {
     fn finishing_drops_the_seen_chunks_and_keeps_the_reason() {
         let rules = rules("never", false, 0.0, 1);
         let w = Watch::new(Bytes::from_static(b"w"), Arc::new(()), T0, T0, &rules);
-        let mut record = WatchRecord::from_watch(&w, &registration(), T0, 3);
+        let mut record = WatchRecord::from_watch(&w, &registration(), T0, 3, &rules);
         record.finish(T0 + 1, &TerminatedReason::Custom("mine".into()));
         assert_eq!(record.seen_chunks, 0);
         assert_eq!(

@@ -13,7 +13,7 @@
 //! ```
 //! use std::time::Duration;
 //! use watchbridge::reason::TerminatedReason;
-//! use watchbridge::termination::{Condition, Termination};
+//! use watchbridge::termination::{Condition, NewInput, Termination};
 //!
 //! /// Stops after three polls that each brought something new.
 //! #[derive(Debug)]
@@ -22,10 +22,10 @@
 //! impl Condition for ProductivePolls {
 //!     /// (productive polls so far, did the current poll bring something new)
 //!     type State = (u32, bool);
-//!     fn for_new_input(&self, _now: i64) -> (u32, bool) {
+//!     fn for_new_input(&self, _now: i64, _input: &NewInput<'_>) -> (u32, bool) {
 //!         (0, false)
 //!     }
-//!     fn on_seen_new_output(&self, _now: i64, state: &mut (u32, bool)) {
+//!     fn on_seen_new_output(&self, _now: i64, _new: usize, state: &mut (u32, bool)) {
 //!         state.1 = true;
 //!     }
 //!     fn on_poll_complete(&self, _now: i64, state: &mut (u32, bool)) {
@@ -36,6 +36,15 @@
 //!     fn can_stop_polling(&self, _now: i64, state: &(u32, bool)) -> Option<TerminatedReason> {
 //!         (state.0 >= self.0).then(|| TerminatedReason::Custom("productive_polls".into()))
 //!     }
+//!     // Saved after each poll, so a restored watch goes on counting: the count (the flag
+//!     // is always false between polls).
+//!     fn encode_state(&self, state: &(u32, bool)) -> Vec<u8> {
+//!         state.0.to_le_bytes().to_vec()
+//!     }
+//!     fn decode_state(&self, bytes: &[u8]) -> Result<(u32, bool), String> {
+//!         let count = bytes.try_into().map_err(|_| format!("{} bytes, not 4", bytes.len()))?;
+//!         Ok((u32::from_le_bytes(count), false))
+//!     }
 //! }
 //!
 //! // Stop after three productive polls, or after an hour whatever happens.
@@ -45,12 +54,17 @@
 //! ]);
 //! assert_eq!(cond.to_string(), "any(productive_polls, total(1h))");
 //!
-//! let mut state = cond.for_new_input(0);
-//! for now in [1_000, 2_000, 3_000] {
+//! let mut state = cond.for_new_input(0, &NewInput::none());
+//! for now in [1_000, 2_000] {
 //!     assert_eq!(cond.can_stop_polling(now, &state), None);
-//!     cond.on_seen_new_output(now, &mut state);
+//!     cond.on_seen_new_output(now, 1, &mut state);
 //!     cond.on_poll_complete(now, &mut state);
 //! }
+//! // The watch is saved and restored (a restart): its count goes on.
+//! let saved = cond.save_custom(&state);
+//! let mut state = cond.restore_state(0, 2_000, 2, saved.as_deref(), &NewInput::none());
+//! cond.on_seen_new_output(3_000, 1, &mut state);
+//! cond.on_poll_complete(3_000, &mut state);
 //! assert_eq!(
 //!     cond.can_stop_polling(3_000, &state),
 //!     Some(TerminatedReason::Custom("productive_polls".into()))
@@ -72,17 +86,69 @@ use crate::reason::TerminatedReason;
 /// A termination condition as a small state machine (Beam's `TerminationCondition`).
 ///
 /// The condition itself is shared by every watch; everything per-watch lives in
-/// [`Condition::State`], which is why the state is a separate, cheaply cloned value.
+/// [`Condition::State`], which is why the state is a separate, cheaply cloned value. The
+/// state is saved with the watch on the state topic ([`Condition::encode_state`]) and read
+/// back when the watch is restored, after a restart or on another instance (Beam's state
+/// coder): a condition that counts something goes on counting where it was.
 pub trait Condition: Send + Sync + fmt::Debug + 'static {
+    /// What the condition keeps per watch.
     type State: Clone + fmt::Debug + Send + Sync + 'static;
-    /// State for a watch whose input arrived at `now`.
-    fn for_new_input(&self, now: Millis) -> Self::State;
-    /// A poll at `now` brought at least one output not seen before.
-    fn on_seen_new_output(&self, now: Millis, state: &mut Self::State);
+    /// State for a watch whose input arrived at `now`; `input` is what the watch polls for.
+    fn for_new_input(&self, now: Millis, input: &NewInput<'_>) -> Self::State;
+    /// A poll at `now` brought `new_outputs` (at least one) outputs not seen before.
+    fn on_seen_new_output(&self, now: Millis, new_outputs: usize, state: &mut Self::State);
     /// A poll completed at `now` (successfully; called after on_seen_new_output if any).
     fn on_poll_complete(&self, now: Millis, state: &mut Self::State);
     /// `Some(reason)` when the watch should stop polling at `now`.
     fn can_stop_polling(&self, now: Millis, state: &Self::State) -> Option<TerminatedReason>;
+    /// The state as bytes, saved with the watch after each poll. Keep it small: it is
+    /// written with the watch's record, and kept in memory with it.
+    fn encode_state(&self, state: &Self::State) -> Vec<u8>;
+    /// The state back from [`Condition::encode_state`]'s bytes. An `Err` (bytes an older
+    /// version wrote, say) is logged, and the watch's state starts afresh from its arrival.
+    fn decode_state(&self, bytes: &[u8]) -> Result<Self::State, String>;
+}
+
+/// The input a new watch starts from, as a termination condition sees it: the watch key,
+/// and the poller's input (its own type; [`NewInput::input`] gets it back).
+#[derive(Clone, Copy)]
+pub struct NewInput<'a> {
+    key: &'a [u8],
+    input: &'a (dyn Any + Send + Sync),
+}
+
+impl<'a> NewInput<'a> {
+    /// The input of the watch `key`: `input` is the poller's input
+    /// ([`Poller::Input`](crate::poll::Poller::Input)).
+    pub fn new<I: Any + Send + Sync>(key: &'a [u8], input: &'a I) -> Self {
+        Self { key, input }
+    }
+
+    /// No input (for trying a condition out): an empty key, and `()` as the input.
+    pub fn none() -> NewInput<'static> {
+        NewInput {
+            key: b"",
+            input: &(),
+        }
+    }
+
+    /// The watch key.
+    pub fn key(&self) -> &'a [u8] {
+        self.key
+    }
+
+    /// The poller's input, if it is a `T` (`None` for another poller's input).
+    pub fn input<T: Any>(&self) -> Option<&'a T> {
+        self.input.downcast_ref()
+    }
+}
+
+impl fmt::Debug for NewInput<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewInput")
+            .field("key", &String::from_utf8_lossy(self.key))
+            .finish_non_exhaustive()
+    }
 }
 
 /// The conditions that configuration can name, nestable.
@@ -189,26 +255,34 @@ pub struct StateMismatch;
 ///
 /// Methods carry an `erased_` prefix so they never clash with [`Condition`]'s at call sites.
 pub trait DynCondition: Send + Sync + fmt::Debug + 'static {
-    fn erased_for_new_input(&self, now: Millis) -> ErasedState;
-    /// Does nothing if `state` was not made by this condition.
-    fn erased_on_seen_new_output(&self, now: Millis, state: &mut ErasedState);
-    /// Does nothing if `state` was not made by this condition.
+    /// [`Condition::for_new_input`].
+    fn erased_for_new_input(&self, now: Millis, input: &NewInput<'_>) -> ErasedState;
+    /// [`Condition::on_seen_new_output`]; does nothing if `state` was not made by this
+    /// condition.
+    fn erased_on_seen_new_output(&self, now: Millis, new_outputs: usize, state: &mut ErasedState);
+    /// [`Condition::on_poll_complete`]; does nothing if `state` was not made by this
+    /// condition.
     fn erased_on_poll_complete(&self, now: Millis, state: &mut ErasedState);
+    /// [`Condition::can_stop_polling`].
     fn erased_can_stop_polling(
         &self,
         now: Millis,
         state: &ErasedState,
     ) -> Result<Option<TerminatedReason>, StateMismatch>;
+    /// [`Condition::encode_state`].
+    fn erased_encode_state(&self, state: &ErasedState) -> Result<Vec<u8>, StateMismatch>;
+    /// [`Condition::decode_state`].
+    fn erased_decode_state(&self, bytes: &[u8]) -> Result<ErasedState, String>;
 }
 
 impl<C: Condition> DynCondition for C {
-    fn erased_for_new_input(&self, now: Millis) -> ErasedState {
-        ErasedState(Box::new(self.for_new_input(now)))
+    fn erased_for_new_input(&self, now: Millis, input: &NewInput<'_>) -> ErasedState {
+        ErasedState(Box::new(self.for_new_input(now, input)))
     }
 
-    fn erased_on_seen_new_output(&self, now: Millis, state: &mut ErasedState) {
+    fn erased_on_seen_new_output(&self, now: Millis, new_outputs: usize, state: &mut ErasedState) {
         if let Some(s) = state.downcast_mut::<C::State>() {
-            self.on_seen_new_output(now, s);
+            self.on_seen_new_output(now, new_outputs, s);
         }
     }
 
@@ -225,6 +299,15 @@ impl<C: Condition> DynCondition for C {
     ) -> Result<Option<TerminatedReason>, StateMismatch> {
         let s = state.downcast_ref::<C::State>().ok_or(StateMismatch)?;
         Ok(self.can_stop_polling(now, s))
+    }
+
+    fn erased_encode_state(&self, state: &ErasedState) -> Result<Vec<u8>, StateMismatch> {
+        let s = state.downcast_ref::<C::State>().ok_or(StateMismatch)?;
+        Ok(self.encode_state(s))
+    }
+
+    fn erased_decode_state(&self, bytes: &[u8]) -> Result<ErasedState, String> {
+        self.decode_state(bytes).map(|s| ErasedState(Box::new(s)))
     }
 }
 
@@ -452,25 +535,92 @@ impl Termination {
         }
     }
 
+    /// The states of the user conditions in `state`, as saved with the watch: for each, in
+    /// tree order, its name and [`Condition::encode_state`]'s bytes. `None` when the tree
+    /// has no user condition (most watches: nothing is saved for them).
+    pub fn save_custom(&self, state: &TermState) -> Option<Vec<u8>> {
+        let states = state.custom.as_ref()?;
+        let mut out = Vec::new();
+        let mut states = states.iter();
+        self.for_each_custom(&mut |c| {
+            if let Some(Ok(bytes)) = states.next().map(|s| c.condition.erased_encode_state(s)) {
+                let name = c.name.as_bytes();
+                let name = &name[..name.len().min(u16::MAX as usize)];
+                out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+                out.extend_from_slice(name);
+                out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                out.extend_from_slice(&bytes);
+            }
+        });
+        Some(out)
+    }
+
     /// The state of a watch restored from the state topic: the three facts every built-in
-    /// condition reads, as saved. The states of user conditions are opaque (any type) and
-    /// not saved, so they start afresh, as `for_new_input(arrived)` made them for the
-    /// original watch: a user condition that counts something counts again from zero.
-    pub fn restore_state(&self, arrived: Millis, last_new: Millis, polls: u64) -> TermState {
-        TermState {
+    /// condition reads, as saved, and each user condition's state from `custom`
+    /// ([`Termination::save_custom`]'s bytes), matched by name in tree order. A user
+    /// condition with no saved state (the tree gained it since), or whose bytes it cannot
+    /// decode, starts afresh as `for_new_input(arrived)` makes it, with a warning.
+    pub fn restore_state(
+        &self,
+        arrived: Millis,
+        last_new: Millis,
+        polls: u64,
+        custom: Option<&[u8]>,
+        input: &NewInput<'_>,
+    ) -> TermState {
+        let mut state = TermState {
             last_new,
             polls,
-            ..self.for_new_input(arrived)
-        }
+            ..self.for_new_input(arrived, input)
+        };
+        let (Some(states), Some(mut saved)) = (state.custom.as_mut(), custom) else {
+            return state;
+        };
+        let mut states = states.iter_mut();
+        self.for_each_custom(&mut |c| {
+            let Some(slot) = states.next() else { return };
+            let bytes = take_saved_state(&mut saved, &c.name);
+            let restored = match bytes {
+                Some(bytes) => c.condition.erased_decode_state(bytes),
+                None => Err("no state was saved for it".to_string()),
+            };
+            match restored {
+                Ok(s) => *slot = s,
+                Err(error) => tracing::warn!(
+                    condition = %c.name,
+                    key = %String::from_utf8_lossy(input.key()),
+                    error,
+                    "a restored watch's termination condition starts afresh: its saved state \
+                     cannot be used"
+                ),
+            }
+        });
+        state
     }
+}
+
+/// The next saved state in `saved` if it is `name`'s (advancing past it), else `None`
+/// (leaving `saved` as it was, for the conditions after this one).
+fn take_saved_state<'a>(saved: &mut &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let rest = *saved;
+    let name_len = u16::from_le_bytes(rest.get(..2)?.try_into().ok()?) as usize;
+    let saved_name = rest.get(2..2 + name_len)?;
+    let at = 2 + name_len;
+    let len = u32::from_le_bytes(rest.get(at..at + 4)?.try_into().ok()?) as usize;
+    let bytes = rest.get(at + 4..at + 4 + len)?;
+    if saved_name != name.as_bytes() {
+        return None;
+    }
+    *saved = &rest[at + 4 + len..];
+    Some(bytes)
 }
 
 impl Condition for Termination {
     type State = TermState;
 
-    fn for_new_input(&self, now: Millis) -> TermState {
+    fn for_new_input(&self, now: Millis, input: &NewInput<'_>) -> TermState {
         let mut custom = Vec::new();
-        self.for_each_custom(&mut |c| custom.push(c.condition.erased_for_new_input(now)));
+        self.for_each_custom(&mut |c| custom.push(c.condition.erased_for_new_input(now, input)));
         TermState {
             arrived: now,
             last_new: now,
@@ -479,10 +629,12 @@ impl Condition for Termination {
         }
     }
 
-    fn on_seen_new_output(&self, now: Millis, state: &mut TermState) {
+    fn on_seen_new_output(&self, now: Millis, new_outputs: usize, state: &mut TermState) {
         // `max`: a late-arriving event must not move the quiet period back in time.
         state.last_new = state.last_new.max(now);
-        self.update_custom(state, |c, s| c.erased_on_seen_new_output(now, s));
+        self.update_custom(state, |c, s| {
+            c.erased_on_seen_new_output(now, new_outputs, s)
+        });
     }
 
     fn on_poll_complete(&self, now: Millis, state: &mut TermState) {
@@ -492,6 +644,30 @@ impl Condition for Termination {
 
     fn can_stop_polling(&self, now: Millis, state: &TermState) -> Option<TerminatedReason> {
         self.stop_reason(now, state, &mut 0)
+    }
+
+    /// The three facts, then [`Termination::save_custom`]'s bytes.
+    fn encode_state(&self, state: &TermState) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24);
+        out.extend_from_slice(&state.arrived.to_le_bytes());
+        out.extend_from_slice(&state.last_new.to_le_bytes());
+        out.extend_from_slice(&state.polls.to_le_bytes());
+        out.extend(self.save_custom(state).unwrap_or_default());
+        out
+    }
+
+    /// A [`Termination::encode_state`]'s bytes back; the watch's input is not known here,
+    /// so a user condition that cannot be restored starts from [`NewInput::none`].
+    fn decode_state(&self, bytes: &[u8]) -> Result<TermState, String> {
+        let fact = |i: usize| {
+            bytes
+                .get(i * 8..i * 8 + 8)
+                .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .ok_or_else(|| format!("{} bytes are too few for a termination state", bytes.len()))
+        };
+        let (arrived, last_new, polls) = (fact(0)?, fact(1)?, fact(2)? as u64);
+        let custom = (bytes.len() > 24).then(|| &bytes[24..]);
+        Ok(self.restore_state(arrived, last_new, polls, custom, &NewInput::none()))
     }
 }
 
@@ -519,12 +695,34 @@ macro_rules! pair_state {
     () => {
         type State = (A::State, B::State);
 
-        fn for_new_input(&self, now: Millis) -> Self::State {
-            (self.0.for_new_input(now), self.1.for_new_input(now))
+        fn for_new_input(&self, now: Millis, input: &NewInput<'_>) -> Self::State {
+            (
+                self.0.for_new_input(now, input),
+                self.1.for_new_input(now, input),
+            )
         }
-        fn on_seen_new_output(&self, now: Millis, state: &mut Self::State) {
-            self.0.on_seen_new_output(now, &mut state.0);
-            self.1.on_seen_new_output(now, &mut state.1);
+        fn on_seen_new_output(&self, now: Millis, new_outputs: usize, state: &mut Self::State) {
+            self.0.on_seen_new_output(now, new_outputs, &mut state.0);
+            self.1.on_seen_new_output(now, new_outputs, &mut state.1);
+        }
+        /// The first state's length (u32), its bytes, then the second's.
+        fn encode_state(&self, state: &Self::State) -> Vec<u8> {
+            let first = self.0.encode_state(&state.0);
+            let mut out = (first.len() as u32).to_le_bytes().to_vec();
+            out.extend(first);
+            out.extend(self.1.encode_state(&state.1));
+            out
+        }
+        fn decode_state(&self, bytes: &[u8]) -> Result<Self::State, String> {
+            let len = bytes
+                .get(..4)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+                .filter(|len| 4 + len <= bytes.len())
+                .ok_or("a pair's state is cut short")?;
+            Ok((
+                self.0.decode_state(&bytes[4..4 + len])?,
+                self.1.decode_state(&bytes[4 + len..])?,
+            ))
         }
         fn on_poll_complete(&self, now: Millis, state: &mut Self::State) {
             self.0.on_poll_complete(now, &mut state.0);
@@ -586,7 +784,7 @@ mod tests {
     /// A poll at `now`, optionally bringing something new, in the order the engine calls.
     fn poll(c: &Termination, now: Millis, new_output: bool, s: &mut TermState) {
         if new_output {
-            c.on_seen_new_output(now, s);
+            c.on_seen_new_output(now, 1, s);
         }
         c.on_poll_complete(now, s);
     }
@@ -597,10 +795,10 @@ mod tests {
 
     impl Condition for ProductivePolls {
         type State = (u32, bool);
-        fn for_new_input(&self, _now: Millis) -> (u32, bool) {
+        fn for_new_input(&self, _now: Millis, _input: &NewInput<'_>) -> (u32, bool) {
             (0, false)
         }
-        fn on_seen_new_output(&self, _now: Millis, state: &mut (u32, bool)) {
+        fn on_seen_new_output(&self, _now: Millis, _new: usize, state: &mut (u32, bool)) {
             state.1 = true;
         }
         fn on_poll_complete(&self, _now: Millis, state: &mut (u32, bool)) {
@@ -611,12 +809,23 @@ mod tests {
         fn can_stop_polling(&self, _now: Millis, state: &(u32, bool)) -> Option<R> {
             (state.0 >= self.0).then(|| R::Custom("productive".into()))
         }
+        fn encode_state(&self, state: &(u32, bool)) -> Vec<u8> {
+            let mut out = state.0.to_le_bytes().to_vec();
+            out.push(state.1 as u8);
+            out
+        }
+        fn decode_state(&self, bytes: &[u8]) -> Result<(u32, bool), String> {
+            match bytes {
+                [a, b, c, d, flag] => Ok((u32::from_le_bytes([*a, *b, *c, *d]), *flag == 1)),
+                _ => Err(format!("{} bytes, not 5", bytes.len())),
+            }
+        }
     }
 
     #[test]
     fn total_fires_exactly_at_the_boundary() {
         let c = Termination::Total(secs(5));
-        let mut s = c.for_new_input(T0);
+        let mut s = c.for_new_input(T0, &NewInput::none());
         assert_eq!(c.can_stop_polling(T0, &s), None);
         assert_eq!(c.can_stop_polling(T0 + 4_999, &s), None);
         // Outputs and polls do not move it.
@@ -629,7 +838,7 @@ mod tests {
     #[test]
     fn stable_without_outputs_counts_from_arrival() {
         let c = Termination::Stable(secs(10));
-        let mut s = c.for_new_input(T0);
+        let mut s = c.for_new_input(T0, &NewInput::none());
         poll(&c, T0 + 3_000, false, &mut s);
         poll(&c, T0 + 6_000, false, &mut s);
         assert_eq!(c.can_stop_polling(T0 + 9_999, &s), None);
@@ -639,7 +848,7 @@ mod tests {
     #[test]
     fn stable_is_reset_by_each_new_output() {
         let c = Termination::Stable(secs(10));
-        let mut s = c.for_new_input(T0);
+        let mut s = c.for_new_input(T0, &NewInput::none());
         poll(&c, T0 + 3_000, true, &mut s);
         // Would have fired at T0 + 10s without the output.
         assert_eq!(c.can_stop_polling(T0 + 10_000, &s), None);
@@ -657,9 +866,9 @@ mod tests {
     #[test]
     fn stable_ignores_an_output_reported_out_of_order() {
         let c = Termination::Stable(secs(10));
-        let mut s = c.for_new_input(T0);
-        c.on_seen_new_output(T0 + 5_000, &mut s);
-        c.on_seen_new_output(T0 + 1_000, &mut s);
+        let mut s = c.for_new_input(T0, &NewInput::none());
+        c.on_seen_new_output(T0 + 5_000, 1, &mut s);
+        c.on_seen_new_output(T0 + 1_000, 1, &mut s);
         assert_eq!(c.can_stop_polling(T0 + 14_999, &s), None);
         assert_eq!(c.can_stop_polling(T0 + 15_000, &s), Some(R::Stable));
     }
@@ -667,7 +876,7 @@ mod tests {
     #[test]
     fn polls_fires_after_n_completed_polls() {
         let c = Termination::Polls(3);
-        let mut s = c.for_new_input(T0);
+        let mut s = c.for_new_input(T0, &NewInput::none());
         for i in 0..3 {
             assert_eq!(
                 c.can_stop_polling(T0 + 1_000_000, &s),
@@ -675,7 +884,7 @@ mod tests {
                 "after {i} polls"
             );
             // A new output alone is not a completed poll.
-            c.on_seen_new_output(T0 + i, &mut s);
+            c.on_seen_new_output(T0 + i, 1, &mut s);
             assert_eq!(c.can_stop_polling(T0 + i, &s), None);
             c.on_poll_complete(T0 + i, &mut s);
         }
@@ -685,7 +894,7 @@ mod tests {
     #[test]
     fn never_never_fires() {
         let c = Termination::Never;
-        let mut s = c.for_new_input(T0);
+        let mut s = c.for_new_input(T0, &NewInput::none());
         for i in 0..1_000 {
             poll(&c, T0 + i * 1_000_000, i % 2 == 0, &mut s);
         }
@@ -695,13 +904,13 @@ mod tests {
     #[test]
     fn durations_round_up_to_whole_milliseconds() {
         let c = Termination::Total(Duration::from_micros(1_500));
-        let s = c.for_new_input(T0);
+        let s = c.for_new_input(T0, &NewInput::none());
         assert_eq!(c.can_stop_polling(T0 + 1, &s), None);
         assert_eq!(c.can_stop_polling(T0 + 2, &s), Some(R::Total));
         // Zero means "at once".
         let c = Termination::Stable(Duration::ZERO);
         assert_eq!(
-            c.can_stop_polling(T0, &c.for_new_input(T0)),
+            c.can_stop_polling(T0, &c.for_new_input(T0, &NewInput::none())),
             Some(R::Stable)
         );
     }
@@ -709,13 +918,13 @@ mod tests {
     #[test]
     fn extreme_times_do_not_overflow() {
         let c = Termination::Total(Duration::MAX);
-        let s = c.for_new_input(Millis::MIN);
+        let s = c.for_new_input(Millis::MIN, &NewInput::none());
         assert_eq!(c.can_stop_polling(Millis::MAX, &s), Some(R::Total));
         let c = Termination::Total(secs(1));
-        let s = c.for_new_input(Millis::MAX);
+        let s = c.for_new_input(Millis::MAX, &NewInput::none());
         assert_eq!(c.can_stop_polling(Millis::MIN, &s), None);
         let c = Termination::Polls(u64::MAX);
-        let mut s = c.for_new_input(T0);
+        let mut s = c.for_new_input(T0, &NewInput::none());
         s.polls = u64::MAX;
         c.on_poll_complete(T0, &mut s);
         assert_eq!(c.can_stop_polling(T0, &s), Some(R::Polls));
@@ -724,7 +933,7 @@ mod tests {
     #[test]
     fn any_reports_the_first_child_in_order_that_stops() {
         let c = parse("any(polls(2), total(5s))");
-        let mut s = c.for_new_input(T0);
+        let mut s = c.for_new_input(T0, &NewInput::none());
         assert_eq!(c.can_stop_polling(T0 + 4_999, &s), None);
         assert_eq!(c.can_stop_polling(T0 + 5_000, &s), Some(R::Total));
         poll(&c, T0 + 1, false, &mut s);
@@ -737,7 +946,7 @@ mod tests {
     #[test]
     fn all_waits_for_every_child_and_reports_all() {
         let c = parse("all(total(5s), polls(2))");
-        let mut s = c.for_new_input(T0);
+        let mut s = c.for_new_input(T0, &NewInput::none());
         poll(&c, T0 + 1, false, &mut s);
         assert_eq!(c.can_stop_polling(T0 + 5_000, &s), None);
         poll(&c, T0 + 2, false, &mut s);
@@ -750,7 +959,7 @@ mod tests {
         // Stop after 10s of quiet, but only once at least 3 polls have been made; give up
         // after an hour regardless.
         let c = parse("any(all(stable(10s), polls(3)), total(1h))");
-        let mut s = c.for_new_input(T0);
+        let mut s = c.for_new_input(T0, &NewInput::none());
         poll(&c, T0 + 1_000, true, &mut s);
         assert_eq!(c.can_stop_polling(T0 + 11_000, &s), None, "only 1 poll");
         poll(&c, T0 + 12_000, false, &mut s);
@@ -760,14 +969,14 @@ mod tests {
         assert_eq!(c.can_stop_polling(T0 + 23_999, &s), None, "stable reset");
         assert_eq!(c.can_stop_polling(T0 + 3_600_000, &s), Some(R::All));
         let c = parse("any(all(stable(10s), polls(3)), total(1s))");
-        let s = c.for_new_input(T0);
+        let s = c.for_new_input(T0, &NewInput::none());
         assert_eq!(c.can_stop_polling(T0 + 1_000, &s), Some(R::Total));
     }
 
     #[test]
     fn stops_at_is_when_time_alone_makes_the_condition_hold() {
         let at = |c: &str, s: &TermState| parse(c).stops_at(s);
-        let mut s = parse("never").for_new_input(T0);
+        let mut s = parse("never").for_new_input(T0, &NewInput::none());
         assert_eq!(at("total(15s)", &s), Some(T0 + 15_000));
         assert_eq!(at("stable(10s)", &s), Some(T0 + 10_000));
         assert_eq!(at("never", &s), None);
@@ -800,10 +1009,16 @@ mod tests {
             Termination::custom("p", ProductivePolls(0)),
             Termination::Total(secs(1)),
         ]);
-        assert_eq!(user.stops_at(&user.for_new_input(T0)), None);
+        assert_eq!(
+            user.stops_at(&user.for_new_input(T0, &NewInput::none())),
+            None
+        );
         // No overflow at the ends of time.
         let c = Termination::Total(Duration::MAX);
-        assert_eq!(c.stops_at(&c.for_new_input(T0)), Some(Millis::MAX));
+        assert_eq!(
+            c.stops_at(&c.for_new_input(T0, &NewInput::none())),
+            Some(Millis::MAX)
+        );
     }
 
     proptest! {
@@ -816,7 +1031,7 @@ mod tests {
             probes in prop::collection::vec(0..100_000 as Millis, 1..8),
         ) {
             let mut now = T0;
-            let mut s = c.for_new_input(now);
+            let mut s = c.for_new_input(now, &NewInput::none());
             for e in &ev {
                 match *e {
                     Event::Tick(dt) => now += dt,
@@ -848,12 +1063,12 @@ mod tests {
     fn empty_any_never_stops_and_empty_all_stops_at_once() {
         let any = Termination::Any(vec![]);
         assert_eq!(
-            any.can_stop_polling(Millis::MAX, &any.for_new_input(T0)),
+            any.can_stop_polling(Millis::MAX, &any.for_new_input(T0, &NewInput::none())),
             None
         );
         let all = Termination::All(vec![]);
         assert_eq!(
-            all.can_stop_polling(T0, &all.for_new_input(T0)),
+            all.can_stop_polling(T0, &all.for_new_input(T0, &NewInput::none())),
             Some(R::All)
         );
     }
@@ -866,7 +1081,10 @@ mod tests {
         assert_eq!(any.to_string(), "any(productive, total(1m))");
         assert_eq!(all.to_string(), "all(productive, polls(5))");
 
-        let (mut sa, mut sl) = (any.for_new_input(T0), all.for_new_input(T0));
+        let (mut sa, mut sl) = (
+            any.for_new_input(T0, &NewInput::none()),
+            all.for_new_input(T0, &NewInput::none()),
+        );
         for (i, new) in [true, false, true, false, true].into_iter().enumerate() {
             let now = T0 + 1_000 * (i as Millis + 1);
             assert_eq!(any.can_stop_polling(now, &sa), None);
@@ -880,7 +1098,7 @@ mod tests {
         }
         // A cloned state evolves independently of the original.
         let c = Termination::custom("productive", ProductivePolls(1));
-        let s0 = c.for_new_input(T0);
+        let s0 = c.for_new_input(T0, &NewInput::none());
         let mut s1 = s0.clone();
         poll(&c, T0, true, &mut s1);
         assert_eq!(c.can_stop_polling(T0, &s0), None);
@@ -894,7 +1112,7 @@ mod tests {
     #[test]
     fn a_state_from_another_condition_counts_as_expired() {
         // A user condition given a state that has no user-condition part.
-        let plain = Termination::Polls(5).for_new_input(T0);
+        let plain = Termination::Polls(5).for_new_input(T0, &NewInput::none());
         let a = Termination::custom("a", ProductivePolls(5));
         assert_eq!(a.can_stop_polling(T0, &plain), Some(R::Custom("a".into())));
         assert_eq!(
@@ -904,7 +1122,7 @@ mod tests {
         );
         // A custom condition given another custom condition's state.
         let b = Termination::custom("b", Termination::Polls(5));
-        let mut sb = b.for_new_input(T0);
+        let mut sb = b.for_new_input(T0, &NewInput::none());
         a.on_poll_complete(T0, &mut sb);
         assert_eq!(a.can_stop_polling(T0, &sb), Some(R::Custom("a".into())));
         assert_eq!(b.can_stop_polling(T0, &sb), None);
@@ -915,7 +1133,7 @@ mod tests {
         // One per watch, and nothing allocated for built-in conditions however nested.
         assert!(std::mem::size_of::<TermState>() <= 32);
         assert!(parse("any(total(1h), all(stable(5m), polls(3)))")
-            .for_new_input(T0)
+            .for_new_input(T0, &NewInput::none())
             .custom
             .is_none());
     }
@@ -935,12 +1153,12 @@ mod tests {
         assert_eq!(Termination::never(), Termination::Never);
 
         let either = EitherOf(ProductivePolls(1), Termination::Polls(2));
-        let mut s = either.for_new_input(T0);
+        let mut s = either.for_new_input(T0, &NewInput::none());
         either.on_poll_complete(T0, &mut s);
         assert_eq!(either.can_stop_polling(T0, &s), None);
         either.on_poll_complete(T0, &mut s);
         assert_eq!(either.can_stop_polling(T0, &s), Some(R::Polls));
-        either.on_seen_new_output(T0, &mut s);
+        either.on_seen_new_output(T0, 1, &mut s);
         either.on_poll_complete(T0, &mut s);
         assert_eq!(
             either.can_stop_polling(T0, &s),
@@ -948,8 +1166,8 @@ mod tests {
         );
 
         let all = AllOf(ProductivePolls(1), Termination::Total(secs(1)));
-        let mut s = all.for_new_input(T0);
-        all.on_seen_new_output(T0, &mut s);
+        let mut s = all.for_new_input(T0, &NewInput::none());
+        all.on_seen_new_output(T0, 1, &mut s);
         all.on_poll_complete(T0, &mut s);
         assert_eq!(all.can_stop_polling(T0 + 999, &s), None);
         assert_eq!(all.can_stop_polling(T0 + 1_000, &s), Some(R::All));
@@ -1006,7 +1224,7 @@ mod tests {
     /// The answer of `can_stop_polling` at the arrival and after every event.
     fn trace(c: &Termination, events: &[Event]) -> Vec<Option<R>> {
         let mut now = T0;
-        let mut s = c.for_new_input(now);
+        let mut s = c.for_new_input(now, &NewInput::none());
         let mut out = vec![c.can_stop_polling(now, &s)];
         for e in events {
             match *e {

@@ -674,6 +674,7 @@ impl<P: Resolve> PartitionTask<P> {
                         key: input.key.clone(),
                         input: Arc::new(target),
                         progress,
+                        conditions: None,
                         seen: SeenSet::from_hashes(seen.iter().copied()),
                         next_poll: now,
                     }))
@@ -875,8 +876,14 @@ impl<P: Resolve> PartitionTask<P> {
             Event::Checkpoint(c) => {
                 let held_back = self.stopping || self.unsent.contains_key(&c.key);
                 let c = *c;
-                self.durable
-                    .checkpoint(&c.key, c.progress, c.next_poll, c.resume, held_back)
+                self.durable.checkpoint(
+                    &c.key,
+                    c.progress,
+                    c.next_poll,
+                    c.resume,
+                    c.conditions,
+                    held_back,
+                )
             }
             Event::Hold { min } => self.min_hold = min,
             Event::Outputs { key, outputs, .. } if self.stopping => {
