@@ -270,8 +270,9 @@ pub async fn run_bridge<P: Resolve>(
         ),
         stop_timeout: config.shutdown_timeout,
         input_hold_bytes: config.input_hold_bytes,
+        skip_input: None,
         watermarks: WatermarkSettings {
-            strategy: config.watermark_strategy,
+            generators: config.watermark_strategy.into(),
             interval: config.watermark_interval,
             idle_timeout: config.idle_timeout,
             topic: config.watermark_topic.as_str().into(),

@@ -569,6 +569,22 @@ impl InputForFinishedWatch<'_> {
     }
 }
 
+/// An input the bridge's input filter says is not a watch (a library user's
+/// `BridgeBuilder::skip_inputs`: a marker that only the watermark generator reads).
+pub struct InputSkipped<'a> {
+    pub key: &'a [u8],
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl InputSkipped<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::debug!(key = %KeyDisplay(self.key), partition = self.partition, offset = self.offset,
+            "input skipped by the input filter: no watch started");
+        m.inputs_skipped.inc();
+    }
+}
+
 /// An input whose watch key (`WATCHBRIDGE_WATCH_KEY`) is not its record key: Kafka
 /// partitions inputs by record key, and a watch is owned by its input's partition, so
 /// inputs with this watch key may arrive on another partition too and start a second

@@ -37,6 +37,7 @@ pub struct Metrics {
     pub recovery_duration: Histogram,
     pub outputs_recovered: IntCounter,
     pub inputs_finished: IntCounter,
+    pub inputs_skipped: IntCounter,
     pub failed_watches_restarted: IntCounter,
     pub state_records_written: IntCounter,
     pub transactions: IntCounterVec,
@@ -202,6 +203,10 @@ impl Metrics {
             "watchbridge_inputs_for_finished_watches_total",
             "Inputs whose watch already finished within WATCHBRIDGE_FINISHED_RETENTION (not started again)"
         ));
+        let inputs_skipped = reg!(IntCounter::new(
+            "watchbridge_inputs_skipped_total",
+            "Inputs a library user's input filter said are not watches (markers): read and committed, no watch started"
+        ));
         let failed_watches_restarted = reg!(IntCounter::new(
             "watchbridge_failed_watches_restarted_total",
             "Inputs whose watch had failed within WATCHBRIDGE_FINISHED_RETENTION: the watch started again, knowing the outputs it had found"
@@ -305,6 +310,7 @@ impl Metrics {
             recovery_duration,
             outputs_recovered,
             inputs_finished,
+            inputs_skipped,
             failed_watches_restarted,
             state_records_written,
             transactions,

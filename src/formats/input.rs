@@ -6,7 +6,7 @@
 //! ([`InputDecoder::fetch`], retried with backoff while the registry is down: the partition
 //! waits, nothing is dropped or dead-lettered for it) and decodes the record again.
 
-use super::time::{InputTime, TimeFallback};
+use super::time::TimestampAssigner;
 use super::{InputFormat, KeyFormat};
 use crate::avro::registry::{RegistryClient, Unavailable, WriterSchema};
 use crate::avro::wire::{unframe, FrameError};
@@ -28,7 +28,8 @@ pub struct InputDecoder {
     pub schema: Option<Arc<Schema>>,
     /// JSON pointer to the watch key in the value (`None`: the record key).
     pub watch_key: Option<String>,
-    pub time: Option<InputTime>,
+    /// How an input's event time is read (`None`: its record timestamp).
+    pub time: Option<Arc<dyn TimestampAssigner>>,
 }
 
 /// What decoding a record came to.
@@ -74,12 +75,9 @@ impl InputDecoder {
         let record_time = timestamp.unwrap_or(now);
         let timestamp = match &self.time {
             None => record_time,
-            Some(time) => match (time.read(&value), time.fallback) {
-                (Ok(t), _) => t,
-                (Err(_), TimeFallback::RecordTimestamp) => record_time,
-                (Err(e), TimeFallback::DeadLetter) => {
-                    return Attempt::Done(Err(Rejected::NoTime(e)))
-                }
+            Some(time) => match time.extract_timestamp(&value, record_time) {
+                Ok(t) => t,
+                Err(e) => return Attempt::Done(Err(Rejected::NoTime(e))),
             },
         };
         Attempt::Done(Ok(Input {
@@ -272,6 +270,7 @@ pub(crate) fn read_datum(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::time::{InputTime, TimeFallback};
     use serde_json::json;
 
     /// `decode` as JSON input with `watch_key`, expecting an answer (no schema to fetch).
@@ -435,11 +434,11 @@ mod tests {
     #[test]
     fn the_event_time_comes_from_a_field_or_the_record_timestamp_by_setting() {
         let mut d = avro_decoder(USER);
-        d.time = Some(InputTime {
+        d.time = Some(Arc::new(InputTime {
             pointer: "/joined".into(),
             unit: super::super::time::TimeUnit::Millis,
             fallback: TimeFallback::DeadLetter,
-        });
+        }));
         let i = done(d.decode(
             None,
             Some(&user_datum(1, None, 1_733_087_616_123)),
@@ -450,17 +449,20 @@ mod tests {
         assert_eq!(i.timestamp, 1_733_087_616_123);
         // A JSON input without the field: dead letter, or the record timestamp.
         let mut j = InputDecoder::json(None);
-        j.time = Some(InputTime {
-            pointer: "/at".into(),
-            unit: super::super::time::TimeUnit::Seconds,
-            fallback: TimeFallback::DeadLetter,
-        });
+        let at = |fallback| {
+            Some(Arc::new(InputTime {
+                pointer: "/at".into(),
+                unit: super::super::time::TimeUnit::Seconds,
+                fallback,
+            }) as Arc<dyn TimestampAssigner>)
+        };
+        j.time = at(TimeFallback::DeadLetter);
         let e = done(j.decode(Some(b"k"), Some(b"{}"), Some(5), 9)).unwrap_err();
         assert_eq!(e.kind(), "no_time");
         assert!(e.to_string().contains("`/at`"), "{e}");
         let i = done(j.decode(Some(b"k"), Some(br#"{"at": 1733087616}"#), Some(5), 9)).unwrap();
         assert_eq!(i.timestamp, 1_733_087_616_000);
-        j.time.as_mut().unwrap().fallback = TimeFallback::RecordTimestamp;
+        j.time = at(TimeFallback::RecordTimestamp);
         let i = done(j.decode(Some(b"k"), Some(b"{}"), Some(5), 9)).unwrap();
         assert_eq!(i.timestamp, 5);
     }

@@ -167,7 +167,9 @@ pub struct FormatConfig {
     pub input_format: InputFormat,
     pub input_key_format: KeyFormat,
     pub input_schema: Option<Arc<Schema>>,
-    pub input_time: Option<time::InputTime>,
+    /// How an input's event time is read (`WATCHBRIDGE_INPUT_TIME`, or a library user's
+    /// assigner; `None`: its record timestamp).
+    pub input_time: Option<Arc<dyn time::TimestampAssigner>>,
     pub output_format: OutputFormat,
     /// `None`: the envelope.
     pub output_schema: Option<Schema>,
@@ -279,7 +281,7 @@ impl FormatArgs {
             input_format: self.input_format,
             input_key_format: self.input_key_format,
             input_schema,
-            input_time,
+            input_time: input_time.map(|t| Arc::new(t) as Arc<dyn time::TimestampAssigner>),
             output_format: self.output_format,
             output_schema,
             output_subject_strategy,
@@ -590,8 +592,10 @@ mod tests {
         let registry = c.registry.unwrap();
         assert_eq!(registry.auth, RegistryAuth::Bearer("t".into()));
         assert_eq!(registry.url.path(), "/base");
+        // Seconds, and the record timestamp when the field is missing.
         let time = c.input_time.unwrap();
-        assert_eq!(time.unit, time::TimeUnit::Seconds);
-        assert_eq!(time.fallback, time::TimeFallback::RecordTimestamp);
+        let value = serde_json::json!({"at": 5});
+        assert_eq!(time.extract_timestamp(&value, 1), Ok(5_000));
+        assert_eq!(time.extract_timestamp(&serde_json::json!({}), 7), Ok(7));
     }
 }

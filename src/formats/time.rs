@@ -61,6 +61,28 @@ pub struct InputTime {
     pub fallback: TimeFallback,
 }
 
+/// Reads an input's event time (Flink's `TimestampAssigner`): the time its watch's first
+/// hold starts at and its partition's watermark generator sees. `WATCHBRIDGE_INPUT_TIME`
+/// is one ([`InputTime`]); without any, an input's time is its record timestamp.
+pub trait TimestampAssigner: Send + Sync + std::fmt::Debug + 'static {
+    /// The event time of the input whose decoded value is `value`; `record_timestamp` is
+    /// its Kafka record timestamp (the time it was read, for a record without one). `Err`:
+    /// the input has no usable time, and is dead-lettered with reason `no_time` and this
+    /// message.
+    fn extract_timestamp(&self, value: &Value, record_timestamp: Millis) -> Result<Millis, String>;
+}
+
+/// `WATCHBRIDGE_INPUT_TIME`: the field's time, or its fallback.
+impl TimestampAssigner for InputTime {
+    fn extract_timestamp(&self, value: &Value, record_timestamp: Millis) -> Result<Millis, String> {
+        match (self.read(value), self.fallback) {
+            (Ok(t), _) => Ok(t),
+            (Err(_), TimeFallback::RecordTimestamp) => Ok(record_timestamp),
+            (Err(e), TimeFallback::DeadLetter) => Err(e),
+        }
+    }
+}
+
 /// Epoch milliseconds of year 10000: later (or as far before 1970) is not a time a
 /// watermark can mean; most likely a unit mix-up (microseconds read as milliseconds).
 const LIMIT_MS: i128 = 253_402_300_800_000;

@@ -424,6 +424,9 @@ fn parse_starts_key(key: &[u8]) -> Option<Result<u32, DecodeError>> {
 }
 
 /// Any state record value.
+// Decoded one at a time and taken apart at once (a watch record is never kept as a
+// `Record`), so boxing the large variant would only add an allocation per record read.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     Watch(WatchRecord),

@@ -354,7 +354,7 @@ mod tests {
             let mut now = T0;
             for step in steps {
                 match step {
-                    Step::Record(p, t) => parts[p].on_record(T0 + t, now),
+                    Step::Record(p, t) => parts[p].on_record(T0 + t, None, now),
                     Step::Hold(p, h) => holds[p] = h.map(|h| T0 + h),
                     Step::Wait(dt) => now += dt,
                 }

@@ -24,7 +24,10 @@ mod properties;
 pub mod strategy;
 pub mod topic;
 
-pub use generator::InputWatermark;
+pub use generator::{
+    BoundedOutOfOrderness, Generators, InputEvent, InputWatermark, NoWatermarks,
+    WatermarkGenerator, WatermarkOutput,
+};
 pub use merged::MergedWatermark;
 pub use message::WatermarkMessage;
 pub use partition::{PartitionWatermark, Update};

@@ -48,7 +48,7 @@ pub struct Update {
     pub idle: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct PartitionWatermark {
     input: InputWatermark,
     /// Highest value so far; what was last published.
@@ -77,8 +77,8 @@ impl PartitionWatermark {
 
     /// An input record with event time `timestamp`, read at processing time `now`. Takes
     /// effect at the next [`update`](Self::update).
-    pub fn on_record(&mut self, timestamp: Millis, now: Millis) {
-        self.input.on_record(timestamp, now);
+    pub fn on_record(&mut self, timestamp: Millis, value: Option<&serde_json::Value>, now: Millis) {
+        self.input.on_record(timestamp, value, now);
     }
 
     pub fn input(&self) -> &InputWatermark {
@@ -88,6 +88,7 @@ impl PartitionWatermark {
     /// Recompute at `now` with the minimum hold of the partition's live watches (`None`: no
     /// live watch). Returns the new state only when the watermark or the idle flag changed.
     pub fn update(&mut self, min_hold: Option<Millis>, now: Millis) -> Option<Update> {
+        self.input.emit_periodic();
         let input_idle = self.input.is_idle(now);
         let candidate = match (self.input.current(now), min_hold) {
             (Some(w), Some(h)) => Some(w.min(h)),
@@ -192,15 +193,15 @@ mod tests {
             None,
             "nothing yet: no change from the start"
         );
-        p.on_record(T0 + 10_000, T0);
+        p.on_record(T0 + 10_000, None, T0);
         assert_eq!(p.update(Some(T0 + 10_000), T0), up(T0 + 4_999, false));
         // A hold below the input watermark wins.
-        p.on_record(T0 + 30_000, T0 + 1);
+        p.on_record(T0 + 30_000, None, T0 + 1);
         assert_eq!(p.update(Some(T0 + 8_000), T0 + 1), up(T0 + 8_000, false));
         // The hold rising lets the input watermark through.
         assert_eq!(p.update(Some(T0 + 40_000), T0 + 2), up(T0 + 24_999, false));
         // No live watch: the input watermark alone.
-        p.on_record(T0 + 35_000, T0 + 3);
+        p.on_record(T0 + 35_000, None, T0 + 3);
         assert_eq!(p.update(None, T0 + 3), up(T0 + 29_999, false));
         assert_eq!(p.published(), Some(T0 + 29_999));
     }
@@ -208,7 +209,7 @@ mod tests {
     #[test]
     fn updates_come_only_on_a_change() {
         let mut p = bounded_5s();
-        p.on_record(T0 + 10_000, T0);
+        p.on_record(T0 + 10_000, None, T0);
         assert_eq!(p.update(None, T0), up(T0 + 4_999, false));
         assert_eq!(p.update(None, T0 + 1), None);
         assert_eq!(
@@ -216,7 +217,7 @@ mod tests {
             None,
             "a higher hold changes nothing"
         );
-        p.on_record(T0 + 1_000, T0 + 3);
+        p.on_record(T0 + 1_000, None, T0 + 3);
         assert_eq!(
             p.update(Some(T0 + 9_000), T0 + 3),
             None,
@@ -227,7 +228,7 @@ mod tests {
     #[test]
     fn it_never_moves_back() {
         let mut p = bounded_5s();
-        p.on_record(T0 + 10_000, T0);
+        p.on_record(T0 + 10_000, None, T0);
         assert_eq!(p.update(None, T0), up(T0 + 4_999, false));
         // A new watch for an old (late) record holds below the published value: kept.
         assert_eq!(p.update(Some(T0 + 1_000), T0 + 1), None);
@@ -243,7 +244,7 @@ mod tests {
     #[test]
     fn holds_alone_drive_a_partition_under_none() {
         let mut p = partition(WatermarkStrategy::None);
-        p.on_record(T0 + 10_000, T0);
+        p.on_record(T0 + 10_000, None, T0);
         assert_eq!(p.update(None, T0), None, "no watermark from records");
         assert_eq!(p.update(Some(T0 + 10_000), T0), up(T0 + 10_000, false));
         assert_eq!(p.update(Some(T0 + 12_000), T0 + 5), up(T0 + 12_000, false));
@@ -256,7 +257,7 @@ mod tests {
     #[test]
     fn an_idle_input_stops_constraining_but_live_watches_keep_the_partition_active() {
         let mut p = bounded_5s();
-        p.on_record(T0 + 10_000, T0);
+        p.on_record(T0 + 10_000, None, T0);
         assert_eq!(p.update(Some(T0 + 10_000), T0), up(T0 + 4_999, false));
         // The input goes quiet at T0 + 60s: the holds alone decide, and the partition is
         // not idle while a watch lives.
@@ -274,7 +275,7 @@ mod tests {
         assert!(p.is_idle());
         // A record makes it active again at once; its watermark is below the published
         // value, which stays.
-        p.on_record(T0 + 20_000, T0 + 90_000);
+        p.on_record(T0 + 20_000, None, T0 + 90_000);
         assert_eq!(p.update(None, T0 + 90_000), up(T0 + 50_000, false));
         // A new watch alone also makes it active.
         assert_eq!(p.update(None, T0 + 150_000), up(T0 + 50_000, true));
@@ -301,7 +302,7 @@ mod tests {
     #[test]
     fn a_disabled_input_leaves_only_the_holds() {
         let mut p = PartitionWatermark::new(InputWatermark::disabled());
-        p.on_record(T0, T0);
+        p.on_record(T0, None, T0);
         assert_eq!(
             p.update(None, T0),
             Some(Update {
@@ -352,7 +353,7 @@ mod tests {
             let mut last = (None, false);
             for step in steps {
                 match step {
-                    Step::Record(ts) => p.on_record(T0 + ts, now),
+                    Step::Record(ts) => p.on_record(T0 + ts, None, now),
                     Step::Hold(h) => hold = h.map(|h| T0 + h),
                     Step::Wait(dt) => now += dt,
                 }
@@ -440,14 +441,14 @@ mod tests {
         let input = InputWatermark::new(WatermarkStrategy::Monotonic, Duration::from_secs(30), T0);
         let mut w = PartitionWatermark::new(input);
         w.resume_from(T0 + 5_000);
-        w.on_record(T0 + 1_000, T0);
+        w.on_record(T0 + 1_000, None, T0);
         assert_eq!(
             w.update(None, T0),
             None,
             "below the floor: nothing to publish"
         );
         assert!(w.is_late(T0 + 4_999));
-        w.on_record(T0 + 9_001, T0);
+        w.on_record(T0 + 9_001, None, T0);
         assert_eq!(
             w.update(None, T0),
             Some(Update {

@@ -126,7 +126,7 @@ impl World {
         match op {
             Op::Input(p, at) => {
                 let o = &mut self.owners[p as usize];
-                o.watermark.on_record(T0 + at, self.now);
+                o.watermark.on_record(T0 + at, None, self.now);
                 o.start(T0 + at);
             }
             Op::Poll(p, pick, outputs, moved) => {

@@ -42,9 +42,9 @@ use crate::engine::{Command, Engine, EngineConfig, Event, RestoreWatch};
 use crate::formats::input::{Attempt, InputDecoder};
 use crate::internal_events::{
     AfterProduceFailure, FailedWatchRestarted, InputConsumed, InputDeadLettered,
-    InputForFinishedWatch, InputKeyedApart, LateOutput, OutputDeadLettered, OutputProduced,
-    PartitionRecovered, PartitionRecovering, PartitionRecoveryAbandoned, PartitionRestarting,
-    PartitionWatermarkChanged, ProduceFailed, StateRecordWritten,
+    InputForFinishedWatch, InputKeyedApart, InputSkipped, LateOutput, OutputDeadLettered,
+    OutputProduced, PartitionRecovered, PartitionRecovering, PartitionRecoveryAbandoned,
+    PartitionRestarting, PartitionWatermarkChanged, ProduceFailed, StateRecordWritten,
 };
 use crate::limits::Limits;
 use crate::metrics::Metrics;
@@ -54,7 +54,7 @@ use crate::seen::{hash_key, OutputHash, SeenSet};
 use crate::state::Registration;
 use crate::watch::{Progress, WatchRules};
 use crate::watermark::{
-    InputWatermark, PartitionState, PartitionWatermark, WatermarkMessage, WatermarkStrategy,
+    Generators, InputWatermark, PartitionState, PartitionWatermark, WatermarkMessage,
 };
 use bytes::Bytes;
 use delivery::{Deliveries, Kind, Pending};
@@ -70,6 +70,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// What every partition task of one bridge shares.
+/// Says which decoded inputs are not watches (markers for a punctuated watermark
+/// generator, say): they are read, seen by the watermark generator, and committed.
+pub type SkipInput = Arc<dyn Fn(&super::input::Input) -> bool + Send + Sync>;
+
 pub struct Shared<P: Resolve> {
     pub poller: Arc<P>,
     pub producer: BridgeProducer,
@@ -98,6 +102,8 @@ pub struct Shared<P: Resolve> {
     /// pauses its partition (`WATCHBRIDGE_INPUT_HOLD_BYTES`).
     pub input_hold_bytes: usize,
     pub watermarks: WatermarkSettings,
+    /// Inputs that start no watch (a library user's filter; `None`: every input does).
+    pub skip_input: Option<SkipInput>,
     pub state: StateSettings,
     /// Told when the recovery of a partition ends (what `/readyz` waits for).
     pub readiness: Arc<Readiness>,
@@ -124,7 +130,9 @@ pub struct StateSettings {
 /// What the partition tasks need to publish watermarks.
 #[derive(Debug, Clone)]
 pub struct WatermarkSettings {
-    pub strategy: WatermarkStrategy,
+    /// Each input partition's watermark generator (`WATCHBRIDGE_WATERMARK_STRATEGY`'s, or a
+    /// library user's).
+    pub generators: Generators,
     pub interval: Duration,
     pub idle_timeout: Duration,
     pub topic: Arc<str>,
@@ -298,8 +306,8 @@ impl<P: Resolve> PartitionTask<P> {
         // batch mode), so its generator tracks nothing.
         let generator = match bounds {
             Some(_) => InputWatermark::disabled(),
-            None => InputWatermark::new(
-                shared.watermarks.strategy,
+            None => InputWatermark::with_generator(
+                shared.watermarks.generators.make(partition),
                 shared.watermarks.idle_timeout,
                 shared.clock.now_ms(),
             ),
@@ -606,7 +614,27 @@ impl<P: Resolve> PartitionTask<P> {
             Err(_) => Some(message.timestamp().to_millis().unwrap_or(now)),
         };
         if let Some(time) = time {
-            self.watermark.on_record(time, now);
+            let value = decoded.as_ref().ok().map(|input| &input.value);
+            self.watermark.on_record(time, value, now);
+        }
+        if let Ok(input) = &decoded {
+            if self
+                .shared
+                .skip_input
+                .as_ref()
+                .is_some_and(|skip| skip(input))
+            {
+                // Not a watch (a marker the watermark generator has seen): read, and
+                // committed with the inputs around it.
+                InputSkipped {
+                    key: &input.key,
+                    partition: self.partition,
+                    offset,
+                }
+                .emit(&self.shared.metrics);
+                self.input_done(offset);
+                return;
+            }
         }
         let decoded = decoded.and_then(|input| {
             let target = self
@@ -722,6 +750,12 @@ impl<P: Resolve> PartitionTask<P> {
                 .await;
             }
         }
+        self.input_done(offset);
+    }
+
+    /// The input at `offset` has been handed over (to the engine, the dead-letter topic, or
+    /// nowhere).
+    fn input_done(&mut self, offset: i64) {
         self.tracker.consumed(offset);
         if self.recovery_input_end.is_some_and(|end| offset + 1 >= end) {
             // Every input not committed before the recovery has been read again.
