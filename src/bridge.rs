@@ -41,7 +41,6 @@ use crate::kafka::stats::{self, BridgeProducer, ProducerStats};
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::ops_server::OpsServer;
-use crate::pollers::builtin::UsePoller;
 use crate::pollers::Resolve;
 use crate::readiness::Readiness;
 use crate::watermark::WatermarkTopic;
@@ -270,9 +269,12 @@ pub async fn run_bridge<P: Resolve>(
         ),
         stop_timeout: config.shutdown_timeout,
         input_hold_bytes: config.input_hold_bytes,
-        skip_input: None,
+        skip_input: config.skip_input.clone(),
         watermarks: WatermarkSettings {
-            generators: config.watermark_strategy.into(),
+            generators: config
+                .watermark_generators
+                .clone()
+                .unwrap_or_else(|| config.watermark_strategy.into()),
             interval: config.watermark_interval,
             idle_timeout: config.idle_timeout,
             topic: config.watermark_topic.as_str().into(),
@@ -742,60 +744,10 @@ fn override_with(c: &mut ClientConfig, other: ClientConfig) {
     }
 }
 
-/// `watchbridge run` from the command line: the embedded broker when no brokers are
-/// configured, signals, and the chosen poller.
-pub struct RunFromCli {
-    pub config: RunConfig,
-}
-
-impl UsePoller for RunFromCli {
-    type Output = Result<(), BridgeError>;
-
-    fn with<P: Resolve>(self, poller: Arc<P>) -> Self::Output {
-        let runtime = tokio::runtime::Runtime::new()
-            .map_err(|e| BridgeError::Start(format!("cannot start the async runtime: {e}")))?;
-        let embedded = match &self.config.brokers {
-            Some(_) => None,
-            None => Some(EmbeddedBroker::start().map_err(BridgeError::Start)?),
-        };
-        let brokers = match (&self.config.brokers, &embedded) {
-            (Some(b), _) => b.clone(),
-            (None, Some(e)) => {
-                let b = e.bootstrap();
-                tracing::warn!(
-                    bootstrap = %b,
-                    "WATCHBRIDGE_BROKERS is unset: using an EMBEDDED in-memory broker that keeps nothing \
-                     when this process ends; point WATCHBRIDGE_BROKERS at a Kafka cluster for real use"
-                );
-                b
-            }
-            (None, None) => unreachable!("an embedded broker was started above"),
-        };
-        let metrics = Arc::new(Metrics::new());
-        let stop = Arc::new(StopSignal::default());
-        let result = runtime.block_on(async {
-            stop_on_signals(stop.clone());
-            exit_past_the_stop_deadline(stop.clone(), self.config.shutdown_timeout);
-            run_bridge(
-                &brokers,
-                embedded.as_ref(),
-                &self.config,
-                poller,
-                metrics,
-                stop,
-            )
-            .await
-        });
-        // Tasks still blocked in librdkafka (a stop that gave up) are not waited for.
-        runtime.shutdown_timeout(Duration::from_secs(1));
-        result
-    }
-}
-
 /// The last resort of `watchbridge run`: once a stop began, the process ends at
 /// `WATCHBRIDGE_SHUTDOWN_TIMEOUT` + [`STOP_MARGIN`] whatever still runs (the orderly stop
 /// ends before; this is for a librdkafka call that no bound reaches).
-fn exit_past_the_stop_deadline(stop: Arc<StopSignal>, timeout: Duration) {
+pub(crate) fn exit_past_the_stop_deadline(stop: Arc<StopSignal>, timeout: Duration) {
     tokio::spawn(async move {
         stop.stopped().await;
         let _ = std::thread::Builder::new()

@@ -293,6 +293,10 @@ pub struct RunConfig {
     /// From `KAFKA_PRODUCER_*`: for the producers only (over the plain form).
     pub kafka_producer: Vec<(String, String)>,
     pub watermark_strategy: WatermarkStrategy,
+    /// A library user's watermark generators, used instead of `watermark_strategy`'s.
+    pub watermark_generators: Option<crate::watermark::Generators>,
+    /// A library user's input filter: inputs it matches start no watch.
+    pub skip_input: Option<crate::kafka::partition::InputFilter>,
     pub watermark_interval: Duration,
     pub idle_timeout: Duration,
     pub watermark_topic: String,
@@ -480,6 +484,8 @@ impl RunArgs {
             kafka_consumer,
             kafka_producer,
             watermark_strategy,
+            watermark_generators: None,
+            skip_input: None,
             watermark_interval: self.watermark_interval,
             idle_timeout: self.idle_timeout,
             watermark_topic,
@@ -727,8 +733,8 @@ pub fn is_secret(name: &str) -> bool {
         )
 }
 
-/// The settings of `watchbridge run` from command-line arguments alone (for tests).
-#[cfg(test)]
+/// The settings of `watchbridge run` from command-line arguments (the environment fills in
+/// the rest, as for the binary).
 pub(crate) fn parse_run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
     use clap::Parser;
     #[derive(Parser)]

@@ -3,6 +3,7 @@
 
 pub mod avro;
 pub mod bridge;
+pub mod builder;
 pub mod clock;
 pub mod config;
 pub mod demo;

@@ -3,7 +3,8 @@
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-use watchbridge::bridge::{BridgeError, RunFromCli, STOP_GAVE_UP_EXIT_CODE};
+use watchbridge::bridge::{BridgeError, STOP_GAVE_UP_EXIT_CODE};
+use watchbridge::builder::BridgeBuilder;
 use watchbridge::config::RunArgs;
 use watchbridge::demo::{DemoArgs, DemoError, Endings};
 use watchbridge::logging::{self, LogFormat};
@@ -104,7 +105,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match args.poller.build(RunFromCli { config }) {
+            match args.poller.build(BridgeBuilder::from_config(config)) {
                 Err(e) => {
                     eprintln!("error: {e}");
                     ExitCode::from(2)

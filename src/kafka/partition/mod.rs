@@ -72,7 +72,14 @@ use tokio::sync::mpsc;
 /// What every partition task of one bridge shares.
 /// Says which decoded inputs are not watches (markers for a punctuated watermark
 /// generator, say): they are read, seen by the watermark generator, and committed.
-pub type SkipInput = Arc<dyn Fn(&super::input::Input) -> bool + Send + Sync>;
+#[derive(Clone)]
+pub struct InputFilter(pub Arc<dyn Fn(&super::input::Input) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for InputFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InputFilter")
+    }
+}
 
 pub struct Shared<P: Resolve> {
     pub poller: Arc<P>,
@@ -103,7 +110,7 @@ pub struct Shared<P: Resolve> {
     pub input_hold_bytes: usize,
     pub watermarks: WatermarkSettings,
     /// Inputs that start no watch (a library user's filter; `None`: every input does).
-    pub skip_input: Option<SkipInput>,
+    pub skip_input: Option<InputFilter>,
     pub state: StateSettings,
     /// Told when the recovery of a partition ends (what `/readyz` waits for).
     pub readiness: Arc<Readiness>,
@@ -622,7 +629,7 @@ impl<P: Resolve> PartitionTask<P> {
                 .shared
                 .skip_input
                 .as_ref()
-                .is_some_and(|skip| skip(input))
+                .is_some_and(|skip| (skip.0)(input))
             {
                 // Not a watch (a marker the watermark generator has seen): read, and
                 // committed with the inputs around it.
