@@ -83,6 +83,9 @@ demo: build
 lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	@# The library's documentation: every public item documented (`#![deny(missing_docs)]`)
+	@# and every link resolved.
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps
 
 # The vs_java benchmark's peer, the watchbridge job on the plain Kafka Java client
 # (bench/java/NaiveBridge.java), compiled once into the cache against the client jars of the

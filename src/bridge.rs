@@ -14,7 +14,7 @@
 //! returns [`BridgeError::StopGaveUp`] after the log line [`StopGaveUp`] said what was not
 //! delivered or committed (nothing is lost: see there). `watchbridge run` also exits at
 //! [`STOP_MARGIN`] past the timeout whatever still runs. From the stop signal on, `/readyz`
-//! says "stopping"; the operations server ([`OpsServer`]) answers until the end.
+//! says "stopping"; the operations server (`OpsServer`) answers until the end.
 
 use crate::clock::Clock;
 use crate::config::{Mode, RunConfig};

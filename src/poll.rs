@@ -24,6 +24,7 @@ pub struct Output {
 }
 
 impl Output {
+    /// An output with identity `key`, payload `value` and event time `event_time`.
     pub fn new(key: impl Into<Bytes>, value: impl Into<Bytes>, event_time: Millis) -> Self {
         Self {
             key: key.into(),
@@ -36,6 +37,7 @@ impl Output {
 /// Everything one poll saw, plus what the poller can promise about the future.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PollResult {
+    /// What the poll saw, new or not (the engine keeps only what a watch has not seen).
     pub outputs: Vec<Output>,
     /// No output seen by later polls will have an earlier event time than this.
     pub watermark: Option<Millis>,
@@ -68,6 +70,7 @@ impl PollResult {
         }
     }
 
+    /// The same result, promising that no later output is earlier than `watermark`.
     pub fn with_watermark(mut self, watermark: Millis) -> Self {
         self.watermark = Some(watermark);
         self
@@ -78,7 +81,10 @@ impl PollResult {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct PollError {
+    /// A short, fixed label: the `error` label of `watchbridge_polls_total`, e.g.
+    /// `timeout`, `connect`, `status`.
     pub kind: &'static str,
+    /// What happened, for people.
     pub message: String,
     /// The resource asked us to wait this long (HTTP `Retry-After`); the retry waits at least
     /// this, whatever the backoff says.
@@ -107,6 +113,7 @@ impl PollError {
         }
     }
 
+    /// The same error, asking that the retry wait at least `after`.
     pub fn with_retry_after(mut self, after: Duration) -> Self {
         self.retry_after = Some(after);
         self
@@ -122,6 +129,7 @@ pub trait Poller: Send + Sync + 'static {
     /// What a watch is started from (a decoded input record).
     type Input: Send + Sync + 'static;
 
+    /// Poll the resource of `input` once: everything it shows now.
     fn poll(
         &self,
         input: Arc<Self::Input>,

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+/// Why a watch ended: a fixed name per built-in condition, or a user condition's own.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum TerminatedReason {
     /// The poller said the set of outputs is final.
@@ -25,6 +26,7 @@ pub enum TerminatedReason {
 }
 
 impl TerminatedReason {
+    /// Its name, as in logs, the state topic and the `reason` metric label.
     pub fn as_str(&self) -> &str {
         match self {
             Self::Final => "final",

@@ -73,13 +73,19 @@ impl Retry {
     }
 }
 
+/// When a watch polls: every `interval`, stretched by `backoff` while polls find nothing
+/// new, moved by `jitter`, and after failures as `retry` says (`WATCHBRIDGE_POLL_INTERVAL`,
+/// `WATCHBRIDGE_BACKOFF`, `WATCHBRIDGE_JITTER`, `WATCHBRIDGE_RETRY_*`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Schedule {
+    /// The time between two polls of a watch.
     pub interval: Duration,
+    /// How the interval grows while polls find nothing new (`None`: it does not).
     pub backoff: Option<Backoff>,
     /// Fraction of each delay by which it is randomly moved, both ways: `0.1` turns a 10 s
     /// delay into one uniformly in [9 s, 11 s]. `0` disables it.
     pub jitter: f64,
+    /// How failed polls are retried, and when a watch gives up.
     pub retry: Retry,
 }
 
@@ -107,7 +113,9 @@ pub struct ScheduleError(pub String);
 /// What the next poll of a watch should be, after a failed one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterFailure {
+    /// Poll again after this long.
     RetryIn(Duration),
+    /// The retry limit is reached: the watch ends `failed`.
     GiveUp,
 }
 

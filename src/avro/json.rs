@@ -1,5 +1,5 @@
-//! How a decoded Avro value becomes the JSON value the bridge works with ([`to_json`]), and
-//! how a JSON item becomes an Avro value of a user's output schema ([`from_json`]).
+//! How a decoded Avro value becomes the JSON value the bridge works with (`to_json`), and
+//! how a JSON item becomes an Avro value of a user's output schema (`from_json`).
 //!
 //! The bridge addresses records with JSON pointers (URL templates, `WATCHBRIDGE_WATCH_KEY`),
 //! so an Avro record is first turned into plain JSON by one documented rule. The rule is
@@ -42,14 +42,14 @@
 //! as its unscaled digits and an exponent (`"1E+1000"`), so a hostile `big-decimal` cannot
 //! blow up into a huge string.
 //!
-//! [`from_json`] is the inverse, with these allowances:
+//! `from_json` is the inverse, with these allowances:
 //!
 //! - `int`/`long` take a JSON number that is an integer in range (`3.0` and `3e2` count;
-//!   `3.5` and out-of-range numbers are a [`Mismatch`], never wrapped or rounded);
+//!   `3.5` and out-of-range numbers are a `Mismatch`, never wrapped or rounded);
 //!   `float`/`double` take any number and the three strings above.
 //! - `bytes`/`fixed` take base64 (padding optional); `fixed` must decode to its size.
 //! - `decimal` takes a string or a number (its exact text), rescaled to the schema's scale
-//!   only if no digit is lost and it fits the precision; else a [`Mismatch`].
+//!   only if no digit is lost and it fits the precision; else a `Mismatch`.
 //! - `date` takes `"YYYY-MM-DD"` or a day number; `time-*` take `"HH:MM:SS[.fraction]"` or
 //!   the number of units since midnight; `timestamp-*` take RFC 3339 text with any offset or
 //!   the number of units since the epoch (ms for `-millis`, µs for `-micros`, ns for
@@ -58,7 +58,7 @@
 //! - `uuid` takes any text form the `uuid` crate parses; `duration` takes the object above.
 //! - A record takes each schema field from the object by name; a missing field takes its
 //!   default (the Avro JSON default: bytes as `"\u00ff"` code points, a union's default for
-//!   its first branch), else it is a [`Mismatch`]. **Object members the schema does not name
+//!   its first branch), else it is a `Mismatch`. **Object members the schema does not name
 //!   are ignored**, so an item may carry more than the output schema keeps.
 //! - A union takes the first branch that accepts the value; only `null` takes JSON `null`.
 

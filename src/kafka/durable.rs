@@ -241,7 +241,7 @@ impl LiveWatch {
 }
 
 /// A state record to produce, and the input offset its acknowledgement lets commit.
-/// `record` is `None` for a watch too large to save (see [`DurableState::write`]): its
+/// `record` is `None` for a watch too large to save (see `DurableState::write`): its
 /// origin is released at once.
 #[derive(Debug)]
 pub struct StateWrite {

@@ -7,7 +7,7 @@
 //! checkpoints — on top of what the new owner wrote, until librdkafka hears from the group
 //! that the assignment is lost. The lease closes most of that gap:
 //!
-//! - a keeper thread ticks every [`TICK`]; a gap between two ticks longer than `stall`
+//! - a keeper thread ticks every `TICK`; a gap between two ticks longer than `stall`
 //!   (half the session timeout) means the whole process stood still long enough to have
 //!   lost the session, and the lease becomes *suspect*;
 //! - a task writes only while the lease is fresh (ticked within `stall`) and not suspect,

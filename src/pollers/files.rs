@@ -33,6 +33,7 @@ pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
 /// What bounds one poll's walk of the filesystem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WalkLimits {
+    /// Which symbolic links a walk follows.
     pub follow: FollowSymlinks,
     /// Most directory entries one poll looks at; past it the poll fails (`too_many_entries`).
     pub max_entries: u64,

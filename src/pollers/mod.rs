@@ -21,13 +21,21 @@
 //! the watched directory by default, leaving cycles out, looking at a bounded number of
 //! entries per poll, and stopping when the poll ends (`files.rs`).
 
+// The built-in pollers and their parts: public for the binary and the tests, not an API.
+#[doc(hidden)]
 pub mod builtin;
+#[doc(hidden)]
 pub mod event_time;
 mod files;
+#[doc(hidden)]
 pub mod glob;
+#[doc(hidden)]
 pub mod http;
+#[doc(hidden)]
 pub mod once;
+#[doc(hidden)]
 pub mod sharded;
+#[doc(hidden)]
 pub mod template;
 
 use crate::poll::Poller;
@@ -52,7 +60,7 @@ pub trait Resolve: Poller {
     }
 
     /// A restored watch's input, resolved again, takes back what
-    /// [`Poller::resume_state`](crate::poll::Poller::resume_state) saved. State it cannot
+    /// [`Poller::resume_state`] saved. State it cannot
     /// read is ignored (the watch then polls as from its start, and its seen set drops what
     /// it already emitted), with a warning.
     fn resume(&self, _input: &Self::Input, _state: &[u8]) {}
@@ -72,10 +80,12 @@ pub type ReadOutputKey = dyn Fn(&[u8]) -> Option<Bytes> + Send + Sync;
 pub struct ConfigError {
     /// The variable, e.g. `WATCHBRIDGE_HTTP_URL` (or a `KAFKA_*` one the user chose).
     pub var: std::borrow::Cow<'static, str>,
+    /// What is wrong with it.
     pub message: String,
 }
 
 impl ConfigError {
+    /// `var` cannot be used, because of `message`.
     pub fn new(var: impl Into<std::borrow::Cow<'static, str>>, message: impl Into<String>) -> Self {
         Self {
             var: var.into(),

@@ -30,11 +30,13 @@ const EXPECTED: &str = "expected never, total, stable, polls, any, all";
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", render(self))]
 pub struct ParseError {
+    /// What is wrong.
     pub message: String,
     /// Byte offset of the bad token in `input` (`input.len()` for "end of input").
     pub position: usize,
     /// Byte length of the bad token (0 at end of input).
     pub len: usize,
+    /// The text as given.
     pub input: String,
 }
 

@@ -16,12 +16,16 @@
 //! only changes, so the caller publishes exactly what moved.
 
 pub mod generator;
+#[doc(hidden)]
 pub mod merged;
+#[doc(hidden)]
 pub mod message;
+#[doc(hidden)]
 pub mod partition;
 #[cfg(test)]
 mod properties;
 pub mod strategy;
+#[doc(hidden)]
 pub mod topic;
 
 pub use generator::{

@@ -41,7 +41,9 @@ impl Default for WatermarkStrategy {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{input}` is not a watermark strategy: {reason}")]
 pub struct StrategyError {
+    /// The text as given.
     pub input: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 
