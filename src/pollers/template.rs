@@ -97,18 +97,24 @@ pub struct TemplateError {
 /// as the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RenderError {
+    /// The input has no field at this JSON pointer.
     #[error("input has no field at JSON pointer `{0}`")]
     Missing(String),
+    /// The field at this JSON pointer is of this JSON type, not a scalar.
     #[error("field at JSON pointer `{0}` is {1}, not a string, number or boolean")]
     NotScalar(String, &'static str),
+    /// The watch key is needed as text and is not UTF-8.
     #[error("watch key is not UTF-8")]
     KeyNotUtf8,
     /// The filled template does not name something the poller may reach.
     #[error("{0}")]
     Unusable(String),
+    /// A value that would fill a path segment is not one (it holds `/`, is `..`, ...).
     #[error("value for `{{{placeholder}}}` must be one path segment: {reason}")]
     NotOneSegment {
+        /// The placeholder it was for.
         placeholder: String,
+        /// Why it is not one segment.
         reason: &'static str,
     },
 }
