@@ -91,12 +91,13 @@ impl BridgeBuilder {
         self
     }
 
-    /// When watches poll: interval, jitter, backoff, retries (`WATCHBRIDGE_INTERVAL` and
-    /// the settings beside it). Checked here: an error says which part is wrong.
+    /// When watches poll: interval, jitter, backoff, retries (`WATCHBRIDGE_POLL_INTERVAL`
+    /// and the settings beside it). Checked here, by the rules the settings are checked by:
+    /// an error names the setting that is wrong.
     pub fn schedule(mut self, schedule: Schedule) -> Result<Self, ConfigError> {
         schedule
             .validate()
-            .map_err(|e| ConfigError::new("schedule", e.to_string()))?;
+            .map_err(|e| ConfigError::new(e.setting.variable(), e.message))?;
         self.config.rules.schedule = schedule;
         Ok(self)
     }

@@ -504,63 +504,34 @@ impl RunArgs {
     /// The poll schedule: `WATCHBRIDGE_POLL_INTERVAL`, `WATCHBRIDGE_POLL_JITTER`,
     /// `WATCHBRIDGE_BACKOFF` and the retry policy (`WATCHBRIDGE_RETRY_*`), each checked
     /// under its own name.
+    /// The schedule the settings describe; [`Schedule::validate`] says which one is wrong.
     fn schedule(&self) -> Result<Schedule, ConfigError> {
-        if self.poll_interval.is_zero() {
-            return Err(ConfigError::new(
-                "WATCHBRIDGE_POLL_INTERVAL",
-                "must be more than zero",
-            ));
-        }
-        if !(0.0..1.0).contains(&self.poll_jitter) {
-            return Err(ConfigError::new(
-                "WATCHBRIDGE_POLL_JITTER",
-                format!(
-                    "`{}` is not a fraction from 0 to below 1 (e.g. 0.1)",
-                    self.poll_jitter
-                ),
-            ));
-        }
-        let backoff = backoff(&self.backoff, self.poll_interval)?;
         let (initial, max) = (self.retry_initial_backoff, self.retry_max_backoff);
-        if initial.is_zero() {
-            return Err(ConfigError::new(
-                "WATCHBRIDGE_RETRY_INITIAL_BACKOFF",
-                "must be more than zero",
-            ));
-        }
-        if max < initial {
-            return Err(ConfigError::new(
-                "WATCHBRIDGE_RETRY_MAX_BACKOFF",
-                format!(
-                    "{} is below WATCHBRIDGE_RETRY_INITIAL_BACKOFF ({})",
-                    humantime::format_duration(max),
-                    humantime::format_duration(initial)
-                ),
-            ));
-        }
-        let limit = retry_limit(&self.retry_limit, initial, max)?;
-        let schedule = Schedule {
+        let mut schedule = Schedule {
             interval: self.poll_interval,
-            backoff,
+            backoff: backoff(&self.backoff)?,
             jitter: self.poll_jitter,
             retry: Retry {
                 initial,
                 max,
                 after_max: self.retry_after_max,
-                limit,
+                limit: 0,
             },
         };
         schedule
             .validate()
-            .map_err(|e| ConfigError::new("WATCHBRIDGE_POLL_INTERVAL", e.to_string()))?;
+            .map_err(|e| ConfigError::new(e.setting.variable(), e.message))?;
+        // Only now: a limit given as a duration is counted in delays checked above.
+        schedule.retry.limit = retry_limit(&self.retry_limit, initial, max)?;
         Ok(schedule)
     }
 }
 
-/// `WATCHBRIDGE_BACKOFF`: `none`, or `<factor>x,<max>` (`2x,10m`). The factor is at least 1
-/// (below 1 quiet polls would come ever faster) and the max at least the poll interval (the
-/// backoff only ever stretches the interval; a max below it would shorten it instead).
-fn backoff(value: &str, interval: Duration) -> Result<Option<Backoff>, ConfigError> {
+/// `WATCHBRIDGE_BACKOFF`: `none`, or `<factor>x,<max>` (`2x,10m`). [`Schedule::validate`]
+/// checks that the factor is at least 1 (below 1 quiet polls would come ever faster) and the
+/// max at least the poll interval (the backoff only ever stretches the interval; a max
+/// below it would shorten it instead).
+fn backoff(value: &str) -> Result<Option<Backoff>, ConfigError> {
     const VAR: &str = "WATCHBRIDGE_BACKOFF";
     let value = value.trim();
     if value.eq_ignore_ascii_case("none") {
@@ -583,22 +554,6 @@ fn backoff(value: &str, interval: Duration) -> Result<Option<Backoff>, ConfigErr
         .and_then(|f| f.trim().parse().ok())
         .ok_or_else(syntax)?;
     let max = humantime::parse_duration(max.trim()).map_err(|_| syntax())?;
-    if !(factor.is_finite() && factor >= 1.0) {
-        return Err(ConfigError::new(
-            VAR,
-            format!("the factor of `{value}` must be a number of at least 1 (e.g. 2x)"),
-        ));
-    }
-    if max < interval {
-        return Err(ConfigError::new(
-            VAR,
-            format!(
-                "the max of `{value}` is below WATCHBRIDGE_POLL_INTERVAL ({}): the backoff \
-                 only ever stretches the interval",
-                humantime::format_duration(interval)
-            ),
-        ));
-    }
     Ok(Some(Backoff { factor, max }))
 }
 

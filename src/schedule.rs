@@ -105,10 +105,43 @@ impl Default for Schedule {
     }
 }
 
-/// A schedule setting that makes no sense, named.
+/// A schedule setting that makes no sense: which one, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid schedule: {0}")]
-pub struct ScheduleError(pub String);
+#[error("{}: {message}", setting.variable())]
+pub struct ScheduleError {
+    /// The part of the schedule that is wrong.
+    pub setting: ScheduleSetting,
+    /// Why.
+    pub message: String,
+}
+
+/// A part of a [`Schedule`], as a setting of `watchbridge run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScheduleSetting {
+    /// [`Schedule::interval`].
+    Interval,
+    /// [`Schedule::jitter`].
+    Jitter,
+    /// [`Schedule::backoff`].
+    Backoff,
+    /// [`Retry::initial`].
+    RetryInitial,
+    /// [`Retry::max`].
+    RetryMax,
+}
+
+impl ScheduleSetting {
+    /// The environment variable that sets it.
+    pub fn variable(self) -> &'static str {
+        match self {
+            Self::Interval => "WATCHBRIDGE_POLL_INTERVAL",
+            Self::Jitter => "WATCHBRIDGE_POLL_JITTER",
+            Self::Backoff => "WATCHBRIDGE_BACKOFF",
+            Self::RetryInitial => "WATCHBRIDGE_RETRY_INITIAL_BACKOFF",
+            Self::RetryMax => "WATCHBRIDGE_RETRY_MAX_BACKOFF",
+        }
+    }
+}
 
 /// What the next poll of a watch should be, after a failed one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,32 +172,54 @@ impl Retry {
 }
 
 impl Schedule {
-    /// Reject settings that would spin or never poll.
+    /// Reject settings that would spin or never poll, naming the setting (the one place
+    /// these rules live: `watchbridge run`'s settings and a library's schedule alike).
     pub fn validate(&self) -> Result<(), ScheduleError> {
-        let bad = |m: String| Err(ScheduleError(m));
+        use ScheduleSetting::*;
+        let bad = |setting, message: String| Err(ScheduleError { setting, message });
+        let show = |d: Duration| humantime::format_duration(d).to_string();
         if self.interval.is_zero() {
-            return bad("poll interval must be greater than 0".into());
+            return bad(Interval, "must be more than zero".into());
         }
         if !(0.0..1.0).contains(&self.jitter) {
-            return bad(format!("jitter must be in [0, 1), got {}", self.jitter));
+            let j = self.jitter;
+            return bad(
+                Jitter,
+                format!("`{j}` is not a fraction from 0 to below 1 (e.g. 0.1)"),
+            );
         }
         if let Some(b) = self.backoff {
             if !(b.factor.is_finite() && b.factor >= 1.0) {
-                return bad(format!("backoff factor must be >= 1, got {}", b.factor));
+                let f = b.factor;
+                return bad(
+                    Backoff,
+                    format!("the factor must be at least 1 (e.g. 2x), not {f}"),
+                );
             }
             if b.max < self.interval {
-                return bad(format!(
-                    "backoff max ({}) must not be below the poll interval ({})",
-                    humantime::format_duration(b.max),
-                    humantime::format_duration(self.interval)
-                ));
+                return bad(
+                    Backoff,
+                    format!(
+                        "the max ({}) is below WATCHBRIDGE_POLL_INTERVAL ({}): the backoff only \
+                         ever stretches the interval",
+                        show(b.max),
+                        show(self.interval)
+                    ),
+                );
             }
         }
         if self.retry.initial.is_zero() {
-            return bad("retry delay must be greater than 0".into());
+            return bad(RetryInitial, "must be more than zero".into());
         }
         if self.retry.max < self.retry.initial {
-            return bad("retry max must not be below the first retry delay".into());
+            return bad(
+                RetryMax,
+                format!(
+                    "{} is below WATCHBRIDGE_RETRY_INITIAL_BACKOFF ({})",
+                    show(self.retry.max),
+                    show(self.retry.initial)
+                ),
+            );
         }
         Ok(())
     }
@@ -441,24 +496,45 @@ mod tests {
 
     #[test]
     fn validate_names_the_bad_setting() {
+        use ScheduleSetting as S;
         let with = |change: fn(&mut Schedule)| {
             let mut s = Schedule::default();
             change(&mut s);
-            s.validate().unwrap_err().to_string()
+            let e = s.validate().unwrap_err();
+            assert!(e.to_string().starts_with(e.setting.variable()), "{e}");
+            (e.setting, e.message)
         };
-        assert!(with(|s| s.interval = Duration::ZERO).contains("poll interval"));
-        assert!(with(|s| s.jitter = 1.5).contains("jitter"));
-        assert!(with(|s| s.backoff = Some(Backoff {
-            factor: 0.5,
-            max: secs(60.0)
-        }))
-        .contains("backoff factor"));
-        assert!(with(|s| s.backoff = Some(Backoff {
-            factor: 2.0,
-            max: secs(1.0)
-        }))
-        .contains("backoff max"));
-        assert!(with(|s| s.retry.max = Duration::from_millis(1)).contains("retry max"));
+        assert_eq!(with(|s| s.interval = Duration::ZERO).0, S::Interval);
+        let (setting, message) = with(|s| s.jitter = 1.5);
+        assert_eq!(setting, S::Jitter);
+        assert!(message.contains("`1.5`"), "{message}");
+        let (setting, message) = with(|s| {
+            s.backoff = Some(Backoff {
+                factor: 0.5,
+                max: secs(60.0),
+            })
+        });
+        assert_eq!(setting, S::Backoff);
+        assert!(message.contains("factor"), "{message}");
+        let (setting, message) = with(|s| {
+            s.backoff = Some(Backoff {
+                factor: 2.0,
+                max: secs(1.0),
+            })
+        });
+        assert_eq!(setting, S::Backoff);
+        assert!(
+            message.contains("below WATCHBRIDGE_POLL_INTERVAL"),
+            "{message}"
+        );
+        assert_eq!(
+            with(|s| s.retry.initial = Duration::ZERO).0,
+            S::RetryInitial
+        );
+        assert_eq!(
+            with(|s| s.retry.max = Duration::from_millis(1)).0,
+            S::RetryMax
+        );
         assert!(Schedule::default().validate().is_ok());
     }
 
