@@ -250,3 +250,35 @@ impl<P: Resolve> Bridge<P> {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::Backoff;
+
+    /// Whatever a bad part is, the error names the setting that would set it.
+    #[test]
+    fn a_bad_part_is_refused_naming_its_setting() {
+        let e = BridgeBuilder::new("users and more", "events").unwrap_err();
+        assert_eq!(e.var, "WATCHBRIDGE_INPUT_TOPIC", "{e}");
+        let builder = BridgeBuilder::new("users", "events").unwrap();
+        let e = builder
+            .clone()
+            .schedule(Schedule {
+                backoff: Some(Backoff {
+                    factor: 2.0,
+                    max: Duration::from_secs(1),
+                }),
+                ..Schedule::default()
+            })
+            .unwrap_err();
+        assert_eq!(e.var, "WATCHBRIDGE_BACKOFF", "{e}");
+        let ok = builder
+            .group_id("g")
+            .termination(Termination::Polls(3))
+            .schedule(Schedule::default())
+            .unwrap();
+        assert_eq!(ok.config().group_id, "g");
+        assert_eq!(ok.config().rules.termination, Termination::Polls(3));
+    }
+}
