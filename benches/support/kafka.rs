@@ -192,6 +192,7 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
             http: HttpArgs::defaults(),
             glob: Default::default(),
             sharded: Default::default(),
+            object: Default::default(),
         },
     }
 }

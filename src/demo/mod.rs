@@ -205,6 +205,7 @@ fn bridge_config(args: &DemoArgs, formats: FormatArgs) -> Result<RunConfig, Conf
             http: HttpArgs::defaults(),
             glob: Default::default(),
             sharded: Default::default(),
+            object: Default::default(),
         },
     };
     // No `KAFKA_*` from the environment: they are for a real cluster, not the embedded one.

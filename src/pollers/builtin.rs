@@ -6,6 +6,7 @@
 
 use super::glob::{GlobArgs, GlobPoller};
 use super::http::{HttpArgs, HttpPoller};
+use super::object_store::{ObjectArgs, ObjectStorePoller};
 use super::sharded::{ShardedArgs, ShardedPoller};
 use super::{ConfigError, Resolve};
 use std::sync::Arc;
@@ -20,6 +21,8 @@ pub enum PollerKind {
     Glob,
     /// The shards PREFIX-SSSSS-of-NNNNN of one output (WATCHBRIDGE_SHARDED_*).
     Sharded,
+    /// The objects under an S3, GCS or Azure prefix (WATCHBRIDGE_OBJECT_*).
+    ObjectStore,
 }
 
 /// The poller settings of `watchbridge run` (and `poll-once`).
@@ -37,6 +40,8 @@ pub struct PollerArgs {
     pub glob: GlobArgs,
     #[command(flatten)]
     pub sharded: ShardedArgs,
+    #[command(flatten)]
+    pub object: ObjectArgs,
 }
 
 /// Something to do with whichever poller the settings name.
@@ -63,6 +68,10 @@ impl PollerArgs {
             PollerKind::Glob => use_it.with(Arc::new(GlobPoller::new(self.glob.config()?))),
             PollerKind::Sharded => {
                 use_it.with(Arc::new(ShardedPoller::new(self.sharded.config()?)))
+            }
+            PollerKind::ObjectStore => {
+                let config = self.object.config(self.poll_timeout)?;
+                use_it.with(Arc::new(ObjectStorePoller::new(config)?))
             }
         })
     }

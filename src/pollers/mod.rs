@@ -6,6 +6,8 @@
 //!   `docs/pollers/glob.md`.
 //! - [`sharded`]: the shards `PREFIX-SSSSS-of-NNNNN` of one output
 //!   (`WATCHBRIDGE_POLLER=sharded`); `docs/pollers/sharded.md`.
+//! - [`object_store`]: the objects under an S3, GCS or Azure prefix
+//!   (`WATCHBRIDGE_POLLER=object_store`); `docs/pollers/object_store.md`.
 //!
 //! Each derives what it watches from the input record once, when the watch starts
 //! ([`Resolve`]); an input that cannot name a resource (a missing field, a value that would
@@ -31,6 +33,8 @@ mod files;
 pub mod glob;
 #[doc(hidden)]
 pub mod http;
+#[doc(hidden)]
+pub mod object_store;
 #[doc(hidden)]
 pub mod once;
 #[doc(hidden)]

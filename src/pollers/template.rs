@@ -337,28 +337,25 @@ impl Template {
             push_literal,
             no_last,
             |placeholder, value, out| {
-                let unsafe_because = if value.is_empty() {
-                    Some("it is empty")
-                } else if value == "." {
-                    Some("it is `.`")
-                } else if value.contains('/') {
-                    Some("it contains `/`")
-                } else if value.contains("..") {
-                    Some("it contains `..`")
-                } else if value.contains('\0') {
-                    Some("it contains NUL")
-                } else if value.len() > NAME_MAX {
-                    Some("it is longer than 255 bytes, the longest file name (NAME_MAX)")
-                } else {
-                    None
-                };
-                if let Some(reason) = unsafe_because {
-                    return Err(RenderError::NotOneSegment {
-                        placeholder: placeholder.to_string(),
-                        reason,
-                    });
-                }
+                one_segment(placeholder, value)?;
                 out.push_str(&glob::Pattern::escape(value));
+                Ok(())
+            },
+        )
+    }
+
+    /// Fill a template whose values name path segments of an object key (the object-store
+    /// poller's prefix): the rule of [`render_glob`](Self::render_glob), so an input cannot
+    /// leave its prefix, with values as they are (a key has no metacharacters).
+    pub fn render_segments(&self, input: &Value, key: &[u8]) -> Result<String, RenderError> {
+        self.render_with(
+            input,
+            key,
+            push_literal,
+            no_last,
+            |placeholder, value, out| {
+                one_segment(placeholder, value)?;
+                out.push_str(value);
                 Ok(())
             },
         )
@@ -468,6 +465,33 @@ impl Template {
             }
         }
         Ok(out)
+    }
+}
+
+/// A substituted value must be one path segment: not empty, `.`, or longer than
+/// [`NAME_MAX`], and without `/`, `..` or NUL (any could name another directory).
+fn one_segment(placeholder: &str, value: &str) -> Result<(), RenderError> {
+    let unsafe_because = if value.is_empty() {
+        Some("it is empty")
+    } else if value == "." {
+        Some("it is `.`")
+    } else if value.contains('/') {
+        Some("it contains `/`")
+    } else if value.contains("..") {
+        Some("it contains `..`")
+    } else if value.contains('\0') {
+        Some("it contains NUL")
+    } else if value.len() > NAME_MAX {
+        Some("it is longer than 255 bytes, the longest file name (NAME_MAX)")
+    } else {
+        None
+    };
+    match unsafe_because {
+        Some(reason) => Err(RenderError::NotOneSegment {
+            placeholder: placeholder.to_string(),
+            reason,
+        }),
+        None => Ok(()),
     }
 }
 
