@@ -30,4 +30,8 @@ pub mod watchdog;
 #[allow(dead_code)]
 pub mod bridge;
 #[allow(dead_code)]
+pub mod moto_process;
+#[allow(dead_code)]
+pub mod s3_proxy;
+#[allow(dead_code)]
 pub mod scenario;

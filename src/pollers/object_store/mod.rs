@@ -275,7 +275,16 @@ impl std::fmt::Debug for ObjectStorePoller {
 impl ObjectStorePoller {
     /// Build the store from the URL's scheme and bucket and the environment's credentials.
     pub fn new(config: ObjectConfig) -> Result<Self, ConfigError> {
-        let store = store::build(VAR_URL, config.scheme, &config.base)?;
+        Self::with_options(config, &[])
+    }
+
+    /// [`new`](Self::new), with `object_store` configuration keys (`aws_endpoint`,
+    /// `aws_access_key_id`, …) set over the environment's (tests, benches).
+    pub fn with_options(
+        config: ObjectConfig,
+        options: &[(&str, &str)],
+    ) -> Result<Self, ConfigError> {
+        let store = store::build(VAR_URL, config.scheme, &config.base, options)?;
         Ok(Self::with_store(config, store))
     }
 

@@ -60,11 +60,14 @@ impl Scheme {
     }
 }
 
-/// Build the store of `base` (`scheme://bucket`, no path). Every fault names `var`.
+/// Build the store of `base` (`scheme://bucket`, no path) from the environment, with
+/// `options` (`object_store`'s configuration keys, e.g. `aws_endpoint`) over it. Every fault
+/// names `var`.
 pub(crate) fn build(
     var: &'static str,
     scheme: Scheme,
     base: &str,
+    options: &[(&str, &str)],
 ) -> Result<Arc<dyn ObjectStore>, ConfigError> {
     let no_retries = RetryConfig {
         max_retries: 0,
@@ -80,30 +83,58 @@ pub(crate) fn build(
             ),
         )
     };
+    let unknown = |key: &str| {
+        ConfigError::new(
+            var,
+            format!(
+                "`{key}` is not a setting of the store of `{}`",
+                crate::logging::url(base)
+            ),
+        )
+    };
+    macro_rules! with_options {
+        ($builder:expr, $key:ty) => {{
+            let mut builder = $builder;
+            for (key, value) in options {
+                let parsed: $key = key.parse().map_err(|_| unknown(key))?;
+                builder = builder.with_config(parsed, *value);
+            }
+            builder
+        }};
+    }
     let store: Arc<dyn ObjectStore> = match scheme {
         Scheme::S3 => Arc::new(
-            object_store::aws::AmazonS3Builder::from_env()
-                .with_url(base)
-                .with_retry(no_retries)
-                .with_http_connector(ObservingConnector)
-                .build()
-                .map_err(err)?,
+            with_options!(
+                object_store::aws::AmazonS3Builder::from_env(),
+                object_store::aws::AmazonS3ConfigKey
+            )
+            .with_url(base)
+            .with_retry(no_retries)
+            .with_http_connector(ObservingConnector)
+            .build()
+            .map_err(err)?,
         ),
         Scheme::Gcs => Arc::new(
-            object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                .with_url(base)
-                .with_retry(no_retries)
-                .with_http_connector(ObservingConnector)
-                .build()
-                .map_err(err)?,
+            with_options!(
+                object_store::gcp::GoogleCloudStorageBuilder::from_env(),
+                object_store::gcp::GoogleConfigKey
+            )
+            .with_url(base)
+            .with_retry(no_retries)
+            .with_http_connector(ObservingConnector)
+            .build()
+            .map_err(err)?,
         ),
         Scheme::Azure => Arc::new(
-            object_store::azure::MicrosoftAzureBuilder::from_env()
-                .with_url(base)
-                .with_retry(no_retries)
-                .with_http_connector(ObservingConnector)
-                .build()
-                .map_err(err)?,
+            with_options!(
+                object_store::azure::MicrosoftAzureBuilder::from_env(),
+                object_store::azure::AzureConfigKey
+            )
+            .with_url(base)
+            .with_retry(no_retries)
+            .with_http_connector(ObservingConnector)
+            .build()
+            .map_err(err)?,
         ),
         Scheme::Local => Arc::new(object_store::local::LocalFileSystem::new()),
     };
@@ -190,22 +221,21 @@ impl HttpConnector for ObservingConnector {
     }
 }
 
-/// An `object_store` error for a message: query strings cut (an Azure SAS token rides in
-/// one), escaped and bounded.
+/// An `object_store` error for a message: the query of each URL in it cut (an Azure SAS
+/// token rides in one), escaped and bounded.
 fn shown_error(e: &object_store::Error) -> String {
     let text = e.to_string();
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text.as_str();
-    while let Some(q) = rest.find('?') {
-        out.push_str(&rest[..q]);
-        let end = rest[q..]
-            .find(char::is_whitespace)
-            .map_or(rest.len(), |i| q + i);
-        out.push_str("?…");
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    crate::logging::outside(&out).to_string()
+    let shown: String = text
+        .split_inclusive(char::is_whitespace)
+        .map(|word| match (word.contains("://"), word.find('?')) {
+            (true, Some(q)) => {
+                let space = &word[word.trim_end().len()..];
+                format!("{}?…{space}", &word[..q])
+            }
+            _ => word.to_string(),
+        })
+        .collect();
+    crate::logging::outside(&shown).to_string()
 }
 
 /// The S3-style error code in a response body the error carries (`<Code>SlowDown</Code>`).
@@ -228,6 +258,12 @@ pub(crate) fn poll_error(
     let refused = exchange.refused();
     let status = refused.map(|r| r.status);
     let code = error_code(&text).unwrap_or_default();
+    // The store's own word first: a long error is cut at the end.
+    let shown = if code.is_empty() {
+        shown
+    } else {
+        format!("{} ({shown})", crate::logging::outside(code))
+    };
     let credential = || {
         let hint = match code {
             "InvalidAccessKeyId" => " (the key in AWS_ACCESS_KEY_ID is not known to the store)",
@@ -313,5 +349,14 @@ mod tests {
         let shown = shown_error(&e);
         assert!(!shown.contains("SECRET"), "{shown}");
         assert!(shown.contains("https://a.blob/c?… failed"), "{shown}");
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: "503: <?xml version=\"1.0\"?><Code>SlowDown</Code>".into(),
+        };
+        assert!(
+            shown_error(&e).contains("<?xml version"),
+            "{}",
+            shown_error(&e)
+        );
     }
 }
