@@ -334,3 +334,128 @@ async fn a_listing_cut_by_the_deadline_gives_what_it_listed_and_is_never_final()
     assert_eq!(r.outputs.len(), 1500);
     assert!(r.complete, "a whole listing after the marker");
 }
+
+/// The `watchbridge` binary with `WATCHBRIDGE_POLLER=object_store`, its store set up from
+/// the standard AWS_* variables (moto's endpoint over plain http), against the test broker:
+/// objects written while the watch runs reach the output topic once each, across polls
+/// that list them again and again, and the done marker ends the watch.
+#[tokio::test(flavor = "multi_thread")]
+async fn through_the_bridge_each_object_reaches_the_output_topic_once() {
+    use support::bridge::Bridge;
+    use support::kafka::broker;
+    use support::scenario::{
+        assert_each_once, output_key_counts, outputs_to_end, wait_for_outputs, Setup,
+    };
+
+    let moto = MotoProcess::start(Auth::Any);
+    moto.create_bucket("drops");
+    let w = writer(&moto, "drops");
+    put(&w, "tenants/acme/001.csv", b"a").await;
+    put(&w, "tenants/acme/002.csv", b"b").await;
+    put(&w, "tenants/other/001.csv", b"x").await;
+
+    let s = Setup::new("objects", 1).await;
+    let env = vec![
+        ("WATCHBRIDGE_INPUT_TOPIC", s.input.clone()),
+        ("WATCHBRIDGE_OUTPUT_TOPIC", s.output.clone()),
+        ("WATCHBRIDGE_GROUP_ID", s.group.clone()),
+        ("WATCHBRIDGE_POLLER", "object_store".into()),
+        (
+            "WATCHBRIDGE_OBJECT_URL",
+            "s3://drops/tenants/{/tenant}/".into(),
+        ),
+        ("WATCHBRIDGE_OBJECT_DONE_MARKER", "_SUCCESS".into()),
+        ("AWS_ENDPOINT_URL", moto.url()),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        ("AWS_REGION", "us-east-1".into()),
+        (
+            "WATCHBRIDGE_LOG",
+            "info,librdkafka=warn,rdkafka=warn,watchbridge::internal_events=debug".into(),
+        ),
+    ];
+    let mut bridge = Bridge::start(&env);
+    broker()
+        .produce(&s.input, None, Some(b"acme"), br#"{"tenant":"acme"}"#, &[])
+        .await;
+    let first = wait_for_outputs(&s.output, 2, Duration::from_secs(60)).await;
+    put(&w, "tenants/acme/003.csv", b"c").await;
+    wait_for_outputs(&s.output, 3, Duration::from_secs(60)).await;
+    // Many polls (every 200 ms) list all three again before the marker ends the watch.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    put(&w, "tenants/acme/_SUCCESS", b"").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !bridge.log().contains("reason=final") {
+        assert!(std::time::Instant::now() < deadline, "{}", bridge.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (code, _) = bridge.terminate();
+    assert_eq!(code, Some(0), "{}", bridge.log());
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        [
+            "tenants/acme/001.csv",
+            "tenants/acme/002.csv",
+            "tenants/acme/003.csv",
+        ],
+        &bridge.log(),
+    );
+    for m in &first {
+        use rdkafka::Message;
+        let v: Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
+        let modified =
+            watchbridge::pollers::event_time::parse_rfc3339(v["last_modified"].as_str().unwrap())
+                .unwrap();
+        assert_eq!(
+            m.timestamp().to_millis(),
+            Some(modified),
+            "timestamp = last modified"
+        );
+        assert_eq!(m.key(), Some(&b"acme"[..]), "key = watch key");
+    }
+}
+
+/// `watchbridge poll-once` with the object-store poller prints each object as a JSON line;
+/// a bad setting is named at start.
+#[tokio::test]
+async fn poll_once_lists_the_prefix_and_bad_settings_are_named() {
+    let moto = MotoProcess::start(Auth::Any);
+    moto.create_bucket("drops");
+    let w = writer(&moto, "drops");
+    put(&w, "in/acme/a.csv", b"a").await;
+    put(&w, "in/acme/_SUCCESS", b"").await;
+    let run = |url: &str| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_watchbridge"));
+        for (name, _) in std::env::vars() {
+            if name.starts_with("WATCHBRIDGE_") || name.starts_with("AWS_") {
+                command.env_remove(name);
+            }
+        }
+        command
+            .args(["poll-once", "--input", r#"{"t":"acme"}"#])
+            .env("WATCHBRIDGE_POLLER", "object_store")
+            .env("WATCHBRIDGE_OBJECT_URL", url)
+            .env("WATCHBRIDGE_OBJECT_DONE_MARKER", "_SUCCESS")
+            .env("AWS_ENDPOINT", moto.url())
+            .env("AWS_ALLOW_HTTP", "true")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .output()
+            .unwrap()
+    };
+    let out = run("s3://drops/in/{/t}/");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(stdout.contains("in/acme/a.csv"), "{stdout}");
+    assert!(stderr.contains("complete true"), "{stderr}");
+
+    let out = run("s3://{/t}/in/");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("WATCHBRIDGE_OBJECT_URL: "), "{stderr}");
+}

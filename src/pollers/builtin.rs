@@ -22,6 +22,7 @@ pub enum PollerKind {
     /// The shards PREFIX-SSSSS-of-NNNNN of one output (WATCHBRIDGE_SHARDED_*).
     Sharded,
     /// The objects under an S3, GCS or Azure prefix (WATCHBRIDGE_OBJECT_*).
+    #[value(name = "object_store", alias = "object-store")]
     ObjectStore,
 }
 
