@@ -40,6 +40,8 @@ pub mod once;
 #[doc(hidden)]
 pub mod sharded;
 #[doc(hidden)]
+pub mod shards;
+#[doc(hidden)]
 pub mod template;
 
 use crate::poll::Poller;
