@@ -9,8 +9,8 @@
 //! shares.
 
 use super::files::{self, FileInfo};
-use super::shards::{self, parse_shard_name};
 pub use super::shards::FirstShard;
+use super::shards::{self, parse_shard_name};
 use super::template::{RenderError, Template};
 use super::{ConfigError, Resolve};
 use crate::poll::{Output, PollError, PollResult, Poller};

@@ -99,9 +99,7 @@ pub fn assess(
     if let Some(other) = shards.iter().find(|s| s.of != count) {
         return Err(inconsistent(format!(
             "{} is one of {count} shards but {} is one of {}",
-            first.name,
-            other.name,
-            other.of
+            first.name, other.name, other.of
         )));
     }
     if count == 0 {
@@ -121,8 +119,7 @@ pub fn assess(
                     return Err(inconsistent(format!(
                         "both shard 0 ({}) and shard {count} ({}) of {count} exist: neither \
                          0-based nor 1-based numbering fits",
-                        zero.name,
-                        last.name
+                        zero.name, last.name
                     )))
                 }
                 (Some(_), None) => 0,
@@ -135,8 +132,7 @@ pub fn assess(
         return Err(inconsistent(format!(
             "{} is shard {}, outside {base}..={end} (shards of {count} numbered from {base}; \
              see {first_shard_var})",
-            out.name,
-            out.index
+            out.name, out.index
         )));
     }
     // A shard number matched by several files (e.g. two suffixes) counts once, at the
@@ -213,7 +209,10 @@ mod tests {
             assert_eq!(assess(&s, first, "X").unwrap(), progress(Some(200), false));
         }
         // 0-based, shard 0 missing: no watermark.
-        assert_eq!(assess(&s, FirstShard::Zero, "X").unwrap(), progress(None, false));
+        assert_eq!(
+            assess(&s, FirstShard::Zero, "X").unwrap(),
+            progress(None, false)
+        );
         assert_eq!(
             assess(&[], FirstShard::Auto, "X").unwrap(),
             progress(None, false)
@@ -226,7 +225,10 @@ mod tests {
         );
         let zero_based = shards(&[(0, 3, 5), (1, 3, 6), (2, 3, 7)]);
         for first in [FirstShard::Auto, FirstShard::Zero] {
-            assert_eq!(assess(&zero_based, first, "X").unwrap(), progress(Some(7), true));
+            assert_eq!(
+                assess(&zero_based, first, "X").unwrap(),
+                progress(Some(7), true)
+            );
         }
         // Auto before shard 0 or N shows up: 1-based, but never complete.
         let partial = shards(&[(1, 3, 6), (2, 3, 7)]);
@@ -268,5 +270,4 @@ mod tests {
         let e = err(&[(0, 0, 0)], FirstShard::Auto);
         assert!(e.message.contains("0 shards"), "{e}");
     }
-
 }

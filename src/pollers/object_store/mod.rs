@@ -18,6 +18,7 @@ pub use store::Scheme;
 use crate::clock::Millis;
 use crate::poll::{Output, PollError, PollResult, Poller};
 use crate::pollers::event_time::format_rfc3339;
+use crate::pollers::shards::{self, FirstShard};
 use crate::pollers::template::{RenderError, Template, TemplateError};
 use crate::pollers::{ConfigError, OutputKeyReader, Resolve};
 use bytes::Bytes;
@@ -35,9 +36,10 @@ const VAR_URL: &str = "WATCHBRIDGE_OBJECT_URL";
 const VAR_MATCH_UPDATED: &str = "WATCHBRIDGE_OBJECT_MATCH_UPDATED";
 const VAR_DONE_MARKER: &str = "WATCHBRIDGE_OBJECT_DONE_MARKER";
 const VAR_INCREASING_NAMES: &str = "WATCHBRIDGE_OBJECT_INCREASING_NAMES";
+const VAR_SHARDS: &str = "WATCHBRIDGE_OBJECT_SHARDS";
 
 /// Settings of the object-store poller.
-#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct ObjectArgs {
     /// The prefix to watch, a URL (`s3://`, `gs://`, `az://`, `file://`) with
     /// `{/json/pointer}` and `{key}` placeholders in its path filled from the input record,
@@ -86,6 +88,30 @@ pub struct ObjectArgs {
         value_parser = clap::builder::BoolishValueParser::new(),
     )]
     pub object_increasing_names: bool,
+
+    /// Read objects named `PREFIX-SSSSS-of-NNNNN` as the shards of one output, as the
+    /// sharded poller does: the watermark is the time of the last shard before the first
+    /// missing one, and the set is final once all N exist. `off`, or where shard numbers
+    /// start: `auto`, `0` or `1`.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_OBJECT_SHARDS",
+        value_name = "WATCHBRIDGE_OBJECT_SHARDS",
+        default_value = "off"
+    )]
+    pub object_shards: String,
+}
+
+impl Default for ObjectArgs {
+    fn default() -> Self {
+        Self {
+            object_url: None,
+            object_match_updated: false,
+            object_done_marker: None,
+            object_increasing_names: false,
+            object_shards: "off".into(),
+        }
+    }
 }
 
 /// The object-store poller's checked settings.
@@ -99,6 +125,8 @@ pub struct ObjectConfig {
     match_updated: bool,
     done_marker: Option<String>,
     increasing_names: bool,
+    /// Where shard numbers start, when objects are read as shards.
+    shards: Option<FirstShard>,
     /// The engine's deadline of a poll: a listing stops short of it
     /// ([`LISTING_SHARE`]) and gives what it has.
     poll_timeout: Duration,
@@ -216,7 +244,15 @@ impl ObjectArgs {
                 ),
             ));
         }
+        let shards = match self.object_shards.trim() {
+            "off" | "" => None,
+            other => Some(FirstShard::parse(VAR_SHARDS, other).map_err(|mut e| {
+                e.message = format!("{}, or `off`", e.message);
+                e
+            })?),
+        };
         Ok(ObjectConfig {
+            shards,
             base,
             scheme,
             path,
@@ -255,6 +291,9 @@ struct Progress {
     /// it, and the one after that from the start again.
     #[serde(rename = "cont", skip_serializing_if = "Option::is_none", default)]
     continue_at: Option<String>,
+    /// With increasing names and `WATCHBRIDGE_OBJECT_SHARDS`: the shards listed so far.
+    #[serde(rename = "shards", skip_serializing_if = "Vec::is_empty", default)]
+    shards: Vec<SavedShard>,
 }
 
 /// Watches the objects under a prefix; see the module docs. One store (connection pool,
@@ -463,6 +502,29 @@ async fn poll(
         .map(|o| o.location.as_ref())
         .max()
         .map(str::to_string);
+    let outputs: Vec<ObjectMeta> = objects
+        .into_iter()
+        .filter(|o| target.marker.as_ref() != Some(&o.location))
+        .collect();
+    // The shards so far: this listing's, and with increasing names those of earlier ones
+    // (they are not listed again). Assessed before anything is kept: a poll that fails here
+    // moves nothing on.
+    let shards = config.shards.map(|first| {
+        let mut all = if config.increasing_names {
+            lock(&target.progress).shards.clone()
+        } else {
+            Vec::new()
+        };
+        all.extend(outputs.iter().filter_map(SavedShard::of));
+        (first, all)
+    });
+    let assessed = match &shards {
+        Some((first, all)) => {
+            let found: Vec<shards::Shard> = all.iter().map(SavedShard::shard).collect();
+            Some(shards::assess(&found, *first, VAR_SHARDS)?)
+        }
+        None => None,
+    };
     {
         let mut progress = lock(&target.progress);
         if config.increasing_names {
@@ -471,25 +533,58 @@ async fn poll(
                     progress.after = Some(last.clone());
                 }
             }
+            if let Some((_, all)) = shards {
+                progress.shards = all;
+            }
         } else {
             progress.continue_at = if cut { last.clone() } else { None };
         }
     }
-    let outputs = objects
-        .iter()
-        .filter(|o| target.marker.as_ref() != Some(&o.location))
-        .map(|o| output(config, o))
-        .collect();
     // Final only on a listing that saw everything the marker vouches for: whole, and
     // (listing everything) not a continuation of a cut one, whose earlier part was read
     // before the marker was found.
     let whole = !cut && (config.increasing_names || start.is_none());
     Ok(PollResult {
-        outputs,
-        watermark: None,
-        complete: marker_found && whole,
+        outputs: outputs.iter().map(|o| output(config, o)).collect(),
+        watermark: assessed.as_ref().and_then(|a| a.watermark),
+        complete: (marker_found && whole) || assessed.is_some_and(|a| a.complete),
         host_wait: None,
     })
+}
+
+/// A shard object a watch with increasing names has listed (its name's number and count,
+/// and its time), kept in its saved state: later listings do not see it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SavedShard {
+    #[serde(rename = "i")]
+    index: u64,
+    #[serde(rename = "of")]
+    of: u64,
+    #[serde(rename = "t")]
+    time: Millis,
+    #[serde(rename = "k")]
+    location: String,
+}
+
+impl SavedShard {
+    fn of(meta: &ObjectMeta) -> Option<Self> {
+        let (index, of) = shards::parse_shard_name(meta.location.filename()?)?;
+        Some(Self {
+            index,
+            of,
+            time: meta.last_modified.timestamp_millis(),
+            location: meta.location.to_string(),
+        })
+    }
+
+    fn shard(&self) -> shards::Shard {
+        shards::Shard {
+            index: self.index,
+            of: self.of,
+            time: self.time,
+            name: crate::logging::outside(&self.location).to_string(),
+        }
+    }
 }
 
 /// An output's key: the location, with `@` and the ETag when rewritten objects are new.
@@ -666,5 +761,58 @@ mod tests {
         );
         let read = p.output_key_reader().unwrap();
         assert_eq!(read(&r.outputs[0].value).unwrap(), r.outputs[0].key);
+    }
+
+    #[tokio::test]
+    async fn shards_give_a_watermark_and_finality_across_polls_and_a_restart() {
+        let mut a = args("s3://b/out/");
+        a.object_increasing_names = true;
+        a.object_shards = "auto".into();
+        let (p, store) = poller(a);
+        let t = Arc::new(p.resolve(&json!({}), b"k").unwrap());
+        put(&store, "out/0-readme").await;
+        put(&store, "out/part-1-of-3").await;
+        let r = p.poll(t.clone()).await.unwrap();
+        let first = r.watermark.expect("shard 1 is there");
+        assert!(!r.complete);
+        put(&store, "out/part-2-of-3").await;
+        let r = p.poll(t.clone()).await.unwrap();
+        let second = r.watermark.expect("shards 1 and 2");
+        assert!(second >= first && !r.complete);
+        // The shards listed so far survive a restart: later polls do not list them again.
+        let saved = p.resume_state(&t).unwrap();
+        let t = Arc::new(p.resolve(&json!({}), b"k").unwrap());
+        p.resume(&t, &saved);
+        assert!(p.poll(t.clone()).await.unwrap().watermark == Some(second));
+        put(&store, "out/part-3-of-3").await;
+        let r = p.poll(t.clone()).await.unwrap();
+        assert_eq!(keys(&r), ["out/part-3-of-3"]);
+        assert!(r.complete, "all three shards");
+
+        let mut bad = args("s3://b/out/");
+        bad.object_shards = "2".into();
+        let e = bad.config(T).unwrap_err();
+        assert_eq!(e.var, VAR_SHARDS);
+        assert!(e.message.contains("`off`"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn inconsistent_shards_fail_the_poll_and_move_nothing_on() {
+        let mut a = args("s3://b/out/");
+        a.object_increasing_names = true;
+        a.object_shards = "auto".into();
+        let (p, store) = poller(a);
+        let t = Arc::new(p.resolve(&json!({}), b"k").unwrap());
+        put(&store, "out/part-1-of-3").await;
+        p.poll(t.clone()).await.unwrap();
+        let saved = p.resume_state(&t);
+        put(&store, "out/part-2-of-4").await;
+        let e = p.poll(t.clone()).await.unwrap_err();
+        assert_eq!(e.kind, "inconsistent_shards");
+        assert_eq!(
+            p.resume_state(&t),
+            saved,
+            "nothing kept from the failed poll"
+        );
     }
 }
