@@ -105,6 +105,7 @@ bench-smoke: setup broker-install bench-peer-install
 	BENCH_SMOKE=1 $(CARGO) bench --bench vs_python
 	BENCH_SMOKE=1 $(CARGO) bench --bench vs_java
 	BENCH_SMOKE=1 $(CARGO) bench --bench guarantee
+	BENCH_SMOKE=1 $(CARGO) bench --bench object_store
 
 # Every test on Tansu (the default test broker), then the tests that use a broker again on
 # Apache Kafka (test-kafka; docs/brokers.md). How the time splits, measured on the 2-core

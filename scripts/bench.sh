@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL=(engine scale restore recovery_cost e2e vs_python vs_java guarantee)
+ALL=(engine scale restore recovery_cost e2e vs_python vs_java guarantee object_store)
 if [ "$#" -gt 0 ]; then BENCHES=("$@"); else BENCHES=("${ALL[@]}"); fi
 
 mkdir -p bench/results
