@@ -18,13 +18,13 @@
 //! The poll timeout is set long (10 minutes) so the first listing is never cut; under the
 //! default `WATCHBRIDGE_POLL_TIMEOUT` (30 s) a longer listing goes on over several polls.
 
-#[path = "support/mod.rs"]
-mod support;
 #[path = "../tests/support/moto_process.rs"]
 mod moto_process;
 #[path = "../tests/support/s3_proxy.rs"]
 #[allow(dead_code)]
 mod s3_proxy;
+#[path = "support/mod.rs"]
+mod support;
 
 use futures::StreamExt;
 use moto_process::{Auth, MotoProcess};
@@ -136,7 +136,11 @@ async fn run(objects: usize) {
     let first = measure(&proxy, &incremental, &target).await;
     assert_eq!(first.outputs, objects);
 
-    fill(&moto, (objects..objects + NEW).map(|i| format!("logs/{i:08}.json"))).await;
+    fill(
+        &moto,
+        (objects..objects + NEW).map(|i| format!("logs/{i:08}.json")),
+    )
+    .await;
     let second = measure(&proxy, &incremental, &target).await;
     assert_eq!(second.outputs, NEW);
 
@@ -180,7 +184,10 @@ async fn run(objects: usize) {
         &format!("after a restart (saved state) and {NEW} new objects"),
         &after_restart,
     ));
-    out.push_str(&row("default mode: every poll lists the whole prefix", &whole));
+    out.push_str(&row(
+        "default mode: every poll lists the whole prefix",
+        &whole,
+    ));
     out.push('\n');
     let only_new = second.requests == 1 && after_restart.requests == 1;
     out.push_str(&summary_line(
