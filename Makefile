@@ -39,8 +39,9 @@ setup:
 		echo "installing Debian packages: openjdk-17-jdk-headless maven"; \
 		$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jdk-headless maven; \
 	fi
-	@# The Python benchmark (bench/python/, smoke-run by make test) and the Avro interop tests'
-	@# tool (tests/python/, tests/avro_interop.rs) each make a venv (scripts/python-venv.sh), so
+	@# The Python benchmark (bench/python/, smoke-run by make test), the Avro interop tests'
+	@# tool (tests/python/, tests/avro_interop.rs) and the object-store tests' S3 server (moto,
+	@# tests/moto/, tests/pollers_object_store.rs) each make a venv (scripts/python-venv.sh), so
 	@# python3 needs its venv module: Debian's python3-venv, unless a python3 of its own has it.
 	@# Their packages are all wheels from PyPI (no compiler or -dev package needed).
 	@if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1 && command -v apt-get >/dev/null; then \
