@@ -459,3 +459,77 @@ async fn poll_once_lists_the_prefix_and_bad_settings_are_named() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("WATCHBRIDGE_OBJECT_URL: "), "{stderr}");
 }
+
+/// With increasing names, the bridge saves the last key listed with the watch's state: after
+/// a kill, the restored watch's first listing starts after it, and each object reaches the
+/// output topic once across the kill.
+#[tokio::test(flavor = "multi_thread")]
+async fn through_the_bridge_a_restart_lists_only_after_the_saved_key() {
+    use support::bridge::Bridge;
+    use support::kafka::broker;
+    use support::scenario::{
+        assert_each_once, output_key_counts, outputs_to_end, wait_for_outputs, Setup,
+    };
+
+    let moto = MotoProcess::start(Auth::Any);
+    moto.create_bucket("logs");
+    let w = writer(&moto, "logs");
+    for i in 1..=3 {
+        put(&w, &format!("app/{i:03}.log"), b"x").await;
+    }
+    let proxy = S3Proxy::start(&moto.url()).await;
+    let s = Setup::new("objects-restart", 1).await;
+    let env = vec![
+        ("WATCHBRIDGE_INPUT_TOPIC", s.input.clone()),
+        ("WATCHBRIDGE_OUTPUT_TOPIC", s.output.clone()),
+        ("WATCHBRIDGE_GROUP_ID", s.group.clone()),
+        ("WATCHBRIDGE_POLLER", "object_store".into()),
+        ("WATCHBRIDGE_OBJECT_URL", "s3://logs/{/app}/".into()),
+        ("WATCHBRIDGE_OBJECT_INCREASING_NAMES", "true".into()),
+        ("AWS_ENDPOINT_URL", proxy.url()),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        ("AWS_REGION", "us-east-1".into()),
+    ];
+    let mut bridge = Bridge::start(&env);
+    broker()
+        .produce(&s.input, None, Some(b"app"), br#"{"app":"app"}"#, &[])
+        .await;
+    wait_for_outputs(&s.output, 3, Duration::from_secs(60)).await;
+    // A few more polls (every 200 ms), and checkpoints (every 500 ms) to save the key.
+    let polled = listings(&proxy).len();
+    while listings(&proxy).len() < polled + 5 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    bridge.child.kill().unwrap();
+    bridge.child.wait().unwrap();
+    let before = listings(&proxy);
+    assert!(
+        !before[0].contains("start-after")
+            && before[1..]
+                .iter()
+                .all(|l| l.contains("start-after=app%2F003.log")),
+        "the first lists everything, the others after the last key: {before:?}"
+    );
+
+    put(&w, "app/004.log", b"x").await;
+    put(&w, "app/005.log", b"x").await;
+    proxy.clear();
+    let mut bridge = Bridge::start(&env);
+    wait_for_outputs(&s.output, 5, Duration::from_secs(60)).await;
+    let after = listings(&proxy);
+    assert!(
+        after[0].contains("start-after=app%2F003.log"),
+        "the restored watch lists after the saved key: {after:?}\n{}",
+        bridge.log()
+    );
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        (1..=5).map(|i| format!("app/{i:03}.log")),
+        &format!("each object once across the kill\n{}", bridge.log()),
+    );
+}
