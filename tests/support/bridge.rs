@@ -1,7 +1,7 @@
 //! A `watchbridge` process under test: started with a clean environment against the test
 //! broker, its log in a temp file, SIGTERM on request, killed when dropped.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,9 +25,23 @@ impl Bridge {
 
     /// Start it, without waiting for anything.
     pub fn spawn(env: &[(&str, String)]) -> Self {
+        Self::spawn_program(Path::new(env!("CARGO_BIN_EXE_watchbridge")), env)
+    }
+
+    /// [`Bridge::start`] with another program that runs a bridge (an example built on the
+    /// library), given the same environment.
+    pub fn start_program(program: &Path, env: &[(&str, String)]) -> Self {
+        let bridge = Self::spawn_program(program, env);
+        bridge.wait_for_log("bridge starting", Duration::from_secs(60));
+        bridge
+    }
+
+    /// [`Bridge::spawn`] with another program: the test's own `WATCHBRIDGE_*` and `KAFKA_*`
+    /// variables removed, the test broker and the settings below, then `env`.
+    pub fn spawn_program(program: &Path, env: &[(&str, String)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("bridge.log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
+        let mut command = Command::new(program);
         for (name, _) in std::env::vars() {
             if name.starts_with("WATCHBRIDGE_") || name.starts_with("KAFKA_") {
                 command.env_remove(name);
@@ -54,7 +68,9 @@ impl Bridge {
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
-        let child = command.spawn().expect("start watchbridge");
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
         Self {
             child,
             log,
