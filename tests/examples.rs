@@ -246,6 +246,12 @@ async fn cursor_poller_follows_pages_and_resumes_from_the_saved_cursor_after_a_k
             bridge.log()
         ),
     );
+    let dead: Vec<String> = b.read_to_end(&s.dlq).await.iter().map(record_key).collect();
+    assert_eq!(
+        dead,
+        ["no-user"],
+        "only the input without `/user` is a dead letter"
+    );
     for m in &all {
         let value: Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
         let n = value["n"].as_i64().unwrap();
