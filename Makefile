@@ -132,13 +132,13 @@ test: lint broker-install bench-smoke
 # The test binaries that use a broker, each run on Apache Kafka (one Kafka per binary, ~10 s
 # to start): the fixture's own tests, what differs between the brokers (brokers.rs), the
 # bridge, watermarks, operations and Prometheus tests (with WATCHBRIDGE_GUARANTEE=auto,
-# which picks exactly_once on Kafka), and who owns a watch (ownership.rs: a zombie in the
-# recovery mode); then compaction.rs and exactly_once.rs, which only Kafka can run (its log
+# which picks exactly_once on Kafka), who owns a watch (ownership.rs: a zombie in the
+# recovery mode), and the library examples (examples.rs, ~18 s); then compaction.rs and exactly_once.rs, which only Kafka can run (its log
 # cleaner, its transactions), and the short fault test in both modes, each with a zombie
 # episode and a broker pause under load. (lifecycle.rs, the start and stop with the brokers
 # away, runs on Tansu only in `make test`: on Kafka each of its tests starts a Kafka of its
 # own, ~100 s; `WATCHBRIDGE_TEST_BROKER=kafka cargo test --test lifecycle` runs it there.)
-KAFKA_TESTS = kafka_broker brokers bridge watermarks ops prometheus ownership
+KAFKA_TESTS = kafka_broker brokers bridge watermarks ops prometheus ownership examples
 test-kafka: setup
 	scripts/kafka.sh install
 	WATCHBRIDGE_TEST_BROKER=kafka $(CARGO) test $(KAFKA_TESTS:%=--test %)
