@@ -50,9 +50,10 @@ struct CursorPoller {
 /// (the cursor) sits in a `Mutex`: interior mutability.
 struct UserFeed {
     user: u64,
-    /// The cursor of the last page read (`None`: the first page). A poll starts there again:
-    /// the last page may have grown since, and events already emitted are dropped by the
-    /// bridge (it remembers each watch's output keys).
+    /// Where the next poll starts (`None`: the first page): the last page read, which may
+    /// have grown since (the events on it that were emitted already are dropped by the
+    /// bridge, which remembers each watch's output keys), or the page after the last one a
+    /// poll had time for.
     cursor: Mutex<Option<String>>,
 }
 
@@ -163,6 +164,8 @@ async fn get_page(
         return Err(PollError::permanent("not_found", format!("{url}: 404")));
     }
     if status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+        // (An API that says how long to wait: `.with_retry_after(duration)` on the error,
+        // and the retry waits at least that.)
         return Err(PollError::transient(
             "http_status",
             format!("{url}: {status}"),
@@ -182,7 +185,9 @@ async fn get_page(
         .map_err(|e| PollError::transient("bad_page", format!("{url}: {e}")))
 }
 
-/// An event as an output: its `id` says which output it is, `at` when it happened.
+/// An event as an output: its `id` says which output it is, `at` when it happened. An
+/// event without them fails the poll as transient (a half-deployed API may mend); the retry
+/// limit ends the watch if it does not.
 fn output(event: Value) -> Result<Output, PollError> {
     let bad = |what: &str| PollError::transient("bad_event", format!("event {event}: {what}"));
     let id = event

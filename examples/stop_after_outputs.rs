@@ -32,8 +32,8 @@ impl Condition for StopAfterOutputs {
     /// New outputs emitted so far.
     type State = u64;
 
-    /// A new watch has emitted nothing. (`input` is the poller's input, if a condition
-    /// wants to set a limit per input.)
+    /// A new watch has emitted nothing. (A condition that sets a limit per input reads it
+    /// from `input`: `input.input::<T>()` is the poller's input if it is a `T`.)
     fn for_new_input(&self, _now: Millis, _input: &NewInput<'_>) -> u64 {
         0
     }
@@ -46,7 +46,7 @@ impl Condition for StopAfterOutputs {
     /// Nothing to do per poll: only outputs count.
     fn on_poll_complete(&self, _now: Millis, _count: &mut u64) {}
 
-    /// Asked after every poll. This stops the *polling*: the outputs of the poll that
+    /// Asked after every poll, and before one falls due. This stops the *polling*: the outputs of the poll that
     /// reached the limit are emitted, all of them, so a poll that finds 3 new outputs at a
     /// count of 4 ends the watch at 7.
     fn can_stop_polling(&self, _now: Millis, count: &u64) -> Option<TerminatedReason> {
@@ -54,7 +54,8 @@ impl Condition for StopAfterOutputs {
         (*count >= self.max).then(|| TerminatedReason::Custom("max_outputs".into()))
     }
 
-    /// Saved with the watch after each poll: 8 bytes, little-endian.
+    /// Saved with the watch after each poll: 8 bytes, little-endian. (Every watch keeps
+    /// its state in memory and writes it with each checkpoint: keep it small.)
     fn encode_state(&self, count: &u64) -> Vec<u8> {
         count.to_le_bytes().to_vec()
     }
