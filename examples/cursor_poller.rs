@@ -203,17 +203,8 @@ fn output(event: Value) -> Result<Output, PollError> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // The bridge logs through `tracing`; a program using it installs the subscriber.
-    // WATCHBRIDGE_LOG filters as it does for `watchbridge run`.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WATCHBRIDGE_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: a log file or collector gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // Log lines as `watchbridge run` writes them (WATCHBRIDGE_LOG, WATCHBRIDGE_LOG_FORMAT).
+    watchbridge::init_logging();
 
     let base = std::env::var("EXAMPLE_API_URL").map_err(|_| "EXAMPLE_API_URL is not set")?;
     let host: Arc<str> = url::Url::parse(&base)?

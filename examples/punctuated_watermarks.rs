@@ -21,8 +21,8 @@
 
 use serde_json::Value;
 use watchbridge::builder::BridgeBuilder;
-use watchbridge::clock::Millis;
 use watchbridge::watermark::{Generators, InputEvent, WatermarkGenerator, WatermarkOutput};
+use watchbridge::Millis;
 
 /// The watermark a marker record carries; `None` for an ordinary input.
 fn marker(value: &Value) -> Option<Millis> {
@@ -49,16 +49,8 @@ impl WatermarkGenerator for Punctuated {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // The bridge logs through `tracing`; WATCHBRIDGE_LOG filters, as for `watchbridge run`.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WATCHBRIDGE_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: a log file or collector gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // Log lines as `watchbridge run` writes them (WATCHBRIDGE_LOG, WATCHBRIDGE_LOG_FORMAT).
+    watchbridge::init_logging();
 
     BridgeBuilder::from_env()?
         // Instead of WATCHBRIDGE_WATERMARK_STRATEGY; "punctuated" is its name in logs.

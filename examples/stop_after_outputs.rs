@@ -17,9 +17,9 @@
 
 use std::time::Duration;
 use watchbridge::builder::BridgeBuilder;
-use watchbridge::clock::Millis;
 use watchbridge::reason::TerminatedReason;
 use watchbridge::termination::{Condition, NewInput, Termination};
+use watchbridge::Millis;
 
 /// Stop after this many new outputs. One condition value serves every watch; what differs
 /// per watch is its `State`.
@@ -71,16 +71,8 @@ impl Condition for StopAfterOutputs {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // The bridge logs through `tracing`; WATCHBRIDGE_LOG filters, as for `watchbridge run`.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WATCHBRIDGE_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: a log file or collector gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // Log lines as `watchbridge run` writes them (WATCHBRIDGE_LOG, WATCHBRIDGE_LOG_FORMAT).
+    watchbridge::init_logging();
 
     let max = match std::env::var("EXAMPLE_MAX_OUTPUTS") {
         Ok(text) => text

@@ -62,10 +62,14 @@ pub const STOP_MARGIN: Duration = Duration::from_secs(5);
 /// committed; nothing lost).
 pub const STOP_GAVE_UP_EXIT_CODE: u8 = 3;
 
+/// Why a bridge did not run, or did not stop cleanly.
 #[derive(Debug, thiserror::Error)]
 pub enum BridgeError {
+    /// The brokers or the topics are not usable (unreachable within
+    /// `WATCHBRIDGE_START_TIMEOUT`, a topic missing or misconfigured).
     #[error(transparent)]
     Setup(#[from] KafkaSetupError),
+    /// Something else the start needs failed (a setting, a client, the runtime).
     #[error("{0}")]
     Start(String),
     /// The stop ended at its deadline without delivering or committing everything (the
@@ -82,15 +86,18 @@ pub struct StopSignal {
 }
 
 impl StopSignal {
+    /// Ask the bridge to stop (an orderly stop: see `WATCHBRIDGE_SHUTDOWN_TIMEOUT`).
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::SeqCst);
         self.notify.notify_waiters();
     }
 
+    /// Whether a stop was asked for.
     pub fn is_stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
     }
 
+    /// Ready once a stop was asked for.
     pub async fn stopped(&self) {
         loop {
             let notified = self.notify.notified();

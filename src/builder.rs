@@ -234,7 +234,9 @@ impl<P: Resolve> Bridge<P> {
 
     /// Run as `watchbridge run` does: on a runtime of its own, until SIGTERM or Ctrl-C,
     /// and exiting the process if the stop outlasts `WATCHBRIDGE_SHUTDOWN_TIMEOUT` by
-    /// [`STOP_MARGIN`](crate::bridge::STOP_MARGIN).
+    /// [`STOP_MARGIN`](crate::bridge::STOP_MARGIN). It starts a tokio runtime, so it
+    /// cannot be called from one (`#[tokio::main]`): there, use [`Bridge::run`] with a
+    /// [`StopSignal`] of your own ([`crate::stop_on_signals`] stops it on signals).
     pub fn run_until_signal(self) -> Result<(), BridgeError> {
         let runtime = tokio::runtime::Runtime::new()
             .map_err(|e| BridgeError::Start(format!("cannot start the async runtime: {e}")))?;

@@ -120,11 +120,19 @@ pub mod schedule;
 pub mod termination;
 pub mod watermark;
 
-pub use bridge::{BridgeError, StopSignal, STOP_MARGIN};
+pub use bridge::{stop_on_signals, BridgeError, StopSignal, STOP_MARGIN};
 pub use builder::{Bridge, BridgeBuilder};
 pub use clock::Millis;
 pub use formats::time::TimestampAssigner;
 pub use kafka::input::Input;
+
+/// Log as `watchbridge run` does: lines on stderr, filtered by `WATCHBRIDGE_LOG` (default
+/// `info`), as text (coloured only on a terminal) or, with `WATCHBRIDGE_LOG_FORMAT=json`,
+/// one JSON object per line. The bridge logs through `tracing`; call this once at the start
+/// of `main`, or install a subscriber of your own instead.
+pub fn init_logging() {
+    logging::init_from_env();
+}
 
 // The bridge's own parts. Public only for the `watchbridge` binary, the tests and the
 // benchmarks, which use them directly; hidden from the documentation and not an API: they

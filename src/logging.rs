@@ -23,6 +23,17 @@ pub enum LogFormat {
     Json,
 }
 
+/// Install the global subscriber as `watchbridge run` does: `WATCHBRIDGE_LOG` filters
+/// (default `info`), `WATCHBRIDGE_LOG_FORMAT` (`text`, the default, or `json`) shapes the
+/// lines. For a program built on the library ([`crate::init_logging`]).
+pub fn init_from_env() {
+    let format = match std::env::var("WATCHBRIDGE_LOG_FORMAT") {
+        Ok(f) if f.eq_ignore_ascii_case("json") => LogFormat::Json,
+        _ => LogFormat::Text,
+    };
+    init(format, None);
+}
+
 /// Install the global subscriber. For `demo` (`Some(endings)`) the default filter is
 /// `error`: its view shows the dead letters and failed watches the warnings are about, and
 /// log lines would scramble a view redrawn in place; `demo` also gets the layer that

@@ -125,6 +125,12 @@ impl PollError {
 ///
 /// The future is `'static` so the engine can run polls concurrently on the runtime's
 /// threads; clone what you need (an `Arc`'d client) into it.
+///
+/// What the engine promises, which per-watch state in an `Input` (behind a `Mutex`) may
+/// rely on: the polls of one watch never overlap (the next is scheduled only once the last
+/// has ended); a poll past `WATCHBRIDGE_POLL_TIMEOUT` is cancelled (its future dropped, at
+/// an `.await`) and counts as failed; and [`Poller::resume_state`] is read right after each
+/// poll that did not end its watch, by the bridge's checkpoints.
 pub trait Poller: Send + Sync + 'static {
     /// What a watch is started from (a decoded input record).
     type Input: Send + Sync + 'static;

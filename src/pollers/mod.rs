@@ -54,7 +54,9 @@ pub use template::RenderError;
 /// A poller that derives each watch's resource from its input record.
 pub trait Resolve: Poller {
     /// Called once per input, before the watch starts. `Err` means the input cannot be
-    /// watched; the runtime sends it to the dead-letter topic with the error as the reason.
+    /// watched; the runtime sends it to the dead-letter topic with the error as the reason
+    /// (a poller of your own says [`RenderError::Missing`] for a field the input lacks,
+    /// [`RenderError::Unusable`] for anything else).
     fn resolve(&self, value: &Value, key: &[u8]) -> Result<Self::Input, RenderError>;
 
     /// How to read an output's identity back from its value, if this poller can: a

@@ -90,6 +90,12 @@ use crate::reason::TerminatedReason;
 /// state is saved with the watch on the state topic ([`Condition::encode_state`]) and read
 /// back when the watch is restored, after a restart or on another instance (Beam's state
 /// coder): a condition that counts something goes on counting where it was.
+///
+/// A condition decides when a watch stops *polling*: it is asked after each poll and when
+/// a poll falls due, never in the middle of one, so it cannot cap what one poll emits (a
+/// limit of 5 outputs lets a poll that finds 8 new ones emit all 8, then stops). The name
+/// given to [`Termination::custom`] is how the tree displays it; the reason it reports
+/// ([`TerminatedReason::Custom`]) is its own, and usually the same name.
 pub trait Condition: Send + Sync + fmt::Debug + 'static {
     /// What the condition keeps per watch.
     type State: Clone + fmt::Debug + Send + Sync + 'static;
