@@ -18,6 +18,7 @@
 
 use crate::clock::Clock;
 use crate::config::{Mode, RunConfig};
+use crate::control::Controls;
 use crate::formats::output::OutputEncoder;
 use crate::internal_events::StopGaveUp;
 use crate::kafka::client::{
@@ -40,7 +41,7 @@ use crate::kafka::recovery::RecoverySource;
 use crate::kafka::stats::{self, BridgeProducer, ProducerStats};
 use crate::limits::Limits;
 use crate::metrics::Metrics;
-use crate::ops_server::OpsServer;
+use crate::ops_server::{OpsApi, OpsServer};
 use crate::pollers::Resolve;
 use crate::readiness::Readiness;
 use crate::watermark::WatermarkTopic;
@@ -155,7 +156,8 @@ pub async fn run_bridge<P: Resolve>(
             readiness.stopping(&metrics);
         });
     }
-    let ops_server = start_ops_server(config, &metrics, &readiness).await?;
+    let controls = Arc::new(Controls::default());
+    let ops_server = start_ops_server(config, &metrics, &readiness, &controls).await?;
     // Wait for the brokers (a broker still starting or restarting), then check the topics;
     // if the brokers go away meanwhile, wait again, all within WATCHBRIDGE_START_TIMEOUT.
     let start_deadline = started + config.start_timeout;
@@ -308,6 +310,7 @@ pub async fn run_bridge<P: Resolve>(
         readiness: readiness.clone(),
         transactions,
         kafka: kafka.clone(),
+        controls,
     });
     let partitions = Arc::new(Partitions::new(shared, tokio::runtime::Handle::current()));
     let bounded_incomplete = partitions.clone();
@@ -547,14 +550,25 @@ async fn start_ops_server(
     config: &RunConfig,
     metrics: &Arc<Metrics>,
     readiness: &Arc<Readiness>,
+    controls: &Arc<Controls>,
 ) -> Result<Option<OpsServer>, BridgeError> {
     let Some(addr) = config.metrics_addr else {
         return Ok(None);
     };
-    let server = OpsServer::start(addr, metrics.clone(), readiness.clone())
+    let api = OpsApi {
+        metrics: metrics.clone(),
+        readiness: readiness.clone(),
+        controls: controls.clone(),
+        admin_token: config.admin_token.as_ref().map(|t| t.0.clone()),
+    };
+    let server = OpsServer::start(addr, api)
         .await
         .map_err(BridgeError::Start)?;
-    tracing::info!(address = %server.addr(), "serving /metrics, /healthz and /readyz (WATCHBRIDGE_METRICS_ADDR)");
+    tracing::info!(
+        address = %server.addr(),
+        control = config.admin_token.is_some(),
+        "serving /metrics, /healthz, /readyz, /watches and /partitions (WATCHBRIDGE_METRICS_ADDR)"
+    );
     Ok(Some(server))
 }
 

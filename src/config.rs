@@ -247,6 +247,16 @@ pub struct RunArgs {
         default_value = "0.0.0.0:9898"
     )]
     pub metrics_addr: String,
+    /// The token the operations server's control requests (`POST /watches/{key}/stop`,
+    /// `POST /pause`, `POST /resume`) must carry as `Authorization: Bearer <token>`. Unset:
+    /// no control request is taken (the read-only `GET` requests are, without a token).
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_ADMIN_TOKEN",
+        value_name = "WATCHBRIDGE_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<crate::pollers::http::config::Redacted>,
     #[command(flatten)]
     pub formats: crate::formats::FormatArgs,
     #[command(flatten)]
@@ -309,6 +319,8 @@ pub struct RunConfig {
     pub mode: Mode,
     /// Where the operations server listens (`None`: `off`).
     pub metrics_addr: Option<SocketAddr>,
+    /// `WATCHBRIDGE_ADMIN_TOKEN` (`None`: no control request is taken).
+    pub admin_token: Option<crate::pollers::http::config::Redacted>,
 }
 
 impl RunArgs {
@@ -496,6 +508,7 @@ impl RunArgs {
             output_headers,
             mode: self.mode,
             metrics_addr,
+            admin_token: self.admin_token.clone().filter(|t| !t.0.is_empty()),
         })
     }
 }

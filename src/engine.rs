@@ -60,9 +60,10 @@
 //! or being handled): it stays small, and empties as the runtime catches up.
 
 use crate::clock::{millis, Clock, Millis};
+use crate::control::{Control, Pause, WatchState, WatchStatus};
 use crate::internal_events::{
     HostHeld, InputAlreadyWatching, PollFailed, PollRateLimited, PollStarted, PollSucceeded,
-    RetryAfterCapped, WatchRestored, WatchStarted, WatchTerminated,
+    RetryAfterCapped, WatchRestored, WatchStarted, WatchStoppedByOperator, WatchTerminated,
 };
 use crate::limits::Limits;
 use crate::metrics::Metrics;
@@ -73,7 +74,7 @@ use crate::table::{Completion, WatchId, WatchTable};
 use crate::watch::{Next, Progress, WatchRules};
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -222,6 +223,20 @@ pub struct Engine<P: Poller> {
     min_hold: Option<Millis>,
     /// With [`EngineConfig::remember_ended`]: keys of ended watches not forgotten yet.
     ended: Option<HashSet<Bytes>>,
+    /// The operations API's messages and the instance's pause ([`Engine::with_controls`]).
+    controls: Option<Controls>,
+    /// Whether the operations API is connected (the last errors are kept only then).
+    controls_connected: bool,
+    /// The error of the last poll of each watch whose polls fail (only those: see
+    /// `control.rs`).
+    last_errors: HashMap<Bytes, String>,
+}
+
+/// What [`Engine::with_controls`] connects.
+struct Controls {
+    messages: mpsc::Receiver<Control>,
+    pause: Arc<Pause>,
+    partition: i32,
 }
 
 /// Why `run` returned.
@@ -254,7 +269,27 @@ impl<P: Poller> Engine<P> {
             in_flight: FuturesUnordered::new(),
             min_hold: None,
             ended: config.remember_ended.then(HashSet::new),
+            controls: None,
+            controls_connected: false,
+            last_errors: HashMap::new(),
         }
+    }
+
+    /// Answer the operations API's `messages` (as input partition `partition`'s engine), and
+    /// dispatch no poll while `pause` says so.
+    pub fn with_controls(
+        mut self,
+        messages: mpsc::Receiver<Control>,
+        pause: Arc<Pause>,
+        partition: i32,
+    ) -> Self {
+        self.controls = Some(Controls {
+            messages,
+            pause,
+            partition,
+        });
+        self.controls_connected = true;
+        self
     }
 
     /// Run until shut down, until nobody listens, or — once `commands` is closed or asked to
@@ -267,16 +302,23 @@ impl<P: Poller> Engine<P> {
         let mut commands_open = true;
         let mut draining = false;
         let mut spare_permit: Option<OwnedSemaphorePermit> = None;
+        let mut controls = self.controls.take();
+        let pause = controls.as_ref().map(|c| c.pause.clone());
         let ended = loop {
             let now = self.clock.now_ms();
-            let blocked = match self.dispatch_due(now, &mut spare_permit, &events).await {
-                Ok(blocked) => blocked,
-                Err(ended) => break ended,
+            let paused = pause.as_ref().is_some_and(|p| p.is_paused());
+            let blocked = match paused {
+                // Nothing is dispatched; every watch keeps its place in the queue.
+                true => false,
+                false => match self.dispatch_due(now, &mut spare_permit, &events).await {
+                    Ok(blocked) => blocked,
+                    Err(ended) => break ended,
+                },
             };
             if (!commands_open || draining) && self.table.is_empty() && self.in_flight.is_empty() {
                 break Ended::Drained;
             }
-            let wake = match (blocked, self.table.next_due()) {
+            let wake = match (blocked || paused, self.table.next_due()) {
                 (false, Some(due)) => Some(self.clock.instant_at(due)),
                 _ => None,
             };
@@ -311,6 +353,13 @@ impl<P: Poller> Engine<P> {
                 permit = self.limits.in_flight().clone().acquire_owned(), if blocked => {
                     spare_permit = permit.ok();
                 }
+                Some(message) = next_control(&mut controls), if controls.is_some() => {
+                    let partition = controls.as_ref().map_or(0, |c| c.partition);
+                    if let Err(ended) = self.on_control(message, partition, &events).await {
+                        break ended;
+                    }
+                }
+                () = resumed(&pause), if paused => {}
                 () = sleep_until_opt(wake), if wake.is_some() => {}
             }
         };
@@ -467,6 +516,9 @@ impl<P: Poller> Engine<P> {
         };
         match completion {
             Completion::Polled { key, polled, hold } => {
+                if !self.last_errors.is_empty() {
+                    self.last_errors.remove(&key);
+                }
                 PollSucceeded {
                     new_outputs: polled.new_outputs.len(),
                     duplicates: polled.duplicates,
@@ -514,6 +566,9 @@ impl<P: Poller> Engine<P> {
                     retry_in,
                 }
                 .emit(&self.metrics);
+                if self.controls_connected {
+                    self.last_errors.insert(key.clone(), error.to_string());
+                }
                 if let Some(requested) = failed.retry_after_capped {
                     RetryAfterCapped {
                         key: &key,
@@ -585,6 +640,81 @@ impl<P: Poller> Engine<P> {
         send(events, Event::Checkpoint(Box::new(checkpoint))).await
     }
 
+    /// A message of the operations API.
+    async fn on_control(
+        &mut self,
+        message: Control,
+        partition: i32,
+        events: &mpsc::Sender<Event>,
+    ) -> Result<(), Ended> {
+        match message {
+            Control::Status { key, reply } => {
+                let status = self.table.id_of(&key).and_then(|id| {
+                    let due = self.table.due_times();
+                    self.status_of(id, partition, &due)
+                });
+                let _ = reply.send(status);
+            }
+            Control::List { query, reply } => {
+                let due = self.table.due_times();
+                let min_hold = self.table.min_hold();
+                let watches = self
+                    .table
+                    .live()
+                    .filter(|(_, w)| !query.holds_watermark || Some(w.hold()) == min_hold)
+                    .filter_map(|(id, _)| self.status_of(id, partition, &due))
+                    .filter(|s| query.state.is_none_or(|want| s.state == want))
+                    .collect();
+                let _ = reply.send(watches);
+            }
+            Control::Stop { key, reply } => {
+                let removed = self.table.id_of(&key).and_then(|id| self.table.remove(id));
+                let stopped = removed.is_some();
+                let _ = reply.send(stopped);
+                if stopped {
+                    WatchStoppedByOperator { key: &key }.emit(&self.metrics);
+                    self.terminated(key, TerminatedReason::Stopped, SeenSet::new(), events)
+                        .await?;
+                    self.report_min_hold(events).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A live watch as the operations API shows it (`due`: [`WatchTable::due_times`]).
+    fn status_of(
+        &self,
+        id: WatchId,
+        partition: i32,
+        due: &HashMap<WatchId, Millis>,
+    ) -> Option<WatchStatus> {
+        let watch = self.table.watch(id)?;
+        let progress = watch.progress();
+        let next_poll = due.get(&id).copied();
+        let state = match (next_poll, progress.failures) {
+            (None, _) => WatchState::Polling,
+            (Some(_), 0) => WatchState::Waiting,
+            (Some(_), _) => WatchState::Retrying,
+        };
+        let termination = &self.table.rules().termination;
+        Some(WatchStatus {
+            key: String::from_utf8_lossy(watch.key()).into_owned(),
+            partition,
+            state,
+            started_ms: progress.arrived,
+            polls_ok: progress.polls,
+            failures_in_a_row: progress.failures,
+            empty_polls_in_a_row: progress.empty_streak,
+            last_new_output_ms: progress.last_new,
+            last_error: self.last_errors.get(watch.key()).cloned(),
+            next_poll_ms: next_poll,
+            seen_outputs: watch.seen().len(),
+            hold_ms: progress.hold,
+            termination: termination.describe(watch.termination(), self.clock.now_ms()),
+        })
+    }
+
     async fn terminated(
         &mut self,
         key: Bytes,
@@ -592,6 +722,9 @@ impl<P: Poller> Engine<P> {
         seen: SeenSet,
         events: &mpsc::Sender<Event>,
     ) -> Result<(), Ended> {
+        if !self.last_errors.is_empty() {
+            self.last_errors.remove(&key);
+        }
         WatchTerminated {
             key: &key,
             reason: &reason,
@@ -616,6 +749,22 @@ impl<P: Poller> Engine<P> {
         }
         self.min_hold = min;
         send(events, Event::Hold { min }).await
+    }
+}
+
+/// The next message of the operations API (pending without one).
+async fn next_control(controls: &mut Option<Controls>) -> Option<Control> {
+    match controls {
+        Some(c) => c.messages.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Ready once polling resumes.
+async fn resumed(pause: &Option<Arc<Pause>>) {
+    match pause {
+        Some(p) => p.resumed().await,
+        None => std::future::pending().await,
     }
 }
 

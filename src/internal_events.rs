@@ -569,6 +569,57 @@ impl InputForFinishedWatch<'_> {
     }
 }
 
+/// An operator ended a watch through the operations API (`POST /watches/{key}/stop`).
+pub struct WatchStoppedByOperator<'a> {
+    pub key: &'a [u8],
+}
+
+impl WatchStoppedByOperator<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::warn!(key = %KeyDisplay(self.key), "watch stopped by an operator (POST /watches/{{key}}/stop); it stays stopped within WATCHBRIDGE_FINISHED_RETENTION");
+        m.control_actions.with_label_values(&["stop"]).inc();
+    }
+}
+
+/// An operator paused or resumed this instance's polling (`POST /pause`, `POST /resume`).
+pub struct PollingPaused {
+    pub paused: bool,
+}
+
+impl PollingPaused {
+    pub fn emit(&self, m: &Metrics) {
+        match self.paused {
+            true => {
+                tracing::warn!("polling paused by an operator (POST /pause): no watch of this instance polls until POST /resume");
+                m.control_actions.with_label_values(&["pause"]).inc();
+            }
+            false => {
+                tracing::warn!("polling resumed by an operator (POST /resume)");
+                m.control_actions.with_label_values(&["resume"]).inc();
+            }
+        }
+        m.polling_paused.set(i64::from(self.paused));
+    }
+}
+
+/// A control request of the operations API refused: no `WATCHBRIDGE_ADMIN_TOKEN`, or not
+/// the request's.
+pub struct ControlRefused<'a> {
+    pub path: &'a str,
+    pub why: &'static str,
+}
+
+impl ControlRefused<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::warn!(
+            path = self.path,
+            why = self.why,
+            "operations API control request refused"
+        );
+        m.control_actions.with_label_values(&["refused"]).inc();
+    }
+}
+
 /// An input the bridge's input filter says is not a watch (a library user's
 /// `BridgeBuilder::skip_inputs`: a marker that only the watermark generator reads).
 pub struct InputSkipped<'a> {

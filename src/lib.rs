@@ -144,6 +144,8 @@ pub mod bridge;
 #[doc(hidden)]
 pub mod config;
 #[doc(hidden)]
+pub mod control;
+#[doc(hidden)]
 pub mod demo;
 #[doc(hidden)]
 pub mod engine;

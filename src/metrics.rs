@@ -38,6 +38,8 @@ pub struct Metrics {
     pub outputs_recovered: IntCounter,
     pub inputs_finished: IntCounter,
     pub inputs_skipped: IntCounter,
+    pub control_actions: IntCounterVec,
+    pub polling_paused: IntGauge,
     pub failed_watches_restarted: IntCounter,
     pub state_records_written: IntCounter,
     pub transactions: IntCounterVec,
@@ -203,6 +205,17 @@ impl Metrics {
             "watchbridge_inputs_for_finished_watches_total",
             "Inputs whose watch already finished within WATCHBRIDGE_FINISHED_RETENTION (not started again)"
         ));
+        let control_actions = reg!(IntCounterVec::new(
+            Opts::new(
+                "watchbridge_control_actions_total",
+                "Control requests of the operations API, by action (stop, pause, resume; refused: without the admin token)"
+            ),
+            &["action"]
+        ));
+        let polling_paused = reg!(IntGauge::new(
+            "watchbridge_polling_paused",
+            "1 while an operator has paused this instance's polling (POST /pause), else 0"
+        ));
         let inputs_skipped = reg!(IntCounter::new(
             "watchbridge_inputs_skipped_total",
             "Inputs a library user's input filter said are not watches (markers): read and committed, no watch started"
@@ -311,6 +324,8 @@ impl Metrics {
             outputs_recovered,
             inputs_finished,
             inputs_skipped,
+            control_actions,
+            polling_paused,
             failed_watches_restarted,
             state_records_written,
             transactions,

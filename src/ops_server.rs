@@ -1,14 +1,21 @@
 //! The operations server on `WATCHBRIDGE_METRICS_ADDR`: `GET /metrics` (Prometheus text
 //! format), `GET /healthz` (the process answers: no locks, no Kafka, so a slow broker never
-//! gets a live instance restarted) and `GET /readyz` (see [`Readiness`]); anything else is
-//! a 404. It starts before the bridge's topics are checked, so `/healthz` answers during a
+//! gets a live instance restarted) and `GET /readyz` (see [`Readiness`]); the watches'
+//! status (`GET /watches`, `GET /watches/{key}`, `GET /partitions`, JSON) and, only with
+//! `WATCHBRIDGE_ADMIN_TOKEN` and that token on the request, control (`POST
+//! /watches/{key}/stop`, `POST /pause`, `POST /resume`; `control.rs`); anything else is a
+//! 404. It starts before the bridge's topics are checked, so `/healthz` answers during a
 //! long start, and stops when the bridge has.
 //!
-//! It is unauthenticated (docs/operations.md, "Security"), so it bounds what a client can
+//! Apart from control requests it is unauthenticated (docs/operations.md, "Security"): a
+//! status shows watch keys and errors, so expose it only where those may be seen. It bounds
+//! what a client can
 //! take: at most [`MAX_CONNECTIONS`] connections at once (more wait in the kernel's accept
 //! queue until one ends), [`HEADER_READ_TIMEOUT`] to send a request's headers, and a failing
 //! `accept` (out of file descriptors) is retried with backoff rather than in a busy loop.
 
+use crate::control::{Controls, ListQuery, Lookup};
+use crate::internal_events::{ControlRefused, PollingPaused};
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
 use bytes::Bytes;
@@ -48,16 +55,12 @@ pub struct OpsServer {
 
 impl OpsServer {
     /// Listen on `addr` and serve until dropped. The error names `WATCHBRIDGE_METRICS_ADDR`.
-    pub async fn start(
-        addr: SocketAddr,
-        metrics: Arc<Metrics>,
-        readiness: Arc<Readiness>,
-    ) -> Result<Self, String> {
+    pub async fn start(addr: SocketAddr, api: OpsApi) -> Result<Self, String> {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| format!("WATCHBRIDGE_METRICS_ADDR: cannot listen on {addr}: {e}"))?;
         let addr = listener.local_addr().unwrap_or(addr);
-        let task = tokio::spawn(serve(listener, metrics, readiness, MAX_CONNECTIONS));
+        let task = tokio::spawn(serve(listener, Arc::new(api), MAX_CONNECTIONS));
         Ok(Self { addr, task })
     }
 
@@ -87,13 +90,33 @@ impl Listener for TcpListener {
     }
 }
 
+/// What the server answers from.
+pub struct OpsApi {
+    /// Rendered at `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Asked at `/readyz`.
+    pub readiness: Arc<Readiness>,
+    /// This instance's partitions and watches.
+    pub controls: Arc<Controls>,
+    /// `WATCHBRIDGE_ADMIN_TOKEN`.
+    pub admin_token: Option<String>,
+}
+
+#[cfg(test)]
+impl OpsApi {
+    /// Metrics and readiness only, no partitions (tests).
+    pub fn basic(metrics: Arc<Metrics>, readiness: Arc<Readiness>) -> Self {
+        Self {
+            metrics,
+            readiness,
+            controls: Arc::new(Controls::default()),
+            admin_token: None,
+        }
+    }
+}
+
 /// Accept and serve connections, at most `max_connections` at once, until aborted.
-async fn serve<L: Listener>(
-    mut listener: L,
-    metrics: Arc<Metrics>,
-    readiness: Arc<Readiness>,
-    max_connections: usize,
-) {
+async fn serve<L: Listener>(mut listener: L, api: Arc<OpsApi>, max_connections: usize) {
     // Connections live in the set, so aborting this task closes them too.
     let mut connections = tokio::task::JoinSet::new();
     let mut backoff: Option<Duration> = None;
@@ -108,10 +131,10 @@ async fn serve<L: Listener>(
                     if backoff.take().is_some() {
                         tracing::info!("the operations server accepts connections again");
                     }
-                    let (metrics, readiness) = (metrics.clone(), readiness.clone());
+                    let api = api.clone();
                     let service = service_fn(move |req: Request<Incoming>| {
-                        let response = answer(&metrics, &readiness, req.method(), req.uri().path());
-                        async move { Ok::<_, Infallible>(response) }
+                        let api = api.clone();
+                        async move { Ok::<_, Infallible>(respond(&api, &req).await) }
                     });
                     connections.spawn(
                         hyper::server::conn::http1::Builder::new()
@@ -152,6 +175,184 @@ async fn serve<L: Listener>(
 }
 
 /// The response to one request.
+async fn respond<B>(api: &OpsApi, req: &Request<B>) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
+    let method = req.method();
+    if let Some(rest) = path.strip_prefix("/watches") {
+        return watches(api, req, rest).await;
+    }
+    match (method, path) {
+        (&Method::GET, "/partitions") => json(StatusCode::OK, &api.controls.partitions().await),
+        (&Method::POST, "/pause" | "/resume") => {
+            if let Some(refused) = refusal(api, req) {
+                return refused;
+            }
+            let paused = path == "/pause";
+            api.controls.pause.set(paused);
+            PollingPaused { paused }.emit(&api.metrics);
+            json(StatusCode::OK, &serde_json::json!({ "paused": paused }))
+        }
+        _ => answer(&api.metrics, &api.readiness, method, path),
+    }
+}
+
+/// `/watches` (`rest`: what follows it in the path).
+async fn watches<B>(api: &OpsApi, req: &Request<B>, rest: &str) -> Response<Full<Bytes>> {
+    let method = req.method();
+    if rest.is_empty() || rest == "/" {
+        if method != Method::GET {
+            return text(StatusCode::NOT_FOUND, "not found\n".into());
+        }
+        let (partition, query) = match list_query(req.uri().query().unwrap_or_default()) {
+            Ok(q) => q,
+            Err(e) => return json(StatusCode::BAD_REQUEST, &serde_json::json!({ "error": e })),
+        };
+        let (total, watches) = api.controls.list(partition, &query).await;
+        return json(
+            StatusCode::OK,
+            &serde_json::json!({
+                "total": total,
+                "offset": query.offset,
+                "limit": query.limit,
+                "watches": watches,
+            }),
+        );
+    }
+    let rest = &rest[1..];
+    let (key, action) = match rest.rsplit_once('/') {
+        Some((key, "stop")) => (key, Some("stop")),
+        _ => (rest, None),
+    };
+    let key = percent_encoding::percent_decode_str(key).collect::<Vec<u8>>();
+    let not_here = |owned: Vec<i32>| {
+        json(
+            StatusCode::NOT_FOUND,
+            &serde_json::json!({
+                "error": "no live watch with this key on this instance",
+                "key": String::from_utf8_lossy(&key),
+                "owned_partitions": owned,
+                "hint": "a watch lives on the instance that owns its input partition: ask the instances that own the others (GET /partitions on each)",
+            }),
+        )
+    };
+    match (method, action) {
+        (&Method::GET, None) => match api.controls.status(&key).await {
+            Lookup::Here(_, status) => json(StatusCode::OK, &status),
+            Lookup::NotHere(owned) => not_here(owned),
+        },
+        (&Method::POST, Some("stop")) => {
+            if let Some(refused) = refusal(api, req) {
+                return refused;
+            }
+            match api.controls.stop(&key).await {
+                Lookup::Here(partition, ()) => json(
+                    StatusCode::OK,
+                    &serde_json::json!({
+                        "stopped": String::from_utf8_lossy(&key),
+                        "partition": partition,
+                    }),
+                ),
+                Lookup::NotHere(owned) => not_here(owned),
+            }
+        }
+        _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
+    }
+}
+
+/// `GET /watches`' query: `partition`, `state`, `holds_watermark`, `offset`, `limit`.
+fn list_query(query: &str) -> Result<(Option<i32>, ListQuery), String> {
+    let mut partition = None;
+    let mut list = ListQuery {
+        limit: 100,
+        ..ListQuery::default()
+    };
+    for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        let number = |what: &str| {
+            value
+                .parse::<usize>()
+                .map_err(|_| format!("`{what}` must be a whole number, not `{value}`"))
+        };
+        match &*name {
+            "partition" => {
+                partition = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("`partition` must be a number, not `{value}`"))?,
+                )
+            }
+            "state" => list.state = Some(value.parse()?),
+            "holds_watermark" => list.holds_watermark = value == "true",
+            "offset" => list.offset = number("offset")?,
+            "limit" => list.limit = number("limit")?.min(1000),
+            other => {
+                return Err(format!(
+                    "`{other}` is not a filter: partition, state, holds_watermark, offset, limit"
+                ))
+            }
+        }
+    }
+    Ok((partition, list))
+}
+
+/// A control request carries `Authorization: Bearer <WATCHBRIDGE_ADMIN_TOKEN>`; without the
+/// setting, no control request is taken. The refusal to send, if the request is refused.
+fn refusal<B>(api: &OpsApi, req: &Request<B>) -> Option<Response<Full<Bytes>>> {
+    let path = req.uri().path();
+    let Some(token) = &api.admin_token else {
+        ControlRefused {
+            path,
+            why: "no WATCHBRIDGE_ADMIN_TOKEN",
+        }
+        .emit(&api.metrics);
+        return Some(json(
+            StatusCode::FORBIDDEN,
+            &serde_json::json!({ "error": "control requests are off: set WATCHBRIDGE_ADMIN_TOKEN to take them" }),
+        ));
+    };
+    let given = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    // Compared in full whatever the first difference, so the time taken says nothing.
+    let matches = given.is_some_and(|g| {
+        g.len() == token.len()
+            && g.bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    });
+    if matches {
+        return None;
+    }
+    ControlRefused {
+        path,
+        why: "missing or wrong token",
+    }
+    .emit(&api.metrics);
+    let mut response = json(
+        StatusCode::UNAUTHORIZED,
+        &serde_json::json!({ "error": "this request needs `Authorization: Bearer <WATCHBRIDGE_ADMIN_TOKEN>`" }),
+    );
+    response.headers_mut().insert(
+        hyper::header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer"),
+    );
+    Some(response)
+}
+
+fn json(status: StatusCode, body: &impl serde::Serialize) -> Response<Full<Bytes>> {
+    let mut body = serde_json::to_vec_pretty(body).unwrap_or_default();
+    body.push(b'\n');
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The response to a request for metrics, liveness or readiness.
 fn answer(
     metrics: &Metrics,
     readiness: &Readiness,
@@ -202,9 +403,8 @@ mod tests {
 
     async fn server() -> OpsServer {
         let addr = "127.0.0.1:0".parse().unwrap();
-        OpsServer::start(addr, Arc::new(Metrics::new()), Arc::new(Readiness::new()))
-            .await
-            .unwrap()
+        let api = OpsApi::basic(Arc::new(Metrics::new()), Arc::new(Readiness::new()));
+        OpsServer::start(addr, api).await.unwrap()
     }
 
     /// A listener that plays a script of accept results, then waits forever; it notes when
@@ -239,8 +439,10 @@ mod tests {
         };
         let task = tokio::spawn(serve(
             listener,
-            Arc::new(Metrics::new()),
-            Arc::new(Readiness::new()),
+            Arc::new(OpsApi::basic(
+                Arc::new(Metrics::new()),
+                Arc::new(Readiness::new()),
+            )),
             MAX_CONNECTIONS,
         ));
         let mut client = client;

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 
 /// A handle on a live watch, valid until the watch is removed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WatchId {
     slot: u32,
     generation: u32,
@@ -339,6 +339,42 @@ impl<I> WatchTable<I> {
         }
         self.remove_hold(watch.hold());
         Some(watch)
+    }
+
+    /// The live watch with this key.
+    pub fn id_of(&self, key: &[u8]) -> Option<WatchId> {
+        let slot = self.find(key, key_hash(key))?;
+        let generation = self.slots.at(slot).generation;
+        Some(WatchId { slot, generation })
+    }
+
+    /// Every live watch, in slot order (for the operations API: a walk of the slab).
+    pub fn live(&self) -> impl Iterator<Item = (WatchId, &Watch<I>)> {
+        (0..self.slots.len as u32).filter_map(|slot| {
+            let s = self.slots.at(slot);
+            let id = WatchId {
+                slot,
+                generation: s.generation,
+            };
+            s.watch.as_ref().map(|w| (id, w))
+        })
+    }
+
+    /// When each waiting watch is due (`None` for a watch in flight, whose poll runs): one
+    /// walk of the timer queue, for the operations API.
+    pub fn due_times(&self) -> std::collections::HashMap<WatchId, Millis> {
+        let mut due = std::collections::HashMap::new();
+        for Reverse(t) in self.timers.iter() {
+            let id = WatchId {
+                slot: t.slot,
+                generation: t.generation,
+            };
+            if self.watch(id).is_some() {
+                let at = due.entry(id).or_insert(t.due);
+                *at = (*at).min(t.due);
+            }
+        }
+        due
     }
 
     /// The earliest hold among live watches: the partition's watermark may not pass it.

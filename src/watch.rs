@@ -189,6 +189,11 @@ impl<I> Watch<I> {
         self.hold
     }
 
+    /// Its termination state (what [`Termination::describe`] puts in words).
+    pub fn termination(&self) -> &TermState {
+        &self.termination
+    }
+
     pub fn seen(&self) -> &SeenSet {
         &self.seen
     }

@@ -186,6 +186,7 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         output_headers: "none".into(),
         mode: Mode::Streaming,
         metrics_addr: "off".into(),
+        admin_token: None,
         poller: PollerArgs {
             poller: PollerKind::Http,
             poll_timeout: Duration::from_secs(10),

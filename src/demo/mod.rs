@@ -199,6 +199,7 @@ fn bridge_config(args: &DemoArgs, formats: FormatArgs) -> Result<RunConfig, Conf
         mode: Mode::Streaming,
         // The demo prints its metrics itself (`--metrics`); no port to collide with a bridge.
         metrics_addr: "off".into(),
+        admin_token: None,
         poller: PollerArgs {
             poller: PollerKind::Http,
             poll_timeout: args.poll_timeout,

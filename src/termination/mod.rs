@@ -541,6 +541,50 @@ impl Termination {
         }
     }
 
+    /// How far `state` has got towards each condition at `now`, in words (the operations
+    /// API's status of a watch), e.g. `any(total(1h): 12m 3s of 1h, polls(5): 3 of 5)`.
+    pub fn describe(&self, state: &TermState, now: Millis) -> String {
+        let mut next_custom = 0;
+        self.describe_at(state, now, &mut next_custom)
+    }
+
+    fn describe_at(&self, state: &TermState, now: Millis, next_custom: &mut usize) -> String {
+        let since = |from: Millis| {
+            let ms = now.saturating_sub(from).max(0) as u64;
+            humantime::format_duration(Duration::from_secs(ms / 1000)).to_string()
+        };
+        let list = |cs: &[Termination], next_custom: &mut usize| {
+            cs.iter()
+                .map(|c| c.describe_at(state, now, next_custom))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            Termination::Never => "never".into(),
+            Termination::Total(d) => format!(
+                "total({}): {} of it passed",
+                humantime::format_duration(*d),
+                since(state.arrived)
+            ),
+            Termination::Stable(d) => format!(
+                "stable({}): {} since the last new output",
+                humantime::format_duration(*d),
+                since(state.last_new)
+            ),
+            Termination::Polls(n) => format!("polls({n}): {} done", state.polls),
+            Termination::Any(cs) => format!("any({})", list(cs, next_custom)),
+            Termination::All(cs) => format!("all({})", list(cs, next_custom)),
+            Termination::Custom(c) => {
+                let own = state.custom.as_ref().and_then(|v| v.get(*next_custom));
+                *next_custom += 1;
+                match own {
+                    Some(s) => format!("{}: {s:?}", c.name),
+                    None => format!("{}: no state", c.name),
+                }
+            }
+        }
+    }
+
     /// The states of the user conditions in `state`, as saved with the watch: for each, in
     /// tree order, its name and [`Condition::encode_state`]'s bytes. `None` when the tree
     /// has no user condition (most watches: nothing is saved for them).

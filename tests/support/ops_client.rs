@@ -31,6 +31,18 @@ impl Ops {
         Some((status, response.text().await.ok()?))
     }
 
+    /// `POST path`, with `Authorization: Bearer <token>` when given: status and body, or
+    /// `None` when nothing answers.
+    pub async fn post(&self, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+        let mut request = self.client.post(format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.text().await.ok()?))
+    }
+
     /// The value of one sample of `/metrics`, e.g. `watchbridge_ready` or
     /// `watchbridge_consumer_lag_messages{partition="0"}` (`None` when nothing answers or
     /// there is no such sample).

@@ -124,6 +124,8 @@ pub struct Shared<P: Resolve> {
     pub output_ends: super::output_ends::OutputEnds,
     /// Whether the brokers can be reached; the context of the bridge's Kafka clients.
     pub kafka: crate::kafka::health::KafkaContext,
+    /// The operations API's view of this instance's partitions (`control.rs`).
+    pub controls: Arc<crate::control::Controls>,
 }
 
 /// What the partition tasks need to keep their watches durable.
@@ -279,6 +281,8 @@ pub struct PartitionTask<P: Resolve> {
     /// This partition's share of `WATCHBRIDGE_HOST_RATE`, this instance's while the task
     /// lives (`limits.rs`).
     _rate_share: crate::limits::PartitionShare,
+    /// What the operations API shows of this partition (`control.rs`).
+    status: Arc<Mutex<crate::control::PartitionStatus>>,
 }
 
 impl<P: Resolve> PartitionTask<P> {
@@ -292,6 +296,7 @@ impl<P: Resolve> PartitionTask<P> {
         bounds: Option<Bounds>,
         lost: Arc<std::sync::atomic::AtomicBool>,
     ) -> impl std::future::Future<Output = Stopped> + Send + 'static {
+        let (control_messages, status) = shared.controls.register(partition);
         let engine = Engine::new(
             shared.poller.clone(),
             EngineConfig {
@@ -304,7 +309,8 @@ impl<P: Resolve> PartitionTask<P> {
             shared.limits.clone(),
             shared.clock,
             shared.metrics.clone(),
-        );
+        )
+        .with_controls(control_messages, shared.controls.pause.clone(), partition);
         PartitionRecovering { partition }.emit(&shared.metrics);
         let (commands, engine_commands) = mpsc::channel(256);
         let (engine_events, events) = mpsc::channel(256);
@@ -358,8 +364,14 @@ impl<P: Resolve> PartitionTask<P> {
             producer,
             txn: None,
             _rate_share: rate_share,
+            status: status.clone(),
         };
-        task.run()
+        let controls = task.shared.controls.clone();
+        async move {
+            let stopped = task.run().await;
+            controls.unregister(partition, &status);
+            stopped
+        }
     }
 
     async fn run(mut self) -> Stopped {
@@ -372,6 +384,7 @@ impl<P: Resolve> PartitionTask<P> {
         }
         // One partition fewer recovering: maybe ready now.
         let _ = self.shared.readiness.refresh(&self.shared.metrics);
+        lock_status(&self.status).recovering = false;
         if let Err(ending) = recovered {
             // Revoked (or stopping) before the partition could be recovered, or its
             // transactional producer could not start: nothing started.
@@ -562,6 +575,7 @@ impl<P: Resolve> PartitionTask<P> {
             if let Ok(mut positions) = self.shared.positions.lock() {
                 positions.insert(self.partition, position);
             }
+            lock_status(&self.status).committed_offset = Some(position);
         }
     }
 
@@ -999,6 +1013,12 @@ impl<P: Resolve> PartitionTask<P> {
             }
         }
     }
+}
+
+fn lock_status(
+    status: &Mutex<crate::control::PartitionStatus>,
+) -> std::sync::MutexGuard<'_, crate::control::PartitionStatus> {
+    status.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The input record as a watch record keeps it: a JSON value as it came, any other as its

@@ -54,6 +54,11 @@ impl<P: Resolve> PartitionTask<P> {
             idle,
         }
         .emit(&self.shared.metrics);
+        {
+            let mut status = super::lock_status(&self.status);
+            status.watermark_ms = Some(watermark);
+            status.idle = idle;
+        }
         let message = WatermarkMessage::Partition {
             topic: self.shared.input_topic.to_string(),
             partition: self.partition,

@@ -1,0 +1,375 @@
+//! Operating individual watches: what the operations API (`ops_server.rs`) asks of this
+//! instance's partitions, and the orders it gives them.
+//!
+//! Each partition task registers its engine here ([`Controls::register`]): the engine
+//! answers [`Control`] messages between its other work (it alone owns its watches, so a
+//! question is a message, not a lock), and the task keeps its partition's
+//! [`PartitionStatus`] current. Pausing is instance-wide ([`Pause`]): engines dispatch no
+//! poll while paused, and every watch keeps its state and its place in the queue.
+//!
+//! What a status shows costs the watches nothing: it is read from what a watch already
+//! holds (its progress, its seen set, its hold, its termination state) and from the
+//! engine's timer queue. The one addition is the error of a watch's last poll, kept only
+//! while its polls fail (a failing watch is rare; every watch keeping its last result would
+//! cost a million idle watches tens of megabytes).
+
+use crate::clock::Millis;
+use bytes::Bytes;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, Notify};
+
+/// What a watch is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchState {
+    /// A poll of it runs now.
+    Polling,
+    /// It waits for its next poll.
+    Waiting,
+    /// Its last poll failed; it waits to retry.
+    Retrying,
+}
+
+impl std::str::FromStr for WatchState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "polling" => Ok(Self::Polling),
+            "waiting" => Ok(Self::Waiting),
+            "retrying" => Ok(Self::Retrying),
+            other => Err(format!(
+                "`{other}` is not a watch state: polling, waiting or retrying"
+            )),
+        }
+    }
+}
+
+/// One live watch as the operations API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WatchStatus {
+    /// The watch key (lossy UTF-8).
+    pub key: String,
+    /// The input partition that owns it.
+    pub partition: i32,
+    /// What it is doing.
+    pub state: WatchState,
+    /// When its input arrived (processing time, epoch ms).
+    pub started_ms: Millis,
+    /// Polls that succeeded.
+    pub polls_ok: u64,
+    /// Polls that failed in a row (0 after a success).
+    pub failures_in_a_row: u32,
+    /// Polls in a row that found nothing new.
+    pub empty_polls_in_a_row: u32,
+    /// When a poll last found something new (its arrival until one did).
+    pub last_new_output_ms: Millis,
+    /// The error of its last poll, while its polls fail.
+    pub last_error: Option<String>,
+    /// When its next poll is due (`None` while one runs).
+    pub next_poll_ms: Option<Millis>,
+    /// Outputs it has seen (and emitted once each).
+    pub seen_outputs: usize,
+    /// Where it holds its partition's watermark: it may still emit at this event time.
+    pub hold_ms: Millis,
+    /// Its termination conditions, each with how far it has got.
+    pub termination: String,
+}
+
+/// Which watches a list shows, and which page of them.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    /// Only watches in this state.
+    pub state: Option<WatchState>,
+    /// Only the watch(es) holding their partition's watermark back (the lowest hold).
+    pub holds_watermark: bool,
+    /// Watches to skip (per the order of keys).
+    pub offset: usize,
+    /// Most watches to show.
+    pub limit: usize,
+}
+
+/// Messages an engine answers (`engine.rs`).
+#[derive(Debug)]
+pub enum Control {
+    /// The status of `key`'s watch, if it is live here.
+    Status {
+        /// The watch key.
+        key: Bytes,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Option<WatchStatus>>,
+    },
+    /// Every live watch matching the query (unpaged: the caller merges partitions).
+    List {
+        /// Which ones.
+        query: ListQuery,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Vec<WatchStatus>>,
+    },
+    /// End `key`'s watch as `stopped` (durably: its partition saves it finished). Answers
+    /// whether it was live here.
+    Stop {
+        /// The watch key.
+        key: Bytes,
+        /// Where the answer goes.
+        reply: oneshot::Sender<bool>,
+    },
+}
+
+/// One input partition as the operations API shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PartitionStatus {
+    /// The input partition.
+    pub partition: i32,
+    /// Its published watermark (epoch ms).
+    pub watermark_ms: Option<Millis>,
+    /// Whether the merged watermark ignores it.
+    pub idle: bool,
+    /// Whether it is still restoring its watches (nothing is read meanwhile).
+    pub recovering: bool,
+    /// The input offset it has committed up to (the next to read after a restart).
+    pub committed_offset: Option<i64>,
+    /// Live watches (filled in when asked, from its engine).
+    pub live_watches: usize,
+    /// The watch with the lowest hold: what holds the watermark back (filled in when
+    /// asked).
+    pub lowest_hold: Option<WatchStatus>,
+}
+
+/// Whether this instance's watches poll (`POST /pause`, `POST /resume`).
+#[derive(Debug, Default)]
+pub struct Pause {
+    paused: AtomicBool,
+    resumed: Notify,
+}
+
+impl Pause {
+    /// Stop or start polling.
+    pub fn set(&self, paused: bool) {
+        self.paused.store(paused, Ordering::SeqCst);
+        if !paused {
+            self.resumed.notify_waiters();
+        }
+    }
+
+    /// Whether polling is paused.
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// Ready once polling resumes (at once when it is not paused).
+    pub async fn resumed(&self) {
+        loop {
+            let notified = self.resumed.notified();
+            if !self.is_paused() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+struct Registered {
+    controls: mpsc::Sender<Control>,
+    status: Arc<Mutex<PartitionStatus>>,
+}
+
+/// This instance's partitions, for the operations API.
+#[derive(Default)]
+pub struct Controls {
+    partitions: Mutex<BTreeMap<i32, Registered>>,
+    /// Shared by every engine of this instance.
+    pub pause: Arc<Pause>,
+}
+
+/// How long the API waits for an engine to answer (one busy with a burst answers between
+/// two of its events; a partition being revoked may not answer at all).
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
+/// Where a watch asked for is.
+#[derive(Debug)]
+pub enum Lookup<T> {
+    /// Live on this instance, in this partition.
+    Here(i32, T),
+    /// Not live on this instance, which owns these partitions.
+    NotHere(Vec<i32>),
+}
+
+impl Controls {
+    /// Partition `partition`'s engine takes its messages from the receiver returned; its
+    /// task keeps the status returned current. A partition assigned again replaces its
+    /// earlier registration.
+    pub fn register(
+        &self,
+        partition: i32,
+    ) -> (mpsc::Receiver<Control>, Arc<Mutex<PartitionStatus>>) {
+        let (tx, rx) = mpsc::channel(16);
+        let status = Arc::new(Mutex::new(PartitionStatus {
+            partition,
+            recovering: true,
+            ..PartitionStatus::default()
+        }));
+        lock(&self.partitions).insert(
+            partition,
+            Registered {
+                controls: tx,
+                status: status.clone(),
+            },
+        );
+        (rx, status)
+    }
+
+    /// The partition is no longer this instance's (its task ended), unless it was
+    /// registered again meanwhile (`status` is the registration's).
+    pub fn unregister(&self, partition: i32, status: &Arc<Mutex<PartitionStatus>>) {
+        let mut partitions = lock(&self.partitions);
+        if partitions
+            .get(&partition)
+            .is_some_and(|r| Arc::ptr_eq(&r.status, status))
+        {
+            partitions.remove(&partition);
+        }
+    }
+
+    /// The partitions this instance owns.
+    pub fn owned(&self) -> Vec<i32> {
+        lock(&self.partitions).keys().copied().collect()
+    }
+
+    fn senders(&self) -> Vec<(i32, mpsc::Sender<Control>)> {
+        lock(&self.partitions)
+            .iter()
+            .map(|(p, r)| (*p, r.controls.clone()))
+            .collect()
+    }
+
+    /// Ask every partition; the first answer `found` accepts wins.
+    async fn ask_each<T>(
+        &self,
+        ask: impl Fn(oneshot::Sender<T>) -> Control,
+        found: impl Fn(&T) -> bool,
+    ) -> Lookup<T> {
+        for (partition, sender) in self.senders() {
+            let (tx, rx) = oneshot::channel();
+            if sender.send(ask(tx)).await.is_err() {
+                continue;
+            }
+            if let Ok(Ok(answer)) = tokio::time::timeout(ANSWER_WITHIN, rx).await {
+                if found(&answer) {
+                    return Lookup::Here(partition, answer);
+                }
+            }
+        }
+        Lookup::NotHere(self.owned())
+    }
+
+    /// The status of `key`'s watch.
+    pub async fn status(&self, key: &[u8]) -> Lookup<WatchStatus> {
+        let key = Bytes::copy_from_slice(key);
+        match self
+            .ask_each(
+                |reply| Control::Status {
+                    key: key.clone(),
+                    reply,
+                },
+                Option::is_some,
+            )
+            .await
+        {
+            Lookup::Here(p, Some(status)) => Lookup::Here(p, status),
+            Lookup::Here(_, None) => Lookup::NotHere(self.owned()),
+            Lookup::NotHere(owned) => Lookup::NotHere(owned),
+        }
+    }
+
+    /// End `key`'s watch as `stopped`: the partition it was live in.
+    pub async fn stop(&self, key: &[u8]) -> Lookup<()> {
+        let key = Bytes::copy_from_slice(key);
+        match self
+            .ask_each(
+                |reply| Control::Stop {
+                    key: key.clone(),
+                    reply,
+                },
+                |stopped| *stopped,
+            )
+            .await
+        {
+            Lookup::Here(p, _) => Lookup::Here(p, ()),
+            Lookup::NotHere(owned) => Lookup::NotHere(owned),
+        }
+    }
+
+    /// The live watches of `partition` (every partition: `None`) matching `query`, ordered
+    /// by partition then key, paged; and how many match in all.
+    pub async fn list(
+        &self,
+        partition: Option<i32>,
+        query: &ListQuery,
+    ) -> (usize, Vec<WatchStatus>) {
+        let mut all = Vec::new();
+        for (p, sender) in self.senders() {
+            if partition.is_some_and(|want| want != p) {
+                continue;
+            }
+            all.extend(self.list_one(&sender, query).await);
+        }
+        let total = all.len();
+        let page = all
+            .into_iter()
+            .skip(query.offset)
+            .take(query.limit)
+            .collect();
+        (total, page)
+    }
+
+    async fn list_one(
+        &self,
+        sender: &mpsc::Sender<Control>,
+        query: &ListQuery,
+    ) -> Vec<WatchStatus> {
+        let (tx, rx) = oneshot::channel();
+        let ask = Control::List {
+            query: query.clone(),
+            reply: tx,
+        };
+        if sender.send(ask).await.is_err() {
+            return Vec::new();
+        }
+        match tokio::time::timeout(ANSWER_WITHIN, rx).await {
+            Ok(Ok(mut watches)) => {
+                watches.sort_by(|a, b| a.key.cmp(&b.key));
+                watches
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Every partition this instance owns, with its live watches and lowest hold.
+    pub async fn partitions(&self) -> Vec<PartitionStatus> {
+        let registered: Vec<_> = lock(&self.partitions)
+            .values()
+            .map(|r| (r.controls.clone(), r.status.clone()))
+            .collect();
+        let mut out = Vec::new();
+        for (sender, status) in registered {
+            let mut status = lock(&status).clone();
+            let everything = ListQuery {
+                limit: usize::MAX,
+                ..ListQuery::default()
+            };
+            let watches = self.list_one(&sender, &everything).await;
+            status.live_watches = watches.len();
+            status.lowest_hold = watches.into_iter().min_by_key(|w| w.hold_ms);
+            out.push(status);
+        }
+        out
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

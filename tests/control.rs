@@ -1,0 +1,264 @@
+//! Operating individual watches through the operations server (`GET /watches`, `GET
+//! /partitions`, `POST /watches/{key}/stop`, `POST /pause`, `POST /resume`): the real binary
+//! against the test broker, one instance and two.
+
+mod support;
+
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use support::bridge::Bridge;
+use support::broker_process::free_port;
+use support::http_server::TestServer;
+use support::ops_client::Ops;
+use support::scenario::{
+    assert_each_once, feeds, output_key_counts, outputs_to_end, produce_user_to, user_output_keys,
+    wait_for_outputs, Setup,
+};
+
+const TOKEN: &str = "s3cret-admin";
+
+/// The settings of one instance: watches that never end (the feeds are not final), polled
+/// every 200 ms, control on with [`TOKEN`], the operations server on `port`.
+fn env(s: &Setup, server: &TestServer, port: u16) -> Vec<(&'static str, String)> {
+    let mut env = s.env(server);
+    env.push(("WATCHBRIDGE_METRICS_ADDR", format!("127.0.0.1:{port}")));
+    env.push(("WATCHBRIDGE_ADMIN_TOKEN", TOKEN.into()));
+    // A takeover after a SIGKILL waits for the session to expire.
+    env.push(("KAFKA_SESSION_TIMEOUT_MS", "6000".into()));
+    env.push(("KAFKA_HEARTBEAT_INTERVAL_MS", "1000".into()));
+    env
+}
+
+/// Requests the feed server saw for `user`.
+fn polls_of(server: &TestServer, user: i64) -> usize {
+    let path = format!("/users/{user}/events");
+    server
+        .requests()
+        .iter()
+        .filter(|s| s.target.starts_with(&path))
+        .count()
+}
+
+async fn json(ops: &Ops, path: &str) -> (u16, Value) {
+    let (status, body) = ops.get(path).await.expect("the operations server answers");
+    let value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
+    (status, value)
+}
+
+/// Wait until `GET path` answers `status` (or panic with the bridge's log).
+async fn wait_for_status(ops: &Ops, bridge: &Bridge, path: &str, status: u16) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some((got, body)) = ops.get(path).await {
+            if got == status {
+                return serde_json::from_str(&body).unwrap_or(Value::Null);
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} never answered {status}; log:\n{}",
+            bridge.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_stop_and_pause_of_the_watches_of_one_instance() {
+    let s = Setup::new("control-one", 2).await;
+    let server = TestServer::start(|seen| feeds(seen, false)).await;
+    let port = free_port();
+    let bridge = Bridge::start(&env(&s, &server, port));
+    let ops = Ops::new(port);
+    produce_user_to(&s.input, Some(0), 1).await;
+    produce_user_to(&s.input, Some(1), 2).await;
+    wait_for_outputs(&s.output, 4, Duration::from_secs(60)).await;
+
+    // One watch, in full.
+    let w = wait_for_status(&ops, &bridge, "/watches/user-1", 200).await;
+    assert_eq!(w["key"], "user-1");
+    assert_eq!(w["partition"], 0);
+    assert_eq!(w["seen_outputs"], 2, "{w}");
+    assert!(w["polls_ok"].as_u64().unwrap() >= 1, "{w}");
+    assert_eq!(w["failures_in_a_row"], 0);
+    assert_eq!(w["last_error"], Value::Null);
+    assert_eq!(w["termination"], "never");
+    assert!(
+        ["waiting", "polling"].contains(&w["state"].as_str().unwrap()),
+        "{w}"
+    );
+    // The key as a path segment, percent-encoded.
+    assert_eq!(json(&ops, "/watches/user%2D1").await.0, 200);
+    // A key not live here: where this instance's watches are.
+    let (status, missing) = json(&ops, "/watches/user-9").await;
+    assert_eq!(status, 404, "{missing}");
+    assert_eq!(missing["owned_partitions"], serde_json::json!([0, 1]));
+
+    // The list, its filters and paging; the partitions.
+    let (_, all) = json(&ops, "/watches").await;
+    assert_eq!(all["total"], 2, "{all}");
+    let keys: Vec<&str> = all["watches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["user-1", "user-2"]);
+    let (_, p1) = json(&ops, "/watches?partition=1&limit=10").await;
+    assert_eq!(p1["total"], 1);
+    assert_eq!(p1["watches"][0]["key"], "user-2");
+    let (_, paged) = json(&ops, "/watches?offset=1&limit=1").await;
+    assert_eq!(paged["watches"][0]["key"], "user-2");
+    assert_eq!(json(&ops, "/watches?state=sleeping").await.0, 400);
+    let (_, partitions) = json(&ops, "/partitions").await;
+    let partitions = partitions.as_array().unwrap();
+    assert_eq!(partitions.len(), 2, "{partitions:?}");
+    assert_eq!(partitions[0]["live_watches"], 1);
+    assert_eq!(partitions[0]["recovering"], false);
+    assert_eq!(partitions[0]["lowest_hold"]["key"], "user-1");
+
+    // Control needs the token.
+    assert_eq!(ops.post("/pause", None).await.unwrap().0, 401);
+    assert_eq!(ops.post("/pause", Some("wrong")).await.unwrap().0, 401);
+    assert_eq!(ops.post("/watches/user-1/stop", None).await.unwrap().0, 401);
+
+    // Paused: nothing polls, inputs still start watches, nothing is lost.
+    let (status, body) = ops.post("/pause", Some(TOKEN)).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = (polls_of(&server, 1), polls_of(&server, 2));
+    produce_user_to(&s.input, Some(0), 3).await;
+    let w3 = wait_for_status(&ops, &bridge, "/watches/user-3", 200).await;
+    assert_eq!(w3["polls_ok"], 0, "{w3}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        (
+            polls_of(&server, 1),
+            polls_of(&server, 2),
+            polls_of(&server, 3)
+        ),
+        (before.0, before.1, 0),
+        "polled while paused"
+    );
+    assert_eq!(ops.metric("watchbridge_polling_paused").await, Some(1.0));
+    assert_eq!(ops.post("/resume", Some(TOKEN)).await.unwrap().0, 200);
+    wait_for_outputs(&s.output, 6, Duration::from_secs(30)).await;
+    assert!(
+        polls_of(&server, 1) > before.0,
+        "not polled again after the resume"
+    );
+
+    // Stopped: durably, so a restart and the input delivered again do not start it.
+    let (status, body) = ops.post("/watches/user-1/stop", Some(TOKEN)).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&ops, "/watches/user-1").await.0, 404);
+    assert_eq!(
+        ops.post("/watches/user-1/stop", Some(TOKEN))
+            .await
+            .unwrap()
+            .0,
+        404
+    );
+    // Its finished record reaches the state topic at a checkpoint.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut bridge = bridge;
+    let _ = bridge.child.kill();
+    let _ = bridge.child.wait();
+    let polled_before_restart = polls_of(&server, 1);
+
+    let bridge = Bridge::start(&env(&s, &server, port));
+    wait_for_status(&ops, &bridge, "/watches/user-2", 200).await;
+    produce_user_to(&s.input, Some(0), 1).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(json(&ops, "/watches/user-1").await.0, 404, "started again");
+    assert_eq!(
+        polls_of(&server, 1),
+        polled_before_restart,
+        "a stopped watch was polled after the restart"
+    );
+    let mut bridge = bridge;
+    bridge.terminate();
+
+    let outputs = outputs_to_end(&s.output).await;
+    let counts = output_key_counts(&outputs);
+    assert_each_once(&counts, user_output_keys([1, 2, 3]), &bridge.log());
+    let log = bridge.log();
+    assert!(!log.contains(TOKEN), "the token was logged:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_instances_answer_where_a_watch_lives_and_a_stop_survives_a_takeover() {
+    let s = Setup::new("control-two", 2).await;
+    let server = TestServer::start(|seen| feeds(seen, false)).await;
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = Bridge::start(&env(&s, &server, port_a));
+    let b = Bridge::start(&env(&s, &server, port_b));
+    let (ops_a, ops_b) = (Ops::new(port_a), Ops::new(port_b));
+    // Each owns one partition once the group has settled.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let owned = |v: Value| v.as_array().map_or(0, Vec::len);
+        let (_, pa) = json(&ops_a, "/partitions").await;
+        let (_, pb) = json(&ops_b, "/partitions").await;
+        if owned(pa) == 1 && owned(pb) == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}\n{}", a.log(), b.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    produce_user_to(&s.input, Some(0), 1).await;
+    produce_user_to(&s.input, Some(1), 2).await;
+    wait_for_outputs(&s.output, 4, Duration::from_secs(60)).await;
+
+    // user-1 lives in partition 0: its owner answers, the other says where it is not.
+    let (_, pa) = json(&ops_a, "/partitions").await;
+    let a_owns_0 = pa[0]["partition"] == 0;
+    let (owner, other, mut owner_bridge, other_bridge) = match a_owns_0 {
+        true => (&ops_a, &ops_b, a, b),
+        false => (&ops_b, &ops_a, b, a),
+    };
+    let w = wait_for_status(owner, &owner_bridge, "/watches/user-1", 200).await;
+    assert_eq!(w["partition"], 0);
+    let (status, elsewhere) = json(other, "/watches/user-1").await;
+    assert_eq!(status, 404, "{elsewhere}");
+    assert_eq!(elsewhere["owned_partitions"], serde_json::json!([1]));
+    assert_eq!(json(other, "/watches/user-2").await.0, 200);
+
+    // Stopped on its owner, which is then killed: the other instance takes partition 0
+    // over, and the watch stays stopped there, its input delivered again or not.
+    assert_eq!(
+        owner
+            .post("/watches/user-1/stop", Some(TOKEN))
+            .await
+            .unwrap()
+            .0,
+        200
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = owner_bridge.child.kill();
+    let _ = owner_bridge.child.wait();
+    let polled = polls_of(&server, 1);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, partitions) = json(other, "/partitions").await;
+        let all = partitions.as_array().unwrap();
+        if all.len() == 2 && all.iter().all(|p| p["recovering"] == false) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", other_bridge.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    produce_user_to(&s.input, Some(0), 1).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(json(other, "/watches/user-1").await.0, 404);
+    assert_eq!(
+        polls_of(&server, 1),
+        polled,
+        "the stopped watch polled again"
+    );
+    assert_eq!(json(other, "/watches/user-2").await.0, 200);
+    let mut other_bridge = other_bridge;
+    other_bridge.terminate();
+    let counts = output_key_counts(&outputs_to_end(&s.output).await);
+    assert_each_once(&counts, user_output_keys([1, 2]), &other_bridge.log());
+}
