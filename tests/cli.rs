@@ -465,7 +465,7 @@ fn without_brokers_the_bridge_runs_on_an_embedded_broker_and_says_so() {
         "{text}"
     );
     assert!(
-        text.contains("serving /metrics, /healthz and /readyz"),
+        text.contains("serving /metrics, /healthz, /readyz, /watches and /partitions"),
         "{text}"
     );
     assert_eq!(sigterm(&mut running.0), Some(0));

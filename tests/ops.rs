@@ -209,7 +209,8 @@ async fn probes_metrics_and_json_logs_follow_the_bridge_through_its_life() {
     let serving = lines
         .iter()
         .find(|l| {
-            l["message"] == "serving /metrics, /healthz and /readyz (WATCHBRIDGE_METRICS_ADDR)"
+            l["message"]
+                == "serving /metrics, /healthz, /readyz, /watches and /partitions (WATCHBRIDGE_METRICS_ADDR)"
         })
         .unwrap();
     assert_eq!(serving["address"], format!("127.0.0.1:{port}"));
