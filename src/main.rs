@@ -63,6 +63,9 @@ enum Command {
         #[arg(long, short = 'e')]
         exit: bool,
     },
+    /// The state topic, for debugging and support tickets.
+    #[command(subcommand)]
+    State(StateCommand),
     /// The real bridge end to end, with nothing to set up: an embedded Kafka broker, a local
     /// HTTP API of growing per-user feeds, "new user" records, a live view of what reaches
     /// the output topic, and a summary that checks it.
@@ -83,6 +86,32 @@ enum Command {
     CheckTermination {
         /// e.g. `any(total(5m), stable(1m))`
         expression: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum StateCommand {
+    /// Print the state topic's records as JSON lines, one per record (watch records, seen
+    /// chunks, output offsets, starts records, tombstones; records that do not decode too),
+    /// from the beginning to the end it had when the command started.
+    Inspect {
+        /// The brokers (bootstrap servers); `KAFKA_*` variables set client properties, as
+        /// for the bridge.
+        #[arg(long, env = "WATCHBRIDGE_BROKERS", value_name = "WATCHBRIDGE_BROKERS")]
+        brokers: String,
+        /// The state topic (`WATCHBRIDGE_STATE_TOPIC`; the bridge's default is
+        /// `<group id>.state`).
+        #[arg(long)]
+        topic: String,
+        /// Only the records of this watch key (and the starts records that list it).
+        #[arg(long)]
+        key: Option<String>,
+        /// Only this partition.
+        #[arg(long)]
+        partition: Option<i32>,
+        /// Print each seen chunk's hashes, not only their count.
+        #[arg(long)]
+        hashes: bool,
     },
 }
 
@@ -168,6 +197,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::State(StateCommand::Inspect {
+            brokers,
+            topic,
+            key,
+            partition,
+            hashes,
+        }) => state_inspect(&brokers, &topic, key, partition, hashes),
         Command::PollOnce { input, key, poller } => {
             let value = match serde_json::from_str(&input) {
                 Ok(v) => v,
@@ -243,6 +279,40 @@ fn with_default_subcommand(
         args.insert(1, "run".into());
     }
     args
+}
+
+/// `watchbridge state inspect`: JSON lines on stdout, a count on stderr.
+fn state_inspect(
+    brokers: &str,
+    topic: &str,
+    key: Option<String>,
+    partition: Option<i32>,
+    hashes: bool,
+) -> ExitCode {
+    use watchbridge::kafka::tools::ReadError;
+    let options = watchbridge::state::inspect::Options {
+        key: key.map(String::into_bytes),
+        partition,
+        hashes,
+    };
+    let mut out = std::io::stdout().lock();
+    match watchbridge::state::inspect::inspect(brokers, topic, &options, &mut out) {
+        Ok(s) => {
+            eprintln!(
+                "{} records read from {topic}, {} printed, {} undecodable",
+                s.read, s.printed, s.undecodable
+            );
+            ExitCode::SUCCESS
+        }
+        // The reader went away (`| head`): nothing more to say.
+        Err(ReadError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `watchbridge broker`: the embedded broker on its own, until Ctrl-C.

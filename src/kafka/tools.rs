@@ -1,14 +1,17 @@
 //! `watchbridge produce` and `watchbridge consume`: the smallest Kafka clients, for feeding
 //! the input topic and reading the output topic by hand (what `kcat -P` / `kcat -C` do; the
 //! kcat in Debian links a librdkafka too old for some brokers, Tansu among them).
+//! [`read_topic`], under `consume`, also reads the state topic for `watchbridge state
+//! inspect` (`crate::state::inspect`).
 
 use crate::pollers::event_time::format_rfc3339;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Headers;
+use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use std::collections::HashMap;
 use std::io::BufRead;
 use std::time::Duration;
 
@@ -75,14 +78,37 @@ fn header_text(value: &[u8]) -> String {
     }
 }
 
-/// Print every record of `topic` from the beginning, one line each:
-/// `partition:offset key timestamp headers value`. With `to_end`, stop at the end.
-pub fn consume(
+/// Why a reading tool stopped early.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The brokers, the topic or the partition: the message names the setting.
+    Kafka(String),
+    /// Writing what was read failed (e.g. the reader of stdout went away).
+    Output(std::io::Error),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Kafka(m) => f.write_str(m),
+            ReadError::Output(e) => write!(f, "writing the output: {e}"),
+        }
+    }
+}
+
+/// Hand every record of `topic` (or of its partition `only`) to `each`, from the
+/// beginning. With `to_end`, stop at the end offsets the partitions had when it started
+/// (records written later are not handed over); else wait for more, forever. Returns how
+/// many records were handed over. Errors name the setting at fault (`--brokers`,
+/// `--topic`, `--partition`); an error from `each` stops the reading.
+pub fn read_topic(
     brokers: &str,
     topic: &str,
+    only: Option<i32>,
     to_end: bool,
-    out: &mut impl std::io::Write,
-) -> Result<usize, String> {
+    mut each: impl FnMut(&BorrowedMessage<'_>) -> std::io::Result<()>,
+) -> Result<usize, ReadError> {
+    let kafka = ReadError::Kafka;
     let consumer: BaseConsumer = client(brokers)
         .set("group.id", "watchbridge-consume")
         .set("enable.auto.commit", "false")
@@ -92,34 +118,56 @@ pub fn consume(
         // commit marker, which is never handed to a reader.
         .set("enable.partition.eof", "true")
         .create()
-        .map_err(|e| format!("cannot create a consumer: {e}"))?;
+        .map_err(|e| kafka(format!("cannot create a consumer: {e}")))?;
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .map_err(|e| format!("cannot read {topic}'s metadata from {brokers}: {e}"))?;
-    let partitions = metadata
+        .map_err(|e| {
+            kafka(format!(
+                "cannot read topic {topic}'s metadata from the brokers {brokers} \
+                 (--brokers, WATCHBRIDGE_BROKERS): {e}"
+            ))
+        })?;
+    let mut partitions = metadata
         .topics()
         .first()
         .filter(|t| t.error().is_none())
         .map(|t| t.partitions().iter().map(|p| p.id()).collect::<Vec<_>>())
         .filter(|p| !p.is_empty())
-        .ok_or_else(|| format!("topic {topic} does not exist"))?;
+        .ok_or_else(|| {
+            kafka(format!(
+                "topic {topic} (--topic) does not exist on {brokers}"
+            ))
+        })?;
+    if let Some(p) = only {
+        if !partitions.contains(&p) {
+            partitions.sort_unstable();
+            return Err(kafka(format!(
+                "--partition {p}: topic {topic} has no such partition (it has {})",
+                partitions
+                    .iter()
+                    .map(i32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        partitions = vec![p];
+    }
     let mut tpl = TopicPartitionList::new();
-    let mut ends = std::collections::HashMap::new();
+    let mut ends = HashMap::new();
     for &p in &partitions {
         tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| kafka(e.to_string()))?;
         let (_, high) = consumer
             .fetch_watermarks(topic, p, Duration::from_secs(10))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| kafka(format!("cannot read partition {p}'s end offset: {e}")))?;
         ends.insert(p, high);
     }
-    consumer.assign(&tpl).map_err(|e| e.to_string())?;
-    let mut positions: std::collections::HashMap<i32, i64> =
-        partitions.iter().map(|&p| (p, 0)).collect();
-    let mut printed = 0;
+    consumer.assign(&tpl).map_err(|e| kafka(e.to_string()))?;
+    let mut positions: HashMap<i32, i64> = partitions.iter().map(|&p| (p, 0)).collect();
+    let mut handed = 0;
     loop {
         if to_end && positions.iter().all(|(p, &o)| o >= ends[p]) {
-            return Ok(printed);
+            return Ok(handed);
         }
         let Some(message) = consumer.poll(Duration::from_millis(200)) else {
             continue;
@@ -139,9 +187,27 @@ pub fn consume(
                 }
                 continue;
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(kafka(e.to_string())),
         };
         positions.insert(m.partition(), m.offset() + 1);
+        if to_end && m.offset() >= ends.get(&m.partition()).copied().unwrap_or(i64::MAX) {
+            // Written after the start: past the end this reading stops at.
+            continue;
+        }
+        each(&m).map_err(ReadError::Output)?;
+        handed += 1;
+    }
+}
+
+/// Print every record of `topic` from the beginning, one line each:
+/// `partition:offset key timestamp headers value`. With `to_end`, stop at the end.
+pub fn consume(
+    brokers: &str,
+    topic: &str,
+    to_end: bool,
+    out: &mut impl std::io::Write,
+) -> Result<usize, ReadError> {
+    read_topic(brokers, topic, None, to_end, |m| {
         let headers = m
             .headers()
             .map(|h| {
@@ -151,7 +217,7 @@ pub fn consume(
                     .join(",")
             })
             .unwrap_or_default();
-        let _ = writeln!(
+        writeln!(
             out,
             "{}:{} {} {} {} {}",
             m.partition(),
@@ -167,9 +233,8 @@ pub fn consume(
                 headers
             },
             String::from_utf8_lossy(m.payload().unwrap_or_default())
-        );
-        printed += 1;
-    }
+        )
+    })
 }
 
 #[cfg(test)]

@@ -111,6 +111,7 @@
 
 pub mod chunks;
 pub mod codec;
+pub mod inspect;
 pub mod snapshot;
 
 pub use chunks::{RestoreError, SeenJournal, DEFAULT_CHUNK_HASHES};

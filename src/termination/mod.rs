@@ -605,6 +605,47 @@ impl Termination {
         Some(out)
     }
 
+    /// Reads [`Termination::save_custom`]'s bytes back into `(name, state bytes)` pairs, in
+    /// the order they were saved, without a tree to match them against (what
+    /// `watchbridge state inspect` shows). Each pair is the name's length (u16
+    /// little-endian), the name, the state's length (u32 little-endian) and the state; a
+    /// name that is not UTF-8 is shown with replacement characters. `Err` says where the
+    /// bytes are cut short.
+    pub fn saved_custom_states(mut saved: &[u8]) -> Result<Vec<(String, &[u8])>, String> {
+        let mut states = Vec::new();
+        let mut at = 0;
+        while !saved.is_empty() {
+            let cut = |what: &str| {
+                format!(
+                    "condition {} cut short at byte {at}: no room for its {what}",
+                    states.len()
+                )
+            };
+            let name_len = u16::from_le_bytes(
+                saved
+                    .get(..2)
+                    .ok_or_else(|| cut("name length"))?
+                    .try_into()
+                    .unwrap_or_default(),
+            ) as usize;
+            let name = saved.get(2..2 + name_len).ok_or_else(|| cut("name"))?;
+            let len_at = 2 + name_len;
+            let len = u32::from_le_bytes(
+                saved
+                    .get(len_at..len_at + 4)
+                    .ok_or_else(|| cut("state length"))?
+                    .try_into()
+                    .unwrap_or_default(),
+            ) as usize;
+            let end = (len_at + 4).checked_add(len).ok_or_else(|| cut("state"))?;
+            let state = saved.get(len_at + 4..end).ok_or_else(|| cut("state"))?;
+            states.push((String::from_utf8_lossy(name).into_owned(), state));
+            saved = &saved[end..];
+            at += end;
+        }
+        Ok(states)
+    }
+
     /// The state of a watch restored from the state topic: the three facts every built-in
     /// condition reads, as saved, and each user condition's state from `custom`
     /// ([`Termination::save_custom`]'s bytes), matched by name in tree order. A user
@@ -1176,6 +1217,37 @@ mod tests {
         a.on_poll_complete(T0, &mut sb);
         assert_eq!(a.can_stop_polling(T0, &sb), Some(R::Custom("a".into())));
         assert_eq!(b.can_stop_polling(T0, &sb), None);
+    }
+
+    #[test]
+    fn saved_custom_states_read_back_what_save_custom_wrote() {
+        let c = Termination::Any(vec![
+            Termination::custom("productive", ProductivePolls(5)),
+            Termination::Total(secs(60)),
+            Termination::custom("twice", ProductivePolls(2)),
+        ]);
+        let mut s = c.for_new_input(T0, &NewInput::none());
+        poll(&c, T0, true, &mut s);
+        let saved = c.save_custom(&s).unwrap();
+        let states = Termination::saved_custom_states(&saved).unwrap();
+        let names: Vec<&str> = states.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["productive", "twice"]);
+        let restored = c.restore_state(T0, T0, 1, Some(&saved), &NewInput::none());
+        assert_eq!(format!("{restored:?}"), format!("{s:?}"));
+        assert_eq!(
+            states[0].1,
+            &ProductivePolls(5).encode_state(&(1, false))[..]
+        );
+        assert_eq!(Termination::saved_custom_states(&[]), Ok(vec![]));
+        // Cut anywhere inside, it says so (never a panic, never a shorter list).
+        for cut in 1..saved.len() {
+            let e = Termination::saved_custom_states(&saved[..cut]);
+            if cut == saved.len() - states[1].1.len() - 4 - 2 - "twice".len() {
+                assert_eq!(e.unwrap().len(), 1, "cut at {cut}");
+            } else {
+                assert!(e.unwrap_err().contains("cut short"), "cut at {cut}");
+            }
+        }
     }
 
     #[test]
