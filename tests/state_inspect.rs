@@ -486,6 +486,26 @@ async fn inspect_reads_the_state_a_real_bridge_wrote() {
         w["arrived_ms"].as_i64().unwrap() <= w["next_poll_ms"].as_i64().unwrap(),
         "{w}"
     );
+    // docs/operations.md's example line has the fields a real watch line has.
+    let own = at
+        .values()
+        .find(|l| l["kind"] == "watch")
+        .unwrap_or_else(|| panic!("no watch record of user-7: {lines:#?}"));
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .unwrap();
+    let example: Value = docs
+        .lines()
+        .find(|l| l.starts_with(r#"{"partition":"#))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .expect("docs/operations.md has an example line");
+    let fields = |v: &Value| {
+        v.as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect::<BTreeSet<_>>()
+    };
+    assert_eq!(fields(&example), fields(own), "{example}\n{own}");
     let chunk = at
         .values()
         .rev()

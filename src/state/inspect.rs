@@ -26,7 +26,9 @@ use std::io::Write;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
-use serde_json::{json, Map, Value};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
@@ -84,7 +86,7 @@ pub fn inspect(
             return Ok(());
         };
         summary.printed += 1;
-        if line["kind"] == "undecodable" {
+        if line.kind() == Some("undecodable") {
             summary.undecodable += 1;
         }
         writeln!(out, "{line}")
@@ -101,9 +103,9 @@ pub fn describe(
     key: Option<&[u8]>,
     value: Option<&[u8]>,
     options: &Options,
-) -> Option<Value> {
+) -> Option<Line> {
     let record_key = key.unwrap_or_default();
-    let mut line = Map::new();
+    let mut line = Line::default();
     line.insert("partition".into(), partition.into());
     line.insert("offset".into(), offset.into());
     line.insert(
@@ -155,7 +157,7 @@ pub fn describe(
         Ok(Some(Entry::OutputOffsets(o))) => {
             options.key.is_none().then_some(())?;
             kind(&mut line, "output_offsets", None, record_key);
-            line.insert("offsets".into(), output_offsets(&o));
+            line.put("offsets".into(), &output_offsets(&o));
         }
         Ok(Some(Entry::Starts(s))) => {
             let member = match &options.key {
@@ -165,10 +167,10 @@ pub fn describe(
             kind(&mut line, "starts", None, record_key);
             starts_fields(&mut line, &s);
             if let Some(w) = member {
-                let mut fields = Map::new();
+                let mut fields = Line::default();
                 bytes_field(&mut fields, "key", &w.watch_key);
                 watch_fields(&mut fields, w);
-                line.insert("member".into(), fields.into());
+                line.put("member".into(), &fields);
             }
         }
         Ok(Some(Entry::StartsDeleted { seq })) => {
@@ -190,11 +192,50 @@ pub fn describe(
             );
         }
     }
-    Some(line.into())
+    Some(line)
+}
+
+/// One output line: a JSON object whose fields print in the order they were put in
+/// (`partition`, `offset`, ... first), unlike a `serde_json::Map`, which sorts them.
+#[derive(Debug, Default)]
+pub struct Line(Vec<(String, Box<RawValue>)>);
+
+impl Line {
+    fn insert(&mut self, key: String, value: Value) {
+        self.put(key, &value);
+    }
+
+    fn put(&mut self, key: String, value: &impl Serialize) {
+        let raw =
+            serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawValue::NULL.to_owned());
+        self.0.push((key, raw));
+    }
+
+    /// The `kind` field.
+    pub fn kind(&self) -> Option<&str> {
+        let (_, raw) = self.0.iter().find(|(k, _)| k == "kind")?;
+        raw.get().strip_prefix('"')?.strip_suffix('"')
+    }
+}
+
+impl Serialize for Line {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (key, value) in &self.0 {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+impl std::fmt::Display for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&serde_json::to_string(self).map_err(|_| std::fmt::Error)?)
+    }
 }
 
 /// `kind`, `key` (the watch key, or `null`) and `record_key`.
-fn kind(line: &mut Map<String, Value>, kind: &str, watch_key: Option<&[u8]>, record_key: &[u8]) {
+fn kind(line: &mut Line, kind: &str, watch_key: Option<&[u8]>, record_key: &[u8]) {
     line.insert("kind".into(), kind.into());
     match watch_key {
         Some(k) => bytes_field(line, "key", k),
@@ -206,7 +247,7 @@ fn kind(line: &mut Map<String, Value>, kind: &str, watch_key: Option<&[u8]>, rec
 }
 
 /// A watch record's fields, after its key.
-fn watch_fields(line: &mut Map<String, Value>, w: &WatchRecord) {
+fn watch_fields(line: &mut Line, w: &WatchRecord) {
     match &w.input_key {
         Some(k) => bytes_field(line, "input_key", k),
         None => {
@@ -241,7 +282,7 @@ fn watch_fields(line: &mut Map<String, Value>, w: &WatchRecord) {
     line.insert(
         "resume".into(),
         w.resume.as_ref().map_or(Value::Null, |r| {
-            let mut resume = Map::new();
+            let mut resume = serde_json::Map::new();
             resume.insert("base64".into(), BASE64.encode(r).into());
             if let Some(text) = printable(r) {
                 resume.insert("text".into(), text.into());
@@ -265,29 +306,32 @@ fn watch_fields(line: &mut Map<String, Value>, w: &WatchRecord) {
     );
 }
 
-fn starts_fields(line: &mut Map<String, Value>, s: &Starts) {
+fn starts_fields(line: &mut Line, s: &Starts) {
     line.insert("seq".into(), s.seq.into());
     line.insert("member_count".into(), s.watches.len().into());
     let members = s.watches.iter().map(|w| {
-        let mut member = Map::new();
+        let mut member = Line::default();
         bytes_field(&mut member, "key", &w.watch_key);
         time_field(&mut member, "arrived", w.arrived);
         time_field(&mut member, "next_poll", w.next_poll);
         member.insert("polls".into(), w.polls.into());
-        Value::from(member)
+        member
     });
-    line.insert("members".into(), members.collect());
+    line.put("members".into(), &members.collect::<Vec<_>>());
 }
 
-fn output_offsets(o: &OutputOffsets) -> Value {
-    o.offsets
-        .iter()
-        .map(|(partition, offset)| json!({"partition": partition, "offset": offset}))
-        .collect()
+fn output_offsets(o: &OutputOffsets) -> Vec<Line> {
+    let offset = |&(partition, offset): &(i32, i64)| {
+        let mut line = Line::default();
+        line.insert("partition".into(), partition.into());
+        line.insert("offset".into(), offset.into());
+        line
+    };
+    o.offsets.iter().map(offset).collect()
 }
 
 /// `name`: the bytes as text if they are UTF-8, else as base64 with `<name>_base64: true`.
-fn bytes_field(line: &mut Map<String, Value>, name: &str, bytes: &[u8]) {
+fn bytes_field(line: &mut Line, name: &str, bytes: &[u8]) {
     match std::str::from_utf8(bytes) {
         Ok(text) => {
             line.insert(name.into(), text.into());
@@ -300,7 +344,7 @@ fn bytes_field(line: &mut Map<String, Value>, name: &str, bytes: &[u8]) {
 }
 
 /// `name` in RFC 3339 and `<name>_ms`.
-fn time_field(line: &mut Map<String, Value>, name: &str, ms: Millis) {
+fn time_field(line: &mut Line, name: &str, ms: Millis) {
     line.insert(name.into(), rfc3339(ms));
     line.insert(format!("{name}_ms"), ms.into());
 }
@@ -348,7 +392,8 @@ mod tests {
     }
 
     fn line(key: &[u8], value: Option<&[u8]>, options: &Options) -> Option<Value> {
-        describe(0, 5, Some(1_796_000_000_000), Some(key), value, options)
+        let line = describe(0, 5, Some(1_796_000_000_000), Some(key), value, options)?;
+        Some(serde_json::from_str(&line.to_string()).unwrap())
     }
 
     #[test]
@@ -366,6 +411,26 @@ mod tests {
         conditions.extend_from_slice(&[1, 2, 3]);
         w.conditions = Some(conditions.into());
         let e = w.to_entry().unwrap();
+        // The fields print in a fixed order, the record's place first.
+        let text = describe(
+            0,
+            5,
+            Some(1_796_000_000_000),
+            Some(&e.key),
+            Some(&e.value),
+            &Options::default(),
+        )
+        .unwrap()
+        .to_string();
+        assert!(
+            text.starts_with(concat!(
+                r#"{"partition":0,"offset":5,"timestamp":"2026-11-30T00:53:20Z","#,
+                r#""timestamp_ms":1796000000000,"kind":"watch","key":"user-1","#,
+                r#""record_key":"6:user-1/w","input_key":"ik","input_value":{"id":7},"#,
+                r#""input_value_format":"json","input_time":"1970-01-01T00:00:01Z","#,
+            )),
+            "{text}"
+        );
         let l = line(&e.key, Some(&e.value), &Options::default()).unwrap();
         assert_eq!(l["kind"], "watch");
         assert_eq!(l["key"], "user-1");
