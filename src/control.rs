@@ -109,6 +109,14 @@ pub enum Control {
         /// Where the answer goes.
         reply: oneshot::Sender<Vec<WatchStatus>>,
     },
+    /// Poll `key`'s watch now rather than when it is due. Answers `None` when it is not
+    /// live here, `Some(false)` when its poll runs already.
+    PollNow {
+        /// The watch key.
+        key: Bytes,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Option<bool>>,
+    },
     /// End `key`'s watch as `stopped` (durably: its partition saves it finished). Answers
     /// whether it was live here.
     Stop {
@@ -280,6 +288,26 @@ impl Controls {
             .await
         {
             Lookup::Here(p, Some(status)) => Lookup::Here(p, status),
+            Lookup::Here(_, None) => Lookup::NotHere(self.owned()),
+            Lookup::NotHere(owned) => Lookup::NotHere(owned),
+        }
+    }
+
+    /// Poll `key`'s watch now: the partition it is live in, and whether a poll was moved up
+    /// (`false`: one runs already).
+    pub async fn poll_now(&self, key: &[u8]) -> Lookup<bool> {
+        let key = Bytes::copy_from_slice(key);
+        match self
+            .ask_each(
+                |reply| Control::PollNow {
+                    key: key.clone(),
+                    reply,
+                },
+                Option::is_some,
+            )
+            .await
+        {
+            Lookup::Here(p, Some(moved)) => Lookup::Here(p, moved),
             Lookup::Here(_, None) => Lookup::NotHere(self.owned()),
             Lookup::NotHere(owned) => Lookup::NotHere(owned),
         }

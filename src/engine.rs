@@ -63,7 +63,8 @@ use crate::clock::{millis, Clock, Millis};
 use crate::control::{Control, Pause, WatchState, WatchStatus};
 use crate::internal_events::{
     HostHeld, InputAlreadyWatching, PollFailed, PollRateLimited, PollStarted, PollSucceeded,
-    RetryAfterCapped, WatchRestored, WatchStarted, WatchStoppedByOperator, WatchTerminated,
+    RetryAfterCapped, WatchPolledByOperator, WatchRestored, WatchStarted, WatchStoppedByOperator,
+    WatchTerminated,
 };
 use crate::limits::Limits;
 use crate::metrics::Metrics;
@@ -666,6 +667,17 @@ impl<P: Poller> Engine<P> {
                     .filter(|s| query.state.is_none_or(|want| s.state == want))
                     .collect();
                 let _ = reply.send(watches);
+            }
+            Control::PollNow { key, reply } => {
+                let now = self.clock.now_ms();
+                let moved = self
+                    .table
+                    .id_of(&key)
+                    .map(|id| self.table.poll_now(id, now));
+                if moved == Some(true) {
+                    WatchPolledByOperator { key: &key }.emit(&self.metrics);
+                }
+                let _ = reply.send(moved);
             }
             Control::Stop { key, reply } => {
                 let removed = self.table.id_of(&key).and_then(|id| self.table.remove(id));

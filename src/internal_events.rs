@@ -581,6 +581,18 @@ impl WatchStoppedByOperator<'_> {
     }
 }
 
+/// An operator asked for a watch's poll now (`POST /watches/{key}/poll`).
+pub struct WatchPolledByOperator<'a> {
+    pub key: &'a [u8],
+}
+
+impl WatchPolledByOperator<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        tracing::info!(key = %KeyDisplay(self.key), "watch polled now at an operator's request (POST /watches/{{key}}/poll)");
+        m.control_actions.with_label_values(&["poll"]).inc();
+    }
+}
+
 /// An operator paused or resumed this instance's polling (`POST /pause`, `POST /resume`).
 pub struct PollingPaused {
     pub paused: bool,

@@ -221,6 +221,7 @@ async fn watches<B>(api: &OpsApi, req: &Request<B>, rest: &str) -> Response<Full
     let rest = &rest[1..];
     let (key, action) = match rest.rsplit_once('/') {
         Some((key, "stop")) => (key, Some("stop")),
+        Some((key, "poll")) => (key, Some("poll")),
         _ => (rest, None),
     };
     let key = percent_encoding::percent_decode_str(key).collect::<Vec<u8>>();
@@ -250,6 +251,22 @@ async fn watches<B>(api: &OpsApi, req: &Request<B>, rest: &str) -> Response<Full
                     &serde_json::json!({
                         "stopped": String::from_utf8_lossy(&key),
                         "partition": partition,
+                    }),
+                ),
+                Lookup::NotHere(owned) => not_here(owned),
+            }
+        }
+        (&Method::POST, Some("poll")) => {
+            if let Some(refused) = refusal(api, req) {
+                return refused;
+            }
+            match api.controls.poll_now(&key).await {
+                Lookup::Here(partition, moved) => json(
+                    StatusCode::OK,
+                    &serde_json::json!({
+                        "key": String::from_utf8_lossy(&key),
+                        "partition": partition,
+                        "polling": if moved { "now" } else { "already" },
                     }),
                 ),
                 Lookup::NotHere(owned) => not_here(owned),

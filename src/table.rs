@@ -103,6 +103,19 @@ pub struct WatchTable<I> {
     timers: BinaryHeap<Reverse<Timer>>,
     holds: BTreeMap<Millis, u32>,
     rng: fastrand::Rng,
+    /// Watches an operator asked to poll now ([`WatchTable::poll_now`]), until the timers
+    /// that request made stale have left the queue. Empty but for those requests, so the
+    /// queue pays nothing for it otherwise.
+    moved: std::collections::HashMap<WatchId, Moved>,
+}
+
+/// A watch whose timer an operator replaced.
+#[derive(Debug, Clone, Copy)]
+struct Moved {
+    /// The due time of the one timer that counts (`None` while its poll runs: none does).
+    due: Option<Millis>,
+    /// Its timers still in the queue that do not count.
+    stale: u32,
 }
 
 impl<I> WatchTable<I> {
@@ -116,6 +129,7 @@ impl<I> WatchTable<I> {
             timers: BinaryHeap::new(),
             holds: BTreeMap::new(),
             rng: seed.map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed),
+            moved: std::collections::HashMap::new(),
         }
     }
 
@@ -227,6 +241,13 @@ impl<I> WatchTable<I> {
             Some(Reverse(t)) if t.due <= now => {
                 let t = *t;
                 self.timers.pop();
+                let id = WatchId {
+                    slot: t.slot,
+                    generation: t.generation,
+                };
+                if let Some(moved) = self.moved.get_mut(&id) {
+                    moved.due = None;
+                }
                 Some((
                     WatchId {
                         slot: t.slot,
@@ -329,6 +350,9 @@ impl<I> WatchTable<I> {
         }
         let watch = slot.watch.take()?;
         slot.generation = slot.generation.wrapping_add(1);
+        if !self.moved.is_empty() {
+            self.moved.remove(&id);
+        }
         self.free.push(id.slot);
         // The index entry is found by slot number, so the slot no longer needs the key.
         if let Ok(entry) = self
@@ -369,7 +393,7 @@ impl<I> WatchTable<I> {
                 slot: t.slot,
                 generation: t.generation,
             };
-            if self.watch(id).is_some() {
+            if self.is_current(t) {
                 let at = due.entry(id).or_insert(t.due);
                 *at = (*at).min(t.due);
             }
@@ -383,6 +407,9 @@ impl<I> WatchTable<I> {
     }
 
     fn schedule(&mut self, id: WatchId, due: Millis) {
+        if let Some(moved) = self.moved.get_mut(&id) {
+            moved.due = Some(due);
+        }
         self.timers.push(Reverse(Timer {
             due,
             slot: id.slot,
@@ -390,15 +417,60 @@ impl<I> WatchTable<I> {
         }));
     }
 
-    /// Timers of removed watches are skipped lazily, when they reach the front.
+    /// Timers of removed watches, and those a [`WatchTable::poll_now`] replaced, are
+    /// skipped lazily, when they reach the front.
     fn drop_stale_timers(&mut self) {
         while let Some(Reverse(t)) = self.timers.peek() {
-            let slot = self.slots.at(t.slot);
-            if slot.generation == t.generation && slot.watch.is_some() {
+            if self.is_current(t) {
                 return;
             }
+            let id = WatchId {
+                slot: t.slot,
+                generation: t.generation,
+            };
             self.timers.pop();
+            if let Some(moved) = self.moved.get_mut(&id) {
+                moved.stale = moved.stale.saturating_sub(1);
+                if moved.stale == 0 {
+                    self.moved.remove(&id);
+                }
+            }
         }
+    }
+
+    /// Whether `t` is its watch's timer (not a removed watch's, not a replaced one).
+    fn is_current(&self, t: &Timer) -> bool {
+        let slot = self.slots.at(t.slot);
+        let id = WatchId {
+            slot: t.slot,
+            generation: t.generation,
+        };
+        slot.generation == t.generation
+            && slot.watch.is_some()
+            && self.moved.get(&id).is_none_or(|m| m.due == Some(t.due))
+    }
+
+    /// Poll a waiting watch at `now` instead of when it was due (an operator's `POST
+    /// /watches/{key}/poll`). `false` when its poll runs already (or it is not live): the
+    /// polls of a watch never overlap.
+    pub fn poll_now(&mut self, id: WatchId, now: Millis) -> bool {
+        let Some(due) = self.due_times().get(&id).copied() else {
+            return false;
+        };
+        if due > now {
+            let moved = self.moved.entry(id).or_insert(Moved {
+                due: None,
+                stale: 0,
+            });
+            moved.stale += 1;
+            moved.due = Some(now);
+            self.timers.push(Reverse(Timer {
+                due: now,
+                slot: id.slot,
+                generation: id.generation,
+            }));
+        }
+        true
     }
 
     fn add_hold(&mut self, hold: Millis) {
@@ -518,6 +590,27 @@ mod tests {
 
     fn key(s: &str) -> Bytes {
         Bytes::from(s.to_string())
+    }
+
+    /// An operator's poll-now makes a waiting watch due at once, once: the timer it
+    /// replaces is stale; a watch whose poll runs is left alone (polls never overlap).
+    #[test]
+    fn poll_now_moves_a_waiting_watch_up_once_and_leaves_a_polling_one() {
+        let mut t = table("never");
+        let a = t.insert(key("a"), Arc::new(()), 0, 0).unwrap();
+        assert_eq!(t.pop_due(0), Some((a, 0)));
+        t.complete(a, Ok(PollResult::default()), 0).unwrap();
+        assert_eq!(t.next_due(), Some(100));
+        assert!(t.poll_now(a, 10));
+        assert_eq!(t.due_times().get(&a), Some(&10));
+        assert_eq!(t.pop_due(10), Some((a, 10)));
+        // In flight now: no second poll, and the replaced timer (100) never fires.
+        assert!(!t.poll_now(a, 20));
+        assert_eq!(t.pop_due(1_000), None, "the replaced timer fired");
+        t.complete(a, Ok(PollResult::default()), 30).unwrap();
+        assert_eq!(t.due_times().get(&a), Some(&130));
+        assert_eq!(t.pop_due(1_000), Some((a, 130)));
+        assert!(t.moved.is_empty());
     }
 
     #[test]

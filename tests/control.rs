@@ -262,3 +262,50 @@ async fn two_instances_answer_where_a_watch_lives_and_a_stop_survives_a_takeover
     let counts = output_key_counts(&outputs_to_end(&s.output).await);
     assert_each_once(&counts, user_output_keys([1, 2]), &other_bridge.log());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_poll_now_moves_a_waiting_watch_up() {
+    let s = Setup::new("control-poll", 1).await;
+    let server = TestServer::start(|seen| feeds(seen, false)).await;
+    let port = free_port();
+    let mut settings = env(&s, &server, port);
+    // Without a poll-now, the second poll would be an hour away.
+    settings.push(("WATCHBRIDGE_POLL_INTERVAL", "1h".into()));
+    let bridge = Bridge::start(&settings);
+    let ops = Ops::new(port);
+    produce_user_to(&s.input, Some(0), 4).await;
+    wait_for_outputs(&s.output, 2, Duration::from_secs(60)).await;
+    let w = wait_for_status(&ops, &bridge, "/watches/user-4", 200).await;
+    assert_eq!(w["state"], "waiting", "{w}");
+    assert_eq!(polls_of(&server, 4), 1);
+    assert_eq!(
+        ops.post("/watches/user-4/poll", None).await.unwrap().0,
+        401,
+        "a poll-now is control"
+    );
+    let (status, body) = ops.post("/watches/user-4/poll", Some(TOKEN)).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while polls_of(&server, 4) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "not polled now:\n{}",
+            bridge.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Once: the timer it replaced does not poll it again, and the next is an hour away.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(polls_of(&server, 4), 2);
+    let w = wait_for_status(&ops, &bridge, "/watches/user-4", 200).await;
+    assert_eq!(w["polls_ok"], 2, "{w}");
+    let next = w["next_poll_ms"].as_i64().unwrap();
+    assert!(next - support::scenario::now_ms() > 3_000_000, "{w}");
+    assert_eq!(
+        ops.post("/watches/user-9/poll", Some(TOKEN))
+            .await
+            .unwrap()
+            .0,
+        404
+    );
+}
