@@ -208,7 +208,7 @@ impl Metrics {
         let control_actions = reg!(IntCounterVec::new(
             Opts::new(
                 "watchbridge_control_actions_total",
-                "Control requests of the operations API, by action (stop, pause, resume; refused: without the admin token)"
+                "Control requests of the operations API, by action (stop, poll, pause, resume; refused: without the admin token)"
             ),
             &["action"]
         ));
