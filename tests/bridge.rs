@@ -82,7 +82,7 @@ async fn every_new_output_reaches_the_output_topic_with_its_event_time_and_heade
     assert_eq!(by_output_key.len(), 6);
     // Each watch ends as final (its feed says so), so nothing more can come: stop the
     // bridge once all three have, and everything it ever wrote is on the topic.
-    wait_for_log_count(&bridge, "reason=final", 3, Duration::from_secs(30));
+    bridge.wait_for_log_count("reason=final", 3, Duration::from_secs(30));
     let (code, _) = bridge.terminate();
     assert_eq!(code, Some(0), "{}", bridge.log());
     let all = outputs_to_end(&s.output).await;
@@ -91,23 +91,6 @@ async fn every_new_output_reaches_the_output_topic_with_its_event_time_and_heade
         user_output_keys(1..=3),
         &bridge.log(),
     );
-}
-
-/// Waits until `text` occurs at least `n` times in the bridge's log (or panics with it).
-fn wait_for_log_count(bridge: &Bridge, text: &str, n: usize, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let log = bridge.log();
-        let found = log.matches(text).count();
-        if found >= n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the log says {text:?} {found} times, not {n}, after {within:?}:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Waits until `group` has committed `want` input offsets in all on `topic`'s `partitions`
@@ -533,7 +516,7 @@ async fn live_watches_move_with_their_partitions_and_go_on_without_repeating_an_
     wait_for_outputs(&s.output, 8 * expected, Duration::from_secs(60)).await;
     // Every feed final (a poll after the freeze says so) and seen final: then stop the
     // second, and the topic holds everything either wrote.
-    wait_for_log_count(&second, "reason=final", 8, Duration::from_secs(30));
+    second.wait_for_log_count("reason=final", 8, Duration::from_secs(30));
     assert_eq!(second.terminate().0, Some(0), "{}", second.log());
     let all = outputs_to_end(&s.output).await;
     assert_each_once(
@@ -1177,8 +1160,7 @@ async fn sigterm_in_flight(strict: bool, shutdown_timeout: Duration) {
         "info,librdkafka=warn,rdkafka=warn,watchbridge::internal_events=debug".into(),
     ));
     let mut bridge = Bridge::start(&env);
-    wait_for_log_count(
-        &bridge,
+    bridge.wait_for_log_count(
         "reason=final",
         (FAST + SLOW) as usize,
         Duration::from_secs(60),

@@ -82,23 +82,6 @@ fn example(name: &str) -> PathBuf {
     path
 }
 
-/// Waits until `text` occurs at least `n` times in the bridge's log (or panics with it).
-fn wait_for_log_count(bridge: &Bridge, text: &str, n: usize, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let log = bridge.log();
-        let found = log.matches(text).count();
-        if found >= n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the log says {text:?} {found} times, not {n}, after {within:?}:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// Logs each watch's end (`watch terminated … reason=…` is a debug line).
 const LOG_WATCH_ENDS: &str = "info,librdkafka=warn,rdkafka=warn,watchbridge::internal_events=debug";
 
@@ -190,7 +173,7 @@ async fn cursor_poller_follows_pages_and_resumes_from_the_saved_cursor_after_a_k
         reason.as_deref().is_some_and(|r| r.contains("/user")),
         "the reason names the missing field: {reason:?}"
     );
-    wait_for_log_count(&bridge, "reason=failed", 1, Duration::from_secs(30));
+    bridge.wait_for_log_count("reason=failed", 1, Duration::from_secs(30));
     assert!(bridge.log().contains("not_found"), "{}", bridge.log());
 
     wait_for_outputs(&s.output, 5, Duration::from_secs(60)).await;
@@ -339,7 +322,7 @@ async fn stop_after_outputs_keeps_its_count_across_a_kill() {
 
     cap.store(100, Ordering::SeqCst);
     let mut bridge = Bridge::start_program(&program, &env);
-    wait_for_log_count(&bridge, "reason=max_outputs", 1, Duration::from_secs(60));
+    bridge.wait_for_log_count("reason=max_outputs", 1, Duration::from_secs(60));
     // Ended: its feed is asked nothing more (10 poll intervals).
     let asked = server.requests().len();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -457,7 +440,7 @@ async fn punctuated_watermarks_follow_the_markers_and_markers_start_no_watch() {
         )
         .await;
     }
-    wait_for_log_count(&bridge, "reason=polls", 2, Duration::from_secs(30));
+    bridge.wait_for_log_count("reason=polls", 2, Duration::from_secs(30));
     b.produce(
         &s.input,
         Some(0),
@@ -478,7 +461,7 @@ async fn punctuated_watermarks_follow_the_markers_and_markers_start_no_watch() {
     b.produce(&s.input, Some(0), Some(b"user-3"), user(3).as_bytes(), &[])
         .await;
     // User 3's watch came after the lower marker: it has been read.
-    wait_for_log_count(&bridge, "reason=polls", 3, Duration::from_secs(30));
+    bridge.wait_for_log_count("reason=polls", 3, Duration::from_secs(30));
     let ops = Ops::new(metrics_port);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

@@ -331,23 +331,25 @@ impl Template {
     /// ([`NAME_MAX`]: no file could match it); glob metacharacters in it are escaped so they
     /// match only themselves.
     pub fn render_glob(&self, input: &Value, key: &[u8]) -> Result<String, RenderError> {
-        self.render_with(
-            input,
-            key,
-            push_literal,
-            no_last,
-            |placeholder, value, out| {
-                one_segment(placeholder, value)?;
-                out.push_str(&glob::Pattern::escape(value));
-                Ok(())
-            },
-        )
+        self.render_path(input, key, |value, out| {
+            out.push_str(&glob::Pattern::escape(value))
+        })
     }
 
     /// Fill a template whose values name path segments of an object key (the object-store
     /// poller's prefix): the rule of [`render_glob`](Self::render_glob), so an input cannot
     /// leave its prefix, with values as they are (a key has no metacharacters).
     pub fn render_segments(&self, input: &Value, key: &[u8]) -> Result<String, RenderError> {
+        self.render_path(input, key, |value, out| out.push_str(value))
+    }
+
+    /// Fill a template whose values are each one path segment, written by `write`.
+    fn render_path(
+        &self,
+        input: &Value,
+        key: &[u8],
+        write: impl Fn(&str, &mut String),
+    ) -> Result<String, RenderError> {
         self.render_with(
             input,
             key,
@@ -355,7 +357,7 @@ impl Template {
             no_last,
             |placeholder, value, out| {
                 one_segment(placeholder, value)?;
-                out.push_str(value);
+                write(value, out);
                 Ok(())
             },
         )

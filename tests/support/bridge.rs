@@ -82,6 +82,23 @@ impl Bridge {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Wait until `text` occurs at least `n` times in the log (or panic with it).
+    pub fn wait_for_log_count(&self, text: &str, n: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let log = self.log();
+            let found = log.matches(text).count();
+            if found >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the log says {text:?} {found} times, not {n}, after {within:?}:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Wait until the log contains `text` (or panic with the log).
     pub fn wait_for_log(&self, text: &str, within: Duration) {
         let deadline = Instant::now() + within;
