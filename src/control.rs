@@ -57,8 +57,17 @@ pub struct WatchStatus {
     pub partition: i32,
     /// What it is doing.
     pub state: WatchState,
+    /// The input record it was started from (filled in by its partition: `key`, `value`
+    /// as JSON when it is JSON, else as text, and `time_ms`; left out of lists).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Value>,
     /// When its input arrived (processing time, epoch ms).
     pub started_ms: Millis,
+    /// When its last poll completed, to the second (`None`: not since this instance has
+    /// it), and how: `ok` or `failed`.
+    pub last_poll_ms: Option<Millis>,
+    /// `ok` or `failed` (`last_error` says why), for the poll at `last_poll_ms`.
+    pub last_poll_result: Option<&'static str>,
     /// Polls that succeeded.
     pub polls_ok: u64,
     /// Polls that failed in a row (0 after a success).
@@ -180,8 +189,31 @@ impl Pause {
     }
 }
 
+/// A question for a partition task rather than its engine: the input record `key`'s watch
+/// was started from (the task keeps it to save the watch; the engine has only what the
+/// poller made of it).
+#[derive(Debug)]
+pub struct InputQuery {
+    /// The watch key.
+    pub key: Bytes,
+    /// Where the answer goes (`None`: no live watch with that key).
+    pub reply: oneshot::Sender<Option<serde_json::Value>>,
+}
+
+/// What a partition registers with: its engine's messages, its task's questions, and the
+/// status the task keeps current.
+pub struct PartitionControls {
+    /// For the engine ([`crate::engine::Engine::with_controls`]).
+    pub messages: mpsc::Receiver<Control>,
+    /// For the partition task.
+    pub input_queries: mpsc::Receiver<InputQuery>,
+    /// Kept current by the partition task.
+    pub status: Arc<Mutex<PartitionStatus>>,
+}
+
 struct Registered {
     controls: mpsc::Sender<Control>,
+    inputs: mpsc::Sender<InputQuery>,
     status: Arc<Mutex<PartitionStatus>>,
 }
 
@@ -207,14 +239,12 @@ pub enum Lookup<T> {
 }
 
 impl Controls {
-    /// Partition `partition`'s engine takes its messages from the receiver returned; its
-    /// task keeps the status returned current. A partition assigned again replaces its
+    /// Partition `partition`'s engine and task take their messages from what is returned,
+    /// and the task keeps its status current. A partition assigned again replaces its
     /// earlier registration.
-    pub fn register(
-        &self,
-        partition: i32,
-    ) -> (mpsc::Receiver<Control>, Arc<Mutex<PartitionStatus>>) {
+    pub fn register(&self, partition: i32) -> PartitionControls {
         let (tx, rx) = mpsc::channel(16);
+        let (inputs, input_queries) = mpsc::channel(16);
         let status = Arc::new(Mutex::new(PartitionStatus {
             partition,
             recovering: true,
@@ -224,10 +254,15 @@ impl Controls {
             partition,
             Registered {
                 controls: tx,
+                inputs,
                 status: status.clone(),
             },
         );
-        (rx, status)
+        PartitionControls {
+            messages: rx,
+            input_queries,
+            status,
+        }
     }
 
     /// The partition is no longer this instance's (its task ended), unless it was
@@ -287,10 +322,24 @@ impl Controls {
             )
             .await
         {
-            Lookup::Here(p, Some(status)) => Lookup::Here(p, status),
+            Lookup::Here(p, Some(mut status)) => {
+                status.input = self.input_of(p, key).await;
+                Lookup::Here(p, status)
+            }
             Lookup::Here(_, None) => Lookup::NotHere(self.owned()),
             Lookup::NotHere(owned) => Lookup::NotHere(owned),
         }
+    }
+
+    /// The input record of `key`'s watch, from its partition's task.
+    async fn input_of(&self, partition: i32, key: Bytes) -> Option<serde_json::Value> {
+        let sender = lock(&self.partitions).get(&partition)?.inputs.clone();
+        let (reply, answer) = oneshot::channel();
+        sender.send(InputQuery { key, reply }).await.ok()?;
+        tokio::time::timeout(ANSWER_WITHIN, answer)
+            .await
+            .ok()?
+            .ok()?
     }
 
     /// Poll `key`'s watch now: the partition it is live in, and whether a poll was moved up

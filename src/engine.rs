@@ -714,7 +714,13 @@ impl<P: Poller> Engine<P> {
             key: String::from_utf8_lossy(watch.key()).into_owned(),
             partition,
             state,
+            input: None,
             started_ms: progress.arrived,
+            last_poll_ms: self.table.last_poll(id),
+            last_poll_result: self.table.last_poll(id).map(|_| match progress.failures {
+                0 => "ok",
+                _ => "failed",
+            }),
             polls_ok: progress.polls,
             failures_in_a_row: progress.failures,
             empty_polls_in_a_row: progress.empty_streak,

@@ -70,6 +70,10 @@ impl Timer {
 #[derive(Debug)]
 struct Slot<I> {
     generation: u32,
+    /// When its watch last completed a poll, in whole seconds after its input arrived, plus
+    /// one (0: not since this table has it). For the operations API; it fills what was
+    /// padding, so a slot stays 104 bytes.
+    last_poll: u32,
     watch: Option<Watch<I>>,
 }
 
@@ -209,11 +213,13 @@ impl<I> WatchTable<I> {
             Some(slot) => slot,
             None => self.slots.push(Slot {
                 generation: 0,
+                last_poll: 0,
                 watch: None,
             }),
         };
         let entry = self.slots.at_mut(slot);
         entry.watch = Some(watch);
+        entry.last_poll = 0;
         let id = WatchId {
             slot,
             generation: entry.generation,
@@ -297,6 +303,9 @@ impl<I> WatchTable<I> {
             return None;
         }
         let watch = slot.watch.as_mut()?;
+        let arrived = watch.termination().arrived();
+        slot.last_poll =
+            u32::try_from(now.saturating_sub(arrived).max(0) / 1000 + 1).unwrap_or(u32::MAX);
         let old_hold = watch.hold();
         let (completion, next) = match outcome {
             Ok(result) => {
@@ -363,6 +372,18 @@ impl<I> WatchTable<I> {
         }
         self.remove_hold(watch.hold());
         Some(watch)
+    }
+
+    /// When `id`'s watch last completed a poll, to the second (`None`: not since this
+    /// table has it).
+    pub fn last_poll(&self, id: WatchId) -> Option<Millis> {
+        let slot = self.slots.get(id.slot)?;
+        let watch = slot
+            .watch
+            .as_ref()
+            .filter(|_| slot.generation == id.generation)?;
+        let seconds = slot.last_poll.checked_sub(1)?;
+        Some(watch.termination().arrived() + Millis::from(seconds) * 1000)
     }
 
     /// The live watch with this key.

@@ -83,6 +83,15 @@ async fn status_stop_and_pause_of_the_watches_of_one_instance() {
     assert_eq!(w["failures_in_a_row"], 0);
     assert_eq!(w["last_error"], Value::Null);
     assert_eq!(w["termination"], "never");
+    assert_eq!(w["input"]["key"], "user-1", "{w}");
+    assert_eq!(w["input"]["value"], serde_json::json!({"id": 1}), "{w}");
+    assert_eq!(w["last_poll_result"], "ok", "{w}");
+    let last_poll = w["last_poll_ms"].as_i64().expect("a last poll time");
+    let started = w["started_ms"].as_i64().unwrap();
+    assert!(
+        (started - 1_000..=support::scenario::now_ms()).contains(&last_poll),
+        "{w}"
+    );
     assert!(
         ["waiting", "polling"].contains(&w["state"].as_str().unwrap()),
         "{w}"

@@ -627,6 +627,20 @@ impl DurableState {
         Ok(displaced.map(|d| d.max(origin)))
     }
 
+    /// The input record `key`'s live watch was started from, for the operations API: its
+    /// `key` and `value` (JSON when it is JSON, else text) and `time_ms`.
+    pub fn input_json(&self, key: &[u8]) -> Option<serde_json::Value> {
+        let r = self.live.get(key)?.input.registration();
+        let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
+        let value = serde_json::from_slice::<serde_json::Value>(&r.value)
+            .unwrap_or_else(|_| serde_json::Value::String(text(&r.value)));
+        Some(serde_json::json!({
+            "key": r.key.as_ref().map(text),
+            "value": value,
+            "time_ms": r.time,
+        }))
+    }
+
     /// An output of `key`'s watch was handed to the producer: its ticket, for its
     /// acknowledgement.
     pub fn output_sent(&mut self, key: &[u8]) -> SendTicket {

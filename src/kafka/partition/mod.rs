@@ -283,6 +283,8 @@ pub struct PartitionTask<P: Resolve> {
     _rate_share: crate::limits::PartitionShare,
     /// What the operations API shows of this partition (`control.rs`).
     status: Arc<Mutex<crate::control::PartitionStatus>>,
+    /// The operations API's questions about the inputs of this partition's watches.
+    input_queries: mpsc::Receiver<crate::control::InputQuery>,
 }
 
 impl<P: Resolve> PartitionTask<P> {
@@ -296,7 +298,11 @@ impl<P: Resolve> PartitionTask<P> {
         bounds: Option<Bounds>,
         lost: Arc<std::sync::atomic::AtomicBool>,
     ) -> impl std::future::Future<Output = Stopped> + Send + 'static {
-        let (control_messages, status) = shared.controls.register(partition);
+        let crate::control::PartitionControls {
+            messages: control_messages,
+            input_queries,
+            status,
+        } = shared.controls.register(partition);
         let engine = Engine::new(
             shared.poller.clone(),
             EngineConfig {
@@ -365,6 +371,7 @@ impl<P: Resolve> PartitionTask<P> {
             txn: None,
             _rate_share: rate_share,
             status: status.clone(),
+            input_queries,
         };
         let controls = task.shared.controls.clone();
         async move {
@@ -419,6 +426,9 @@ impl<P: Resolve> PartitionTask<P> {
                     // The engine ended: after our Shutdown, or (bounded) once every watch has.
                     None => break,
                 },
+                Some(query) = self.input_queries.recv() => {
+                    let _ = query.reply.send(self.durable.input_json(&query.key));
+                }
                 // The input whose schema is being fetched, once it is (or the registry
                 // said it does not know the id).
                 () = fetched(&mut self.waiting), if self.waiting.is_some() => {
