@@ -224,6 +224,25 @@ fn dashboard_exprs(dashboard: &Json) -> Vec<(String, String)> {
     exprs
 }
 
+/// Each partition's watermark series keeps the instance that owns it, and links to that
+/// instance's watches holding the partition back (the operations API, docs/operations.md).
+#[test]
+fn the_watermark_per_partition_links_to_the_watches_holding_it_back() {
+    let d = dashboard();
+    let panel = panels(&d)
+        .into_iter()
+        .find(|p| p["title"] == "Watermark per partition")
+        .expect("a watermark per partition panel");
+    let expr = panel["targets"][0]["expr"].as_str().unwrap();
+    assert!(expr.contains("by (partition, instance)"), "{expr}");
+    let links = panel["fieldConfig"]["defaults"]["links"].as_array().unwrap();
+    let url = links[0]["url"].as_str().unwrap();
+    assert_eq!(
+        url,
+        "http://${__field.labels.instance}/watches?partition=${__field.labels.partition}&holds_watermark=true"
+    );
+}
+
 #[test]
 fn dashboard_queries_only_exported_metrics_and_charts_every_one() {
     let families = families();
