@@ -157,6 +157,7 @@ pub async fn run_bridge<P: Resolve>(
         });
     }
     let controls = Arc::new(Controls::default());
+    // (Its input partition count is set once the start has read it, below.)
     let ops_server = start_ops_server(config, &metrics, &readiness, &controls).await?;
     // Wait for the brokers (a broker still starting or restarting), then check the topics;
     // if the brokers go away meanwhile, wait again, all within WATCHBRIDGE_START_TIMEOUT.
@@ -250,6 +251,7 @@ pub async fn run_bridge<P: Resolve>(
         guarantee == Guarantee::Recovery,
         output_keys.is_some(),
     );
+    controls.set_input_partitions(layout.input_partitions);
     let limits = Limits::new(config.max_in_flight, config.host_rate);
     // WATCHBRIDGE_HOST_RATE is the group's: each instance polls at the share of the input
     // partitions it owns.

@@ -223,6 +223,58 @@ pub struct Controls {
     partitions: Mutex<BTreeMap<i32, Registered>>,
     /// Shared by every engine of this instance.
     pub pause: Arc<Pause>,
+    /// The input topic's partition count, once the start has read it (0 before).
+    input_partitions: std::sync::atomic::AtomicI32,
+}
+
+/// The input partition a record keyed `key` goes to under each common partitioner, of
+/// `partitions`: a watch lives in its input's partition, so on the instance that owns it.
+/// Which one applies depends on how the inputs are produced, which the bridge cannot see.
+pub fn partition_of_key(key: &[u8], partitions: i32) -> serde_json::Value {
+    if partitions <= 0 {
+        return serde_json::Value::Null;
+    }
+    let n = partitions as u32;
+    serde_json::json!({
+        // The Java client's default for keyed records (also Kafka Streams, Kafka Connect).
+        "murmur2": (murmur2(key) & 0x7fff_ffff) % n,
+        // librdkafka's default (`consistent_random`): C, Go, Python, .NET clients, and
+        // `watchbridge produce`.
+        "crc32": crc32fast::hash(key) % n,
+    })
+}
+
+/// Kafka's murmur2 (`org.apache.kafka.common.utils.Utils.murmur2`), as its default
+/// partitioner hashes a key.
+fn murmur2(data: &[u8]) -> u32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    let mut h = SEED ^ data.len() as u32;
+    let mut chunks = data.chunks_exact(4);
+    for chunk in &mut chunks {
+        let mut k = u32::from_le_bytes(chunk.try_into().expect("4 bytes"));
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let rest = chunks.remainder();
+    if rest.len() >= 3 {
+        h ^= u32::from(rest[2]) << 16;
+    }
+    if rest.len() >= 2 {
+        h ^= u32::from(rest[1]) << 8;
+    }
+    if !rest.is_empty() {
+        h ^= u32::from(rest[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h
 }
 
 /// How long the API waits for an engine to answer (one busy with a burst answers between
@@ -275,6 +327,16 @@ impl Controls {
         {
             partitions.remove(&partition);
         }
+    }
+
+    /// The input topic has `n` partitions (the start has read its metadata).
+    pub fn set_input_partitions(&self, n: i32) {
+        self.input_partitions.store(n, Ordering::Relaxed);
+    }
+
+    /// The input topic's partition count (0 before the start has read it).
+    pub fn input_partitions(&self) -> i32 {
+        self.input_partitions.load(Ordering::Relaxed)
     }
 
     /// The partitions this instance owns.
@@ -444,6 +506,33 @@ impl Controls {
             out.push(status);
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kafka's own test vectors (`UtilsTest.testMurmur2`), as the Java client computes them.
+    #[test]
+    fn murmur2_is_kafkas() {
+        let cases: [(&str, i32); 6] = [
+            ("21", -973932308),
+            ("foobar", -790332482),
+            ("a-little-bit-long-string", -985981536),
+            ("a-little-bit-longer-string", -1486304829),
+            (
+                "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58897971,
+            ),
+            ("abc", 479470107),
+        ];
+        for (key, want) in cases {
+            assert_eq!(murmur2(key.as_bytes()) as i32, want, "{key}");
+        }
+        let p = partition_of_key(b"user-1", 6);
+        assert!(p["murmur2"].as_u64().unwrap() < 6 && p["crc32"].as_u64().unwrap() < 6);
+        assert_eq!(partition_of_key(b"user-1", 0), serde_json::Value::Null);
     }
 }
 

@@ -14,7 +14,7 @@
 //! queue until one ends), [`HEADER_READ_TIMEOUT`] to send a request's headers, and a failing
 //! `accept` (out of file descriptors) is retried with backoff rather than in a busy loop.
 
-use crate::control::{Controls, ListQuery, Lookup};
+use crate::control::{partition_of_key, Controls, ListQuery, Lookup};
 use crate::internal_events::{ControlRefused, PollingPaused};
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
@@ -232,7 +232,8 @@ async fn watches<B>(api: &OpsApi, req: &Request<B>, rest: &str) -> Response<Full
                 "error": "no live watch with this key on this instance",
                 "key": String::from_utf8_lossy(&key),
                 "owned_partitions": owned,
-                "hint": "a watch lives on the instance that owns its input partition: ask the instances that own the others (GET /partitions on each)",
+                "input_partition": partition_of_key(&key, api.controls.input_partitions()),
+                "hint": "a watch lives on the instance that owns its input partition: the one its input records go to, `murmur2` if they are produced by a Java client's default partitioner, `crc32` by librdkafka's (C, Go, Python, .NET); GET /partitions on each instance says which it owns",
             }),
         )
     };

@@ -232,6 +232,25 @@ async fn two_instances_answer_where_a_watch_lives_and_a_stop_survives_a_takeover
     assert_eq!(status, 404, "{elsewhere}");
     assert_eq!(elsewhere["owned_partitions"], serde_json::json!([1]));
     assert_eq!(json(other, "/watches/user-2").await.0, 200);
+    // A watch whose input went where librdkafka's default partitioner put its key (as
+    // every input of `watchbridge produce` does): the instance that does not own it says
+    // which partition that is.
+    support::kafka::broker()
+        .produce(&s.input, None, Some(b"user-5"), br#"{"id": 5}"#, &[])
+        .await;
+    wait_for_outputs(&s.output, 6, Duration::from_secs(60)).await;
+    let (on_owner, on_other) = (
+        json(owner, "/watches/user-5").await,
+        json(other, "/watches/user-5").await,
+    );
+    let (lives, asked) = match on_owner.0 {
+        200 => (on_owner.1, on_other.1),
+        _ => (on_other.1, on_owner.1),
+    };
+    assert_eq!(
+        asked["input_partition"]["crc32"], lives["partition"],
+        "{asked}"
+    );
 
     // Stopped on its owner, which is then killed: the other instance takes partition 0
     // over, and the watch stays stopped there, its input delivered again or not.
@@ -269,7 +288,7 @@ async fn two_instances_answer_where_a_watch_lives_and_a_stop_survives_a_takeover
     let mut other_bridge = other_bridge;
     other_bridge.terminate();
     let counts = output_key_counts(&outputs_to_end(&s.output).await);
-    assert_each_once(&counts, user_output_keys([1, 2]), &other_bridge.log());
+    assert_each_once(&counts, user_output_keys([1, 2, 5]), &other_bridge.log());
 }
 
 #[tokio::test(flavor = "multi_thread")]

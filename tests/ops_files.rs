@@ -235,7 +235,9 @@ fn the_watermark_per_partition_links_to_the_watches_holding_it_back() {
         .expect("a watermark per partition panel");
     let expr = panel["targets"][0]["expr"].as_str().unwrap();
     assert!(expr.contains("by (partition, instance)"), "{expr}");
-    let links = panel["fieldConfig"]["defaults"]["links"].as_array().unwrap();
+    let links = panel["fieldConfig"]["defaults"]["links"]
+        .as_array()
+        .unwrap();
     let url = links[0]["url"].as_str().unwrap();
     assert_eq!(
         url,
