@@ -509,6 +509,10 @@ impl Controls {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -534,8 +538,4 @@ mod tests {
         assert!(p["murmur2"].as_u64().unwrap() < 6 && p["crc32"].as_u64().unwrap() < 6);
         assert_eq!(partition_of_key(b"user-1", 0), serde_json::Value::Null);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
