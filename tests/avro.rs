@@ -24,6 +24,7 @@ use support::bridge::Bridge;
 use support::http_server::{Reply, TestServer};
 use support::kafka::{broker, header};
 use support::python::avro_tool;
+use support::scenario::partition_watermarks;
 use watchbridge::avro::registry_server::RegistryServer;
 use watchbridge::watermark::WatermarkMessage;
 
@@ -214,23 +215,6 @@ async fn wait_until(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// Input partition 0's watermark values on the watermark topic, in order.
-async fn partition_watermarks(topic: &str) -> Vec<i64> {
-    broker()
-        .read_to_end(topic)
-        .await
-        .iter()
-        .filter_map(|m| match WatermarkMessage::parse(m.payload()?).ok()? {
-            WatermarkMessage::Partition {
-                partition: 0,
-                watermark_ms,
-                ..
-            } => Some(watermark_ms),
-            _ => None,
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -346,13 +346,7 @@ async fn incremental_requests_continue_from_the_saved_value_after_a_kill() {
     produce_user(&s.input, 1).await;
     wait_for_outputs(&s.output, 3, Duration::from_secs(60)).await;
     // A few more polls (every 200 ms), and checkpoints (every 500 ms) to save the value.
-    let polled = server.requests().len();
-    while server.requests().len() < polled + 5 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    bridge.child.kill().unwrap();
-    bridge.child.wait().unwrap();
+    bridge.kill_after_polls(&server, 5).await;
     let asked: Vec<Option<String>> = server
         .requests()
         .iter()

@@ -18,10 +18,9 @@ use support::http_server::{Reply, TestServer};
 use support::kafka::{broker, header};
 use support::ops_client::Ops;
 use support::scenario::{
-    assert_each_once, free_port, now_ms, output_key_counts, outputs_to_end, wait_for_outputs,
-    Setup, T0,
+    assert_each_once, free_port, now_ms, output_key_counts, outputs_to_end, partition_watermarks,
+    wait_for_outputs, Setup, T0,
 };
-use watchbridge::watermark::WatermarkMessage;
 
 /// The binary of example `name`, as `cargo test` builds it: in `examples/` beside the
 /// `deps/` dir this test binary runs from (`target/<profile>/deps/examples-<hash>`). Built
@@ -178,13 +177,7 @@ async fn cursor_poller_follows_pages_and_resumes_from_the_saved_cursor_after_a_k
 
     wait_for_outputs(&s.output, 5, Duration::from_secs(60)).await;
     // A few more polls (every 200 ms), and checkpoints (every 500 ms) to save the cursor.
-    let polled = server.requests().len();
-    while server.requests().len() < polled + 5 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    bridge.child.kill().unwrap();
-    bridge.child.wait().unwrap();
+    bridge.kill_after_polls(&server, 5).await;
 
     let asked: Vec<Option<String>> = server
         .requests()
@@ -343,31 +336,11 @@ async fn stop_after_outputs_keeps_its_count_across_a_kill() {
 
 // ---- punctuated_watermarks --------------------------------------------------------------
 
-/// Input partition 0's watermark values on the watermark topic, in topic order, up to its
-/// end offsets.
-async fn partition_0_watermarks(topic: &str) -> Vec<i64> {
-    broker()
-        .read_to_end(topic)
-        .await
-        .iter()
-        .filter_map(
-            |m| match WatermarkMessage::parse(m.payload().unwrap()).unwrap() {
-                WatermarkMessage::Partition {
-                    partition: 0,
-                    watermark_ms,
-                    ..
-                } => Some(watermark_ms),
-                _ => None,
-            },
-        )
-        .collect()
-}
-
 /// Waits until partition 0's watermark has reached `at_least` on the watermark topic.
 async fn wait_for_watermark(bridge: &Bridge, topic: &str, at_least: i64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let values = partition_0_watermarks(topic).await;
+        let values = partition_watermarks(topic).await;
         if values.iter().any(|&v| v >= at_least) {
             return;
         }
@@ -480,7 +453,7 @@ async fn punctuated_watermarks_follow_the_markers_and_markers_start_no_watch() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
 
-    let values = partition_0_watermarks(&watermarks).await;
+    let values = partition_watermarks(&watermarks).await;
     assert_eq!(
         values.first(),
         Some(&first),

@@ -82,6 +82,22 @@ impl Bridge {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// SIGKILL, once `server` has answered `polls` more requests and two seconds of
+    /// checkpoints have passed (so the state topic has what those polls changed).
+    pub async fn kill_after_polls(
+        &mut self,
+        server: &super::http_server::TestServer,
+        polls: usize,
+    ) {
+        let polled = server.requests().len();
+        while server.requests().len() < polled + polls {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
     /// Wait until `text` occurs at least `n` times in the log (or panic with it).
     pub fn wait_for_log_count(&self, text: &str, n: usize, within: Duration) {
         let deadline = Instant::now() + within;

@@ -9,6 +9,26 @@ use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+/// Input partition 0's watermark values on the watermark topic `topic`, in topic order, up
+/// to its end offsets.
+pub async fn partition_watermarks(topic: &str) -> Vec<i64> {
+    use rdkafka::Message;
+    use watchbridge::watermark::WatermarkMessage;
+    broker()
+        .read_to_end(topic)
+        .await
+        .iter()
+        .filter_map(|m| match WatermarkMessage::parse(m.payload()?).ok()? {
+            WatermarkMessage::Partition {
+                partition: 0,
+                watermark_ms,
+                ..
+            } => Some(watermark_ms),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The event time of the feeds' first item.
 pub const T0: i64 = 1_796_000_000_000;
 
