@@ -32,6 +32,8 @@ pub enum WatchState {
     Waiting,
     /// Its last poll failed; it waits to retry.
     Retrying,
+    /// It ended (remembered within `WATCHBRIDGE_FINISHED_RETENTION`).
+    Finished,
 }
 
 impl std::str::FromStr for WatchState {
@@ -41,8 +43,9 @@ impl std::str::FromStr for WatchState {
             "polling" => Ok(Self::Polling),
             "waiting" => Ok(Self::Waiting),
             "retrying" => Ok(Self::Retrying),
+            "finished" => Ok(Self::Finished),
             other => Err(format!(
-                "`{other}` is not a watch state: polling, waiting or retrying"
+                "`{other}` is not a watch state: polling, waiting, retrying or finished"
             )),
         }
     }
@@ -86,6 +89,32 @@ pub struct WatchStatus {
     pub hold_ms: Millis,
     /// Its termination conditions, each with how far it has got.
     pub termination: String,
+}
+
+/// A watch that ended, as the operations API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EndedWatch {
+    /// The watch key (lossy UTF-8).
+    pub key: String,
+    /// The input partition that owns it.
+    pub partition: i32,
+    /// Always [`WatchState::Finished`].
+    pub state: WatchState,
+    /// Why it ended: `final`, `total`, `stable`, `polls`, `all`, `failed`, `stopped`, or a
+    /// user condition's name.
+    pub reason: String,
+    /// When it ended (epoch ms).
+    pub ended_ms: Millis,
+}
+
+/// A watch, live or ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum WatchView {
+    /// Live.
+    Live(Box<WatchStatus>),
+    /// Ended, and remembered.
+    Ended(EndedWatch),
 }
 
 /// Which watches a list shows, and which page of them.
@@ -189,15 +218,25 @@ impl Pause {
     }
 }
 
-/// A question for a partition task rather than its engine: the input record `key`'s watch
-/// was started from (the task keeps it to save the watch; the engine has only what the
-/// poller made of it).
+/// A question for a partition task rather than its engine, about what the task keeps to
+/// save its watches.
 #[derive(Debug)]
-pub struct InputQuery {
-    /// The watch key.
-    pub key: Bytes,
-    /// Where the answer goes (`None`: no live watch with that key).
-    pub reply: oneshot::Sender<Option<serde_json::Value>>,
+pub enum TaskQuery {
+    /// The input record `key`'s live watch was started from (the engine has only what the
+    /// poller made of it).
+    Input {
+        /// The watch key.
+        key: Bytes,
+        /// Where the answer goes (`None`: no live watch with that key).
+        reply: oneshot::Sender<Option<serde_json::Value>>,
+    },
+    /// The ended watches it remembers: `key`'s, or every one.
+    Ended {
+        /// One watch key, or `None` for all.
+        key: Option<Bytes>,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Vec<EndedWatch>>,
+    },
 }
 
 /// What a partition registers with: its engine's messages, its task's questions, and the
@@ -206,14 +245,14 @@ pub struct PartitionControls {
     /// For the engine ([`crate::engine::Engine::with_controls`]).
     pub messages: mpsc::Receiver<Control>,
     /// For the partition task.
-    pub input_queries: mpsc::Receiver<InputQuery>,
+    pub input_queries: mpsc::Receiver<TaskQuery>,
     /// Kept current by the partition task.
     pub status: Arc<Mutex<PartitionStatus>>,
 }
 
 struct Registered {
     controls: mpsc::Sender<Control>,
-    inputs: mpsc::Sender<InputQuery>,
+    inputs: mpsc::Sender<TaskQuery>,
     status: Arc<Mutex<PartitionStatus>>,
 }
 
@@ -371,8 +410,8 @@ impl Controls {
         Lookup::NotHere(self.owned())
     }
 
-    /// The status of `key`'s watch.
-    pub async fn status(&self, key: &[u8]) -> Lookup<WatchStatus> {
+    /// The status of `key`'s watch, live or ended.
+    pub async fn status(&self, key: &[u8]) -> Lookup<WatchView> {
         let key = Bytes::copy_from_slice(key);
         match self
             .ask_each(
@@ -386,10 +425,12 @@ impl Controls {
         {
             Lookup::Here(p, Some(mut status)) => {
                 status.input = self.input_of(p, key).await;
-                Lookup::Here(p, status)
+                Lookup::Here(p, WatchView::Live(Box::new(status)))
             }
-            Lookup::Here(_, None) => Lookup::NotHere(self.owned()),
-            Lookup::NotHere(owned) => Lookup::NotHere(owned),
+            _ => match self.ended(Some(key)).await.into_iter().next() {
+                Some(ended) => Lookup::Here(ended.partition, WatchView::Ended(ended)),
+                None => Lookup::NotHere(self.owned()),
+            },
         }
     }
 
@@ -397,11 +438,35 @@ impl Controls {
     async fn input_of(&self, partition: i32, key: Bytes) -> Option<serde_json::Value> {
         let sender = lock(&self.partitions).get(&partition)?.inputs.clone();
         let (reply, answer) = oneshot::channel();
-        sender.send(InputQuery { key, reply }).await.ok()?;
+        sender.send(TaskQuery::Input { key, reply }).await.ok()?;
         tokio::time::timeout(ANSWER_WITHIN, answer)
             .await
             .ok()?
             .ok()?
+    }
+
+    /// The ended watches the partition tasks remember (`key`'s, or all), by partition.
+    async fn ended(&self, key: Option<Bytes>) -> Vec<EndedWatch> {
+        let senders: Vec<_> = lock(&self.partitions)
+            .values()
+            .map(|r| r.inputs.clone())
+            .collect();
+        let mut all = Vec::new();
+        for sender in senders {
+            let (reply, answer) = oneshot::channel();
+            let ask = TaskQuery::Ended {
+                key: key.clone(),
+                reply,
+            };
+            if sender.send(ask).await.is_err() {
+                continue;
+            }
+            if let Ok(Ok(mut ended)) = tokio::time::timeout(ANSWER_WITHIN, answer).await {
+                ended.sort_by(|a, b| a.key.cmp(&b.key));
+                all.extend(ended);
+            }
+        }
+        all
     }
 
     /// Poll `key`'s watch now: the partition it is live in, and whether a poll was moved up
@@ -442,19 +507,27 @@ impl Controls {
         }
     }
 
-    /// The live watches of `partition` (every partition: `None`) matching `query`, ordered
-    /// by partition then key, paged; and how many match in all.
-    pub async fn list(
-        &self,
-        partition: Option<i32>,
-        query: &ListQuery,
-    ) -> (usize, Vec<WatchStatus>) {
+    /// The watches of `partition` (every partition: `None`) matching `query`, ordered by
+    /// partition then key, paged; and how many match in all. Live ones, or with the state
+    /// `finished` the ended ones remembered.
+    pub async fn list(&self, partition: Option<i32>, query: &ListQuery) -> (usize, Vec<WatchView>) {
+        let finished = query.state == Some(WatchState::Finished);
         let mut all = Vec::new();
+        if finished {
+            all.extend(
+                self.ended(None)
+                    .await
+                    .into_iter()
+                    .filter(|e| partition.is_none_or(|want| want == e.partition))
+                    .map(WatchView::Ended),
+            );
+        }
         for (p, sender) in self.senders() {
-            if partition.is_some_and(|want| want != p) {
+            if finished || partition.is_some_and(|want| want != p) {
                 continue;
             }
-            all.extend(self.list_one(&sender, query).await);
+            let live = self.list_one(&sender, query).await;
+            all.extend(live.into_iter().map(|w| WatchView::Live(Box::new(w))));
         }
         let total = all.len();
         let page = all

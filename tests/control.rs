@@ -160,7 +160,19 @@ async fn status_stop_and_pause_of_the_watches_of_one_instance() {
     // Stopped: durably, so a restart and the input delivered again do not start it.
     let (status, body) = ops.post("/watches/user-1/stop", Some(TOKEN)).await.unwrap();
     assert_eq!(status, 200, "{body}");
-    assert_eq!(json(&ops, "/watches/user-1").await.0, 404);
+    // Ended, and why: stopped.
+    let (status, ended) = json(&ops, "/watches/user-1").await;
+    assert_eq!(status, 200, "{ended}");
+    assert_eq!(
+        (&ended["state"], &ended["reason"]),
+        (&"finished".into(), &"stopped".into())
+    );
+    assert_eq!(ended["partition"], 0);
+    let (_, finished) = json(&ops, "/watches?state=finished").await;
+    assert_eq!(finished["total"], 1, "{finished}");
+    assert_eq!(finished["watches"][0]["key"], "user-1");
+    let (_, live) = json(&ops, "/watches").await;
+    assert_eq!(live["total"], 2, "the live ones: {live}");
     assert_eq!(
         ops.post("/watches/user-1/stop", Some(TOKEN))
             .await
@@ -179,7 +191,9 @@ async fn status_stop_and_pause_of_the_watches_of_one_instance() {
     wait_for_status(&ops, &bridge, "/watches/user-2", 200).await;
     produce_user_to(&s.input, Some(0), 1).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(json(&ops, "/watches/user-1").await.0, 404, "started again");
+    let (_, after) = json(&ops, "/watches/user-1").await;
+    assert_eq!(after["state"], "finished", "started again: {after}");
+    assert_eq!(after["reason"], "stopped", "{after}");
     assert_eq!(
         polls_of(&server, 1),
         polled_before_restart,
@@ -278,7 +292,9 @@ async fn two_instances_answer_where_a_watch_lives_and_a_stop_survives_a_takeover
     }
     produce_user_to(&s.input, Some(0), 1).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(json(other, "/watches/user-1").await.0, 404);
+    let (_, taken_over) = json(other, "/watches/user-1").await;
+    assert_eq!(taken_over["state"], "finished", "{taken_over}");
+    assert_eq!(taken_over["reason"], "stopped", "{taken_over}");
     assert_eq!(
         polls_of(&server, 1),
         polled,

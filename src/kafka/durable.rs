@@ -296,6 +296,8 @@ pub struct DurableState {
     starts_deleting: Vec<u32>,
     /// The number of the next starts record.
     next_starts: u32,
+    /// The reasons ended watches ended for, each once ([`Ended::reason`] indexes them).
+    reasons: Vec<Arc<str>>,
     /// Watches whose record the next checkpoint may have to write (new, new hashes, ended,
     /// an output given up): a checkpoint visits these, not every live watch. Watches
     /// whose only change is progress, and quiet ones whose unsealed chunk can go (both
@@ -322,6 +324,9 @@ struct Ended {
     /// once none of them is left (deleted first, it would leave the starts record's copy
     /// as its latest record, and start it again on a restore).
     starts_below: u32,
+    /// Why it ended: an index into `DurableState::reasons` (in what was padding, so an
+    /// ended watch costs no more for it).
+    reason: u16,
 }
 
 /// A failed watch as kept for the retention.
@@ -370,6 +375,7 @@ impl DurableState {
             starts_emptied: Vec::new(),
             starts_deleting: Vec::new(),
             next_starts: 1,
+            reasons: Vec::new(),
             touched: Vec::new(),
             visited_all_at: 0,
             tail_waiting: HashMap::new(),
@@ -417,11 +423,54 @@ impl DurableState {
         }
     }
 
-    fn ended(&self, at: Millis) -> Ended {
+    fn ended(&mut self, at: Millis, reason: &str) -> Ended {
+        let reason = match self.reasons.iter().position(|r| **r == *reason) {
+            Some(i) => i,
+            None => {
+                self.reasons.push(reason.into());
+                self.reasons.len() - 1
+            }
+        };
         Ended {
             at,
             starts_below: self.next_starts,
+            // Reasons are the built-in names and the user conditions' names: a handful.
+            reason: u16::try_from(reason).unwrap_or(u16::MAX),
         }
+    }
+
+    /// When and why `key`'s watch ended, while it is remembered (its end not written yet,
+    /// or within the finished retention), for the operations API.
+    pub fn ended_status(&self, key: &[u8]) -> Option<(Millis, &str)> {
+        if let Some(f) = self.live.get(key).and_then(|w| w.ending.as_ref()) {
+            return Some((f.at, &f.reason));
+        }
+        if let Some(e) = self.finished.get(key) {
+            return Some((e.at, self.reason(e)));
+        }
+        self.failed
+            .get(key)
+            .map(|f| (f.ended.at, TerminatedReason::Failed.as_str()))
+    }
+
+    /// Every ended watch remembered, with when and why it ended.
+    pub fn ended_watches(&self) -> Vec<(&Bytes, Millis, &str)> {
+        let ending = self
+            .live
+            .iter()
+            .filter_map(|(k, w)| w.ending.as_ref().map(|f| (k, f.at, f.reason.as_str())));
+        let finished = self.finished.iter().map(|(k, e)| (k, e.at, self.reason(e)));
+        let failed = self
+            .failed
+            .iter()
+            .map(|(k, f)| (k, f.ended.at, TerminatedReason::Failed.as_str()));
+        ending.chain(finished).chain(failed).collect()
+    }
+
+    fn reason(&self, e: &Ended) -> &str {
+        self.reasons
+            .get(usize::from(e.reason))
+            .map_or("unknown", |r| r)
     }
 
     /// A watch the recovery restored (on the topic already). `dirty` if the read-back found
@@ -478,15 +527,15 @@ impl DurableState {
     /// starts record found may hold it).
     ///
     /// [`starts_on_topic`]: DurableState::starts_on_topic
-    pub fn finished_on_topic(&mut self, key: Bytes, at: Millis) {
-        let ended = self.ended(at);
+    pub fn finished_on_topic(&mut self, key: Bytes, at: Millis, reason: &str) {
+        let ended = self.ended(at, reason);
         self.finished.insert(key, ended);
     }
 
     /// A failed watch's record found by the recovery, with its `chunks` on the topic and the
     /// outputs they (and the read-back) hold.
     pub fn failed_on_topic(&mut self, key: Bytes, at: Millis, chunks: u32, seen: SeenSet) {
-        let ended = self.ended(at);
+        let ended = self.ended(at, TerminatedReason::Failed.as_str());
         self.failed.insert(
             key,
             FailedWatch {
@@ -825,9 +874,14 @@ impl DurableState {
             ended, new_watches, ..
         } = visit;
         self.write_starts(new_watches, &mut writes);
-        let ending = self.ended(now);
-        for (key, failed) in ended {
+        for WrittenEnded {
+            key,
+            reason,
+            failed,
+        } in ended
+        {
             self.live.remove(&key);
+            let ending = self.ended(now, &reason);
             match failed {
                 Some((chunks, seen)) => {
                     let failed = FailedWatch {
@@ -946,13 +1000,21 @@ impl DurableState {
 }
 
 /// One checkpoint's visit of the watches: what it writes and what ends.
+/// A watch a checkpoint wrote as ended: its key, why, and for a failed one its chunks and
+/// seen set.
+struct WrittenEnded {
+    key: Bytes,
+    reason: String,
+    failed: Option<(u32, SeenSet)>,
+}
+
 struct Visit<'a> {
     to: &'a Target,
     now: Millis,
     last: bool,
     writes: &'a mut Vec<StateWrite>,
-    /// Watches written as ended: (key, for a failed one its chunks and seen set).
-    ended: Vec<(Bytes, Option<(u32, SeenSet)>)>,
+    /// Watches written as ended.
+    ended: Vec<WrittenEnded>,
     /// New watches for this checkpoint's starts records: key, first record, origin.
     new_watches: Vec<(Bytes, WatchRecord, Option<i64>)>,
     stale_chunks: &'a mut HashMap<Bytes, u32>,
@@ -1005,13 +1067,18 @@ impl Visit<'_> {
             let chunks = w.journal.chunks().max(stale);
             let mut record = w.record(key, 0);
             record.finished = w.ending.take().map(|f| *f);
+            let reason = record.finished.as_ref().map(|f| f.reason.clone());
             self.writes
                 .push(self.to.write(record.to_entry(), origin.into()));
             for n in 0..chunks {
                 let key = state_key(key, Part::Seen(n));
                 self.writes.push(self.to.tombstone(key));
             }
-            self.ended.push((key.clone(), None));
+            self.ended.push(WrittenEnded {
+                key: key.clone(),
+                reason: reason.unwrap_or_default(),
+                failed: None,
+            });
             return;
         }
         // Live, or failed: its chunks first, then its record listing them.
@@ -1031,8 +1098,11 @@ impl Visit<'_> {
         }
         if failed {
             let seen = self.failing.remove(key).unwrap_or_default();
-            self.ended
-                .push((key.clone(), Some((w.journal.chunks(), seen))));
+            self.ended.push(WrittenEnded {
+                key: key.clone(),
+                reason: TerminatedReason::Failed.as_str().to_string(),
+                failed: Some((w.journal.chunks(), seen)),
+            });
             return;
         }
         w.dirty = false;
@@ -1577,6 +1647,7 @@ mod tests {
         // so its input does not start it again.
         assert!(s.checkpoint_records(T0 + 11, false).is_empty());
         assert!(s.is_finished(&key));
+        assert_eq!(s.ended_status(&key), Some((T0 + 10, "final")));
         s.output_acknowledged(&key, hash_key(b"e2"), sent, 0, 6);
         let w = decoded(&s.checkpoint_records(T0 + 12, false));
         assert!(
@@ -1593,6 +1664,9 @@ mod tests {
         assert!(matches!(&w[2].0, Entry::OutputOffsets(o) if o.offsets[0] == (0, 7)));
         assert!(s.is_finished(&key));
         assert_eq!(s.live(), 0);
+        // When and why, for the operations API: before the end is written and after.
+        assert_eq!(s.ended_status(&key), Some((T0 + 12, "final")));
+        assert_eq!(s.ended_watches(), [(&key, T0 + 12, "final")]);
         // Within the retention it stays; after, its record is deleted.
         assert!(s.checkpoint_records(T0 + 12 + 59_999, false).is_empty());
         let w = decoded(&s.checkpoint_records(T0 + 12 + 60_000, false));

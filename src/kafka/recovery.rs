@@ -479,7 +479,8 @@ pub fn plan<P: Resolve>(
                     .map(|c| crate::state::state_key(&key, Part::Seen(c.index()))),
             );
             if !expired {
-                state.finished_on_topic(key, at);
+                let reason = record.finished.as_ref().map_or("", |f| f.reason.as_str());
+                state.finished_on_topic(key, at, reason);
             }
             continue;
         }

@@ -284,7 +284,7 @@ pub struct PartitionTask<P: Resolve> {
     /// What the operations API shows of this partition (`control.rs`).
     status: Arc<Mutex<crate::control::PartitionStatus>>,
     /// The operations API's questions about the inputs of this partition's watches.
-    input_queries: mpsc::Receiver<crate::control::InputQuery>,
+    input_queries: mpsc::Receiver<crate::control::TaskQuery>,
 }
 
 impl<P: Resolve> PartitionTask<P> {
@@ -426,9 +426,7 @@ impl<P: Resolve> PartitionTask<P> {
                     // The engine ended: after our Shutdown, or (bounded) once every watch has.
                     None => break,
                 },
-                Some(query) = self.input_queries.recv() => {
-                    let _ = query.reply.send(self.durable.input_json(&query.key));
-                }
+                Some(query) = self.input_queries.recv() => self.answer(query),
                 // The input whose schema is being fetched, once it is (or the registry
                 // said it does not know the id).
                 () = fetched(&mut self.waiting), if self.waiting.is_some() => {
@@ -782,6 +780,40 @@ impl<P: Resolve> PartitionTask<P> {
             }
         }
         self.input_done(offset);
+    }
+
+    /// A question of the operations API about this partition's watches.
+    fn answer(&self, query: crate::control::TaskQuery) {
+        use crate::control::{EndedWatch, TaskQuery, WatchState};
+        match query {
+            TaskQuery::Input { key, reply } => {
+                let _ = reply.send(self.durable.input_json(&key));
+            }
+            TaskQuery::Ended { key, reply } => {
+                let show = |key: &[u8], at, reason: &str| EndedWatch {
+                    key: String::from_utf8_lossy(key).into_owned(),
+                    partition: self.partition,
+                    state: WatchState::Finished,
+                    reason: reason.to_string(),
+                    ended_ms: at,
+                };
+                let ended = match key {
+                    Some(key) => self
+                        .durable
+                        .ended_status(&key)
+                        .map(|(at, reason)| show(&key, at, reason))
+                        .into_iter()
+                        .collect(),
+                    None => self
+                        .durable
+                        .ended_watches()
+                        .into_iter()
+                        .map(|(key, at, reason)| show(key, at, reason))
+                        .collect(),
+                };
+                let _ = reply.send(ended);
+            }
+        }
     }
 
     /// The input at `offset` has been handed over (to the engine, the dead-letter topic, or
