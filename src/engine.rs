@@ -650,10 +650,10 @@ impl<P: Poller> Engine<P> {
     ) -> Result<(), Ended> {
         match message {
             Control::Status { key, reply } => {
-                let status = self.table.id_of(&key).and_then(|id| {
-                    let due = self.table.due_times();
-                    self.status_of(id, partition, &due)
-                });
+                let status = self
+                    .table
+                    .id_of(&key)
+                    .and_then(|id| self.status_of(id, partition, self.table.due_of(id)));
                 let _ = reply.send(status);
             }
             Control::List { query, reply } => {
@@ -663,7 +663,7 @@ impl<P: Poller> Engine<P> {
                     .table
                     .live()
                     .filter(|(_, w)| !query.holds_watermark || Some(w.hold()) == min_hold)
-                    .filter_map(|(id, _)| self.status_of(id, partition, &due))
+                    .filter_map(|(id, _)| self.status_of(id, partition, due.get(&id).copied()))
                     .filter(|s| query.state.is_none_or(|want| s.state == want))
                     .collect();
                 let _ = reply.send(watches);
@@ -694,16 +694,17 @@ impl<P: Poller> Engine<P> {
         Ok(())
     }
 
-    /// A live watch as the operations API shows it (`due`: [`WatchTable::due_times`]).
+    /// A live watch as the operations API shows it, due at `next_poll` (`None`: its poll
+    /// runs).
     fn status_of(
         &self,
         id: WatchId,
         partition: i32,
-        due: &HashMap<WatchId, Millis>,
+        next_poll: Option<Millis>,
     ) -> Option<WatchStatus> {
         let watch = self.table.watch(id)?;
         let progress = watch.progress();
-        let next_poll = due.get(&id).copied();
+        let last_poll = self.table.last_poll(id);
         let state = match (next_poll, progress.failures) {
             (None, _) => WatchState::Polling,
             (Some(_), 0) => WatchState::Waiting,
@@ -716,8 +717,8 @@ impl<P: Poller> Engine<P> {
             state,
             input: None,
             started_ms: progress.arrived,
-            last_poll_ms: self.table.last_poll(id),
-            last_poll_result: self.table.last_poll(id).map(|_| match progress.failures {
+            last_poll_ms: last_poll,
+            last_poll_result: last_poll.map(|_| match progress.failures {
                 0 => "ok",
                 _ => "failed",
             }),

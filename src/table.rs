@@ -422,6 +422,17 @@ impl<I> WatchTable<I> {
         due
     }
 
+    /// When `id`'s watch is due (`None` while its poll runs): [`WatchTable::due_times`] for
+    /// one watch, without a map of every watch's.
+    pub fn due_of(&self, id: WatchId) -> Option<Millis> {
+        self.timers
+            .iter()
+            .map(|Reverse(t)| t)
+            .filter(|t| t.slot == id.slot && t.generation == id.generation && self.is_current(t))
+            .map(|t| t.due)
+            .min()
+    }
+
     /// The earliest hold among live watches: the partition's watermark may not pass it.
     pub fn min_hold(&self) -> Option<Millis> {
         self.holds.keys().next().copied()
@@ -475,7 +486,7 @@ impl<I> WatchTable<I> {
     /// /watches/{key}/poll`). `false` when its poll runs already (or it is not live): the
     /// polls of a watch never overlap.
     pub fn poll_now(&mut self, id: WatchId, now: Millis) -> bool {
-        let Some(due) = self.due_times().get(&id).copied() else {
+        let Some(due) = self.due_of(id) else {
             return false;
         };
         if due > now {
