@@ -140,12 +140,13 @@ pub enum Control {
         /// Where the answer goes.
         reply: oneshot::Sender<Option<WatchStatus>>,
     },
-    /// Every live watch matching the query (unpaged: the caller merges partitions).
+    /// Every live watch matching the query (unpaged: the caller merges partitions), and
+    /// how many watches are live in all.
     List {
         /// Which ones.
         query: ListQuery,
         /// Where the answer goes.
-        reply: oneshot::Sender<Vec<WatchStatus>>,
+        reply: oneshot::Sender<(usize, Vec<WatchStatus>)>,
     },
     /// Poll `key`'s watch now rather than when it is due. Answers `None` when it is not
     /// live here, `Some(false)` when its poll runs already.
@@ -526,7 +527,7 @@ impl Controls {
             if finished || partition.is_some_and(|want| want != p) {
                 continue;
             }
-            let live = self.list_one(&sender, query).await;
+            let (_, live) = self.list_one(&sender, query).await;
             all.extend(live.into_iter().map(|w| WatchView::Live(Box::new(w))));
         }
         let total = all.len();
@@ -538,25 +539,26 @@ impl Controls {
         (total, page)
     }
 
+    /// One partition's watches matching `query`, by key, and how many are live in all.
     async fn list_one(
         &self,
         sender: &mpsc::Sender<Control>,
         query: &ListQuery,
-    ) -> Vec<WatchStatus> {
+    ) -> (usize, Vec<WatchStatus>) {
         let (tx, rx) = oneshot::channel();
         let ask = Control::List {
             query: query.clone(),
             reply: tx,
         };
         if sender.send(ask).await.is_err() {
-            return Vec::new();
+            return (0, Vec::new());
         }
         match tokio::time::timeout(ANSWER_WITHIN, rx).await {
-            Ok(Ok(mut watches)) => {
+            Ok(Ok((live, mut watches))) => {
                 watches.sort_by(|a, b| a.key.cmp(&b.key));
-                watches
+                (live, watches)
             }
-            _ => Vec::new(),
+            _ => (0, Vec::new()),
         }
     }
 
@@ -569,13 +571,15 @@ impl Controls {
         let mut out = Vec::new();
         for (sender, status) in registered {
             let mut status = lock(&status).clone();
-            let everything = ListQuery {
+            // Only the watches at the lowest hold are described, not every live one.
+            let holding = ListQuery {
+                holds_watermark: true,
                 limit: usize::MAX,
                 ..ListQuery::default()
             };
-            let watches = self.list_one(&sender, &everything).await;
-            status.live_watches = watches.len();
-            status.lowest_hold = watches.into_iter().min_by_key(|w| w.hold_ms);
+            let (live, holding) = self.list_one(&sender, &holding).await;
+            status.live_watches = live;
+            status.lowest_hold = holding.into_iter().next();
             out.push(status);
         }
         out

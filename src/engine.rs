@@ -666,7 +666,7 @@ impl<P: Poller> Engine<P> {
                     .filter_map(|(id, _)| self.status_of(id, partition, due.get(&id).copied()))
                     .filter(|s| query.state.is_none_or(|want| s.state == want))
                     .collect();
-                let _ = reply.send(watches);
+                let _ = reply.send((self.table.len(), watches));
             }
             Control::PollNow { key, reply } => {
                 let now = self.clock.now_ms();
