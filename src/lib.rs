@@ -155,6 +155,7 @@ pub mod formats;
 pub mod internal_events;
 #[doc(hidden)]
 pub mod kafka;
+mod keyed;
 #[doc(hidden)]
 pub mod limits;
 #[doc(hidden)]
@@ -162,6 +163,7 @@ pub mod logging;
 #[doc(hidden)]
 pub mod metrics;
 mod ops_server;
+mod pages;
 mod readiness;
 #[doc(hidden)]
 pub mod seen;

@@ -10,6 +10,8 @@
 //! watermark is held at — is known at once.
 
 use crate::clock::Millis;
+use crate::keyed::key_hash;
+use crate::pages::Pages;
 use crate::poll::{PollError, PollResult};
 use crate::reason::TerminatedReason;
 use crate::seen::SeenSet;
@@ -72,7 +74,7 @@ struct Slot<I> {
     generation: u32,
     /// When its watch last completed a poll, in whole seconds after its input arrived, plus
     /// one (0: not since this table has it). For the operations API; it fills what was
-    /// padding, so a slot stays 104 bytes.
+    /// padding, so a slot stays 88 bytes.
     last_poll: u32,
     watch: Option<Watch<I>>,
 }
@@ -286,7 +288,7 @@ impl<I> WatchTable<I> {
     pub fn stop_if_done(&mut self, id: WatchId, now: Millis) -> Option<(Bytes, TerminatedReason)> {
         let reason = self.watch(id)?.stop_before_poll(now, &self.rules)?;
         let watch = self.remove(id)?;
-        Some((watch.key().clone(), reason))
+        Some((Bytes::copy_from_slice(watch.key()), reason))
     }
 
     /// Apply the outcome of an in-flight watch's poll. Returns `None` if the watch was
@@ -312,13 +314,13 @@ impl<I> WatchTable<I> {
                 let polled = watch.on_success(result, now, &self.rules, &mut self.rng);
                 let next = polled.next.clone();
                 let hold = watch.hold();
-                let key = watch.key().clone();
+                let key = Bytes::copy_from_slice(watch.key());
                 (Completion::Polled { key, polled, hold }, next)
             }
             Err(error) => {
                 let failed = watch.on_failure(&error, now, &self.rules, &mut self.rng);
                 let next = failed.next.clone();
-                let key = watch.key().clone();
+                let key = Bytes::copy_from_slice(watch.key());
                 let seen = SeenSet::new();
                 (
                     Completion::Failed {
@@ -395,7 +397,7 @@ impl<I> WatchTable<I> {
 
     /// Every live watch, in slot order (for the operations API: a walk of the slab).
     pub fn live(&self) -> impl Iterator<Item = (WatchId, &Watch<I>)> {
-        (0..self.slots.len as u32).filter_map(|slot| {
+        (0..self.slots.len() as u32).filter_map(|slot| {
             let s = self.slots.at(slot);
             let id = WatchId {
                 slot,
@@ -519,91 +521,14 @@ impl<I> WatchTable<I> {
     }
 }
 
-fn key_hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
-}
-
 fn slot_key<I>(slots: &Pages<Slot<I>>, slot: u32) -> Option<&[u8]> {
-    slots.at(slot).watch.as_ref().map(|w| &w.key()[..])
-}
-
-/// Slots per page: big enough that the page table is negligible, small enough that the
-/// unused tail of the last page is (4,096 × 104 bytes ≈ 416 KiB at most).
-const PAGE: usize = 4096;
-
-/// A growable array in fixed pages: appending never copies more than the first page or
-/// over-allocates more than one page, and an element's index never changes. The first page
-/// grows as a `Vec` does, up to [`PAGE`] (a table with a few watches holds a few slots,
-/// not 416 KiB: an instance has a table per partition it owns); every later page is
-/// allocated whole.
-struct Pages<T> {
-    pages: Vec<Vec<T>>,
-    len: usize,
-}
-
-impl<T> Default for Pages<T> {
-    fn default() -> Self {
-        Self {
-            pages: Vec::new(),
-            len: 0,
-        }
-    }
-}
-
-impl<T> Pages<T> {
-    /// Append, returning the new element's index.
-    fn push(&mut self, value: T) -> u32 {
-        let index = self.len;
-        if index.is_multiple_of(PAGE) {
-            self.pages.push(if index == 0 {
-                Vec::new()
-            } else {
-                Vec::with_capacity(PAGE)
-            });
-        }
-        let page = &mut self.pages[index / PAGE];
-        if page.len() == page.capacity() {
-            // Only the first page is ever full below PAGE: double it, at most to PAGE.
-            let grown = (page.capacity() * 2).clamp(8, PAGE);
-            page.reserve_exact(grown - page.len());
-        }
-        // No page is pushed past PAGE: a full one is followed by a new page.
-        page.push(value);
-        self.len += 1;
-        index as u32
-    }
-
-    fn get(&self, index: u32) -> Option<&T> {
-        let i = index as usize;
-        self.pages.get(i / PAGE)?.get(i % PAGE)
-    }
-
-    fn get_mut(&mut self, index: u32) -> Option<&mut T> {
-        let i = index as usize;
-        self.pages.get_mut(i / PAGE)?.get_mut(i % PAGE)
-    }
-
-    /// Heap bytes of the pages (their capacity).
-    #[cfg(test)]
-    fn heap_bytes(&self) -> usize {
-        self.pages.iter().map(Vec::capacity).sum::<usize>() * std::mem::size_of::<T>()
-    }
-
-    /// For indexes the table handed out itself (always in range).
-    fn at(&self, index: u32) -> &T {
-        let i = index as usize;
-        &self.pages[i / PAGE][i % PAGE]
-    }
-
-    fn at_mut(&mut self, index: u32) -> &mut T {
-        let i = index as usize;
-        &mut self.pages[i / PAGE][i % PAGE]
-    }
+    slots.at(slot).watch.as_ref().map(|w| w.key())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pages::PAGE;
     use crate::poll::Output;
     use crate::schedule::Schedule;
     use std::time::Duration;
@@ -648,13 +573,13 @@ mod tests {
     #[test]
     fn a_slot_stays_small() {
         // A million idle watches are one slot each; docs/architecture.md accounts for this.
-        assert!(std::mem::size_of::<Slot<()>>() <= 104);
+        assert!(std::mem::size_of::<Slot<()>>() <= 88);
     }
 
     #[test]
     fn a_small_table_holds_a_small_slab_and_a_large_one_whole_pages() {
         // An instance owns many partitions, each with a table: one with a few watches must
-        // not hold a whole page (416 KiB); one past the first page grows a page at a time.
+        // not hold a whole page (352 KiB); one past the first page grows a page at a time.
         let mut t = table("never");
         for n in 0..10 {
             t.insert(key(&format!("w{n}")), Arc::new(()), 0, 0).unwrap();

@@ -89,7 +89,10 @@ impl Progress {
 
 #[derive(Debug)]
 pub struct Watch<I> {
-    key: Bytes,
+    /// Its own bytes, not a `Bytes`: a `Bytes` is 16 bytes more in every watch, and once
+    /// cloned it holds a 24-byte shared header for as long as the watch lives (a key is
+    /// copied once per poll for the events instead).
+    key: Box<[u8]>,
     input: Arc<I>,
     seen: SeenSet,
     termination: TermState,
@@ -115,7 +118,7 @@ impl<I: Send + Sync + 'static> Watch<I> {
             termination: rules
                 .termination
                 .for_new_input(now, &NewInput::new(&key, &*input)),
-            key,
+            key: Vec::from(key).into_boxed_slice(),
             input,
             seen: SeenSet::new(),
             hold: input_time,
@@ -143,7 +146,7 @@ impl<I: Send + Sync + 'static> Watch<I> {
                 conditions,
                 &NewInput::new(&key, &*input),
             ),
-            key,
+            key: Vec::from(key).into_boxed_slice(),
             input,
             seen,
             hold: progress.hold,
@@ -173,7 +176,7 @@ impl<I> Watch<I> {
         rules.termination.save_custom(&self.termination)
     }
 
-    pub fn key(&self) -> &Bytes {
+    pub fn key(&self) -> &[u8] {
         &self.key
     }
 

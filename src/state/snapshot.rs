@@ -72,7 +72,7 @@ impl WatchRecord {
         rules: &WatchRules,
     ) -> Self {
         let mut record = Self::from_progress(
-            watch.key().clone(),
+            Bytes::copy_from_slice(watch.key()),
             input,
             watch.progress(),
             next_poll,
