@@ -41,6 +41,11 @@
 //!   harmless for exactly-once (that rests on the seen hashes, written at every checkpoint)
 //!   and makes the restored watch a little behind: a few more polls before `polls(n)`, a
 //!   shorter backoff, a retry more, an immediate poll.
+//! - **A watch's progress is held only until it is written.** An idle watch keeps its key,
+//!   input, journal and bookkeeping, not its progress, next poll or input offset: those
+//!   come with each poll and stay only until a record holds them and no output of the
+//!   watch is in flight (`Pending`). Outputs acknowledged before their poll's progress
+//!   arrives wait for it, and the output offsets wait with them.
 //! - **One checkpoint in flight at a time** (the task waits for a checkpoint's records to be
 //!   acknowledged before the next), so an [`OutputOffsets`] record never overtakes the
 //!   chunks it vouches for through a retried delivery.
@@ -48,6 +53,7 @@
 use super::offsets::Origins;
 use super::records::OutRecord;
 use crate::clock::Millis;
+use crate::keyed::{Keyed, KeyedSlab};
 use crate::reason::TerminatedReason;
 use crate::seen::{OutputHash, SeenSet};
 use crate::state::{
@@ -71,16 +77,22 @@ const VISIT_ALL_INTERVAL_MS: Millis = 2_000;
 /// format's limit, less room for the key and the record's own fields.
 const STARTS_RECORD_BYTES: usize = MAX_RECORD_BYTES - 1024;
 
-/// A live watch's input record, kept to rewrite its state record: key and value in one
-/// allocation, with no `Bytes` headers (a million idle watches keep a million of these;
-/// the `Registration` a record needs is copied out at the rare checkpoint that writes it).
-/// What the record carries after the input travels in the same allocation: the poller's
-/// resume state and the user termination conditions' states ([`Tail`]).
+/// A live watch's key and input record, kept to find the watch and rewrite its state
+/// record: in one allocation, with no `Bytes` headers (a million idle watches keep a
+/// million of these; the `Registration` a record needs is copied out at the rare
+/// checkpoint that writes it). The watch key is stored only where it differs from the
+/// input's key (`WATCHBRIDGE_WATCH_KEY`). What the record carries after the input travels
+/// in the same allocation: the poller's resume state and the user termination conditions'
+/// states ([`Tail`]).
 #[derive(Debug)]
 struct StoredInput {
-    /// The key's bytes, then the value's, then the tail's.
+    /// With [`StoredInput::OWN_WATCH_KEY`], the watch key's length as a little-endian `u32`
+    /// and its bytes (without, the watch key is the input's key); then the input key's
+    /// bytes, the value's, and the tail's. (The length is here, not in a field: the struct
+    /// has no padding left, and a field would cost every live watch 8 bytes.)
     bytes: Box<[u8]>,
-    /// The key's length, or [`StoredInput::NO_KEY`].
+    /// The input key's length, or [`StoredInput::NO_KEY`]; and the
+    /// [`StoredInput::OWN_WATCH_KEY`] flag.
     key_len: u32,
     /// The tail's length (0: none), at the end of `bytes` (here, not in a field of its own:
     /// this `u32` fills what was padding, so a live watch stays as small).
@@ -131,19 +143,59 @@ impl<'a> Tail<'a> {
 }
 
 impl StoredInput {
-    /// A record without a key (Kafka keys are shorter than this).
-    const NO_KEY: u32 = u32::MAX;
+    /// A record without a key (Kafka keys are far shorter than this).
+    const NO_KEY: u32 = u32::MAX >> 1;
+    /// The watch key is not the input's key, and is stored first (`WATCHBRIDGE_WATCH_KEY`).
+    const OWN_WATCH_KEY: u32 = 1 << 31;
 
-    fn new(r: &Registration) -> Self {
+    fn new(watch_key: &[u8], r: &Registration) -> Self {
         let key = r.key.as_deref();
-        let mut bytes = Vec::with_capacity(key.map_or(0, <[u8]>::len) + r.value.len());
+        let own_key = (key != Some(watch_key)).then_some(watch_key);
+        let mut bytes = Vec::with_capacity(
+            own_key.map_or(0, |k| 4 + k.len()) + key.map_or(0, <[u8]>::len) + r.value.len(),
+        );
+        if let Some(own) = own_key {
+            bytes.extend_from_slice(&(own.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(own);
+        }
         bytes.extend_from_slice(key.unwrap_or_default());
         bytes.extend_from_slice(&r.value);
+        let flag = if own_key.is_some() {
+            Self::OWN_WATCH_KEY
+        } else {
+            0
+        };
         Self {
             bytes: bytes.into_boxed_slice(),
-            key_len: key.map_or(Self::NO_KEY, |k| k.len() as u32),
+            key_len: key.map_or(Self::NO_KEY, |k| k.len() as u32) | flag,
             tail_len: 0,
             time: r.time,
+        }
+    }
+
+    /// The input key's length, if it has a key.
+    fn input_key_len(&self) -> Option<usize> {
+        let len = self.key_len & !Self::OWN_WATCH_KEY;
+        (len != Self::NO_KEY).then_some(len as usize)
+    }
+
+    /// The watch key's length when it is stored apart from the input's.
+    fn own_watch_key_len(&self) -> Option<usize> {
+        (self.key_len & Self::OWN_WATCH_KEY != 0)
+            .then(|| u32::from_le_bytes(self.bytes[..4].try_into().expect("4 bytes")) as usize)
+    }
+
+    /// Where the input record starts.
+    fn input_start(&self) -> usize {
+        self.own_watch_key_len().map_or(0, |len| 4 + len)
+    }
+
+    /// The key its watch is found by.
+    fn watch_key(&self) -> &[u8] {
+        match self.own_watch_key_len() {
+            Some(len) => &self.bytes[4..4 + len],
+            // Not stored apart: the input's key, which then exists.
+            None => &self.bytes[..self.input_key_len().unwrap_or(0)],
         }
     }
 
@@ -167,15 +219,11 @@ impl StoredInput {
     }
 
     fn registration(&self) -> Registration {
-        let split = if self.key_len == Self::NO_KEY {
-            0
-        } else {
-            self.key_len as usize
-        };
-        let input = &self.bytes[..self.bytes.len() - self.tail_len as usize];
-        let (key, value) = input.split_at(split);
+        let key_len = self.input_key_len();
+        let input = &self.bytes[self.input_start()..self.bytes.len() - self.tail_len as usize];
+        let (key, value) = input.split_at(key_len.unwrap_or(0));
         Registration {
-            key: (self.key_len != Self::NO_KEY).then(|| Bytes::copy_from_slice(key)),
+            key: key_len.map(|_| Bytes::copy_from_slice(key)),
             value: Bytes::copy_from_slice(value),
             time: self.time,
         }
@@ -187,8 +235,8 @@ impl StoredInput {
 struct LiveWatch {
     input: StoredInput,
     journal: SeenJournal,
-    progress: Progress,
-    next_poll: Millis,
+    /// What only its next record needs (see [`Pending`]); `None` on an idle watch.
+    pending: Option<Box<Pending>>,
     /// Outputs handed to the producer, neither acknowledged nor given up yet.
     in_flight: u32,
     /// Changed in a way the next checkpoint must write (new, or new seen hashes).
@@ -199,44 +247,123 @@ struct LiveWatch {
     touched: bool,
     /// When its record was last written.
     written_at: Millis,
-    /// The input offset whose commit waits for this watch's first record (taken when that
-    /// record is written), or [`LiveWatch::NO_ORIGIN`] (not an `Option`: 8 bytes less).
-    origin: i64,
     /// The starts record that holds its only record on the topic (0: it has a record of
     /// its own, or none yet).
     relies_on: u32,
+}
+
+impl Keyed for LiveWatch {
+    fn key(&self) -> &[u8] {
+        self.input.watch_key()
+    }
+}
+
+/// What a live watch's next record needs and, once that is written, nothing does: its
+/// progress and next poll as of its last poll (or its start, or its restore), the input
+/// offset whose commit waits for its first record, and its end while it waits to be written
+/// finished. Held from the event that changes them until a record with them is written
+/// *and* none of the watch's outputs is in flight (an acknowledgement still to come makes it
+/// write its record again, with the same progress). So an idle watch holds none of it: 56
+/// bytes less on each of a million idle watches than when every live watch kept these, at
+/// the cost of 8 more on a watch polled more often than its progress is written (every
+/// [`PROGRESS_WRITE_INTERVAL_MS`]).
+///
+/// Its progress comes with the engine's checkpoint of a poll, which the engine sends after
+/// that poll's outputs: an output may be acknowledged before it arrives. Such a watch has
+/// new hashes and nothing to write them with; a checkpoint leaves it for the next one and
+/// holds the output offsets back meanwhile (they would vouch for hashes in no chunk).
+#[derive(Debug)]
+struct Pending {
+    progress: Progress,
+    next_poll: Millis,
+    /// The input offset whose commit waits for this watch's first record (taken when that
+    /// record is written), or [`Pending::NO_ORIGIN`].
+    origin: i64,
     /// Ended, waiting for its outputs in flight before it is written as finished (boxed:
-    /// rare, and a pointer is 24 bytes less on every live watch).
+    /// rare).
     ending: Option<Box<Finished>>,
 }
 
-impl LiveWatch {
+impl Pending {
     /// No input waits for its record (input offsets are never negative).
     const NO_ORIGIN: i64 = -1;
 
+    fn new(progress: Progress, next_poll: Millis, origin: i64) -> Box<Self> {
+        Box::new(Self {
+            progress,
+            next_poll,
+            origin,
+            ending: None,
+        })
+    }
+}
+
+impl LiveWatch {
     fn origin(&self) -> Option<i64> {
-        (self.origin != Self::NO_ORIGIN).then_some(self.origin)
+        self.pending
+            .as_ref()
+            .map(|p| p.origin)
+            .filter(|&o| o != Pending::NO_ORIGIN)
     }
 
     fn take_origin(&mut self) -> Option<i64> {
         let origin = self.origin();
-        self.origin = Self::NO_ORIGIN;
+        if let Some(p) = self.pending.as_mut() {
+            p.origin = Pending::NO_ORIGIN;
+        }
         origin
     }
 
-    /// Its watch record as it stands, listing `chunks` seen chunks (not finished).
-    fn record(&self, key: &Bytes, chunks: u32) -> WatchRecord {
+    /// Its progress and next poll are written, and no acknowledgement to come needs them
+    /// again: let them go.
+    fn settle_pending(&mut self) {
+        if !self.progressed
+            && !self.dirty
+            && self.in_flight == 0
+            && self.origin().is_none()
+            && self.ending().is_none()
+        {
+            self.pending = None;
+        }
+    }
+
+    /// How it ended, while it waits for its outputs in flight before it is written so.
+    fn ending(&self) -> Option<&Finished> {
+        self.pending.as_ref()?.ending.as_deref()
+    }
+
+    fn take_ending(&mut self) -> Option<Finished> {
+        self.pending.as_mut()?.ending.take().map(|f| *f)
+    }
+
+    /// It ended. The poll that ended it sent no progress: one it no longer holds is taken
+    /// as of its input's arrival. A finished record keeps no progress that anything reads
+    /// back (a restore takes only when and why it ended; [`crate::engine`]).
+    fn set_ending(&mut self, finished: Finished) {
+        let (time, written_at) = (self.input.time, self.written_at);
+        self.pending
+            .get_or_insert_with(|| {
+                Pending::new(Progress::at_start(time, written_at), 0, Pending::NO_ORIGIN)
+            })
+            .ending = Some(Box::new(finished));
+    }
+
+    /// Its watch record as it stands (`key`: its key, which the caller has already copied),
+    /// listing `chunks` seen chunks (not finished); `None` while its progress has not come
+    /// (see [`Pending`]).
+    fn record(&self, key: &Bytes, chunks: u32) -> Option<WatchRecord> {
+        let pending = self.pending.as_ref()?;
         let mut record = WatchRecord::from_progress(
             key.clone(),
             &self.input.registration(),
-            self.progress,
-            self.next_poll,
+            pending.progress,
+            pending.next_poll,
             chunks,
         );
         let tail = self.input.tail();
         record.resume = tail.resume.map(Bytes::copy_from_slice);
         record.conditions = tail.conditions.map(Bytes::copy_from_slice);
-        record
+        Some(record)
     }
 }
 
@@ -260,9 +387,9 @@ pub struct DurableState {
     topic: Arc<str>,
     partition: i32,
     retention_ms: Millis,
-    /// Boxed: the map's slots (up to half of them empty after the table grows) then hold a
-    /// key and a pointer, 40 bytes, not the 256 of key and watch (`benches/scale.rs`).
-    live: HashMap<Bytes, Box<LiveWatch>>,
+    /// Each found by the key in its own input (no second copy of it), in a slab: a slot
+    /// each and a 4-byte index bucket (`benches/scale.rs`; see [`KeyedSlab`]).
+    live: KeyedSlab<LiveWatch>,
     /// Finished watches whose record is on the topic.
     finished: HashMap<Bytes, Ended>,
     /// Per output partition: the offset the last written [`OutputOffsets`] says.
@@ -304,7 +431,7 @@ pub struct DurableState {
     /// due 30 s after their last write), wait for the visit of every watch, at most every
     /// [`VISIT_ALL_INTERVAL_MS`]: with a million idle watches, visiting every one at every
     /// checkpoint (twice a second by default) was two million visits a second.
-    touched: Vec<Bytes>,
+    touched: Vec<u32>,
     /// When a checkpoint last visited every live watch.
     visited_all_at: Millis,
     /// Tails (poller and condition states, [`Tail`]) that came while some of their watch's
@@ -362,7 +489,7 @@ impl DurableState {
             topic,
             partition,
             retention_ms,
-            live: HashMap::new(),
+            live: KeyedSlab::default(),
             finished: HashMap::new(),
             written,
             covered,
@@ -413,13 +540,12 @@ impl DurableState {
 
     /// `key`'s live watch may need writing at the next checkpoint.
     fn touch(&mut self, key: &[u8]) {
-        let Some(w) = self.live.get_mut(key) else {
+        let Some(slot) = self.live.slot_of(key) else {
             return;
         };
+        let w = self.live.at_mut(slot).expect("found");
         if !std::mem::replace(&mut w.touched, true) {
-            if let Some((key, _)) = self.live.get_key_value(key) {
-                self.touched.push(key.clone());
-            }
+            self.touched.push(slot);
         }
     }
 
@@ -442,7 +568,7 @@ impl DurableState {
     /// When and why `key`'s watch ended, while it is remembered (its end not written yet,
     /// or within the finished retention), for the operations API.
     pub fn ended_status(&self, key: &[u8]) -> Option<(Millis, &str)> {
-        if let Some(f) = self.live.get(key).and_then(|w| w.ending.as_ref()) {
+        if let Some(f) = self.live.get(key).and_then(|w| w.ending()) {
             return Some((f.at, &f.reason));
         }
         if let Some(e) = self.finished.get(key) {
@@ -454,16 +580,19 @@ impl DurableState {
     }
 
     /// Every ended watch remembered, with when and why it ended.
-    pub fn ended_watches(&self) -> Vec<(&Bytes, Millis, &str)> {
+    pub fn ended_watches(&self) -> Vec<(&[u8], Millis, &str)> {
         let ending = self
             .live
+            .values()
+            .filter_map(|w| w.ending().map(|f| (w.key(), f.at, f.reason.as_str())));
+        let finished = self
+            .finished
             .iter()
-            .filter_map(|(k, w)| w.ending.as_ref().map(|f| (k, f.at, f.reason.as_str())));
-        let finished = self.finished.iter().map(|(k, e)| (k, e.at, self.reason(e)));
+            .map(|(k, e)| (&k[..], e.at, self.reason(e)));
         let failed = self
             .failed
             .iter()
-            .map(|(k, f)| (k, f.ended.at, TerminatedReason::Failed.as_str()));
+            .map(|(k, f)| (&k[..], f.ended.at, TerminatedReason::Failed.as_str()));
         ending.chain(finished).chain(failed).collect()
     }
 
@@ -486,8 +615,10 @@ impl DurableState {
         relies_on: u32,
     ) {
         let dirty = journal.pending() > 0;
-        let (progress, next_poll) = (record.progress(), record.next_poll);
-        let mut input = StoredInput::new(&record.registration());
+        // Only a watch the read-back found outputs for writes its record again at once.
+        let pending =
+            dirty.then(|| Pending::new(record.progress(), record.next_poll, Pending::NO_ORIGIN));
+        let mut input = StoredInput::new(&key, &record.registration());
         let tail = Tail {
             resume: record.resume.as_deref().filter(|r| !r.is_empty()),
             conditions: record.conditions.as_deref().filter(|c| !c.is_empty()),
@@ -495,25 +626,19 @@ impl DurableState {
         if let Some(framed) = tail.frame() {
             input.set_tail(&framed);
         }
-        self.live.insert(
-            key.clone(),
-            Box::new(LiveWatch {
-                input,
-                journal,
-                progress,
-                next_poll,
-                in_flight: 0,
-                dirty,
-                progressed: false,
-                touched: dirty,
-                written_at: next_poll,
-                origin: LiveWatch::NO_ORIGIN,
-                relies_on,
-                ending: None,
-            }),
-        );
+        let (slot, _) = self.live.insert(LiveWatch {
+            input,
+            journal,
+            pending,
+            in_flight: 0,
+            dirty,
+            progressed: false,
+            touched: dirty,
+            written_at: record.next_poll,
+            relies_on,
+        });
         if dirty {
-            self.touched.push(key);
+            self.touched.push(slot);
         }
     }
 
@@ -558,8 +683,7 @@ impl DurableState {
         }
         let live = self.live.get(key)?;
         let failing = live
-            .ending
-            .as_ref()
+            .ending()
             .is_some_and(|f| f.reason == TerminatedReason::Failed.as_str());
         if !failing {
             return None;
@@ -594,8 +718,7 @@ impl DurableState {
     pub fn is_finished(&self, key: &[u8]) -> bool {
         self.finished.contains_key(key)
             || self.live.get(key).is_some_and(|w| {
-                w.ending
-                    .as_ref()
+                w.ending()
                     .is_some_and(|f| f.reason != TerminatedReason::Failed.as_str())
             })
     }
@@ -607,7 +730,7 @@ impl DurableState {
     /// Live watches that have not ended (an ended one stays live until its finished record
     /// is written): what a stop interrupts.
     pub fn running(&self) -> usize {
-        self.live.values().filter(|w| w.ending.is_none()).count()
+        self.live.values().filter(|w| w.ending().is_none()).count()
     }
 
     /// A watch started from the input at `origin`; `seen` are outputs it already had on the
@@ -636,8 +759,7 @@ impl DurableState {
         stale_chunks: u32,
     ) -> Result<Option<i64>, AlreadyLive> {
         let replaces_failed_run = self.live.get(&key).is_some_and(|w| {
-            w.ending
-                .as_ref()
+            w.ending()
                 .is_some_and(|f| f.reason == TerminatedReason::Failed.as_str())
         });
         if self.live.contains_key(&key) && !replaces_failed_run {
@@ -655,24 +777,22 @@ impl DurableState {
         for &hash in seen {
             journal.add(hash);
         }
-        self.live.insert(
-            key.clone(),
-            Box::new(LiveWatch {
-                input: StoredInput::new(&registration),
-                journal,
+        let (slot, _) = self.live.insert(LiveWatch {
+            input: StoredInput::new(&key, &registration),
+            journal,
+            pending: Some(Pending::new(
                 progress,
                 next_poll,
-                in_flight: 0,
-                dirty: true,
-                progressed: false,
-                touched: true,
-                written_at: next_poll,
-                origin: displaced.map_or(origin, |d| d.min(origin)),
-                relies_on,
-                ending: None,
-            }),
-        );
-        self.touched.push(key);
+                displaced.map_or(origin, |d| d.min(origin)),
+            )),
+            in_flight: 0,
+            dirty: true,
+            progressed: false,
+            touched: true,
+            written_at: next_poll,
+            relies_on,
+        });
+        self.touched.push(slot);
         Ok(displaced.map(|d| d.max(origin)))
     }
 
@@ -754,8 +874,10 @@ impl DurableState {
         held_back: bool,
     ) {
         if let Some(w) = self.live.get_mut(key) {
-            w.progress = progress;
-            w.next_poll = next_poll;
+            match w.pending.as_mut() {
+                Some(p) => (p.progress, p.next_poll) = (progress, next_poll),
+                None => w.pending = Some(Pending::new(progress, next_poll, Pending::NO_ORIGIN)),
+            }
             w.progressed = true;
             let tail = Tail {
                 resume: resume.as_deref(),
@@ -802,7 +924,7 @@ impl DurableState {
     /// `key`'s watch ended at `at`; `seen` is its seen set, kept if it failed.
     pub fn terminated(&mut self, key: &[u8], at: Millis, reason: &TerminatedReason, seen: SeenSet) {
         if let Some(w) = self.live.get_mut(key) {
-            w.ending = Some(Box::new(Finished::new(at, reason)));
+            w.set_ending(Finished::new(at, reason));
             if *reason == TerminatedReason::Failed {
                 self.failing.insert(Bytes::copy_from_slice(key), seen);
             }
@@ -843,6 +965,9 @@ impl DurableState {
             writes.push(to.tombstone(starts_key(seq)));
             self.starts_deleting.push(seq);
         }
+        // Watches with new hashes and no progress to write them with yet (see [`Pending`]):
+        // visited again next time, and until then no output offsets are written.
+        let mut waiting = Vec::new();
         let mut visit = Visit {
             to: &to,
             now,
@@ -858,15 +983,19 @@ impl DurableState {
         if last || now.saturating_sub(self.visited_all_at) >= VISIT_ALL_INTERVAL_MS {
             self.visited_all_at = now;
             self.touched = Vec::new();
-            for (key, w) in self.live.iter_mut() {
-                w.touched = false;
-                visit.watch(key, w);
+            for (slot, w) in self.live.iter_mut() {
+                if !visit.watch(w) {
+                    waiting.push(slot);
+                }
             }
         } else {
-            for key in std::mem::take(&mut self.touched) {
-                if let Some(w) = self.live.get_mut(&key) {
-                    w.touched = false;
-                    visit.watch(&key, w);
+            // A slot is listed once per touch, while its watch is live (a watch leaves the
+            // slab only below, after this visit): the flag skips a second listing.
+            for slot in std::mem::take(&mut self.touched) {
+                if let Some(w) = self.live.at_mut(slot).filter(|w| w.touched) {
+                    if !visit.watch(w) {
+                        waiting.push(slot);
+                    }
                 }
             }
         }
@@ -874,6 +1003,8 @@ impl DurableState {
             ended, new_watches, ..
         } = visit;
         self.write_starts(new_watches, &mut writes);
+        let offsets_held = !waiting.is_empty();
+        self.touched.extend(waiting);
         for WrittenEnded {
             key,
             reason,
@@ -927,7 +1058,7 @@ impl DurableState {
         }
         // Outputs found by the read-back for watches not started again yet are in no chunk:
         // until they are, the offsets may not pass them.
-        if self.preseen.is_empty() && self.covered != self.written {
+        if self.preseen.is_empty() && !offsets_held && self.covered != self.written {
             self.written.clone_from(&self.covered);
             let offsets = OutputOffsets {
                 offsets: (0..).zip(self.written.iter().copied()).collect(),
@@ -1025,8 +1156,12 @@ struct Visit<'a> {
 
 impl Visit<'_> {
     /// What `key`'s watch needs written, if anything.
-    fn watch(&mut self, key: &Bytes, w: &mut LiveWatch) {
-        let done = w.ending.is_some() && w.in_flight == 0;
+    /// Returns `false` for a watch with new hashes whose progress has not come yet (see
+    /// [`Pending`]): nothing of it is written, it stays touched, and the caller lists it for
+    /// the next visit. Any other watch is visited and no longer touched.
+    fn watch(&mut self, w: &mut LiveWatch) -> bool {
+        w.touched = false;
+        let done = w.ending().is_some() && w.in_flight == 0;
         let progress_due = w.progressed
             && (self.last || self.now.saturating_sub(w.written_at) >= PROGRESS_WRITE_INTERVAL_MS);
         if !(w.dirty || done || progress_due) {
@@ -1035,23 +1170,31 @@ impl Visit<'_> {
             if self.now.saturating_sub(w.written_at) >= PROGRESS_WRITE_INTERVAL_MS {
                 w.journal.release_tail();
             }
-            return;
+            w.settle_pending();
+            return true;
         }
+        if !done && w.pending.is_none() {
+            w.touched = true;
+            return false;
+        }
+        // A copy: the key lives in the watch, which this changes (only watches with
+        // something to write get here).
+        let key = &Bytes::copy_from_slice(w.key());
         let origin = w.take_origin();
         let stale = self.stale_chunks.remove(key).unwrap_or(0);
         let failed = done
-            && w.ending
-                .as_ref()
+            && w.ending()
                 .is_some_and(|f| f.reason == TerminatedReason::Failed.as_str());
         let first = origin.is_some() && w.relies_on == 0;
         if first && !done && stale == 0 && w.journal.pending() == 0 && w.journal.chunks() == 0 {
             // New, with nothing seen: its record goes into this checkpoint's starts.
-            self.new_watches
-                .push((key.clone(), w.record(key, 0), origin));
+            let record = w.record(key, 0).expect("checked: it has its progress");
+            self.new_watches.push((key.clone(), record, origin));
             w.dirty = false;
             w.progressed = false;
             w.written_at = self.now;
-            return;
+            w.settle_pending();
+            return true;
         }
         // A record of its own from here: the starts record that held it may go.
         if w.relies_on != 0 {
@@ -1065,8 +1208,10 @@ impl Visit<'_> {
         }
         if done && !failed {
             let chunks = w.journal.chunks().max(stale);
-            let mut record = w.record(key, 0);
-            record.finished = w.ending.take().map(|f| *f);
+            let mut record = w
+                .record(key, 0)
+                .expect("an ending watch holds its pending part");
+            record.finished = w.take_ending();
             let reason = record.finished.as_ref().map(|f| f.reason.clone());
             self.writes
                 .push(self.to.write(record.to_entry(), origin.into()));
@@ -1079,16 +1224,18 @@ impl Visit<'_> {
                 reason: reason.unwrap_or_default(),
                 failed: None,
             });
-            return;
+            return true;
         }
         // Live, or failed: its chunks first, then its record listing them.
         for chunk in w.journal.checkpoint() {
             self.writes
                 .push(self.to.write(chunk.to_entry(key), Origins::None));
         }
-        let mut record = w.record(key, w.journal.chunks());
+        let mut record = w
+            .record(key, w.journal.chunks())
+            .expect("checked: it has its progress");
         if failed {
-            record.finished = w.ending.take().map(|f| *f);
+            record.finished = w.take_ending();
         }
         self.writes
             .push(self.to.write(record.to_entry(), origin.into()));
@@ -1103,11 +1250,13 @@ impl Visit<'_> {
                 reason: TerminatedReason::Failed.as_str().to_string(),
                 failed: Some((w.journal.chunks(), seen)),
             });
-            return;
+            return true;
         }
         w.dirty = false;
         w.progressed = false;
         w.written_at = self.now;
+        w.settle_pending();
+        true
     }
 }
 
@@ -1271,18 +1420,50 @@ mod tests {
     }
 
     #[test]
-    fn a_stored_input_gives_back_its_registration_with_or_without_a_key() {
+    fn a_stored_input_gives_back_its_watch_key_and_registration_with_or_without_a_key() {
         for key in [
             Some(Bytes::from_static(b"user-7")),
             Some(Bytes::new()),
             None,
         ] {
             let r = Registration {
-                key,
+                key: key.clone(),
                 value: Bytes::from_static(br#"{"id": 7}"#),
                 time: T0,
             };
-            assert_eq!(StoredInput::new(&r).registration(), r);
+            // The watch key as the input's key (stored once), and one of its own
+            // (`WATCHBRIDGE_WATCH_KEY`), empty too.
+            for watch_key in [key.as_deref().unwrap_or(b"k"), b"tenant-9", b""] {
+                let mut stored = StoredInput::new(watch_key, &r);
+                assert_eq!(stored.watch_key(), watch_key);
+                assert_eq!(stored.registration(), r);
+                stored.set_tail(&[1, 0, 0, 0, 9, 8]);
+                assert_eq!(
+                    (stored.watch_key(), stored.registration()),
+                    (watch_key, r.clone())
+                );
+                assert_eq!(stored.tail().resume, Some(&[9][..]));
+            }
+        }
+        let shared = StoredInput::new(b"user-7", &registration_keyed(b"user-7"));
+        let own = StoredInput::new(b"tenant-9", &registration_keyed(b"user-7"));
+        assert_eq!(
+            shared.bytes.len(),
+            6 + 2,
+            "the key kept once, and nothing else"
+        );
+        assert_eq!(
+            own.bytes.len(),
+            4 + 8 + 6 + 2,
+            "its own key, with its length"
+        );
+    }
+
+    fn registration_keyed(key: &'static [u8]) -> Registration {
+        Registration {
+            key: Some(Bytes::from_static(key)),
+            value: Bytes::from_static(b"{}"),
+            time: T0,
         }
     }
 
@@ -1315,9 +1496,11 @@ mod tests {
     #[test]
     fn a_live_watch_stays_small() {
         // A million idle watches hold a million of these (issue 19's budget: 300 B per
-        // idle watch for the whole bridge); it was 224 bytes before its input was packed, 160 after.
+        // idle watch for the whole bridge); it was 224 bytes before its input was packed, 160
+        // after, 136 with the journal's unsealed hashes boxed, 80 with what only its next
+        // record needs (progress, next poll, input offset, end) held apart until written.
         let size = std::mem::size_of::<LiveWatch>();
-        assert!(size <= 160, "LiveWatch is {size} bytes");
+        assert!(size <= 80, "LiveWatch is {size} bytes");
     }
 
     fn registration() -> Registration {
@@ -1326,6 +1509,18 @@ mod tests {
             value: Bytes::from_static(br#"{"id":1}"#),
             time: T0,
         }
+    }
+
+    /// The engine's checkpoint of the poll whose outputs were just sent (it follows them).
+    fn polled(s: &mut DurableState, key: &Bytes) {
+        s.checkpoint(
+            key,
+            Progress::at_start(T0, T0),
+            T0 + 1000,
+            None,
+            None,
+            false,
+        );
     }
 
     /// A watch started at T0 from the input at `origin`, knowing `seen`.
@@ -1429,6 +1624,7 @@ mod tests {
         assert_eq!(starts_of(&s.checkpoint_records(T0, false)).0.len(), 1);
         // a finds an output: its own record (and chunk); b still relies on the starts.
         let sent = s.output_sent(&a);
+        polled(&mut s, &a);
         s.output_acknowledged(&a, hash_key(b"e1"), sent, 0, 5);
         let w = s.checkpoint_records(T0 + 1, false);
         assert!(decoded(&w)
@@ -1666,7 +1862,7 @@ mod tests {
         assert_eq!(s.live(), 0);
         // When and why, for the operations API: before the end is written and after.
         assert_eq!(s.ended_status(&key), Some((T0 + 12, "final")));
-        assert_eq!(s.ended_watches(), [(&key, T0 + 12, "final")]);
+        assert_eq!(s.ended_watches(), [(&key[..], T0 + 12, "final")]);
         // Within the retention it stays; after, its record is deleted.
         assert!(s.checkpoint_records(T0 + 12 + 59_999, false).is_empty());
         let w = decoded(&s.checkpoint_records(T0 + 12 + 60_000, false));
@@ -1710,6 +1906,7 @@ mod tests {
         // acknowledgement is handled first (delivery reports complete in any order).
         let a = s.output_sent(&key);
         let b = s.output_sent(&key);
+        polled(&mut s, &key);
         s.output_acknowledged(&key, hash_key(b"b"), b, 0, 11);
         let w = decoded(&s.checkpoint_records(T0 + 1, false));
         // The first is on the topic but in no chunk: a read-back from past it would miss it.
@@ -1723,6 +1920,74 @@ mod tests {
             matches!(&w.last().unwrap().0, Entry::OutputOffsets(o) if o.offsets == vec![(0, 12), (1, 7)]),
             "{w:?}"
         );
+    }
+
+    #[test]
+    fn outputs_acknowledged_before_their_polls_progress_wait_for_it_and_hold_the_offsets() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        start(&mut s, &key, 0, &[]);
+        s.checkpoint_records(T0, false);
+        assert!(s.live.get(&key).unwrap().pending.is_none(), "idle: let go");
+        // The engine sends a poll's outputs, then its checkpoint; an acknowledgement may be
+        // handled in between. The watch has a new hash and no progress to write it with.
+        let sent = s.output_sent(&key);
+        s.output_acknowledged(&key, hash_key(b"e1"), sent, 0, 5);
+        let w = decoded(&s.checkpoint_records(T0 + 1, false));
+        assert!(
+            w.iter().all(|(e, _)| !matches!(e, Entry::OutputOffsets(_))),
+            "the offsets vouch for an output whose hash is in no chunk: {w:?}"
+        );
+        assert!(w.is_empty(), "{w:?}");
+        // Its progress comes: the next checkpoint writes the chunk, the record, the offsets.
+        let progress = Progress {
+            polls: 1,
+            ..Progress::at_start(T0, T0)
+        };
+        s.checkpoint(&key, progress, T0 + 5_000, None, None, false);
+        let w = decoded(&s.checkpoint_records(T0 + 2, false));
+        assert!(
+            matches!(&w[0].0, Entry::Seen { chunk, .. } if chunk.hashes() == [hash_key(b"e1")])
+        );
+        assert!(
+            matches!(&w[1].0, Entry::Watch(r) if r.polls == 1 && r.next_poll == T0 + 5_000),
+            "{w:?}"
+        );
+        assert!(
+            matches!(&w[2].0, Entry::OutputOffsets(o) if o.offsets[0] == (0, 6)),
+            "{w:?}"
+        );
+        assert!(
+            s.live.get(&key).unwrap().pending.is_none(),
+            "written: let go"
+        );
+    }
+
+    #[test]
+    fn a_watch_keeps_its_progress_while_an_output_is_in_flight_and_writes_it_again() {
+        let mut s = state();
+        let key = Bytes::from_static(b"u1");
+        start(&mut s, &key, 0, &[]);
+        s.checkpoint_records(T0, false);
+        let (a, b) = (s.output_sent(&key), s.output_sent(&key));
+        let progress = Progress {
+            polls: 3,
+            ..Progress::at_start(T0, T0)
+        };
+        s.checkpoint(&key, progress, T0 + 7_000, None, None, false);
+        s.output_acknowledged(&key, hash_key(b"a"), a, 0, 1);
+        s.checkpoint_records(T0 + 1, false);
+        // Written, but an acknowledgement is still to come: its progress is kept for it.
+        assert!(s.live.get(&key).unwrap().pending.is_some());
+        s.output_acknowledged(&key, hash_key(b"b"), b, 0, 2);
+        let w = decoded(&s.checkpoint_records(T0 + 2, false));
+        assert!(
+            w.iter().any(
+                |(e, _)| matches!(e, Entry::Watch(r) if r.polls == 3 && r.next_poll == T0 + 7_000)
+            ),
+            "{w:?}"
+        );
+        assert!(s.live.get(&key).unwrap().pending.is_none());
     }
 
     #[test]
@@ -1742,6 +2007,7 @@ mod tests {
         // An output sent before the ends were read may lie below them, and its hash is in
         // no chunk until its acknowledgement is handled: the ends wait for it.
         let t = s.output_sent(&key);
+        polled(&mut s, &key);
         s.output_ends(&[300, 400]);
         let w = decoded(&s.checkpoint_records(T0 + 2, false));
         assert!(
@@ -1779,15 +2045,26 @@ mod tests {
         s.output_acknowledged(&key, hash_key(b"a"), sent, 0, 5);
         let first = decoded(&s.checkpoint_records(T0, false));
         assert!(matches!(&first[0], (Entry::Seen { chunk: c, .. }, None) if c.index() == 0));
-        assert!(s.live[&key].journal.heap_bytes() > 0, "the tail is held");
+        assert!(
+            s.live.get(&key).unwrap().journal.heap_bytes() > 0,
+            "the tail is held"
+        );
         assert!(s.checkpoint_records(T0 + 1, false).is_empty());
-        assert!(s.live[&key].journal.heap_bytes() > 0, "still recent");
+        assert!(
+            s.live.get(&key).unwrap().journal.heap_bytes() > 0,
+            "still recent"
+        );
         assert!(s
             .checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS, false)
             .is_empty());
-        assert_eq!(s.live[&key].journal.heap_bytes(), 0, "released");
+        assert_eq!(
+            s.live.get(&key).unwrap().journal.heap_bytes(),
+            0,
+            "released"
+        );
         // A later output goes to a new chunk; the record lists both.
         let sent = s.output_sent(&key);
+        polled(&mut s, &key);
         s.output_acknowledged(&key, hash_key(b"b"), sent, 0, 6);
         let later = decoded(&s.checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS + 1, false));
         assert!(
@@ -1877,6 +2154,7 @@ mod tests {
         start(&mut s, &other, 8, &[]);
         for (n, e) in [b"a", b"b", b"c"].iter().enumerate() {
             let sent3 = s.output_sent(&other);
+            polled(&mut s, &other);
             s.output_acknowledged(&other, hash_key(*e), sent3, 0, 10 + n as i64);
             // A chunk each: nothing new for the progress interval releases the tail.
             s.checkpoint_records(T0 + 30 + n as Millis * PROGRESS_WRITE_INTERVAL_MS, false);
