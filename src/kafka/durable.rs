@@ -540,12 +540,16 @@ impl DurableState {
 
     /// `key`'s live watch may need writing at the next checkpoint.
     fn touch(&mut self, key: &[u8]) {
-        let Some(slot) = self.live.slot_of(key) else {
-            return;
-        };
-        let w = self.live.at_mut(slot).expect("found");
-        if !std::mem::replace(&mut w.touched, true) {
-            self.touched.push(slot);
+        if let Some(slot) = self.live.slot_of(key) {
+            self.touch_slot(slot);
+        }
+    }
+
+    fn touch_slot(&mut self, slot: u32) {
+        if let Some(w) = self.live.at_mut(slot) {
+            if !std::mem::replace(&mut w.touched, true) {
+                self.touched.push(slot);
+            }
         }
     }
 
@@ -770,6 +774,8 @@ impl DurableState {
         // A failed run that relies on a starts record: this run writes a record of its own
         // (and so releases it), never joins a new one.
         let relies_on = self.live.get(&key).map_or(0, |w| w.relies_on);
+        // The failed run's outputs still in flight keep the slot (see `WatchSlot`).
+        let in_flight = self.live.get(&key).map_or(0, |w| w.in_flight);
         if stale_chunks > 0 {
             self.stale_chunks.insert(key.clone(), stale_chunks);
         }
@@ -785,7 +791,7 @@ impl DurableState {
                 next_poll,
                 displaced.map_or(origin, |d| d.min(origin)),
             )),
-            in_flight: 0,
+            in_flight,
             dirty: true,
             progressed: false,
             touched: true,
@@ -810,33 +816,38 @@ impl DurableState {
         }))
     }
 
-    /// An output of `key`'s watch was handed to the producer: its ticket, for its
-    /// acknowledgement.
-    pub fn output_sent(&mut self, key: &[u8]) -> SendTicket {
-        if let Some(w) = self.live.get_mut(key) {
-            w.in_flight += 1;
-        }
-        self.sends.sent()
+    /// Where the outputs of `key`'s watch find it again when their reports come back,
+    /// without a lookup by key per output (see [`WatchSlot`]).
+    pub fn watch_slot(&self, key: &[u8]) -> WatchSlot {
+        WatchSlot(self.live.slot_of(key).unwrap_or(WatchSlot::NONE))
     }
 
-    /// The output topic acknowledged an output of `key`'s watch at `offset` of `partition`.
+    /// An output of `watch` was handed to the producer: its ticket, for its report.
+    pub fn output_sent(&mut self, watch: WatchSlot) -> SendTicket {
+        if let Some(w) = self.live.at_mut(watch.0) {
+            w.in_flight += 1;
+        }
+        SendTicket {
+            order: self.sends.sent(),
+            watch,
+        }
+    }
+
+    /// The output topic acknowledged the output of `ticket`, whose key hashes to `hash`, at
+    /// `offset` of `partition`.
     pub fn output_acknowledged(
         &mut self,
-        key: &[u8],
-        hash: OutputHash,
         ticket: SendTicket,
+        hash: OutputHash,
         partition: i32,
         offset: i64,
     ) {
-        if let Some(w) = self.live.get_mut(key) {
+        if let Some(w) = self.live.at_mut(ticket.watch.0) {
             w.in_flight = w.in_flight.saturating_sub(1);
             w.journal.add(hash);
             w.dirty = true;
         }
-        self.settle_tail(key);
-        self.touch(key);
-        self.sends
-            .handled(ticket, Some((partition, offset)), &mut self.covered);
+        self.output_handled(ticket, Some((partition, offset)));
     }
 
     /// The end offsets of every output partition, read (by the bridge, for every partition
@@ -849,15 +860,20 @@ impl DurableState {
         self.sends.floor(ends, &mut self.covered);
     }
 
-    /// An output of `key`'s watch will not reach the output topic (it was dead-lettered or
-    /// lost): not in its seen chunks, so a restored watch would emit it again.
-    pub fn output_given_up(&mut self, key: &[u8], ticket: SendTicket) {
-        if let Some(w) = self.live.get_mut(key) {
+    /// The output of `ticket` will not reach the output topic (it was dead-lettered or
+    /// lost): not in its watch's seen chunks, so a restored watch would emit it again.
+    pub fn output_given_up(&mut self, ticket: SendTicket) {
+        if let Some(w) = self.live.at_mut(ticket.watch.0) {
             w.in_flight = w.in_flight.saturating_sub(1);
         }
-        self.settle_tail(key);
-        self.touch(key);
-        self.sends.handled(ticket, None, &mut self.covered);
+        self.output_handled(ticket, None);
+    }
+
+    /// The report of `ticket`'s output was handled (it landed `at`, or was given up).
+    fn output_handled(&mut self, ticket: SendTicket, at: Option<(i32, i64)>) {
+        self.settle_tail(ticket.watch);
+        self.touch_slot(ticket.watch.0);
+        self.sends.handled(ticket.order, at, &mut self.covered);
     }
 
     /// Where a live watch stands after a poll, and its poller state then (`resume`) and its
@@ -901,23 +917,18 @@ impl DurableState {
         }
     }
 
-    /// Once no output of `key`'s watch is in flight, its waiting tail goes into its record
-    /// (see `tail_waiting`).
-    fn settle_tail(&mut self, key: &[u8]) {
+    /// Once no output of `watch` is in flight, its waiting tail goes into its record (see
+    /// `tail_waiting`).
+    fn settle_tail(&mut self, watch: WatchSlot) {
         if self.tail_waiting.is_empty() {
             return;
         }
-        match self.live.get_mut(key) {
-            Some(w) if w.in_flight > 0 => {}
-            Some(w) => {
-                if let Some(framed) = self.tail_waiting.remove(key) {
-                    w.input.set_tail(&framed);
-                    w.progressed = true;
-                }
-            }
-            None => {
-                self.tail_waiting.remove(key);
-            }
+        let Some(w) = self.live.at_mut(watch.0).filter(|w| w.in_flight == 0) else {
+            return;
+        };
+        if let Some(framed) = self.tail_waiting.remove(w.key()) {
+            w.input.set_tail(&framed);
+            w.progressed = true;
         }
     }
 
@@ -1012,6 +1023,7 @@ impl DurableState {
         } in ended
         {
             self.live.remove(&key);
+            self.tail_waiting.remove(&key);
             let ending = self.ended(now, &reason);
             match failed {
                 Some((chunks, seen)) => {
@@ -1264,9 +1276,25 @@ impl Visit<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AlreadyLive;
 
-/// An output's place in its partition task's send order.
+/// An output in flight: its place in its partition task's send order, and its watch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SendTicket(u64);
+pub struct SendTicket {
+    order: u64,
+    watch: WatchSlot,
+}
+
+/// A live watch's slot in the partition task's slab, which its outputs in flight carry to
+/// find it again when their reports come back (an output costs no lookup by key). No other
+/// watch takes the slot while one of them is in flight: a watch leaves the slab only once
+/// written finished, which waits for its last output's report, and a new run that takes
+/// the place of a failed one takes over its count of outputs in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchSlot(u32);
+
+impl WatchSlot {
+    /// No live watch (its outputs are sent and counted, and change no watch).
+    const NONE: u32 = u32::MAX;
+}
 
 /// The outputs in flight, in send order, so that the covered offsets advance only over
 /// outputs every one of whose predecessors is handled too. Delivery reports are handled in
@@ -1288,16 +1316,15 @@ struct Sends {
 }
 
 impl Sends {
-    fn sent(&mut self) -> SendTicket {
+    fn sent(&mut self) -> u64 {
         self.slots.push_back(None);
-        SendTicket(self.first + self.slots.len() as u64 - 1)
+        self.first + self.slots.len() as u64 - 1
     }
 
     /// `ticket` is handled (landed at `at`, or given up): advance `covered` over every
     /// handled ticket at the front.
-    fn handled(&mut self, ticket: SendTicket, at: Option<(i32, i64)>, covered: &mut [i64]) {
+    fn handled(&mut self, ticket: u64, at: Option<(i32, i64)>, covered: &mut [i64]) {
         let Some(slot) = ticket
-            .0
             .checked_sub(self.first)
             .and_then(|i| self.slots.get_mut(usize::try_from(i).ok()?))
         else {
@@ -1473,12 +1500,14 @@ mod tests {
         let key = Bytes::from_static(b"w");
         start(&mut s, &key, 9, &[]);
         let burst = 1_000;
-        let tickets: Vec<SendTicket> = (0..burst).map(|_| s.output_sent(&key)).collect();
+        let tickets: Vec<SendTicket> = (0..burst)
+            .map(|_| s.output_sent(s.watch_slot(&key)))
+            .collect();
         assert!(s.sends.slots.capacity() >= burst);
         s.checkpoint_records(1, false);
         assert!(s.sends.slots.capacity() >= burst, "kept while in flight");
         for (i, ticket) in tickets.into_iter().enumerate() {
-            s.output_acknowledged(&key, hash_key(&i.to_le_bytes()), ticket, 0, i as i64);
+            s.output_acknowledged(ticket, hash_key(&i.to_le_bytes()), 0, i as i64);
         }
         assert!(s.sends.slots.is_empty());
         s.checkpoint_records(2, false);
@@ -1623,9 +1652,9 @@ mod tests {
         start(&mut s, &b, 2, &[]);
         assert_eq!(starts_of(&s.checkpoint_records(T0, false)).0.len(), 1);
         // a finds an output: its own record (and chunk); b still relies on the starts.
-        let sent = s.output_sent(&a);
+        let sent = s.output_sent(s.watch_slot(&a));
         polled(&mut s, &a);
-        s.output_acknowledged(&a, hash_key(b"e1"), sent, 0, 5);
+        s.output_acknowledged(sent, hash_key(b"e1"), 0, 5);
         let w = s.checkpoint_records(T0 + 1, false);
         assert!(decoded(&w)
             .iter()
@@ -1681,7 +1710,7 @@ mod tests {
         let key = Bytes::from_static(b"u1");
         start(&mut s, &key, 1, &[]);
         s.checkpoint_records(T0, false);
-        let sent = s.output_sent(&key);
+        let sent = s.output_sent(s.watch_slot(&key));
         s.checkpoint(
             &key,
             Progress::at_start(T0, T0),
@@ -1692,7 +1721,7 @@ mod tests {
         );
         let at = T0 + PROGRESS_WRITE_INTERVAL_MS;
         assert_eq!(resumes(&s.checkpoint_records(at, true)), [None]);
-        s.output_acknowledged(&key, hash_key(b"e1"), sent, 0, 5);
+        s.output_acknowledged(sent, hash_key(b"e1"), 0, 5);
         let writes = s.checkpoint_records(at + 1, true);
         assert_eq!(resumes(&writes), [Some(Bytes::from_static(b"R1"))]);
         // The conditions' states (a count of outputs, say) wait the same way.
@@ -1781,8 +1810,8 @@ mod tests {
         let key = Bytes::from_static(b"u1");
         start(&mut s, &key, 0, &[]);
         s.checkpoint_records(T0, false);
-        let sent = s.output_sent(&key);
-        let _second = s.output_sent(&key);
+        let sent = s.output_sent(s.watch_slot(&key));
+        let _second = s.output_sent(s.watch_slot(&key));
         s.checkpoint(
             &key,
             Progress::at_start(T0, T0),
@@ -1818,7 +1847,7 @@ mod tests {
         let due = T0 + PROGRESS_WRITE_INTERVAL_MS + VISIT_ALL_INTERVAL_MS;
         assert_eq!(s.checkpoint_records(due, false).len(), 1);
 
-        s.output_acknowledged(&key, hash_key(b"e1"), sent, 1, 30);
+        s.output_acknowledged(sent, hash_key(b"e1"), 1, 30);
         let w = decoded(&s.checkpoint_records(T0 + 2, false));
         assert_eq!(w.len(), 3, "{w:?}");
         match &w[0].0 {
@@ -1834,17 +1863,17 @@ mod tests {
         let mut s = state();
         let key = Bytes::from_static(b"u1");
         start(&mut s, &key, 0, &[]);
-        let sent = s.output_sent(&key);
-        s.output_acknowledged(&key, hash_key(b"e1"), sent, 0, 5);
+        let sent = s.output_sent(s.watch_slot(&key));
+        s.output_acknowledged(sent, hash_key(b"e1"), 0, 5);
         s.checkpoint_records(T0, false);
-        let sent = s.output_sent(&key);
+        let sent = s.output_sent(s.watch_slot(&key));
         s.terminated(&key, T0 + 10, &TerminatedReason::Final, SeenSet::new());
         // Its last output is in flight: still live, nothing to say yet; but it has ended,
         // so its input does not start it again.
         assert!(s.checkpoint_records(T0 + 11, false).is_empty());
         assert!(s.is_finished(&key));
         assert_eq!(s.ended_status(&key), Some((T0 + 10, "final")));
-        s.output_acknowledged(&key, hash_key(b"e2"), sent, 0, 6);
+        s.output_acknowledged(sent, hash_key(b"e2"), 0, 6);
         let w = decoded(&s.checkpoint_records(T0 + 12, false));
         assert!(
             matches!(&w[0].0, Entry::Watch(r) if r.finished.as_ref().is_some_and(|f| f.reason == "final") && r.seen_chunks == 0),
@@ -1904,17 +1933,17 @@ mod tests {
         s.checkpoint_records(T0, false);
         // Two outputs to output partition 0 (offsets 10 and 11, in send order); the second's
         // acknowledgement is handled first (delivery reports complete in any order).
-        let a = s.output_sent(&key);
-        let b = s.output_sent(&key);
+        let a = s.output_sent(s.watch_slot(&key));
+        let b = s.output_sent(s.watch_slot(&key));
         polled(&mut s, &key);
-        s.output_acknowledged(&key, hash_key(b"b"), b, 0, 11);
+        s.output_acknowledged(b, hash_key(b"b"), 0, 11);
         let w = decoded(&s.checkpoint_records(T0 + 1, false));
         // The first is on the topic but in no chunk: a read-back from past it would miss it.
         assert!(
             w.iter().all(|(e, _)| !matches!(e, Entry::OutputOffsets(_))),
             "the offsets passed an output whose hash is in no chunk: {w:?}"
         );
-        s.output_acknowledged(&key, hash_key(b"a"), a, 0, 10);
+        s.output_acknowledged(a, hash_key(b"a"), 0, 10);
         let w = decoded(&s.checkpoint_records(T0 + 2, false));
         assert!(
             matches!(&w.last().unwrap().0, Entry::OutputOffsets(o) if o.offsets == vec![(0, 12), (1, 7)]),
@@ -1931,8 +1960,8 @@ mod tests {
         assert!(s.live.get(&key).unwrap().pending.is_none(), "idle: let go");
         // The engine sends a poll's outputs, then its checkpoint; an acknowledgement may be
         // handled in between. The watch has a new hash and no progress to write it with.
-        let sent = s.output_sent(&key);
-        s.output_acknowledged(&key, hash_key(b"e1"), sent, 0, 5);
+        let sent = s.output_sent(s.watch_slot(&key));
+        s.output_acknowledged(sent, hash_key(b"e1"), 0, 5);
         let w = decoded(&s.checkpoint_records(T0 + 1, false));
         assert!(
             w.iter().all(|(e, _)| !matches!(e, Entry::OutputOffsets(_))),
@@ -1969,17 +1998,20 @@ mod tests {
         let key = Bytes::from_static(b"u1");
         start(&mut s, &key, 0, &[]);
         s.checkpoint_records(T0, false);
-        let (a, b) = (s.output_sent(&key), s.output_sent(&key));
+        let (a, b) = (
+            s.output_sent(s.watch_slot(&key)),
+            s.output_sent(s.watch_slot(&key)),
+        );
         let progress = Progress {
             polls: 3,
             ..Progress::at_start(T0, T0)
         };
         s.checkpoint(&key, progress, T0 + 7_000, None, None, false);
-        s.output_acknowledged(&key, hash_key(b"a"), a, 0, 1);
+        s.output_acknowledged(a, hash_key(b"a"), 0, 1);
         s.checkpoint_records(T0 + 1, false);
         // Written, but an acknowledgement is still to come: its progress is kept for it.
         assert!(s.live.get(&key).unwrap().pending.is_some());
-        s.output_acknowledged(&key, hash_key(b"b"), b, 0, 2);
+        s.output_acknowledged(b, hash_key(b"b"), 0, 2);
         let w = decoded(&s.checkpoint_records(T0 + 2, false));
         assert!(
             w.iter().any(
@@ -2006,7 +2038,7 @@ mod tests {
         );
         // An output sent before the ends were read may lie below them, and its hash is in
         // no chunk until its acknowledgement is handled: the ends wait for it.
-        let t = s.output_sent(&key);
+        let t = s.output_sent(s.watch_slot(&key));
         polled(&mut s, &key);
         s.output_ends(&[300, 400]);
         let w = decoded(&s.checkpoint_records(T0 + 2, false));
@@ -2014,7 +2046,7 @@ mod tests {
             w.iter().all(|(e, _)| !matches!(e, Entry::OutputOffsets(_))),
             "{w:?}"
         );
-        s.output_acknowledged(&key, hash_key(b"x"), t, 0, 150);
+        s.output_acknowledged(t, hash_key(b"x"), 0, 150);
         let w = decoded(&s.checkpoint_records(T0 + 3, false));
         assert!(
             matches!(&w.last().unwrap().0, Entry::OutputOffsets(o) if o.offsets == vec![(0, 300), (1, 400)]),
@@ -2028,9 +2060,9 @@ mod tests {
         let key = Bytes::from_static(b"u1");
         start(&mut s, &key, 0, &[]);
         s.checkpoint_records(T0, false);
-        let sent = s.output_sent(&key);
+        let sent = s.output_sent(s.watch_slot(&key));
         s.terminated(&key, T0 + 1, &TerminatedReason::Final, SeenSet::new());
-        s.output_given_up(&key, sent);
+        s.output_given_up(sent);
         let w = decoded(&s.checkpoint_records(T0 + 2, false));
         assert!(matches!(&w[0].0, Entry::Watch(r) if r.finished.is_some()));
         assert_eq!(w.len(), 1, "no chunk was written, none to delete: {w:?}");
@@ -2041,8 +2073,8 @@ mod tests {
         let mut s = state();
         let key = Bytes::from_static(b"u1");
         start(&mut s, &key, 0, &[]);
-        let sent = s.output_sent(&key);
-        s.output_acknowledged(&key, hash_key(b"a"), sent, 0, 5);
+        let sent = s.output_sent(s.watch_slot(&key));
+        s.output_acknowledged(sent, hash_key(b"a"), 0, 5);
         let first = decoded(&s.checkpoint_records(T0, false));
         assert!(matches!(&first[0], (Entry::Seen { chunk: c, .. }, None) if c.index() == 0));
         assert!(
@@ -2063,9 +2095,9 @@ mod tests {
             "released"
         );
         // A later output goes to a new chunk; the record lists both.
-        let sent = s.output_sent(&key);
+        let sent = s.output_sent(s.watch_slot(&key));
         polled(&mut s, &key);
-        s.output_acknowledged(&key, hash_key(b"b"), sent, 0, 6);
+        s.output_acknowledged(sent, hash_key(b"b"), 0, 6);
         let later = decoded(&s.checkpoint_records(T0 + PROGRESS_WRITE_INTERVAL_MS + 1, false));
         assert!(
             matches!(&later[0], (Entry::Seen { chunk: c, .. }, None) if c.index() == 1 && c.hashes().len() == 1)
@@ -2102,11 +2134,11 @@ mod tests {
         let mut s = state();
         let key = Bytes::from_static(b"u1");
         start(&mut s, &key, 0, &[]);
-        let sent1 = s.output_sent(&key);
-        s.output_acknowledged(&key, hash_key(b"e1"), sent1, 0, 5);
+        let sent1 = s.output_sent(s.watch_slot(&key));
+        s.output_acknowledged(sent1, hash_key(b"e1"), 0, 5);
         s.checkpoint_records(T0, false);
-        let sent2 = s.output_sent(&key);
-        s.output_acknowledged(&key, hash_key(b"e2"), sent2, 0, 6);
+        let sent2 = s.output_sent(s.watch_slot(&key));
+        s.output_acknowledged(sent2, hash_key(b"e2"), 0, 6);
         let seen = SeenSet::from_hashes([hash_key(b"e1"), hash_key(b"e2")]);
         s.terminated(&key, T0 + 10, &TerminatedReason::Failed, seen);
         assert!(!s.is_finished(&key), "its input may start it again");
@@ -2153,9 +2185,9 @@ mod tests {
         let other = Bytes::from_static(b"u2");
         start(&mut s, &other, 8, &[]);
         for (n, e) in [b"a", b"b", b"c"].iter().enumerate() {
-            let sent3 = s.output_sent(&other);
+            let sent3 = s.output_sent(s.watch_slot(&other));
             polled(&mut s, &other);
-            s.output_acknowledged(&other, hash_key(*e), sent3, 0, 10 + n as i64);
+            s.output_acknowledged(sent3, hash_key(*e), 0, 10 + n as i64);
             // A chunk each: nothing new for the progress interval releases the tail.
             s.checkpoint_records(T0 + 30 + n as Millis * PROGRESS_WRITE_INTERVAL_MS, false);
             s.checkpoint_records(
@@ -2229,8 +2261,8 @@ mod tests {
         let mut s = state();
         let key = Bytes::from_static(b"u1");
         start(&mut s, &key, 0, &[]);
-        let sent4 = s.output_sent(&key);
-        s.output_acknowledged(&key, hash_key(b"e1"), sent4, 0, 5);
+        let sent4 = s.output_sent(s.watch_slot(&key));
+        s.output_acknowledged(sent4, hash_key(b"e1"), 0, 5);
         s.checkpoint_records(T0, false);
         s.terminated(
             &key,

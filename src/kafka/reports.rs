@@ -9,7 +9,7 @@
 //! the route's owner takes them in batches, woken once per batch rather than once per
 //! record. A route that is gone (its task ended) drops its reports: nobody waits for them.
 
-use super::records::OutRecord;
+use super::records::{OutRecord, OutRecordParts};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::Message;
@@ -20,7 +20,24 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 /// Where a record landed (partition, offset), or why it did not.
-pub type Outcome = Result<(i32, i64), KafkaError>;
+pub type Outcome = Result<(i32, i64), Undelivered>;
+
+/// Why a record was not delivered, and the record, as librdkafka gives it back with its
+/// report (its dead letter is made of it: the sender need not keep the record meanwhile).
+#[derive(Debug)]
+pub struct Undelivered {
+    pub error: KafkaError,
+    pub record: Option<Box<OutRecordParts>>,
+}
+
+impl From<KafkaError> for Undelivered {
+    fn from(error: KafkaError) -> Self {
+        Self {
+            error,
+            record: None,
+        }
+    }
+}
 
 /// A delivery report as its route's owner receives it: the record's slot, and its outcome.
 pub type Report = (u32, Outcome);
@@ -87,7 +104,10 @@ impl Routes {
 pub fn outcome(result: &DeliveryResult<'_>) -> Outcome {
     match result {
         Ok(m) => Ok((m.partition(), m.offset())),
-        Err((e, _)) => Err(e.clone()),
+        Err((error, record)) => Err(Undelivered {
+            error: error.clone(),
+            record: Some(Box::new(OutRecordParts::of_message(record))),
+        }),
     }
 }
 
@@ -135,14 +155,14 @@ impl Drop for Route {
     }
 }
 
-/// Send one record and wait for its report; while the producer's queue is full, try again
+/// Send one record and wait for where it landed; while the producer's queue is full, try again
 /// every 100 ms for up to `queue_timeout` (what `FutureProducer::send` did for the few
 /// records sent this way: the merged watermark, the end of time).
 pub async fn send_and_wait<C>(
     producer: &ThreadedProducer<C>,
     record: &OutRecord,
     queue_timeout: Duration,
-) -> Outcome
+) -> Result<(i32, i64), KafkaError>
 where
     C: Routed + 'static,
 {
@@ -164,7 +184,10 @@ where
             }
         }
     }
-    outcome.await.unwrap_or(Err(KafkaError::Canceled))
+    match outcome.await {
+        Ok(outcome) => outcome.map_err(|u| u.error),
+        Err(_) => Err(KafkaError::Canceled),
+    }
 }
 
 #[cfg(test)]
@@ -186,7 +209,7 @@ mod tests {
         let ra = routes.open(Target::Stream(a_tx));
         let rb = routes.open(Target::Stream(b_tx));
         routes.deliver(token(ra, 5), Ok((1, 10)));
-        routes.deliver(token(rb, 6), Err(KafkaError::Canceled));
+        routes.deliver(token(rb, 6), Err(KafkaError::Canceled.into()));
         routes.deliver(token(ra, 7), Ok((2, 20)));
         // A closed route's reports go nowhere.
         routes.close(rb);

@@ -10,7 +10,7 @@
 
 use super::*;
 use crate::kafka::durable::SendTicket;
-use crate::kafka::reports::{Outcome, Report, Route};
+use crate::kafka::reports::{Outcome, Report, Route, Undelivered};
 
 /// Attempts to deliver one record before it goes to the dead-letter topic instead.
 const DELIVERY_ATTEMPTS: u32 = 5;
@@ -26,9 +26,8 @@ pub(super) struct Pending {
 }
 
 pub(super) enum Kind {
-    /// A new output of the watch `watch`, whose key hashes to `hash`.
+    /// A new output, whose key hashes to `hash`; its ticket names its watch.
     Output {
-        watch: Bytes,
         hash: OutputHash,
         ticket: SendTicket,
     },
@@ -40,8 +39,51 @@ pub(super) enum Kind {
 
 pub(super) enum Delivery {
     /// Delivered to (partition, offset), or failed.
-    Done(Pending, Outcome),
+    Done(Sent, Outcome),
     RetryDue(Pending),
+}
+
+/// What a record's slot keeps from its hand-over to its report. An output's record is not
+/// kept: an output is never sent again, and the dead letter of one the broker refused is
+/// made of the record librdkafka gives back with the report. So an output in flight holds
+/// none of its bytes here, nor a reference to them, and its slot is small (outputs are
+/// nearly every record). Other records are kept, to be sent again.
+pub(super) struct Sent {
+    pub(super) kept: Option<Box<OutRecord>>,
+    pub(super) origin: Origins,
+    pub(super) attempt: u32,
+    pub(super) kind: Kind,
+}
+
+impl Sent {
+    fn of(pending: Pending) -> Self {
+        let Pending {
+            record,
+            origin,
+            attempt,
+            kind,
+        } = pending;
+        let kept = match kind {
+            Kind::Output { .. } => None,
+            _ => Some(Box::new(record)),
+        };
+        Self {
+            kept,
+            origin,
+            attempt,
+            kind,
+        }
+    }
+
+    /// The record to send again (`attempt` now): every kind but an output's, kept.
+    fn again(self, attempt: u32) -> Option<Pending> {
+        Some(Pending {
+            record: *self.kept?,
+            origin: self.origin,
+            attempt,
+            kind: self.kind,
+        })
+    }
 }
 
 /// The records this task handed to the producer whose reports have not come back, and
@@ -49,7 +91,7 @@ pub(super) enum Delivery {
 /// reports come back through the task's route in batches.
 pub(super) struct Deliveries {
     route: Route,
-    slots: Vec<Option<Pending>>,
+    slots: Vec<Option<Sent>>,
     free: Vec<u32>,
     in_flight: usize,
     /// Reports taken from the route, and how many of them were handled.
@@ -96,17 +138,16 @@ impl Deliveries {
             (self.slots.len() - 1) as u32
         });
         let token = self.route.token(slot);
-        let entry = &mut self.slots[slot as usize];
         let sent = producer
-            .send(entry.insert(pending).record.to_base_record(token))
+            .send(pending.record.to_base_record(token))
             .map_err(|(e, _)| e);
         match sent {
             Ok(()) => {
+                self.slots[slot as usize] = Some(Sent::of(pending));
                 self.in_flight += 1;
                 Ok(())
             }
             Err(e) => {
-                let pending = entry.take().expect("just put there");
                 self.free.push(slot);
                 Err((e, pending))
             }
@@ -131,7 +172,7 @@ impl Deliveries {
     /// Heap bytes held by the buffers (slots, free list, reports taken).
     #[cfg(test)]
     fn buffer_bytes(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<Option<Pending>>()
+        self.slots.capacity() * std::mem::size_of::<Option<Sent>>()
             + self.free.capacity() * std::mem::size_of::<u32>()
             + self.batch.capacity() * std::mem::size_of::<Report>()
     }
@@ -154,10 +195,10 @@ impl Deliveries {
             while let Some(&(slot, _)) = self.batch.get(self.handled) {
                 let outcome = std::mem::replace(&mut self.batch[self.handled].1, Ok((0, 0)));
                 self.handled += 1;
-                if let Some(pending) = self.slots.get_mut(slot as usize).and_then(Option::take) {
+                if let Some(sent) = self.slots.get_mut(slot as usize).and_then(Option::take) {
                     self.free.push(slot);
                     self.in_flight -= 1;
-                    return Some(Delivery::Done(pending, outcome));
+                    return Some(Delivery::Done(sent, outcome));
                 }
             }
             self.batch.clear();
@@ -236,7 +277,11 @@ impl<P: Resolve> PartitionTask<P> {
                     }
                 }
                 Err((error, refused)) => {
-                    self.delivery_failed(refused, error);
+                    let failure = Undelivered {
+                        error,
+                        record: Some(Box::new(refused.record.parts())),
+                    };
+                    self.delivery_failed(Sent::of(refused), failure);
                     return;
                 }
             }
@@ -245,16 +290,12 @@ impl<P: Resolve> PartitionTask<P> {
 
     pub(super) async fn on_delivery(&mut self, delivery: Delivery) {
         match delivery {
-            Delivery::Done(pending, Ok((partition, offset))) => {
-                match &pending.kind {
-                    Kind::Output {
-                        watch,
-                        hash,
-                        ticket,
-                    } => {
+            Delivery::Done(sent, Ok((partition, offset))) => {
+                match &sent.kind {
+                    Kind::Output { hash, ticket } => {
                         OutputProduced.emit(&self.shared.metrics);
                         self.durable
-                            .output_acknowledged(watch, *hash, *ticket, partition, offset);
+                            .output_acknowledged(*ticket, *hash, partition, offset);
                     }
                     Kind::State => {
                         StateRecordWritten.emit(&self.shared.metrics);
@@ -269,9 +310,9 @@ impl<P: Resolve> PartitionTask<P> {
                     }
                     Kind::DeadLetter | Kind::Watermark => {}
                 }
-                self.tracker.acknowledged_all(&pending.origin);
+                self.tracker.acknowledged_all(&sent.origin);
             }
-            Delivery::Done(pending, Err(error)) => self.delivery_failed(pending, error),
+            Delivery::Done(sent, Err(failure)) => self.delivery_failed(sent, failure),
             Delivery::RetryDue(pending) => self.send(pending).await,
         }
     }
@@ -280,12 +321,17 @@ impl<P: Resolve> PartitionTask<P> {
     /// that: abort the transaction, restart the partition, publish the watermark again,
     /// retry with backoff, or dead-letter the record (a dead letter that cannot be delivered
     /// either is logged, counted and given up).
-    pub(super) fn delivery_failed(&mut self, pending: Pending, error: KafkaError) {
-        let then = after_failure(&pending, &error, self.txn.is_some());
+    pub(super) fn delivery_failed(&mut self, sent: Sent, failure: Undelivered) {
+        let Undelivered { error, record } = failure;
+        let then = after_failure(&sent.kind, sent.attempt, &error, self.txn.is_some());
+        let topic = sent
+            .kept
+            .as_ref()
+            .map_or(self.shared.output_topic.clone(), |r| r.topic.clone());
         ProduceFailed {
-            topic: &pending.record.topic,
+            topic: &topic,
             error: &error.to_string(),
-            attempt: pending.attempt,
+            attempt: sent.attempt,
             then,
         }
         .emit(&self.shared.metrics, &failure_label(&error));
@@ -294,7 +340,7 @@ impl<P: Resolve> PartitionTask<P> {
                 if let Some(txn) = self.txn.as_mut() {
                     txn.broken.get_or_insert(error);
                 }
-                if matches!(pending.kind, Kind::State) {
+                if matches!(sent.kind, Kind::State) {
                     self.checkpoint_in_flight -= 1;
                 }
                 return;
@@ -308,18 +354,17 @@ impl<P: Resolve> PartitionTask<P> {
                 return;
             }
             AfterProduceFailure::Retry => {
-                let wait = Duration::from_millis(200 << pending.attempt.min(6));
-                let again = Pending {
-                    attempt: pending.attempt + 1,
-                    ..pending
-                };
-                self.deliveries.retry(wait, again);
+                let wait = Duration::from_millis(200 << sent.attempt.min(6));
+                let attempt = sent.attempt + 1;
+                if let Some(again) = sent.again(attempt) {
+                    self.deliveries.retry(wait, again);
+                }
                 return;
             }
             AfterProduceFailure::DeadLetter => {}
         }
-        match &pending.kind {
-            Kind::DeadLetter if is_too_large(&error) && pending.record.value.is_some() => {
+        let parts = match (&sent.kind, sent.kept) {
+            (Kind::DeadLetter, Some(kept)) if is_too_large(&error) && kept.value.is_some() => {
                 // A dead letter carries the refused record's value, so a record refused for
                 // its size (by the producer's `message.max.bytes`, or a topic's
                 // `max.message.bytes` no larger on the dead-letter topic) has a dead letter
@@ -327,33 +372,38 @@ impl<P: Resolve> PartitionTask<P> {
                 // the record's key and headers are not lost with it.
                 tracing::warn!(
                     error = %error,
-                    bytes = pending.record.value.as_ref().map_or(0, |v| v.len()),
+                    bytes = kept.value.as_ref().map_or(0, |v| v.len()),
                     "a dead letter is too large; sending it without its value"
                 );
                 let dead_letter = Pending {
-                    record: pending.record.without_value(),
+                    record: kept.without_value(),
+                    origin: sent.origin,
                     attempt: 1,
-                    ..pending
+                    kind: Kind::DeadLetter,
                 };
                 self.deliveries.retry(Duration::ZERO, dead_letter);
                 return;
             }
-            Kind::DeadLetter => {
+            (Kind::DeadLetter, _) => {
                 tracing::error!(error = %error, "a dead letter could not be delivered either; it is lost");
-                self.tracker.acknowledged_all(&pending.origin);
+                self.tracker.acknowledged_all(&sent.origin);
                 return;
             }
             // Not on the output topic, so not in the watch's saved seen set: a restored
-            // watch would emit it again.
-            Kind::Output { watch, ticket, .. } => self.durable.output_given_up(watch, *ticket),
+            // watch would emit it again. Its dead letter is made of the record the report
+            // gave back (the task kept none).
+            (Kind::Output { ticket, .. }, _) => {
+                self.durable.output_given_up(*ticket);
+                record.map(|parts| *parts).unwrap_or_default()
+            }
             // Never dead-lettered (`after_failure`).
-            Kind::State | Kind::Watermark => return,
-        }
+            (Kind::State | Kind::Watermark, _) => return,
+        };
         let record = OutRecord::dead_letter(
             &self.shared.dlq_topic,
-            &pending.record.parts(),
+            &parts,
             Source {
-                topic: &pending.record.topic,
+                topic: &topic,
                 partition: -1,
                 offset: -1,
             },
@@ -363,7 +413,7 @@ impl<P: Resolve> PartitionTask<P> {
         // The dead letter takes the failed record's place in the commit accounting.
         let dead_letter = Pending {
             record,
-            origin: pending.origin,
+            origin: sent.origin,
             attempt: 1,
             kind: Kind::DeadLetter,
         };
@@ -371,7 +421,7 @@ impl<P: Resolve> PartitionTask<P> {
     }
 }
 
-/// What a failed delivery of `pending` leads to.
+/// What a failed delivery of a record of `kind`, sent for the `attempt`th time, leads to.
 /// - In a transaction a failed record cannot be sent again (and once the producer is
 ///   fenced, nothing can): the transaction is aborted at its commit, and the partition
 ///   starts again from its last one.
@@ -384,7 +434,8 @@ impl<P: Resolve> PartitionTask<P> {
 ///   (Its checkpoint stays in flight, so no later one overtakes it.)
 /// - A dead letter is retried with backoff, up to [`DELIVERY_ATTEMPTS`].
 fn after_failure(
-    pending: &Pending,
+    kind: &Kind,
+    attempt: u32,
     error: &KafkaError,
     in_transaction: bool,
 ) -> AfterProduceFailure {
@@ -392,12 +443,12 @@ fn after_failure(
     if in_transaction {
         return AbortTransaction;
     }
-    match pending.kind {
+    match kind {
         Kind::Output { .. } if refused_for_good(error) => DeadLetter,
         Kind::Output { .. } => RestartPartition,
         Kind::Watermark => PublishAgain,
         Kind::State => Retry,
-        Kind::DeadLetter if pending.attempt >= DELIVERY_ATTEMPTS => DeadLetter,
+        Kind::DeadLetter if attempt >= DELIVERY_ATTEMPTS => DeadLetter,
         Kind::DeadLetter => Retry,
     }
 }

@@ -988,6 +988,8 @@ impl<P: Resolve> PartitionTask<P> {
             }
             Event::Outputs { key, outputs, .. } => {
                 let first_seen = self.shared.clock.now_ms();
+                // Found once per poll: each output's report finds its watch by its slot.
+                let watch = self.durable.watch_slot(&key);
                 for (n, output) in outputs.iter().enumerate() {
                     if self.inputs.is_closed() {
                         // Told to stop while this poll's outputs wait for room in the
@@ -1031,16 +1033,12 @@ impl<P: Resolve> PartitionTask<P> {
                         .emit(&self.shared.metrics);
                         record = record.late();
                     }
-                    let ticket = self.durable.output_sent(&key);
+                    let ticket = self.durable.output_sent(watch);
                     self.send(Pending {
                         record,
                         origin: Origins::None,
                         attempt: 1,
-                        kind: Kind::Output {
-                            watch: key.clone(),
-                            hash,
-                            ticket,
-                        },
+                        kind: Kind::Output { hash, ticket },
                     })
                     .await;
                 }
