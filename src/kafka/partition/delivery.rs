@@ -188,18 +188,27 @@ impl Deliveries {
         );
     }
 
+    /// The next report already taken from the route, without waiting: the rest of the
+    /// batch that [`next`](Self::next) began, handled in one go.
+    pub(super) fn ready(&mut self) -> Option<Delivery> {
+        while let Some(&(slot, _)) = self.batch.get(self.handled) {
+            let outcome = std::mem::replace(&mut self.batch[self.handled].1, Ok((0, 0)));
+            self.handled += 1;
+            if let Some(sent) = self.slots.get_mut(slot as usize).and_then(Option::take) {
+                self.free.push(slot);
+                self.in_flight -= 1;
+                return Some(Delivery::Done(sent, outcome));
+            }
+        }
+        None
+    }
+
     /// The next report, or a retry that is due; `None` once nothing is pending.
     /// Cancel-safe (what was taken from the route stays in `batch`).
     pub(super) async fn next(&mut self) -> Option<Delivery> {
         loop {
-            while let Some(&(slot, _)) = self.batch.get(self.handled) {
-                let outcome = std::mem::replace(&mut self.batch[self.handled].1, Ok((0, 0)));
-                self.handled += 1;
-                if let Some(sent) = self.slots.get_mut(slot as usize).and_then(Option::take) {
-                    self.free.push(slot);
-                    self.in_flight -= 1;
-                    return Some(Delivery::Done(sent, outcome));
-                }
+            if let Some(done) = self.ready() {
+                return Some(done);
             }
             self.batch.clear();
             self.handled = 0;
@@ -293,7 +302,7 @@ impl<P: Resolve> PartitionTask<P> {
             Delivery::Done(sent, Ok((partition, offset))) => {
                 match &sent.kind {
                     Kind::Output { hash, ticket } => {
-                        OutputProduced.emit(&self.shared.metrics);
+                        self.produced += 1;
                         self.durable
                             .output_acknowledged(*ticket, *hash, partition, offset);
                     }

@@ -43,7 +43,7 @@ use crate::formats::input::{Attempt, InputDecoder};
 use crate::internal_events::{
     AfterProduceFailure, FailedWatchRestarted, InputConsumed, InputDeadLettered,
     InputForFinishedWatch, InputKeyedApart, InputSkipped, LateOutput, OutputDeadLettered,
-    OutputProduced, PartitionRecovered, PartitionRecovering, PartitionRecoveryAbandoned,
+    OutputsProduced, PartitionRecovered, PartitionRecovering, PartitionRecoveryAbandoned,
     PartitionRestarting, PartitionWatermarkChanged, ProduceFailed, StateRecordWritten,
 };
 use crate::limits::Limits;
@@ -272,6 +272,9 @@ pub struct PartitionTask<P: Resolve> {
     /// watches whose input did not come again are forgotten.
     recovery_input_end: Option<i64>,
     deliveries: Deliveries,
+    /// Outputs acknowledged since the last [`publish_position`](Self::publish_position),
+    /// which counts them (`watchbridge_outputs_produced_total`).
+    produced: u64,
     /// An input waiting for its Avro schema to be fetched (no input is read meanwhile).
     waiting: Option<Waiting>,
     /// What the task writes through: the bridge's shared producer, or in the exactly-once
@@ -366,6 +369,7 @@ impl<P: Resolve> PartitionTask<P> {
             unsent: HashMap::new(),
             recovery_input_end: None,
             deliveries: Deliveries::new(&producer),
+            produced: 0,
             waiting: None,
             producer,
             txn: None,
@@ -420,6 +424,13 @@ impl<P: Resolve> PartitionTask<P> {
             tokio::select! {
                 Some(delivery) = self.deliveries.next(), if !self.deliveries.is_empty() => {
                     self.on_delivery(delivery).await;
+                    // The rest of the reports that came with it, in one go: a report is
+                    // one output, and a turn of this loop per output cost more than the
+                    // output's own handling.
+                    while self.abandoned.is_none() {
+                        let Some(delivery) = self.deliveries.ready() else { break };
+                        self.on_delivery(delivery).await;
+                    }
                 }
                 event = self.events.recv() => match event {
                     Some(event) => self.on_event(event).await,
@@ -573,9 +584,16 @@ impl<P: Resolve> PartitionTask<P> {
         Ending::Restart
     }
 
-    /// Hand the commit position to the consumer thread (not in the exactly-once mode, where
-    /// it is committed in the transactions).
+    /// Count the outputs acknowledged since the last call, and hand the commit position to
+    /// the consumer thread (not in the exactly-once mode, where it is committed in the
+    /// transactions).
     fn publish_position(&mut self) {
+        if self.produced > 0 {
+            OutputsProduced {
+                count: std::mem::take(&mut self.produced),
+            }
+            .emit(&self.shared.metrics);
+        }
         if self.txn.is_some() {
             return;
         }
