@@ -10,7 +10,8 @@
 //!
 //! Five cases (a baseline with the `wb-id` header too), each `E2E_RUNS` times (default 5),
 //! interleaved (baseline, baseline with headers, bridge, bridge with Avro, bridge without
-//! watermarks, then again), on fresh topics (and a fresh consumer group) each run:
+//! watermarks, then again), each case of each run in a process of its own (the bench runs
+//! itself again for it), on fresh topics (and a fresh consumer group) each run:
 //!
 //! - **baseline**: one rdkafka `FutureProducer` with the bridge's producer settings
 //!   (idempotent, `acks=all`, lz4, `linger.ms=5`) writes N records (~100-byte values, the
@@ -484,6 +485,103 @@ fn command_line() -> String {
     )
 }
 
+/// The variable that makes this bench run one case once, as a child of the bench, and
+/// print its figures on a line of stdout that starts with [`RESULT`].
+const CHILD: &str = "E2E_CASE";
+const RESULT: &str = "e2e-result";
+
+impl Measured {
+    fn to_line(&self) -> String {
+        format!(
+            "{} {} {} {} {}",
+            self.rate,
+            self.cores.own,
+            self.cores.broker,
+            self.cores.others,
+            self.state_records.map_or(-1, |n| n as i64)
+        )
+    }
+
+    fn from_line(line: &str) -> Option<Self> {
+        let f: Vec<f64> = line
+            .split_whitespace()
+            .map(|v| v.parse().ok())
+            .collect::<Option<_>>()?;
+        let [rate, own, broker, others, state] = f[..] else {
+            return None;
+        };
+        Some(Self {
+            rate,
+            cores: Cores {
+                own,
+                broker,
+                others,
+            },
+            state_records: (state >= 0.0).then_some(state as u64),
+        })
+    }
+}
+
+/// Run `case` once in a child process (this bench again, with [`CHILD`]).
+fn case_in_child(case: &str, run: usize) -> Measured {
+    let exe = std::env::current_exe().expect("the bench's own path");
+    let out = std::process::Command::new(exe)
+        .arg("--bench")
+        .env(CHILD, case)
+        .env("E2E_RUNS", "1")
+        .env("E2E_RUN_INDEX", run.to_string())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("run the {case} case: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .find_map(|l| Measured::from_line(l.strip_prefix(RESULT)?))
+        .unwrap_or_else(|| {
+            panic!(
+                "the {case} case printed no result ({}):\n{stdout}",
+                out.status
+            )
+        })
+}
+
+/// One case, once, on a Tansu of its own: each case of each run has a broker of its own
+/// (Tansu's SQLite storage has no index on its header table, so every record it fetches
+/// costs a scan of every header stored so far, on any topic; one broker for the whole
+/// bench would slow each case by the ones before it, and starve consumer-group
+/// heartbeats).
+fn run_case(s: &Sizes, bin: &std::path::Path, case: &str, run: usize) -> Measured {
+    let runtime = tokio::runtime::Runtime::new().expect("start the async runtime");
+    // Event times from this run's start: never late against the bounded(5s) watermark.
+    let work = Arc::new(Workload::new(s, now_ms()));
+    let run = std::env::var("E2E_RUN_INDEX")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(run);
+    let broker = BrokerProcess::tansu(bin, s.storage, "watchbridge-bench-tansu-")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (bootstrap, cpu) = (broker.bootstrap.clone(), Cpu::of(&broker));
+    let id = format!("{}-{run}-{case}", std::process::id());
+    let topic = format!("bench-e2e-{id}");
+    let m = runtime.block_on(async {
+        match case {
+            "baseline" => baseline(&bootstrap, &cpu, &work, &topic, false).await,
+            "baseline-headers" => baseline(&bootstrap, &cpu, &work, &topic, true).await,
+            bridge_case => {
+                let (wm, format) = match bridge_case {
+                    "wm" => ("bounded(5s)", Format::Json),
+                    "avro" => ("bounded(5s)", Format::Avro),
+                    "nowm" => ("none", Format::Json),
+                    other => panic!("no case {other:?}"),
+                };
+                bridge(&bootstrap, &cpu, &work, &id, wm, format, s.storage).await
+            }
+        }
+    });
+    drop(broker);
+    m
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing here takes arguments.
     let s = sizes();
@@ -493,43 +591,13 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let bin = tansu_bin();
-    let runtime = tokio::runtime::Runtime::new().expect("start the async runtime");
-
-    // Each case of each run on a broker of its own: Tansu's SQLite storage has no index on
-    // its header table, so every record it fetches costs a scan of every header stored so
-    // far, on any topic; one broker for the whole bench would slow each case by the ones
-    // before it (and starve consumer-group heartbeats).
-    let mut results: Vec<Vec<Measured>> = CASES.iter().map(|_| Vec::new()).collect();
     // `E2E_ONLY=<case>` (`baseline`, `baseline-headers`, `wm`, `avro`, `nowm`) runs that
-    // case alone and prints its rates, no report: for profiling one case (`perf record -p`).
+    // case alone, in this process, and prints its rates, no report: for profiling one case
+    // (`perf record -p`).
     let only = std::env::var("E2E_ONLY").ok();
-    for run in 0..s.runs {
-        // Event times from this run's start: never late against the bounded(5s) watermark.
-        let work = Arc::new(Workload::new(&s, now_ms()));
-        let tag = std::process::id();
-        for (i, (case, _)) in CASES.iter().enumerate() {
-            if only.as_deref().is_some_and(|o| o != *case) {
-                continue;
-            }
-            let broker = BrokerProcess::tansu(&bin, s.storage, "watchbridge-bench-tansu-")
-                .unwrap_or_else(|e| panic!("{e}"));
-            let (bootstrap, cpu) = (broker.bootstrap.clone(), Cpu::of(&broker));
-            let id = format!("{tag}-{run}-{case}");
-            let topic = format!("bench-e2e-{id}");
-            let m = runtime.block_on(async {
-                match *case {
-                    "baseline" => baseline(&bootstrap, &cpu, &work, &topic, false).await,
-                    "baseline-headers" => baseline(&bootstrap, &cpu, &work, &topic, true).await,
-                    bridge_case => {
-                        let (wm, format) = match bridge_case {
-                            "wm" => ("bounded(5s)", Format::Json),
-                            "avro" => ("bounded(5s)", Format::Avro),
-                            _ => ("none", Format::Json),
-                        };
-                        bridge(&bootstrap, &cpu, &work, &id, wm, format, s.storage).await
-                    }
-                }
-            });
+    if let Some(case) = std::env::var(CHILD).ok().or_else(|| only.clone()) {
+        for run in 0..s.runs {
+            let m = run_case(&s, &bin, &case, run);
             eprintln!(
                 "run {}: {case}: {} records/s; cores busy: bench process {:.2}, tansu {:.2}, others {:.2}",
                 run + 1,
@@ -538,13 +606,21 @@ fn main() {
                 m.cores.broker,
                 m.cores.others
             );
-            results[i].push(m);
-            drop(broker);
+            if only.is_none() {
+                println!("{RESULT} {}", m.to_line());
+            }
         }
-    }
-    drop(runtime);
-    if only.is_some() {
         return;
+    }
+    // Each case of each run in a process of its own (this one again, `E2E_CASE`): a case
+    // run after others in one process shared it with what they left behind (clients still
+    // closing, a grown heap), and the later cases of a run measured up to a fifth lower
+    // than the same code alone (2026-12-03). Interleaved: every case once, then again.
+    let mut results: Vec<Vec<Measured>> = CASES.iter().map(|_| Vec::new()).collect();
+    for run in 0..s.runs {
+        for (i, (case, _)) in CASES.iter().enumerate() {
+            results[i].push(case_in_child(case, run));
+        }
     }
     let tansu_version = tansu_version(&bin);
 
