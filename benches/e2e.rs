@@ -665,7 +665,7 @@ fn main() {
     t.push_str("## watchbridge end-to-end benchmark\n\n");
     t.push_str(&format!(
         "{} outputs ({} watches x {} outputs, ~{VALUE_BYTES}-byte values), {PARTITIONS} partitions, \
-         {} run(s) per case, interleaved; median and min–max over the runs. Ratios per run \
+         {} run(s) per case, interleaved, each case of each run in a process of its own; median and min–max over the runs. Ratios per run \
          against that run's baseline; the ratio column is median / median.\n\n",
         s.outputs,
         s.watches(),
