@@ -522,14 +522,14 @@ impl Measured {
     }
 }
 
-/// Run `case` once in a child process (this bench again, with [`CHILD`]).
-fn case_in_child(case: &str, run: usize) -> Measured {
+/// Run `case` once in a child process (this bench again, with [`CHILD`]), whose process id
+/// keeps its topics and group apart from every other run's.
+fn case_in_child(case: &str) -> Measured {
     let exe = std::env::current_exe().expect("the bench's own path");
     let out = std::process::Command::new(exe)
         .arg("--bench")
         .env(CHILD, case)
         .env("E2E_RUNS", "1")
-        .env("E2E_RUN_INDEX", run.to_string())
         .stderr(std::process::Stdio::inherit())
         .output()
         .unwrap_or_else(|e| panic!("run the {case} case: {e}"));
@@ -554,10 +554,6 @@ fn run_case(s: &Sizes, bin: &std::path::Path, case: &str, run: usize) -> Measure
     let runtime = tokio::runtime::Runtime::new().expect("start the async runtime");
     // Event times from this run's start: never late against the bounded(5s) watermark.
     let work = Arc::new(Workload::new(s, now_ms()));
-    let run = std::env::var("E2E_RUN_INDEX")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(run);
     let broker = BrokerProcess::tansu(bin, s.storage, "watchbridge-bench-tansu-")
         .unwrap_or_else(|e| panic!("{e}"));
     let (bootstrap, cpu) = (broker.bootstrap.clone(), Cpu::of(&broker));
@@ -617,9 +613,9 @@ fn main() {
     // closing, a grown heap), and the later cases of a run measured up to a fifth lower
     // than the same code alone (2026-12-03). Interleaved: every case once, then again.
     let mut results: Vec<Vec<Measured>> = CASES.iter().map(|_| Vec::new()).collect();
-    for run in 0..s.runs {
+    for _ in 0..s.runs {
         for (i, (case, _)) in CASES.iter().enumerate() {
-            results[i].push(case_in_child(case, run));
+            results[i].push(case_in_child(case));
         }
     }
     let tansu_version = tansu_version(&bin);

@@ -770,12 +770,14 @@ impl DurableState {
             return Err(AlreadyLive);
         }
         self.failing.remove(&key);
-        let displaced = self.live.get(&key).and_then(|w| w.origin());
-        // A failed run that relies on a starts record: this run writes a record of its own
-        // (and so releases it), never joins a new one.
-        let relies_on = self.live.get(&key).map_or(0, |w| w.relies_on);
-        // The failed run's outputs still in flight keep the slot (see `WatchSlot`).
-        let in_flight = self.live.get(&key).map_or(0, |w| w.in_flight);
+        // From the failed run this one replaces, if any: its origin; whether it relies on a
+        // starts record (this run then writes a record of its own, and so releases it,
+        // never joins a new one); its outputs still in flight, which keep the slot (see
+        // `WatchSlot`).
+        let (displaced, relies_on, in_flight) = self
+            .live
+            .get(&key)
+            .map_or((None, 0, 0), |w| (w.origin(), w.relies_on, w.in_flight));
         if stale_chunks > 0 {
             self.stale_chunks.insert(key.clone(), stale_chunks);
         }
