@@ -145,7 +145,11 @@ pub fn measure(
     seen.read_to_end(&consumer, &output, Duration::from_secs(30));
     drop(consumer);
     drop(server);
-    let _ = std::fs::remove_file(&log);
+    // `BENCH_KEEP_LOGS=1` keeps it (with a debug filter in the job's log variable, a
+    // timeline of its start-up).
+    if std::env::var_os("BENCH_KEEP_LOGS").is_none() {
+        let _ = std::fs::remove_file(&log);
+    }
 
     let first = seen.first.unwrap();
     let mut latencies_ms = std::mem::take(&mut seen.latencies_ms);

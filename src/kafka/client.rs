@@ -6,12 +6,12 @@ use super::properties::{is_for, ClientKind};
 use crate::config::{is_secret, RunConfig};
 use crate::internal_events::{BrokersAnswered, WaitReport, WaitingForBrokers};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::Producer;
 use rdkafka::ClientConfig;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long to wait for the brokers to answer at start.
@@ -124,20 +124,66 @@ pub fn log_properties(config: &RunConfig) {
 /// second.
 const TRY_TIMEOUT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(8));
 
+/// The start's one client of the cluster, for its own questions: the wait for the brokers,
+/// the topics and their partition counts, creating the missing ones, the state topic's
+/// configuration. One client and one connection for all of them: a fresh client per
+/// question cost its start, its connection and a first metadata round each (creating the
+/// topics took ~0.1 s of that on Tansu, the wait for them to appear ~0.05 s): most of a
+/// fresh start. Dropped once the topics are checked.
+pub struct StartClient {
+    /// Always `Some` but in [`Drop`].
+    admin: Option<Arc<AdminClient<KafkaContext>>>,
+    /// The topics on the cluster with their partition counts, as the answer that proved the
+    /// brokers reachable listed them.
+    pub topics: HashMap<String, i32>,
+}
+
+impl StartClient {
+    /// Every topic on the cluster with its partition count (listing all topics, because
+    /// asking for one by name can auto-create it on some brokers).
+    async fn topic_partitions(&self, timeout: Duration) -> Result<HashMap<String, i32>, String> {
+        let admin = self.admin().clone();
+        tokio::task::spawn_blocking(move || {
+            admin
+                .inner()
+                .fetch_metadata(None, timeout)
+                .map(|metadata| partition_counts(&metadata))
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
+
+    fn admin(&self) -> &Arc<AdminClient<KafkaContext>> {
+        self.admin.as_ref().expect("taken only when dropped")
+    }
+}
+
+impl Drop for StartClient {
+    /// rdkafka's admin client, dropped, joins its thread, which wakes every 0.1 s: a start
+    /// that waited for it lost up to that. Dropped on a thread of its own.
+    fn drop(&mut self) {
+        if let Some(admin) = self.admin.take() {
+            let _ = std::thread::Builder::new()
+                .name("watchbridge-admin-close".into())
+                .spawn(move || drop(admin));
+        }
+    }
+}
+
 /// Wait until the brokers answer a metadata request, trying again with backoff (each try a
 /// fresh client, with a longer timeout, up to 8 s) until `deadline` (`started` +
 /// `WATCHBRIDGE_START_TIMEOUT`); then fail naming both settings. A broker still starting
 /// or restarting is waited for: the first failed try is logged, then one every 30 s
-/// ([`WaitingForBrokers`]), each at debug. Returns the topics the answer listed, with
-/// their partition counts: what [`ensure_topics`] starts from (asking again cost a client
-/// and a round trip, about a tenth of a fresh start on Tansu).
+/// ([`WaitingForBrokers`]), each at debug. Returns the client that got the answer, with
+/// the topics it listed: what [`ensure_topics`] starts from.
 pub async fn wait_for_brokers(
     brokers: &str,
     config: &RunConfig,
     context: &KafkaContext,
     started: std::time::Instant,
     deadline: std::time::Instant,
-) -> Result<HashMap<String, i32>, KafkaSetupError> {
+) -> Result<StartClient, KafkaSetupError> {
     let metrics = context.health.metrics().clone();
     let mut tries = 0u32;
     let mut try_timeout = TRY_TIMEOUT.0;
@@ -148,23 +194,14 @@ pub async fn wait_for_brokers(
         let slot = try_timeout
             .min(deadline.saturating_duration_since(began))
             .max(Duration::from_millis(100));
-        let client_config = client_config(brokers, config, ClientKind::Consumer);
-        let try_context = context.clone();
-        let answer = tokio::task::spawn_blocking(move || {
-            let consumer: BaseConsumer<KafkaContext> = client_config
-                .create_with_context(try_context)
-                .map_err(|e| KafkaSetupError::Config(e.to_string()))?;
-            consumer
-                .fetch_metadata(None, slot)
-                .map(|metadata| partition_counts(&metadata))
-                .map_err(|e| KafkaSetupError::Unreachable {
-                    brokers: String::new(),
-                    error: e.to_string(),
-                })
-        })
-        .await
-        .map_err(|e| KafkaSetupError::Config(e.to_string()))?;
-        let error = match answer {
+        let admin: AdminClient<KafkaContext> = client_config(brokers, config, ClientKind::Other)
+            .create_with_context(context.clone())
+            .map_err(|e| KafkaSetupError::Config(e.to_string()))?;
+        let mut client = StartClient {
+            admin: Some(Arc::new(admin)),
+            topics: HashMap::new(),
+        };
+        let error = match client.topic_partitions(slot).await {
             Ok(topics) => {
                 BrokersAnswered {
                     brokers,
@@ -173,10 +210,10 @@ pub async fn wait_for_brokers(
                 }
                 .emit(&metrics);
                 context.health.reached();
-                return Ok(topics);
+                client.topics = topics;
+                return Ok(client);
             }
-            Err(KafkaSetupError::Unreachable { error, .. }) => error,
-            Err(e) => return Err(e),
+            Err(error) => error,
         };
         if std::time::Instant::now() >= deadline {
             return Err(KafkaSetupError::StartTimeout {
@@ -227,14 +264,14 @@ pub struct TopicLayout {
 /// dead-letter and state topics with the input topic's count; the watermark topic with one
 /// partition. Watermark and state topics are compacted (only the latest value per key
 /// matters). A state topic whose partition count differs from the input's is refused.
-/// `existing`: the topics on the cluster with their partition counts, as
-/// [`wait_for_brokers`] found them.
+/// `client`: the start's client, with the topics [`wait_for_brokers`] found.
 pub async fn ensure_topics(
     brokers: &str,
     config: &RunConfig,
     embedded: Option<&EmbeddedBroker>,
-    existing: HashMap<String, i32>,
+    client: StartClient,
 ) -> Result<TopicLayout, KafkaSetupError> {
+    let existing = &client.topics;
     let needed = [
         NeededTopic {
             var: "WATCHBRIDGE_INPUT_TOPIC",
@@ -289,7 +326,7 @@ pub async fn ensure_topics(
             .iter()
             .map(|t| broker.create_topic(t.name, t.partitions))
             .collect(),
-        None => create_with_admin(brokers, config, &missing).await,
+        None => create_with_admin(client.admin(), config, &missing).await,
     };
     for (topic, created) in missing.iter().zip(results) {
         let created = match created {
@@ -320,9 +357,9 @@ pub async fn ensure_topics(
     // Created topics reach every broker's metadata a moment later: wait for them. Where
     // nothing was created, the metadata already read is the answer.
     let layout = if missing.is_empty() {
-        existing
+        client.topics.clone()
     } else {
-        wait_for_topics(brokers, config, &all).await?
+        wait_for_topics(brokers, &client, &all).await?
     };
     let (expected, found) = (layout[&config.input_topic], layout[&config.state_topic]);
     if found != expected {
@@ -335,7 +372,7 @@ pub async fn ensure_topics(
     // A state topic this start created is compacted by construction; one found is checked.
     let created_state = missing.iter().any(|t| t.name == config.state_topic);
     if embedded.is_none() && !created_state {
-        check_state_cleanup(brokers, config).await?;
+        check_state_cleanup(client.admin(), config).await?;
     }
     Ok(TopicLayout {
         input_partitions: layout[&config.input_topic],
@@ -347,9 +384,12 @@ pub async fn ensure_topics(
 /// [`KafkaSetupError::StateNotCompacted`]), where the broker can describe the topic's
 /// configuration; where it cannot (Tansu 0.6 answers DescribeConfigs without the topic's
 /// settings), say so once and go on.
-async fn check_state_cleanup(brokers: &str, config: &RunConfig) -> Result<(), KafkaSetupError> {
+async fn check_state_cleanup(
+    admin: &AdminClient<KafkaContext>,
+    config: &RunConfig,
+) -> Result<(), KafkaSetupError> {
     let topic = config.state_topic.as_str();
-    let described = describe_topic(brokers, config, topic).await;
+    let described = describe_topic(admin, topic).await;
     let entries = match described.and_then(|entries| {
         if entries.contains_key("cleanup.policy") {
             Ok(entries)
@@ -422,14 +462,9 @@ pub fn deleting_setting(
 
 /// The configuration of `topic` as the broker describes it (name → value).
 async fn describe_topic(
-    brokers: &str,
-    config: &RunConfig,
+    admin: &AdminClient<KafkaContext>,
     topic: &str,
 ) -> Result<HashMap<String, Option<String>>, String> {
-    let admin: AdminClient<DefaultClientContext> =
-        client_config(brokers, config, ClientKind::Other)
-            .create()
-            .map_err(|e| e.to_string())?;
     let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
     let results = admin
         .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
@@ -446,31 +481,6 @@ async fn describe_topic(
     }
 }
 
-/// Every topic on the cluster with its partition count (listing all topics, because
-/// asking for one by name can auto-create it on some brokers).
-async fn topic_partitions(
-    brokers: &str,
-    config: &RunConfig,
-) -> Result<HashMap<String, i32>, KafkaSetupError> {
-    let client_config = client_config(brokers, config, ClientKind::Consumer);
-    let brokers = brokers.to_string();
-    tokio::task::spawn_blocking(move || {
-        let unreachable = |error: String| KafkaSetupError::Unreachable {
-            brokers: brokers.clone(),
-            error,
-        };
-        let consumer: BaseConsumer = client_config
-            .create()
-            .map_err(|e| KafkaSetupError::Config(e.to_string()))?;
-        let metadata = consumer
-            .fetch_metadata(None, METADATA_TIMEOUT)
-            .map_err(|e| unreachable(e.to_string()))?;
-        Ok(partition_counts(&metadata))
-    })
-    .await
-    .map_err(|e| KafkaSetupError::Config(e.to_string()))?
-}
-
 /// The topics a metadata answer lists without an error, with their partition counts.
 fn partition_counts(metadata: &rdkafka::metadata::Metadata) -> HashMap<String, i32> {
     metadata
@@ -484,12 +494,18 @@ fn partition_counts(metadata: &rdkafka::metadata::Metadata) -> HashMap<String, i
 /// Topic creation goes to every broker's metadata a moment later; wait for it.
 async fn wait_for_topics(
     brokers: &str,
-    config: &RunConfig,
+    client: &StartClient,
     topics: &[&str],
 ) -> Result<HashMap<String, i32>, KafkaSetupError> {
     let deadline = tokio::time::Instant::now() + METADATA_TIMEOUT;
     loop {
-        let existing = topic_partitions(brokers, config).await?;
+        let existing = client
+            .topic_partitions(METADATA_TIMEOUT)
+            .await
+            .map_err(|error| KafkaSetupError::Unreachable {
+                brokers: brokers.to_string(),
+                error,
+            })?;
         if topics
             .iter()
             .all(|t| existing.get(*t).is_some_and(|&p| p > 0))
@@ -520,7 +536,7 @@ struct NewTopicSpec<'a> {
 /// Create `topics` through the admin API (a real broker) with one request; a result per
 /// topic, in order ("already exists" counts as created).
 async fn create_with_admin(
-    brokers: &str,
+    admin: &AdminClient<KafkaContext>,
     config: &RunConfig,
     topics: &[NewTopicSpec<'_>],
 ) -> Vec<Result<(), String>> {
@@ -528,11 +544,6 @@ async fn create_with_admin(
         return Vec::new();
     }
     let everyone = |error: String| topics.iter().map(|_| Err(error.clone())).collect();
-    let admin: AdminClient<DefaultClientContext> =
-        match client_config(brokers, config, ClientKind::Other).create() {
-            Ok(admin) => admin,
-            Err(e) => return everyone(e.to_string()),
-        };
     let new: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|t| {
