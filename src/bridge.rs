@@ -425,13 +425,12 @@ pub async fn run_bridge<P: Resolve>(
     // afterwards is no count of records: it also counts librdkafka's pending callbacks and
     // log lines (with `KAFKA_DEBUG` set, a stop that had delivered everything reported "1
     // record(s) not delivered" one time in three).
+    if let Ok(Err(e)) = &flushed {
+        tracing::debug!(error = %e, "producer flush incomplete");
+    }
     let undelivered = match flushed {
         Ok(Ok(())) => 0,
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "producer flush incomplete");
-            producer.in_flight_count().max(0) as u64
-        }
-        Err(_) => producer.in_flight_count().max(0) as u64,
+        _ => producer.in_flight_count().max(0) as u64,
     };
     let gave_up = stop_report(
         consumer_stopped.as_ref(),

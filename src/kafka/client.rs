@@ -6,7 +6,6 @@ use super::properties::{is_for, ClientKind};
 use crate::config::{is_secret, RunConfig};
 use crate::internal_events::{BrokersAnswered, WaitReport, WaitingForBrokers};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::Producer;
 use rdkafka::ClientConfig;
@@ -357,7 +356,7 @@ pub async fn ensure_topics(
     // Created topics reach every broker's metadata a moment later: wait for them. Where
     // nothing was created, the metadata already read is the answer.
     let layout = if missing.is_empty() {
-        client.topics.clone()
+        existing.clone()
     } else {
         wait_for_topics(brokers, &client, &all).await?
     };
