@@ -314,18 +314,80 @@ impl<P: Resolve> Partitions<P> {
 
     /// The group's committed offset of `partition` (the start when nothing is committed).
     fn committed(&self, consumer: &BaseConsumer<BridgeContext<P>>, partition: i32) -> Option<i64> {
-        let committed = consumer
-            .committed_offsets(self.one(partition), Duration::from_secs(10))
-            .ok()?;
-        match committed
-            .find_partition(&self.shared.input_topic, partition)?
-            .offset()
-        {
-            Offset::Offset(o) => Some(o),
-            _ => consumer
-                .fetch_watermarks(&self.shared.input_topic, partition, Duration::from_secs(10))
-                .ok()
-                .map(|(low, _)| low),
+        let [(_, start)] = self.start_offsets(consumer, &[partition], Duration::from_secs(10))[..]
+        else {
+            return None;
+        };
+        start
+    }
+
+    /// Where each of `partitions` starts: the group's committed offset, or the partition's
+    /// first offset when nothing is committed (`auto.offset.reset=earliest`); `None` where
+    /// the cluster did not say within `timeout`. One request for the commits, one per
+    /// partition without a commit.
+    fn start_offsets(
+        &self,
+        consumer: &BaseConsumer<BridgeContext<P>>,
+        partitions: &[i32],
+        timeout: Duration,
+    ) -> Vec<(i32, Option<i64>)> {
+        let topic = &self.shared.input_topic;
+        let mut asked = TopicPartitionList::new();
+        for &p in partitions {
+            asked.add_partition(topic, p);
+        }
+        let committed = consumer.committed_offsets(asked, timeout).ok();
+        partitions
+            .iter()
+            .map(|&p| {
+                let found = committed.as_ref().and_then(|c| c.find_partition(topic, p));
+                let start = match found {
+                    Some(e) if e.error().is_err() => None,
+                    Some(e) => match e.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => consumer
+                            .fetch_watermarks(topic, p, timeout)
+                            .ok()
+                            .map(|(low, _)| low),
+                    },
+                    None => None,
+                };
+                (p, start)
+            })
+            .collect()
+    }
+
+    /// Give a new assignment explicit start offsets before librdkafka takes it. Left
+    /// unset, librdkafka looks the offsets up itself, and for a partition with no commit
+    /// (a new group: every first start) it waits a fixed 100 ms before asking for the
+    /// partition's first offset: a tenth of a second before the first input. A partition
+    /// whose offset the cluster does not give here is left to librdkafka's own lookup.
+    fn set_start_offsets(
+        &self,
+        consumer: &BaseConsumer<BridgeContext<P>>,
+        tpl: &TopicPartitionList,
+    ) {
+        let topic = &self.shared.input_topic;
+        let partitions: Vec<i32> = tpl
+            .elements_for_topic(topic)
+            .iter()
+            .filter(|e| e.offset() == Offset::Invalid)
+            .map(|e| e.partition())
+            .collect();
+        if partitions.is_empty() {
+            return;
+        }
+        let starts: HashMap<i32, i64> = self
+            .start_offsets(consumer, &partitions, Duration::from_secs(5))
+            .into_iter()
+            .filter_map(|(p, start)| Some((p, start?)))
+            .collect();
+        for mut element in tpl.elements_for_topic(topic) {
+            if let Some(&start) = starts.get(&element.partition()) {
+                // The list is librdkafka's, about to be assigned: setting an element's
+                // offset sets what the assignment starts from.
+                let _ = element.set_offset(Offset::Offset(start));
+            }
         }
     }
 
@@ -578,6 +640,9 @@ impl<P: Resolve> ClientContext for BridgeContext<P> {
 
 impl<P: Resolve> ConsumerContext for BridgeContext<P> {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            self.partitions.set_start_offsets(consumer, tpl);
+        }
         if let Rebalance::Revoke(tpl) = rebalance {
             let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
             // Lost: this instance stalled past its session and the group gave the

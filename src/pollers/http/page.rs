@@ -15,16 +15,33 @@ use url::Url;
 /// there; `None` where there is nothing (or null). The output's value is the item's JSON
 /// text, so a recovery gets the same key back from it (`HttpPoller::output_key_reader`).
 pub(super) fn item_key(item: &RawValue, pointer: &str) -> Option<Vec<u8>> {
-    key_of(raw::value_at(item, pointer)?)
+    key_of(raw::at(item, pointer)?)
 }
 
-/// The key that the value at an item's key pointer makes (see [`item_key`]).
-fn key_of(value: Value) -> Option<Vec<u8>> {
-    match value {
+/// The key that the value at an item's key pointer makes (see [`item_key`]). A string
+/// without escapes (the usual id) is its text between the quotes, taken without parsing.
+fn key_of(found: &RawValue) -> Option<Vec<u8>> {
+    let text = found.get();
+    if let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        if !inner.contains('\\') {
+            return Some(inner.as_bytes().to_vec());
+        }
+    }
+    match raw::parse(Some(found))? {
         Value::String(s) => Some(s.into_bytes()),
         Value::Null => None,
         other => Some(other.to_string().into_bytes()),
     }
+}
+
+/// An item's event time from the value at its time pointer. Integer epoch milliseconds
+/// (the usual time) are read from the text without building a number.
+fn time_of(found: &RawValue) -> Result<Millis, String> {
+    if let Ok(ms) = found.get().parse::<Millis>() {
+        return Ok(ms);
+    }
+    let value = raw::parse(Some(found)).unwrap_or(Value::Null);
+    event_time::from_json(&value)
 }
 
 #[derive(Debug, Default)]
@@ -49,24 +66,27 @@ impl Page {
         url: &Url,
         items_left: usize,
     ) -> Result<Self, PollError> {
-        // Checked as JSON whole; then read by pointer, item by item (`raw.rs`).
-        let doc: &RawValue = serde_json::from_slice(body).map_err(|e| {
+        // Checked as JSON by the same walk that finds the page's fields; then read by
+        // pointer, item by item (`raw.rs`).
+        let malformed = |e: &dyn std::fmt::Display| {
             PollError::transient(
                 "malformed_json",
                 format!("{}: response is not JSON: {e}", shown(url)),
             )
-        })?;
-        let missing =
-            |what: String| PollError::transient("missing_field", format!("{}: {what}", shown(url)));
-        let [items, watermark, complete, next] = raw::at_each(
-            doc,
+        };
+        let text = std::str::from_utf8(body).map_err(|e| malformed(&e))?;
+        let [items, watermark, complete, next] = raw::at_each_checked(
+            text,
             [
                 Some(config.items.as_str()),
                 config.watermark.as_deref(),
                 config.complete.as_deref(),
                 config.next.as_deref(),
             ],
-        );
+        )
+        .map_err(|e| malformed(&e))?;
+        let missing =
+            |what: String| PollError::transient("missing_field", format!("{}: {what}", shown(url)));
         let items: Vec<&RawValue> = items
             .and_then(|items| serde_json::from_str(items.get()).ok())
             .ok_or_else(|| {
@@ -90,7 +110,7 @@ impl Page {
                 item,
                 [Some(config.item_key.as_str()), config.item_time.as_deref()],
             );
-            let Some(key) = raw::parse(key).and_then(key_of) else {
+            let Some(key) = key.and_then(key_of) else {
                 return Err(missing(format!(
                     "item {i} has no WATCHBRIDGE_HTTP_ITEM_KEY `{}`",
                     config.item_key
@@ -99,10 +119,10 @@ impl Page {
             let event_time = match &config.item_time {
                 None => first_seen,
                 Some(p) => {
-                    let t = raw::parse(time).ok_or_else(|| {
+                    let t = time.ok_or_else(|| {
                         missing(format!("item {i} has no WATCHBRIDGE_HTTP_ITEM_TIME `{p}`"))
                     })?;
-                    event_time::from_json(&t).map_err(|e| {
+                    time_of(t).map_err(|e| {
                         PollError::transient(
                             "bad_time",
                             format!(
@@ -228,7 +248,8 @@ mod tests {
         let mut config = HttpConfig::new("http://h/").unwrap();
         config.item_key = "/id".into();
         let body = br#"[{"id": 1}, {"id": "1"}, {"id": 1.0}, {"id": true}, {"id": "true"},
-            {"id": 12345678901234567890123}, {"id": 12345678901234567890124}, {"id": [1, "a"]}]"#;
+            {"id": 12345678901234567890123}, {"id": 12345678901234567890124}, {"id": [1, "a"]},
+            {"id": "a\"b"}, {"id": "caf\u00e9"}, {"id": ""}]"#;
         let page = Page::parse(body, &config, 0, &url(), usize::MAX).unwrap();
         let keys: Vec<_> = page
             .outputs
@@ -245,7 +266,10 @@ mod tests {
                 "true",
                 "12345678901234567890123",
                 "12345678901234567890124",
-                r#"[1,"a"]"#
+                r#"[1,"a"]"#,
+                "a\"b",
+                "café",
+                ""
             ]
         );
         // The output value is the item as the response wrote it.
@@ -287,6 +311,38 @@ mod tests {
             .output_key_reader()
             .unwrap();
         assert_eq!(reader(b"not json"), None);
+    }
+
+    /// An item's time: integer epoch milliseconds or an RFC 3339 string; anything else
+    /// fails the page with `bad_time`, a missing time with `missing_field`.
+    #[test]
+    fn item_times_are_integer_milliseconds_or_rfc3339() {
+        let mut config = HttpConfig::new("http://h/").unwrap();
+        config.item_key = "/id".into();
+        config.item_time = Some("/t".into());
+        let time = |t: &str| {
+            let body = format!(r#"[{{"id": 1, "t": {t}}}]"#);
+            Page::parse(body.as_bytes(), &config, 7, &url(), usize::MAX)
+                .map(|page| page.outputs[0].event_time)
+                .map_err(|e| e.kind)
+        };
+        assert_eq!(time("1700000000123"), Ok(1_700_000_000_123));
+        assert_eq!(time("-5"), Ok(-5));
+        assert_eq!(time("0"), Ok(0));
+        assert_eq!(time(r#""2026-11-30T14:00:00.25Z""#), Ok(1_796_047_200_250));
+        for bad in [
+            "1.5",
+            "1e3",
+            "99999999999999999999",
+            "null",
+            "true",
+            r#""yesterday""#,
+        ] {
+            assert_eq!(time(bad), Err("bad_time"), "{bad}");
+        }
+        let body = br#"[{"id": 1}]"#;
+        let e = Page::parse(body, &config, 7, &url(), usize::MAX).unwrap_err();
+        assert_eq!(e.kind, "missing_field");
     }
 
     #[test]

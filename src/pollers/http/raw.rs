@@ -28,28 +28,59 @@ pub fn at_each<'a, const N: usize>(
     raw: &'a RawValue,
     pointers: [Option<&str>; N],
 ) -> [Option<&'a RawValue>; N] {
-    let mut firsts: [Option<Cow<'_, str>>; N] = std::array::from_fn(|_| None);
-    let mut rests: [Option<&str>; N] = [None; N];
-    let mut found: [Option<&'a RawValue>; N] = [None; N];
+    let mut found = walk(raw.get(), pointers, false).unwrap_or([None; N]);
     for (i, pointer) in pointers.iter().enumerate() {
-        let Some(pointer) = pointer else { continue };
-        if pointer.is_empty() {
+        if *pointer == Some("") {
             found[i] = Some(raw);
-        } else if let Some(path) = pointer.strip_prefix('/') {
-            let (first, rest) = path
-                .split_once('/')
-                .map_or((path, None), |(f, r)| (f, Some(r)));
-            firsts[i] = Some(unescape(first));
-            rests[i] = rest;
         }
     }
-    if firsts.iter().all(Option::is_none) {
-        return found;
+    found
+}
+
+/// [`at_each`] in a whole response's text, which the same walk checks is one JSON value
+/// (every byte is read once: the members no pointer follows are checked as they are
+/// skipped), so that a page is read once rather than checked first and walked after.
+pub fn at_each_checked<'a, const N: usize>(
+    text: &'a str,
+    pointers: [Option<&str>; N],
+) -> Result<[Option<&'a RawValue>; N], serde_json::Error> {
+    if pointers.contains(&Some("")) {
+        // A pointer to the whole document needs it as one raw value: checked by that.
+        let doc: &RawValue = serde_json::from_str(text)?;
+        return Ok(at_each(doc, pointers));
     }
-    let mut de = serde_json::Deserializer::from_str(raw.get());
-    let Ok(members) = Step(&firsts).deserialize(&mut de) else {
-        return found;
-    };
+    walk(text, pointers, true)
+}
+
+/// The walk of [`at_each`]: the top level of `text` once for every pointer's first token,
+/// then each found member down the rest of its pointer. `whole`: walk (and so check) all
+/// of `text`, to its end, even when no pointer has a first token.
+fn walk<'a, const N: usize>(
+    text: &'a str,
+    pointers: [Option<&str>; N],
+    whole: bool,
+) -> Result<[Option<&'a RawValue>; N], serde_json::Error> {
+    let mut firsts: [Option<Cow<'_, str>>; N] = std::array::from_fn(|_| None);
+    let mut rests: [Option<&str>; N] = [None; N];
+    for (i, pointer) in pointers.iter().enumerate() {
+        let Some(path) = pointer.and_then(|p| p.strip_prefix('/')) else {
+            continue;
+        };
+        let (first, rest) = path
+            .split_once('/')
+            .map_or((path, None), |(f, r)| (f, Some(r)));
+        firsts[i] = Some(unescape(first));
+        rests[i] = rest;
+    }
+    if !whole && firsts.iter().all(Option::is_none) {
+        return Ok([None; N]);
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let members = Step(&firsts).deserialize(&mut de)?;
+    if whole {
+        de.end()?;
+    }
+    let mut found: [Option<&'a RawValue>; N] = [None; N];
     for i in 0..N {
         if firsts[i].is_none() {
             continue;
@@ -64,7 +95,7 @@ pub fn at_each<'a, const N: usize>(
             Some(here)
         });
     }
-    found
+    Ok(found)
 }
 
 fn unescape(token: &str) -> Cow<'_, str> {
@@ -73,11 +104,6 @@ fn unescape(token: &str) -> Cow<'_, str> {
     } else {
         Cow::Borrowed(token)
     }
-}
-
-/// The value at `pointer` in `raw`, parsed (only it).
-pub fn value_at(raw: &RawValue, pointer: &str) -> Option<Value> {
-    parse(at(raw, pointer))
 }
 
 /// A raw value parsed (a key, a time, a flag: small).
@@ -205,6 +231,11 @@ impl<'de> serde::Deserialize<'de> for Name<'de> {
 mod tests {
     use super::*;
 
+    /// The value at `pointer` in `raw`, parsed (only it).
+    fn value_at(raw: &RawValue, pointer: &str) -> Option<Value> {
+        parse(at(raw, pointer))
+    }
+
     /// Every pointer finds what `Value::pointer` finds, in the same document.
     #[test]
     fn pointers_find_what_value_pointer_finds() {
@@ -253,5 +284,61 @@ mod tests {
             );
         }
         assert_eq!(at_each(raw, [None, Some("/s")]).map(parse)[0], None);
+        // And the checked walk of the text: the same answers.
+        let checked = at_each_checked(text, pointers.map(Some)).unwrap();
+        for (p, found) in pointers.iter().zip(checked) {
+            assert_eq!(
+                parse(found).as_ref(),
+                tree.pointer(p),
+                "pointer `{p}`, checked"
+            );
+        }
+    }
+
+    /// The checked walk refuses every text that is not one JSON value, wherever the fault
+    /// is: in a member it follows, in one it skips, or after the value; and takes every
+    /// text that is one.
+    #[test]
+    fn a_checked_walk_refuses_what_is_not_one_json_value() {
+        let pointers = [Some("/items"), Some("/next/cursor"), None];
+        for bad in [
+            "",
+            "   ",
+            r#"{"items": [1,}"#,
+            r#"{"items": [1, 2]"#,
+            r#"{"items": []} x"#,
+            r#"{"items": []}{}"#,
+            r#"{"other": "\q", "items": []}"#,
+            r#"{"other": tru, "items": []}"#,
+            r#"{"other": [1 2], "items": []}"#,
+            r#"{"other": 01, "items": []}"#,
+            r#"{"items": [], "next": {"cursor": }}"#,
+            r#"{"items": [{"id": "a}]}"#,
+            r#"{'items': []}"#,
+            r#"[1, 2"#,
+            "nul",
+        ] {
+            assert!(
+                serde_json::from_str::<Value>(bad).is_err(),
+                "the case itself is JSON: {bad}"
+            );
+            assert!(
+                at_each_checked(bad, pointers).is_err(),
+                "taken as JSON: {bad}"
+            );
+            assert!(at_each_checked(bad, [Some(""), None]).is_err(), "{bad}");
+        }
+        for good in [
+            r#" {"items": [{"id": "a\"b"}], "other": {"x": [1, 2.5e3, null, true]}} "#,
+            r#"[{"id": 1}]"#,
+            "7",
+            r#""text""#,
+        ] {
+            let tree: Value = serde_json::from_str(good).unwrap();
+            let found = at_each_checked(good, pointers).unwrap();
+            assert_eq!(parse(found[0]).as_ref(), tree.pointer("/items"), "{good}");
+            let [whole] = at_each_checked(good, [Some("")]).unwrap();
+            assert_eq!(parse(whole), Some(tree), "{good}");
+        }
     }
 }
