@@ -263,36 +263,59 @@ impl<P: Resolve> PartitionTask<P> {
     /// Hand a record to the producer. While its queue is full, wait for deliveries to make
     /// room (and read no input meanwhile: that is the backpressure).
     pub(super) async fn send(&mut self, pending: Pending) {
-        // The usual case answered here; only a wait (after a stall) needs the handles.
-        let free =
-            !self.lost.load(std::sync::atomic::Ordering::SeqCst) && self.shared.lease.may_write();
-        let writable = free || may_write(self.shared.lease.clone(), self.lost.clone()).await;
-        if self.abandoned.is_some() || !writable {
+        if let Some(waiting) = self.send_now(pending) {
+            self.send_waiting(waiting).await;
+        }
+    }
+
+    /// [`Self::send`] without waiting, the usual case: `None` when the record went to the
+    /// producer (or failed for good, or this task writes nothing more), the record back
+    /// when it must wait (the producer's queue is full, or the lease is not confirmed).
+    /// Not async, so that the outputs of a poll go out without building a future, and
+    /// moving the record into it, per record.
+    pub(super) fn send_now(&mut self, pending: Pending) -> Option<Pending> {
+        if self.abandoned.is_some() || self.lost.load(std::sync::atomic::Ordering::SeqCst) {
             // Nothing more from this task: its successor starts from the topics.
-            return;
+            return None;
+        }
+        if !self.shared.lease.may_write() {
+            return Some(pending);
         }
         if let Some(txn) = self.txn.as_mut() {
             txn.begin();
         }
+        match self.deliveries.send(&self.producer, pending) {
+            Ok(()) => None,
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), refused)) => {
+                Some(refused)
+            }
+            Err((error, refused)) => {
+                let failure = Undelivered {
+                    error,
+                    record: Some(Box::new(refused.record.parts())),
+                };
+                self.delivery_failed(Sent::of(refused), failure);
+                None
+            }
+        }
+    }
+
+    /// The rest of [`Self::send`] for a record [`Self::send_now`] gave back: wait until
+    /// the lease allows writing, then for room in the producer's queue (handling the
+    /// reports that make it), and send.
+    pub(super) async fn send_waiting(&mut self, pending: Pending) {
         let mut pending = pending;
         loop {
-            match self.deliveries.send(&self.producer, pending) {
-                Ok(()) => return,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), refused)) => {
-                    pending = refused;
-                    match self.deliveries.next().await {
-                        Some(delivery) => Box::pin(self.on_delivery(delivery)).await,
-                        None => tokio::time::sleep(Duration::from_millis(5)).await,
-                    }
-                }
-                Err((error, refused)) => {
-                    let failure = Undelivered {
-                        error,
-                        record: Some(Box::new(refused.record.parts())),
-                    };
-                    self.delivery_failed(Sent::of(refused), failure);
-                    return;
-                }
+            if !may_write(self.shared.lease.clone(), self.lost.clone()).await {
+                return;
+            }
+            match self.send_now(pending) {
+                None => return,
+                Some(refused) => pending = refused,
+            }
+            match self.deliveries.next().await {
+                Some(delivery) => Box::pin(self.on_delivery(delivery)).await,
+                None => tokio::time::sleep(Duration::from_millis(5)).await,
             }
         }
     }

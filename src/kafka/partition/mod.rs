@@ -1052,13 +1052,16 @@ impl<P: Resolve> PartitionTask<P> {
                         record = record.late();
                     }
                     let ticket = self.durable.output_sent(watch);
-                    self.send(Pending {
+                    let pending = Pending {
                         record,
                         origin: Origins::None,
                         attempt: 1,
                         kind: Kind::Output { hash, ticket },
-                    })
-                    .await;
+                    };
+                    // Sent at once unless the producer's queue is full (see `send_now`).
+                    if let Some(waiting) = self.send_now(pending) {
+                        self.send_waiting(waiting).await;
+                    }
                 }
             }
             Event::Terminated { key, reason, seen } => {
