@@ -2,11 +2,12 @@
 //!
 //! A page used to be parsed into a `serde_json::Value` (every item a tree of maps and
 //! strings) and each item then written back out as its output's value: together a third of
-//! the bridge's CPU in `vs_python`'s steady state. Here the page is checked once as JSON,
-//! and each pointer walks the raw text one level at a time: the members it does not follow
-//! are skipped unallocated ([`IgnoredAny`]), and only the value at its end (a key, a time,
-//! a flag) becomes a `Value`. An item's output value is its own text, as the response wrote
-//! it.
+//! the bridge's CPU in `vs_python`'s steady state. Here each pointer walks the raw text
+//! one level at a time: the members it does not follow are skipped unallocated
+//! ([`IgnoredAny`]), and only the value at its end (a key, a time, a flag) is read. The
+//! walk of a whole page's top level is also its check as JSON ([`at_each_checked`]), so a
+//! page is read once for that and for its fields. An item's output value is its own text,
+//! as the response wrote it.
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
