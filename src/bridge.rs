@@ -24,7 +24,7 @@ use crate::internal_events::StopGaveUp;
 use crate::kafka::client::{
     client_config, ensure_topics, log_properties, wait_for_brokers, KafkaSetupError,
 };
-use crate::kafka::consumer::{consume, BridgeContext, ConsumerStopped, Partitions};
+use crate::kafka::consumer::{consume, BridgeContext, ConsumerStopped, NoCommitStart, Partitions};
 use crate::kafka::embedded::EmbeddedBroker;
 use crate::kafka::guarantee::{self, Guarantee, GuaranteeSetting};
 use crate::kafka::health::{BrokerHealth, KafkaContext};
@@ -313,9 +313,15 @@ pub async fn run_bridge<P: Resolve>(
         kafka: kafka.clone(),
         controls,
     });
-    let partitions = Arc::new(Partitions::new(shared, tokio::runtime::Handle::current()));
+    let consumer_config = consumer_config(brokers, config, guarantee);
+    let no_commit = NoCommitStart::from_reset(consumer_config.get("auto.offset.reset"));
+    let partitions = Arc::new(Partitions::new(
+        shared,
+        tokio::runtime::Handle::current(),
+        no_commit,
+    ));
     let bounded_incomplete = partitions.clone();
-    let consumer: BaseConsumer<BridgeContext<P>> = consumer_config(brokers, config, guarantee)
+    let consumer: BaseConsumer<BridgeContext<P>> = consumer_config
         .create_with_context(BridgeContext {
             partitions: partitions.clone(),
         })

@@ -413,6 +413,37 @@ async fn sigterm_stops_promptly_after_committing_what_was_delivered() {
     );
 }
 
+/// `KAFKA_AUTO_OFFSET_RESET=latest`: a new group starts at the end of its input partitions,
+/// so an input produced before its first start starts no watch and one produced after does
+/// (the default, `earliest`, reads from the start: every other test). The bridge gives a new
+/// assignment its start offsets itself (librdkafka waits 100 ms before it looks up a
+/// partition with no commit); they honour the setting.
+#[tokio::test(flavor = "multi_thread")]
+async fn auto_offset_reset_latest_starts_a_new_group_at_the_end_of_its_inputs() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("latest", 2).await;
+    // On the topic before the group exists: never read.
+    produce_user(&s.input, 1).await;
+    let mut env = s.env(&server);
+    env.push(("KAFKA_AUTO_OFFSET_RESET", "latest".into()));
+    let mut bridge = Bridge::start(&env);
+    bridge.wait_for_log("ready: partitions assigned", Duration::from_secs(60));
+    produce_user(&s.input, 2).await;
+    wait_for_outputs(&s.output, 2, Duration::from_secs(60)).await;
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let all = outputs_to_end(&s.output).await;
+    assert_each_once(
+        &output_key_counts(&all),
+        user_output_keys([2]),
+        &bridge.log(),
+    );
+    let polled: Vec<String> = server.requests().into_iter().map(|r| r.target).collect();
+    assert!(
+        polled.iter().all(|t| !t.starts_with("/users/1/")),
+        "user 1's input, from before the start, was read: {polled:?}"
+    );
+}
+
 /// With librdkafka's debug log on (what a support request asks for), a stop that delivered
 /// everything says so and exits 0. The producer's queue length, which the stop used to read
 /// after its flush, also counts librdkafka's pending callbacks: one time in two or three the

@@ -82,6 +82,31 @@ pub struct Partitions<P: Resolve> {
     /// watches did not all end, or it could not go on): the run's merged watermark may not
     /// be the end of time.
     incomplete: Mutex<Vec<i32>>,
+    /// Where a partition with no committed offset starts (`auto.offset.reset`).
+    no_commit: NoCommitStart,
+}
+
+/// Where a partition the group has no commit for starts: librdkafka's
+/// `auto.offset.reset` (`earliest` unless `KAFKA_AUTO_OFFSET_RESET` says otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoCommitStart {
+    /// `earliest` (`smallest`, `beginning`): the partition's first offset.
+    First,
+    /// `latest` (`largest`, `end`): its end.
+    End,
+    /// Anything else (`error`): as librdkafka does it.
+    Librdkafka,
+}
+
+impl NoCommitStart {
+    /// From the consumer's `auto.offset.reset` (librdkafka's default, `latest`, if unset).
+    pub fn from_reset(reset: Option<&str>) -> Self {
+        match reset.unwrap_or("latest") {
+            "earliest" | "smallest" | "beginning" => Self::First,
+            "latest" | "largest" | "end" => Self::End,
+            _ => Self::Librdkafka,
+        }
+    }
 }
 
 /// How the consumer thread's stop went: what the bridge's stop reports when it gives up.
@@ -98,8 +123,13 @@ pub struct ConsumerStopped {
 }
 
 impl<P: Resolve> Partitions<P> {
-    pub fn new(shared: Arc<Shared<P>>, runtime: tokio::runtime::Handle) -> Self {
+    pub fn new(
+        shared: Arc<Shared<P>>,
+        runtime: tokio::runtime::Handle,
+        no_commit: NoCommitStart,
+    ) -> Self {
         Self {
+            no_commit,
             shared,
             runtime,
             assigned: Mutex::new(HashMap::new()),
@@ -312,7 +342,8 @@ impl<P: Resolve> Partitions<P> {
         true
     }
 
-    /// The group's committed offset of `partition` (the start when nothing is committed).
+    /// The group's committed offset of `partition` (where `auto.offset.reset` says when
+    /// nothing is committed).
     fn committed(&self, consumer: &BaseConsumer<BridgeContext<P>>, partition: i32) -> Option<i64> {
         let [(_, start)] = self.start_offsets(consumer, &[partition], Duration::from_secs(10))[..]
         else {
@@ -321,10 +352,10 @@ impl<P: Resolve> Partitions<P> {
         start
     }
 
-    /// Where each of `partitions` starts: the group's committed offset, or the partition's
-    /// first offset when nothing is committed (`auto.offset.reset=earliest`); `None` where
-    /// the cluster did not say within `timeout`. One request for the commits, one per
-    /// partition without a commit.
+    /// Where each of `partitions` starts: the group's committed offset, or, when nothing is
+    /// committed, the partition's first offset or its end as `auto.offset.reset` says;
+    /// `None` where the cluster did not say within `timeout` (or that setting leaves it to
+    /// librdkafka). One request for the commits, one per partition without a commit.
     fn start_offsets(
         &self,
         consumer: &BaseConsumer<BridgeContext<P>>,
@@ -341,17 +372,21 @@ impl<P: Resolve> Partitions<P> {
             .iter()
             .map(|&p| {
                 let found = committed.as_ref().and_then(|c| c.find_partition(topic, p));
-                let start = match found {
-                    Some(e) if e.error().is_err() => None,
-                    Some(e) => match e.offset() {
-                        Offset::Offset(o) => Some(o),
-                        _ => consumer
-                            .fetch_watermarks(topic, p, timeout)
-                            .ok()
-                            .map(|(low, _)| low),
-                    },
-                    None => None,
-                };
+                let start =
+                    match found {
+                        Some(e) if e.error().is_err() => None,
+                        Some(e) => match e.offset() {
+                            Offset::Offset(o) => Some(o),
+                            _ if self.no_commit == NoCommitStart::Librdkafka => None,
+                            _ => consumer.fetch_watermarks(topic, p, timeout).ok().map(
+                                |(first, end)| match self.no_commit {
+                                    NoCommitStart::End => end,
+                                    _ => first,
+                                },
+                            ),
+                        },
+                        None => None,
+                    };
                 (p, start)
             })
             .collect()
@@ -775,5 +810,26 @@ pub fn consume<P: Resolve>(
         partitions: reports,
         commit,
         closed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NoCommitStart;
+
+    /// Every spelling librdkafka takes for `auto.offset.reset`; unset is its default.
+    #[test]
+    fn a_partition_without_a_commit_starts_where_auto_offset_reset_says() {
+        for first in ["earliest", "smallest", "beginning"] {
+            assert_eq!(NoCommitStart::from_reset(Some(first)), NoCommitStart::First);
+        }
+        for end in ["latest", "largest", "end"] {
+            assert_eq!(NoCommitStart::from_reset(Some(end)), NoCommitStart::End);
+        }
+        assert_eq!(NoCommitStart::from_reset(None), NoCommitStart::End);
+        assert_eq!(
+            NoCommitStart::from_reset(Some("error")),
+            NoCommitStart::Librdkafka
+        );
     }
 }
