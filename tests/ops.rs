@@ -15,6 +15,42 @@ use support::scenario::{
 };
 
 /// The bridge's settings for `s`, its operations server on `port`.
+/// A way to the test broker that holds every connection until opened: a bridge given it as
+/// its bootstrap cannot reach the cluster, and so cannot be ready, until the test says
+/// (once it has the cluster's metadata, a client talks to the broker's own address).
+struct BrokerGate {
+    addr: std::net::SocketAddr,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl BrokerGate {
+    async fn start() -> Self {
+        let upstream = support::kafka::broker().bootstrap().to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (open, opened) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let mut opened = opened.clone();
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    if opened.wait_for(|open| *open).await.is_err() {
+                        return;
+                    }
+                    if let Ok(mut broker) = tokio::net::TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut broker).await;
+                    }
+                });
+            }
+        });
+        Self { addr, open }
+    }
+
+    fn open(&self) {
+        self.open.send_replace(true);
+    }
+}
+
 fn env_on(s: &Setup, server: &TestServer, port: u16) -> Vec<(&'static str, String)> {
     let mut env = s.env(server);
     env.push(("WATCHBRIDGE_METRICS_ADDR", format!("127.0.0.1:{port}")));
@@ -103,6 +139,10 @@ async fn probes_metrics_and_json_logs_follow_the_bridge_through_its_life() {
         // Unused with plaintext, but logged at start: masked.
         ("KAFKA_SASL_PASSWORD", "hunter2-ops".to_string()),
     ]);
+    // The cluster out of reach until the probes said "not ready": a start that reaches it is
+    // ready within a tenth of a second, before a first answer here would come.
+    let gate = BrokerGate::start().await;
+    env.push(("WATCHBRIDGE_BROKERS", gate.addr.to_string()));
     let started = Instant::now();
     let mut bridge = Bridge::spawn(&env);
     let ops = Ops::new(port);
@@ -119,6 +159,7 @@ async fn probes_metrics_and_json_logs_follow_the_bridge_through_its_life() {
     assert_eq!(status, 503, "{body}");
     assert!(body.starts_with("not ready: "), "{body}");
     assert_eq!(ops.metric("watchbridge_ready").await, Some(0.0));
+    gate.open();
 
     // Ready only once both partitions are restored.
     let mut not_ready_seen = 1;
