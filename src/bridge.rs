@@ -255,6 +255,8 @@ pub async fn run_bridge<P: Resolve>(
     // WATCHBRIDGE_HOST_RATE is the group's: each instance polls at the share of the input
     // partitions it owns.
     limits.share_among(layout.input_partitions.max(0) as u32);
+    // The input consumer's settings: its lease reads the session timeout from them.
+    let consumer_settings = consumer_config(brokers, config, guarantee);
     let shared = Arc::new(Shared {
         poller,
         producer: producer.clone(),
@@ -271,7 +273,7 @@ pub async fn run_bridge<P: Resolve>(
         clock,
         positions: Arc::new(Mutex::new(HashMap::new())),
         transaction_positions: Arc::new(Mutex::new(HashMap::new())),
-        lease: group_lease(&consumer_config(brokers, config, guarantee), &metrics),
+        lease: group_lease(&consumer_settings, &metrics),
         output_ends: output_ends::start(
             client_config(brokers, config, ClientKind::Consumer),
             config.output_topic.as_str().into(),
@@ -313,15 +315,14 @@ pub async fn run_bridge<P: Resolve>(
         kafka: kafka.clone(),
         controls,
     });
-    let consumer_config = consumer_config(brokers, config, guarantee);
-    let no_commit = NoCommitStart::from_reset(consumer_config.get("auto.offset.reset"));
+    let no_commit = NoCommitStart::from_reset(consumer_settings.get("auto.offset.reset"));
     let partitions = Arc::new(Partitions::new(
         shared,
         tokio::runtime::Handle::current(),
         no_commit,
     ));
     let bounded_incomplete = partitions.clone();
-    let consumer: BaseConsumer<BridgeContext<P>> = consumer_config
+    let consumer: BaseConsumer<BridgeContext<P>> = consumer_settings
         .create_with_context(BridgeContext {
             partitions: partitions.clone(),
         })

@@ -345,11 +345,9 @@ impl<P: Resolve> Partitions<P> {
     /// The group's committed offset of `partition` (where `auto.offset.reset` says when
     /// nothing is committed).
     fn committed(&self, consumer: &BaseConsumer<BridgeContext<P>>, partition: i32) -> Option<i64> {
-        let [(_, start)] = self.start_offsets(consumer, &[partition], Duration::from_secs(10))[..]
-        else {
-            return None;
-        };
-        start
+        self.start_offsets(consumer, &[partition], Duration::from_secs(10))
+            .pop()
+            .and_then(|(_, start)| start)
     }
 
     /// Where each of `partitions` starts: the group's committed offset, or, when nothing is
@@ -368,28 +366,22 @@ impl<P: Resolve> Partitions<P> {
             asked.add_partition(topic, p);
         }
         let committed = consumer.committed_offsets(asked, timeout).ok();
-        partitions
-            .iter()
-            .map(|&p| {
-                let found = committed.as_ref().and_then(|c| c.find_partition(topic, p));
-                let start =
-                    match found {
-                        Some(e) if e.error().is_err() => None,
-                        Some(e) => match e.offset() {
-                            Offset::Offset(o) => Some(o),
-                            _ if self.no_commit == NoCommitStart::Librdkafka => None,
-                            _ => consumer.fetch_watermarks(topic, p, timeout).ok().map(
-                                |(first, end)| match self.no_commit {
-                                    NoCommitStart::End => end,
-                                    _ => first,
-                                },
-                            ),
-                        },
-                        None => None,
-                    };
-                (p, start)
+        let start = |p: i32| -> Option<i64> {
+            let element = committed.as_ref()?.find_partition(topic, p)?;
+            element.error().ok()?;
+            if let Offset::Offset(o) = element.offset() {
+                return Some(o);
+            }
+            if self.no_commit == NoCommitStart::Librdkafka {
+                return None;
+            }
+            let (first, end) = consumer.fetch_watermarks(topic, p, timeout).ok()?;
+            Some(match self.no_commit {
+                NoCommitStart::End => end,
+                _ => first,
             })
-            .collect()
+        };
+        partitions.iter().map(|&p| (p, start(p))).collect()
     }
 
     /// Give a new assignment explicit start offsets before librdkafka takes it. Left
