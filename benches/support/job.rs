@@ -1,7 +1,7 @@
 //! A job under measurement: a subprocess (the `watchbridge` binary, or a peer written
 //! another way), its log, and stopping it.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -84,13 +84,17 @@ pub fn watchbridge_command(bootstrap: &str, id: &str, feeds: &str, log_var: &str
     c
 }
 
-/// Starts `command` with stdin closed and stdout and stderr appended to `log`.
+/// Starts `command` with stdin closed and stdout and stderr appended to `log`, after a
+/// first line with the time it was spawned (UTC, as the job's own log lines): the start of
+/// a start-up timeline read from a kept log (`BENCH_KEEP_LOGS=1`).
 pub fn spawn_logged(mut command: Command, what: &str, log: &Path) -> Child {
-    let log = std::fs::OpenOptions::new()
+    let mut log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .expect("open the job's log");
+    let now = humantime::format_rfc3339_micros(std::time::SystemTime::now());
+    writeln!(log, "{now} (bench) spawning {what}").expect("write the job's log");
     command
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())

@@ -81,6 +81,12 @@ pub fn client_config(brokers: &str, config: &RunConfig, kind: ClientKind) -> Cli
         "client.id",
         concat!("watchbridge-", env!("CARGO_PKG_VERSION")),
     );
+    // librdkafka drops its bootstrap connection once it knows the broker by id; a request
+    // on it then (a client's first: the group's coordinator, the start's metadata) fails,
+    // and is sent again only after half of this (25 ms to 50 ms with librdkafka's 100 ms; a
+    // start met it once or twice in two). A broker that is down is still retried with
+    // backoff doubling up to `reconnect.backoff.max.ms` (10 s).
+    c.set("reconnect.backoff.ms", "10");
     let own = match kind {
         ClientKind::Consumer => config.kafka_consumer.as_slice(),
         ClientKind::Producer => config.kafka_producer.as_slice(),

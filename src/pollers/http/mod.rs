@@ -44,6 +44,7 @@ use crate::logging::{outside, Outside};
 use crate::poll::{PollError, PollResult, Poller};
 use crate::pollers::{RenderError, Resolve};
 use auth::Auth;
+use bytes::Bytes;
 use config::AllowedHost;
 use page::Page;
 use reqwest::header::{self, HeaderMap, HeaderValue};
@@ -563,7 +564,7 @@ async fn read_body(
     config: &HttpConfig,
     read: u64,
     url: &Url,
-) -> Result<Vec<u8>, PollError> {
+) -> Result<Bytes, PollError> {
     let max = config.max_bytes;
     let left = config.max_poll_bytes.saturating_sub(read);
     let too_large = || {
@@ -596,12 +597,17 @@ async fn read_body(
     if let Some(n) = response.content_length() {
         check(n)?;
     }
-    let mut body = Vec::new();
+    // Chunks kept as they come: a body in one chunk (the usual) is not copied.
+    let (mut chunks, mut len) = (Vec::new(), 0);
     while let Some(chunk) = response.chunk().await.map_err(|e| client_error(&e, url))? {
-        check(body.len() as u64 + chunk.len() as u64)?;
-        body.extend_from_slice(&chunk);
+        len += chunk.len() as u64;
+        check(len)?;
+        chunks.push(chunk);
     }
-    Ok(body)
+    Ok(match chunks.len() {
+        1 => chunks.pop().unwrap_or_default(),
+        _ => Bytes::from(chunks.concat()),
+    })
 }
 
 /// A response that is neither a success nor an expected `304`.

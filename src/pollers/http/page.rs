@@ -7,6 +7,7 @@ use crate::clock::Millis;
 use crate::logging::outside;
 use crate::poll::{Output, PollError};
 use crate::pollers::event_time;
+use bytes::Bytes;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use url::Url;
@@ -60,7 +61,7 @@ impl Page {
     /// is left of the poll's `WATCHBRIDGE_HTTP_MAX_POLL_ITEMS`: a page with more items fails
     /// (`over_budget`) before they become outputs.
     pub fn parse(
-        body: &[u8],
+        body: &Bytes,
         config: &HttpConfig,
         first_seen: Millis,
         url: &Url,
@@ -133,8 +134,14 @@ impl Page {
                     })?
                 }
             };
-            // The item's text as the response wrote it (one copy, no tree written back out).
-            outputs.push(Output::new(key, item.get().as_bytes().to_vec(), event_time));
+            // The item's text as the response wrote it: a view of the body, not a copy (the
+            // body lives until the last of its outputs is handed to the producer, which
+            // copies it).
+            outputs.push(Output::new(
+                key,
+                body.slice_ref(item.get().as_bytes()),
+                event_time,
+            ));
         }
         let watermark = match raw::parse(watermark) {
             None | Some(Value::Null) => None,
@@ -250,7 +257,7 @@ mod tests {
         let body = br#"[{"id": 1}, {"id": "1"}, {"id": 1.0}, {"id": true}, {"id": "true"},
             {"id": 12345678901234567890123}, {"id": 12345678901234567890124}, {"id": [1, "a"]},
             {"id": "a\"b"}, {"id": "caf\u00e9"}, {"id": ""}]"#;
-        let page = Page::parse(body, &config, 0, &url(), usize::MAX).unwrap();
+        let page = Page::parse(&Bytes::from_static(body), &config, 0, &url(), usize::MAX).unwrap();
         let keys: Vec<_> = page
             .outputs
             .iter()
@@ -291,7 +298,8 @@ mod tests {
                 br#"[{"id": 1, "meta": {"ref": "r\u00e9-1"}}, {"id": "1", "meta": {"ref": 2.50}},
                 {"id": 12345678901234567890123, "meta": {"ref": [1, {"b": null}]}},
                 {"id": "caf\u00e9 \"q\"", "meta": {"ref": true}}]"#;
-            let page = Page::parse(body, &config, 0, &url(), usize::MAX).unwrap();
+            let page =
+                Page::parse(&Bytes::from_static(body), &config, 0, &url(), usize::MAX).unwrap();
             let poller = super::super::HttpPoller::new(config).unwrap();
             let reader = poller
                 .output_key_reader()
@@ -322,7 +330,7 @@ mod tests {
         config.item_time = Some("/t".into());
         let time = |t: &str| {
             let body = format!(r#"[{{"id": 1, "t": {t}}}]"#);
-            Page::parse(body.as_bytes(), &config, 7, &url(), usize::MAX)
+            Page::parse(&Bytes::from(body), &config, 7, &url(), usize::MAX)
                 .map(|page| page.outputs[0].event_time)
                 .map_err(|e| e.kind)
         };
@@ -341,7 +349,7 @@ mod tests {
             assert_eq!(time(bad), Err("bad_time"), "{bad}");
         }
         let body = br#"[{"id": 1}]"#;
-        let e = Page::parse(body, &config, 7, &url(), usize::MAX).unwrap_err();
+        let e = Page::parse(&Bytes::from_static(body), &config, 7, &url(), usize::MAX).unwrap_err();
         assert_eq!(e.kind, "missing_field");
     }
 
