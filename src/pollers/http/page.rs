@@ -88,8 +88,8 @@ impl Page {
         .map_err(|e| malformed(&e))?;
         let missing =
             |what: String| PollError::transient("missing_field", format!("{}: {what}", shown(url)));
-        let items: Vec<&RawValue> = items
-            .and_then(|items| serde_json::from_str(items.get()).ok())
+        let items = items
+            .and_then(|items| raw::elements(items.get()))
             .ok_or_else(|| {
                 missing(format!(
                     "response has no array at WATCHBRIDGE_HTTP_ITEMS `{}`",
@@ -107,7 +107,7 @@ impl Page {
         }
         let mut outputs = Vec::with_capacity(items.len());
         for (i, item) in items.into_iter().enumerate() {
-            let [key, time] = raw::at_each(
+            let [key, time] = raw::at_each_in(
                 item,
                 [Some(config.item_key.as_str()), config.item_time.as_deref()],
             );
@@ -139,7 +139,7 @@ impl Page {
             // copies it).
             outputs.push(Output::new(
                 key,
-                body.slice_ref(item.get().as_bytes()),
+                body.slice_ref(item.as_bytes()),
                 event_time,
             ));
         }
