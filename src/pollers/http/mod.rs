@@ -29,6 +29,7 @@
 
 pub mod auth;
 pub mod body;
+mod checked;
 pub mod client;
 pub mod config;
 mod last;

@@ -1,7 +1,7 @@
 //! One page of a response, read with the pointers the user configured: its items become
 //! outputs; the watermark, "complete" flag and next page come along.
 
-use super::raw;
+use super::{checked, raw};
 use super::{shown, HttpConfig};
 use crate::clock::Millis;
 use crate::logging::outside;
@@ -16,32 +16,32 @@ use url::Url;
 /// there; `None` where there is nothing (or null). The output's value is the item's JSON
 /// text, so a recovery gets the same key back from it (`HttpPoller::output_key_reader`).
 pub(super) fn item_key(item: &RawValue, pointer: &str) -> Option<Vec<u8>> {
-    key_of(raw::at(item, pointer)?)
+    key_of(raw::at(item, pointer)?.get())
 }
 
-/// The key that the value at an item's key pointer makes (see [`item_key`]). A string
-/// without escapes (the usual id) is its text between the quotes, taken without parsing.
-fn key_of(found: &RawValue) -> Option<Vec<u8>> {
-    let text = found.get();
+/// The key that the value at an item's key pointer makes (see [`item_key`]), from that
+/// value's text. A string without escapes (the usual id) is its text between the quotes,
+/// taken without parsing.
+fn key_of(text: &str) -> Option<Vec<u8>> {
     if let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
         if !inner.contains('\\') {
             return Some(inner.as_bytes().to_vec());
         }
     }
-    match raw::parse(Some(found))? {
+    match serde_json::from_str(text).ok()? {
         Value::String(s) => Some(s.into_bytes()),
         Value::Null => None,
         other => Some(other.to_string().into_bytes()),
     }
 }
 
-/// An item's event time from the value at its time pointer. Integer epoch milliseconds
-/// (the usual time) are read from the text without building a number.
-fn time_of(found: &RawValue) -> Result<Millis, String> {
-    if let Ok(ms) = found.get().parse::<Millis>() {
+/// An item's event time from the text of the value at its time pointer. Integer epoch
+/// milliseconds (the usual time) are read from the text without building a number.
+fn time_of(text: &str) -> Result<Millis, String> {
+    if let Ok(ms) = text.parse::<Millis>() {
         return Ok(ms);
     }
-    let value = raw::parse(Some(found)).unwrap_or(Value::Null);
+    let value = serde_json::from_str(text).unwrap_or(Value::Null);
     event_time::from_json(&value)
 }
 
@@ -67,8 +67,8 @@ impl Page {
         url: &Url,
         items_left: usize,
     ) -> Result<Self, PollError> {
-        // Checked as JSON by the same walk that finds the page's fields; then read by
-        // pointer, item by item (`raw.rs`).
+        // Checked as JSON by the same walk that finds the page's fields (`raw.rs`); then the
+        // items, checked text, split and read by pointer without a parser (`checked.rs`).
         let malformed = |e: &dyn std::fmt::Display| {
             PollError::transient(
                 "malformed_json",
@@ -88,8 +88,9 @@ impl Page {
         .map_err(|e| malformed(&e))?;
         let missing =
             |what: String| PollError::transient("missing_field", format!("{}: {what}", shown(url)));
+        let pointers = [Some(config.item_key.as_str()), config.item_time.as_deref()];
         let items = items
-            .and_then(|items| raw::elements(items.get()))
+            .and_then(|items| checked::elements_at(items.get(), pointers))
             .ok_or_else(|| {
                 missing(format!(
                     "response has no array at WATCHBRIDGE_HTTP_ITEMS `{}`",
@@ -106,11 +107,7 @@ impl Page {
             ));
         }
         let mut outputs = Vec::with_capacity(items.len());
-        for (i, item) in items.into_iter().enumerate() {
-            let [key, time] = raw::at_each_in(
-                item,
-                [Some(config.item_key.as_str()), config.item_time.as_deref()],
-            );
+        for (i, (item, [key, time])) in items.into_iter().enumerate() {
             let Some(key) = key.and_then(key_of) else {
                 return Err(missing(format!(
                     "item {i} has no WATCHBRIDGE_HTTP_ITEM_KEY `{}`",

@@ -6,8 +6,8 @@
 //! one level at a time: the members it does not follow are skipped unallocated
 //! ([`IgnoredAny`]), and only the value at its end (a key, a time, a flag) is read. The
 //! walk of a whole page's top level is also its check as JSON ([`at_each_checked`]), so a
-//! page is read once for that and for its fields. An item's output value is its own text,
-//! as the response wrote it.
+//! page is read once for that and for its fields. The items found are then read as checked
+//! text (`checked.rs`). An item's output value is its own text, as the response wrote it.
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -36,64 +36,6 @@ pub fn at_each<'a, const N: usize>(
         }
     }
     found
-}
-
-/// [`at_each`] in `text`, a JSON value's text already checked (an element of
-/// [`elements`]); `""` finds the whole of it.
-pub fn at_each_in<'a, const N: usize>(
-    text: &'a str,
-    pointers: [Option<&str>; N],
-) -> [Option<&'a RawValue>; N] {
-    let mut found = walk(text, pointers, false).unwrap_or([None; N]);
-    for (i, pointer) in pointers.iter().enumerate() {
-        if *pointer == Some("") {
-            found[i] = serde_json::from_str(text).ok();
-        }
-    }
-    found
-}
-
-/// The elements of the JSON array `text`, each as written (without the whitespace around
-/// it), or `None` when `text` is not an array. `text` must already be checked as JSON (a
-/// page is, by [`at_each_checked`]): this only finds where each element ends, a comma one
-/// level in outside strings, in one pass that jumps through strings with `memchr`.
-/// (Split as `Vec<&RawValue>`, serde's raw-value machinery ran per element: 4.5% of the
-/// bridge's CPU in `vs_python`.)
-pub fn elements(text: &str) -> Option<Vec<&str>> {
-    let blank = |c: char| matches!(c, ' ' | '\t' | '\n' | '\r');
-    let inner = text
-        .trim_matches(blank)
-        .strip_prefix('[')?
-        .strip_suffix(']')?;
-    let bytes = inner.as_bytes();
-    let mut elements = Vec::new();
-    let (mut depth, mut start, mut i) = (0usize, 0, 0);
-    while i < bytes.len() {
-        match bytes[i] {
-            b'"' => loop {
-                // To the closing quote: the first one not escaped.
-                i += 1;
-                i += memchr::memchr2(b'"', b'\\', &bytes[i..])?;
-                if bytes[i] == b'"' {
-                    break;
-                }
-                i += 1;
-            },
-            b'[' | b'{' => depth += 1,
-            b']' | b'}' => depth = depth.checked_sub(1)?,
-            b',' if depth == 0 => {
-                elements.push(inner[start..i].trim_matches(blank));
-                start = i + 1;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    let last = inner[start..].trim_matches(blank);
-    if !last.is_empty() || !elements.is_empty() {
-        elements.push(last);
-    }
-    Some(elements)
 }
 
 /// [`at_each`] in a whole response's text, which the same walk checks is one JSON value
@@ -293,31 +235,6 @@ mod tests {
     /// The value at `pointer` in `raw`, parsed (only it).
     fn value_at(raw: &RawValue, pointer: &str) -> Option<Value> {
         parse(at(raw, pointer))
-    }
-
-    /// An array's elements are what serde splits it into, text for text, whatever their
-    /// strings hold (quotes, backslashes, commas and brackets, escapes before a quote);
-    /// what is not an array has none.
-    #[test]
-    fn elements_are_what_serde_splits_an_array_into() {
-        let arrays = [
-            "[]",
-            " [ ] ",
-            "[1]",
-            r#"[1, "a", null, true, -2.5e3, {}, []]"#,
-            r#"[{"id": "a,b]", "p": "x\"y"}, {"id": "}{", "q": [1, [2, {"r": ","}]]}]"#,
-            r#"["\\", "\\\"", "a\\", "\"]\"", "\u005d,"]"#,
-            "[\n\t{\"a\": 1}\r\n ,\n [ \"b\" ] ]",
-            r#"[{"id": "café ☕", "t": 1700000000123}, "ünï,cödé"]"#,
-        ];
-        for text in arrays {
-            let by_serde: Vec<&RawValue> = serde_json::from_str(text).unwrap();
-            let by_serde: Vec<&str> = by_serde.iter().map(|e| e.get()).collect();
-            assert_eq!(elements(text), Some(by_serde), "{text}");
-        }
-        for text in ["{}", r#"{"a": [1]}"#, "1", r#""[1]""#, "null", ""] {
-            assert_eq!(elements(text), None, "{text}");
-        }
     }
 
     /// Every pointer finds what `Value::pointer` finds, in the same document.
