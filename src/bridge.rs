@@ -841,4 +841,26 @@ mod tests {
         assert_eq!(told.get("enable.sparse.connections"), Some("true"));
         assert_eq!(told.get("enable.idempotence"), Some("true"));
     }
+
+    /// Every client retries a first request caught on the dropped bootstrap connection
+    /// after 10 ms, and the input consumer asks with a 20 ms fetch wait, unless the
+    /// operator says otherwise.
+    #[test]
+    fn start_up_latencies_are_defaults_an_operator_can_override() {
+        let (run, guarantee) = (config(&[]), Guarantee::Recovery);
+        let consumer = consumer_config("b:9092", &run, guarantee);
+        assert_eq!(consumer.get("fetch.wait.max.ms"), Some("20"));
+        assert_eq!(consumer.get("reconnect.backoff.ms"), Some("10"));
+        let producer = producer_config("b:9092", &run);
+        assert_eq!(producer.get("reconnect.backoff.ms"), Some("10"));
+        let told = config(&[
+            ("KAFKA_RECONNECT_BACKOFF_MS", "100"),
+            ("KAFKA_CONSUMER_FETCH_WAIT_MAX_MS", "500"),
+        ]);
+        let consumer = consumer_config("b:9092", &told, guarantee);
+        assert_eq!(consumer.get("fetch.wait.max.ms"), Some("500"));
+        assert_eq!(consumer.get("reconnect.backoff.ms"), Some("100"));
+        let producer = producer_config("b:9092", &told);
+        assert_eq!(producer.get("reconnect.backoff.ms"), Some("100"));
+    }
 }

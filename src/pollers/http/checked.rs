@@ -10,7 +10,7 @@
 //! the bridge's CPU in `vs_python`'s steady state, ~6.6% now. Text that is not valid JSON
 //! gives `None` or nonsense, never a panic: only a page's checked items come here.
 
-use std::borrow::Cow;
+use super::raw::unescape;
 
 /// The index just past the value that starts at `i`.
 fn value_end(b: &[u8], i: usize) -> Option<usize> {
@@ -218,14 +218,6 @@ fn at_token<'a>(text: &'a str, token: &str) -> Option<&'a str> {
             elements(text)?.get(token.parse::<usize>().ok()?).copied()
         }
         _ => None,
-    }
-}
-
-fn unescape(token: &str) -> Cow<'_, str> {
-    if token.contains('~') {
-        Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
-    } else {
-        Cow::Borrowed(token)
     }
 }
 

@@ -99,7 +99,8 @@ fn walk<'a, const N: usize>(
     Ok(found)
 }
 
-fn unescape(token: &str) -> Cow<'_, str> {
+/// A pointer token as RFC 6901 unescapes it (`~1` is `/`, `~0` is `~`).
+pub(super) fn unescape(token: &str) -> Cow<'_, str> {
     if token.contains('~') {
         Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
     } else {
