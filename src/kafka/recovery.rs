@@ -35,6 +35,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Threads that look up the output partitions' offsets for one restore, at most.
+const LOOKUP_THREADS: usize = 8;
+
 /// How long reading one partition to its end may take before the recovery gives up (and
 /// the task tries again).
 const READ_TIMEOUT: Duration = Duration::from_secs(300);
@@ -119,8 +122,12 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         .create_with_context(source.kafka.clone())
         .map_err(|e| format!("cannot create the recovery consumer: {e}"))?;
     // Every end offset first (asked while a fetch is outstanding, each would wait for it),
-    // all at once: one after the other, their round trips were most of the restore of an
-    // empty partition (~20 ms of a start).
+    // at once: one after the other, their round trips were most of the restore of an empty
+    // partition (~20 ms of a start). The output partitions are shared among at most
+    // `LOOKUP_THREADS` threads (a restore of each of many partitions at once must not
+    // start a thread per output partition).
+    let outputs: Vec<i32> = (0..source.output_partitions).collect();
+    let per_thread = outputs.len().div_ceil(LOOKUP_THREADS).max(1);
     let (input_end, watermark_end, state_range, output_ranges) = std::thread::scope(|s| {
         let consumer = &consumer;
         let input_end = s.spawn(|| uncommitted_end(consumer, &source.input_topic, partition));
@@ -130,15 +137,22 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
                 .ok()
                 .map(|(_, high)| high)
         });
-        let outputs: Vec<_> = (0..source.output_partitions)
-            .map(|q| s.spawn(move || offsets_of(consumer, &source.output_topic, q)))
+        let outputs: Vec<_> = outputs
+            .chunks(per_thread)
+            .map(|qs| {
+                s.spawn(move || {
+                    qs.iter()
+                        .map(|&q| offsets_of(consumer, &source.output_topic, q))
+                        .collect::<Vec<_>>()
+                })
+            })
             .collect();
         let state_range = offsets_of(consumer, &source.state_topic, partition);
         (
             joined(input_end),
             joined(watermark_end),
             state_range,
-            outputs.into_iter().map(joined).collect::<Vec<_>>(),
+            outputs.into_iter().flat_map(joined).collect::<Vec<_>>(),
         )
     });
     let state_range = state_range?;
