@@ -18,6 +18,7 @@ pub mod merged;
 pub mod offsets;
 pub mod output_ends;
 pub mod partition;
+pub mod produce;
 pub mod properties;
 pub mod records;
 pub mod recovery;

@@ -10,6 +10,7 @@
 
 use super::*;
 use crate::kafka::durable::SendTicket;
+use crate::kafka::produce::Sender;
 use crate::kafka::reports::{Outcome, Report, Route, Undelivered};
 
 /// Attempts to deliver one record before it goes to the dead-letter topic instead.
@@ -91,6 +92,7 @@ impl Sent {
 /// reports come back through the task's route in batches.
 pub(super) struct Deliveries {
     route: Route,
+    sender: Sender,
     slots: Vec<Option<Sent>>,
     free: Vec<u32>,
     in_flight: usize,
@@ -107,6 +109,7 @@ impl Deliveries {
     pub(super) fn new(producer: &BridgeProducer) -> Self {
         Self {
             route: Route::open(producer),
+            sender: Sender::new(producer),
             slots: Vec::new(),
             free: Vec::new(),
             in_flight: 0,
@@ -125,23 +128,16 @@ impl Deliveries {
         self.len() == 0
     }
 
-    /// Hand `pending` to `producer`; refused (its queue full, say), it comes back (by
-    /// value, as rdkafka's `send` gives its record back: it is sent again).
+    /// Hand `pending` to the producer; refused (its queue full, say), it comes back (by
+    /// value: it is sent again).
     #[allow(clippy::result_large_err)]
-    fn send(
-        &mut self,
-        producer: &BridgeProducer,
-        pending: Pending,
-    ) -> Result<(), (KafkaError, Pending)> {
+    fn send(&mut self, pending: Pending) -> Result<(), (KafkaError, Pending)> {
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
             (self.slots.len() - 1) as u32
         });
         let token = self.route.token(slot);
-        let sent = producer
-            .send(pending.record.to_base_record(token))
-            .map_err(|(e, _)| e);
-        match sent {
+        match self.sender.send(&pending.record, token) {
             Ok(()) => {
                 self.slots[slot as usize] = Some(Sent::of(pending));
                 self.in_flight += 1;
@@ -284,7 +280,7 @@ impl<P: Resolve> PartitionTask<P> {
         if let Some(txn) = self.txn.as_mut() {
             txn.begin();
         }
-        match self.deliveries.send(&self.producer, pending) {
+        match self.deliveries.send(pending) {
             Ok(()) => None,
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), refused)) => {
                 Some(refused)
@@ -588,7 +584,7 @@ mod tests {
         let mut deliveries = Deliveries::new(&producer);
         let burst = 1_000;
         for n in 0..burst {
-            assert!(deliveries.send(&producer, state_record(n)).is_ok());
+            assert!(deliveries.send(state_record(n)).is_ok());
         }
         let routes = producer.context().routes.clone();
         for slot in 0..burst as u32 {
@@ -615,7 +611,7 @@ mod tests {
         deliveries.release_idle_capacity();
         assert_eq!(deliveries.buffer_bytes(), 0, "the burst is over");
         // And they grow again for the next one.
-        assert!(deliveries.send(&producer, state_record(0)).is_ok());
+        assert!(deliveries.send(state_record(0)).is_ok());
         assert_eq!(deliveries.len(), 1);
     }
 }
