@@ -109,11 +109,24 @@ impl RecoverySource {
         Ok(lookups)
     }
 
-    /// Make the lookup consumer now, so that it connects while the instance joins its group.
+    /// Make the lookup consumer now, so that it connects while the instance joins its group,
+    /// and learns there what its lookups need: the topics' leaders (one metadata request;
+    /// a topic new to it cost each first lookup a request of its own, ~5 ms on Tansu) and
+    /// the group's coordinator (for the committed offsets).
     pub fn warm(&self) {
-        if let Err(e) = self.lookups() {
-            tracing::warn!(error = %e, "the recovery's lookup consumer (made again at the first recovery)");
-        }
+        let lookups = match self.lookups() {
+            Ok(lookups) => lookups,
+            Err(e) => {
+                tracing::warn!(error = %e, "the recovery's lookup consumer (made again at the first recovery)");
+                return;
+            }
+        };
+        let timeout = Duration::from_secs(5);
+        // Failures only leave the work to the first recovery.
+        let _ = lookups.fetch_metadata(None, timeout);
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.input_topic, 0);
+        let _ = lookups.committed_offsets(tpl, timeout);
     }
 }
 
