@@ -191,3 +191,128 @@ fn vu(
 ) -> rdsys::rd_kafka_vu_t {
     rdsys::rd_kafka_vu_t { vtype, u }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka::health::{BrokerHealth, KafkaContext};
+    use crate::kafka::reports::Route;
+    use crate::kafka::stats::ProducerStats;
+    use bytes::Bytes;
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::PurgeConfig;
+
+    /// A producer that never reaches a broker: records wait in its queue until purged, and
+    /// come back with their reports.
+    fn producer(queue_messages: usize) -> BridgeProducer {
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let health = BrokerHealth::new("127.0.0.1:9", metrics.clone());
+        ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:9")
+            .set("queue.buffering.max.messages", queue_messages.to_string())
+            .create_with_context(ProducerStats::new(metrics, KafkaContext::new(health)))
+            .expect("a producer")
+    }
+
+    fn record(topic: &Arc<str>, n: u8) -> OutRecord {
+        OutRecord {
+            topic: topic.clone(),
+            partition: Some(2),
+            key: Some(Bytes::from(vec![b'k', n])),
+            value: Some(Bytes::from(vec![b'v', n, 0, 255])),
+            timestamp: Some(1_700_000_000_000 + i64::from(n)),
+            headers: vec![
+                ("wb-id".into(), Some(Bytes::from_static(b"0:7"))),
+                ("empty".into(), None),
+            ],
+        }
+    }
+
+    /// What librdkafka holds for a record handed over by handle is the record: its key,
+    /// value, timestamp and headers (a null one included) come back whole with its report,
+    /// and the report finds its route and slot by the token.
+    #[tokio::test]
+    async fn a_record_handed_over_by_handle_comes_back_whole_with_its_report() {
+        let producer = producer(100);
+        let mut route = Route::open(&producer);
+        let mut sender = Sender::new(&producer);
+        let outputs: Arc<str> = Arc::from("outputs");
+        let other: Arc<str> = Arc::from("other");
+        for n in 0..3 {
+            sender
+                .send(&record(&outputs, n), route.token(u32::from(n)))
+                .unwrap();
+        }
+        // Another topic, and the first again by an equal name from another allocation.
+        sender.send(&record(&other, 3), route.token(3)).unwrap();
+        sender
+            .send(&record(&Arc::from("outputs"), 4), route.token(4))
+            .unwrap();
+        assert_eq!(sender.topics.len(), 2, "one handle per topic");
+        // And one through rdkafka's own `send`, to compare with.
+        producer
+            .send(record(&outputs, 5).to_base_record(route.token(5)))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        producer.purge(PurgeConfig::default().queue());
+        let mut reports = Vec::new();
+        while reports.len() < 6 {
+            let got = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                route.recv_many(&mut reports, 10),
+            )
+            .await
+            .expect("every purged record is reported");
+            assert!(got > 0);
+        }
+        reports.sort_by_key(|(slot, _)| *slot);
+        let mut timestamps = Vec::new();
+        for (n, (slot, outcome)) in reports.into_iter().enumerate() {
+            assert_eq!(slot, n as u32);
+            let undelivered = outcome.expect_err("purged, never delivered");
+            let parts = *undelivered.record.expect("the record comes back");
+            let sent = record(&outputs, n as u8);
+            assert_eq!(parts.key, sent.key);
+            assert_eq!(parts.value, sent.value);
+            assert_eq!(parts.headers, sent.headers);
+            timestamps.push(parts.timestamp);
+        }
+        // librdkafka reports no timestamp for a record it never sent: the same for both.
+        assert!(
+            timestamps.iter().all(|t| *t == timestamps[5]),
+            "{timestamps:?}"
+        );
+    }
+
+    /// A record the producer refuses (its queue full) is not queued, its error says why, and
+    /// the header list built for it is freed by the sender (librdkafka never took it).
+    #[tokio::test]
+    async fn a_refused_record_says_why_and_is_not_queued() {
+        let producer = producer(1);
+        let route = Route::open(&producer);
+        let mut sender = Sender::new(&producer);
+        let topic: Arc<str> = Arc::from("outputs");
+        sender.send(&record(&topic, 0), route.token(0)).unwrap();
+        for n in 1..50 {
+            let refused = sender.send(&record(&topic, n), route.token(u32::from(n)));
+            assert!(
+                matches!(
+                    refused,
+                    Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull))
+                ),
+                "{refused:?}"
+            );
+        }
+        // Only the first is queued: one report after a purge.
+        let mut route = route;
+        producer.purge(PurgeConfig::default().queue());
+        let mut reports = Vec::new();
+        let wait = std::time::Duration::from_millis(500);
+        while tokio::time::timeout(wait, route.recv_many(&mut reports, 100))
+            .await
+            .is_ok()
+        {}
+        assert_eq!(reports.len(), 1);
+        assert_eq!(reports[0].0, 0);
+    }
+}
