@@ -761,7 +761,6 @@ fn main() {
             output_partitions: PARTITIONS,
             read_outputs: true,
             output_keys: None,
-            lookups: Default::default(),
         }
     };
     let (now_source, before_source) = (source(&config.state_topic), source(&before_topic));

@@ -377,7 +377,6 @@ fn main() {
         output_partitions: 1,
         read_outputs: true,
         output_keys: None,
-        lookups: Default::default(),
     };
 
     // Each partition as its task recovers it: read, then plan. The bridge runs the

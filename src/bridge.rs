@@ -306,7 +306,6 @@ pub async fn run_bridge<P: Resolve>(
                 output_partitions: layout.output_partitions,
                 read_outputs: guarantee != Guarantee::AtLeastOnce,
                 output_keys,
-                lookups: Default::default(),
             },
             finished_retention: config.finished_retention,
             checkpoint_interval: config.checkpoint_interval,
@@ -316,9 +315,6 @@ pub async fn run_bridge<P: Resolve>(
         kafka: kafka.clone(),
         controls,
     });
-    // The recoveries' lookup consumer connects while the instance joins its group.
-    let recovery = shared.state.recovery.clone();
-    tokio::task::spawn_blocking(move || recovery.warm());
     let no_commit = NoCommitStart::from_reset(consumer_settings.get("auto.offset.reset"));
     let partitions = Arc::new(Partitions::new(
         shared,

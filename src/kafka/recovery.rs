@@ -12,9 +12,7 @@
 //!    partition's [`DurableState`].
 //!
 //! Steps 1 and 2 are blocking reads on a consumer of their own (no group: nothing is
-//! committed), made only if there is something to read; the offsets are looked up on one
-//! consumer the instance's recoveries share. The partition task runs them on a blocking
-//! thread.
+//! committed); the partition task runs them on a blocking thread.
 
 use super::durable::DurableState;
 use super::health::KafkaContext;
@@ -34,7 +32,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Threads that look up the output partitions' offsets for one restore, at most.
@@ -64,95 +62,6 @@ pub struct RecoverySource {
     /// Reads the identity of an output without `wb-id` from its value (the poller's, where
     /// it can and the values are its items as it gave them).
     pub output_keys: Option<OutputKeyReader>,
-    /// The instance's consumer for offset lookups, shared by its recoveries ([`Self::warm`]).
-    /// (Made once: a failure to make it is a bad setting, which stays.)
-    pub lookups: Arc<OnceLock<Result<BaseConsumer<KafkaContext>, String>>>,
-}
-
-impl RecoverySource {
-    /// A consumer to read with: assigned, never subscribed (it does not join the group, and
-    /// commits nothing).
-    fn consumer(&self) -> Result<BaseConsumer<KafkaContext>, String> {
-        self.consumer_config
-            .clone()
-            .set("group.id", &self.group_id)
-            .set("enable.auto.commit", "false")
-            // Never what a transaction left open or aborted (the exactly-once mode's
-            // records, the guarantee probe's record): whatever `KAFKA_ISOLATION_LEVEL` says.
-            // (For the lookups too: an end offset is then the last stable one.)
-            .set("isolation.level", "read_committed")
-            // The end of a partition is reported, so a read ends there even when the last
-            // offsets hold no record a consumer sees (transaction markers, compacted away).
-            .set("enable.partition.eof", "true")
-            .set("fetch.wait.max.ms", "50")
-            .create_with_context(self.kafka.clone())
-            .map_err(|e| format!("cannot create the recovery consumer: {e}"))
-    }
-
-    /// The consumer every recovery of this instance looks its offsets up with, made once.
-    /// A consumer of its own per recovery had to connect first: most of the ~20 ms restore
-    /// of an empty partition, on the way to its first poll. Made as the instance starts
-    /// ([`Self::warm`]), it is connected by the time a partition is assigned; a recovery
-    /// with nothing to read makes no other.
-    fn lookups(&self) -> Result<&BaseConsumer<KafkaContext>, String> {
-        // Another caller making it meanwhile is waited for (one is made, not two).
-        let lookups = self
-            .lookups
-            .get_or_init(|| self.consumer())
-            .as_ref()
-            .map_err(Clone::clone)?;
-        // Never assigned, so nothing but its events (errors, logs) comes: handled here
-        // (the broker health hears of them), not left to pile up.
-        while let Some(event) = lookups.poll(Duration::ZERO) {
-            drop(event);
-        }
-        Ok(lookups)
-    }
-
-    /// Make the lookup consumer now, so that it connects while the instance joins its group,
-    /// and learns there what its lookups need: the topics' leaders (one metadata request;
-    /// a topic new to it cost each first lookup a request of its own, ~5 ms on Tansu) and
-    /// the group's coordinator (for the committed offsets).
-    pub fn warm(&self) {
-        let lookups = match self.lookups() {
-            Ok(lookups) => lookups,
-            Err(e) => {
-                tracing::warn!(error = %e, "the recovery's lookup consumer (made again at the first recovery)");
-                return;
-            }
-        };
-        let timeout = Duration::from_secs(5);
-        // Failures only leave the work to the first recovery.
-        let _ = lookups.fetch_metadata(None, timeout);
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&self.input_topic, 0);
-        let _ = lookups.committed_offsets(tpl, timeout);
-    }
-}
-
-/// The consumer a recovery reads its partitions with, made at its first read.
-struct Reader<'a> {
-    source: &'a RecoverySource,
-    consumer: Option<BaseConsumer<KafkaContext>>,
-}
-
-impl Reader<'_> {
-    fn get(&mut self) -> Result<&BaseConsumer<KafkaContext>, String> {
-        if self.consumer.is_none() {
-            self.consumer = Some(self.source.consumer()?);
-        }
-        Ok(self.consumer.as_ref().expect("set above"))
-    }
-}
-
-impl Drop for Reader<'_> {
-    fn drop(&mut self) {
-        // Closing a consumer takes librdkafka some 0.1 s: not on the way to the partition's
-        // first poll.
-        if let Some(consumer) = self.consumer.take() {
-            std::thread::spawn(move || drop(consumer));
-        }
-    }
 }
 
 /// What the state and output topics say about one input partition.
@@ -197,7 +106,21 @@ pub struct Found {
 
 /// Steps 1 and 2, blocking.
 pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
-    let lookups = source.lookups()?;
+    let consumer: BaseConsumer<KafkaContext> = source
+        .consumer_config
+        .clone()
+        // Assigned, never subscribed: it does not join the group, and commits nothing.
+        .set("group.id", &source.group_id)
+        .set("enable.auto.commit", "false")
+        // Never what a transaction left open or aborted (the exactly-once mode's records,
+        // the guarantee probe's record): whatever `KAFKA_ISOLATION_LEVEL` says.
+        .set("isolation.level", "read_committed")
+        // The end of a partition is reported, so a read ends there even when the last
+        // offsets hold no record a consumer sees (transaction markers, compacted away).
+        .set("enable.partition.eof", "true")
+        .set("fetch.wait.max.ms", "50")
+        .create_with_context(source.kafka.clone())
+        .map_err(|e| format!("cannot create the recovery consumer: {e}"))?;
     // Every end offset first (asked while a fetch is outstanding, each would wait for it),
     // at once: one after the other, their round trips were most of the restore of an empty
     // partition (~20 ms of a start). The output partitions are shared among at most
@@ -206,7 +129,7 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
     let outputs: Vec<i32> = (0..source.output_partitions).collect();
     let per_thread = outputs.len().div_ceil(LOOKUP_THREADS).max(1);
     let (input_end, watermark_end, state_range, output_ranges) = std::thread::scope(|s| {
-        let consumer = lookups;
+        let consumer = &consumer;
         let input_end = s.spawn(|| uncommitted_end(consumer, &source.input_topic, partition));
         let watermark_end = s.spawn(|| {
             consumer
@@ -244,12 +167,8 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
     // holds the first records of many watches; whichever of a watch's own record and the
     // starts records listing it is later on the partition is its latest).
     let mut latest: HashMap<Vec<u8>, (i64, Option<Vec<u8>>)> = HashMap::new();
-    let mut reader = Reader {
-        source,
-        consumer: None,
-    };
     read_to_end(
-        &mut reader,
+        &consumer,
         &source.state_topic,
         partition,
         state_range.0,
@@ -277,7 +196,7 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         let from = offsets.get(&q).map_or(low, |&o| o.max(low));
         // Outputs without `wb-id` are this partition's where they are in its namesake.
         let keys = source.output_keys.as_deref().filter(|_| q == partition);
-        read_to_end(&mut reader, &source.output_topic, q, from, end, |m| {
+        read_to_end(&consumer, &source.output_topic, q, from, end, |m| {
             found.outputs_read += 1;
             let Some(watch) = m.key() else { return };
             let headers = m.headers();
@@ -297,6 +216,9 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         })?;
         found.read_to.push(end);
     }
+    // Closing a consumer takes librdkafka some 0.1 s: not on the way to the partition's
+    // first poll.
+    std::thread::spawn(move || drop(consumer));
     Ok(found)
 }
 
@@ -462,7 +384,7 @@ fn uncommitted_end(
 /// Read `topic`/`partition` from `start` up to `end` (its end offset when the recovery
 /// began).
 fn read_to_end(
-    reader: &mut Reader<'_>,
+    consumer: &BaseConsumer<KafkaContext>,
     topic: &str,
     partition: i32,
     start: i64,
@@ -472,7 +394,6 @@ fn read_to_end(
     if start >= end {
         return Ok(());
     }
-    let consumer = reader.get()?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, Offset::Offset(start))
         .and_then(|_| consumer.assign(&tpl))
