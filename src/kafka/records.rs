@@ -23,8 +23,7 @@ use crate::clock::Millis;
 use crate::poll::Output;
 use crate::seen::OutputHash;
 use bytes::Bytes;
-use rdkafka::message::{Header, Headers, OwnedHeaders};
-use rdkafka::producer::BaseRecord;
+use rdkafka::message::Headers;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -321,36 +320,6 @@ impl OutRecord {
             timestamp: self.timestamp,
             headers: self.headers.clone(),
         }
-    }
-
-    /// The borrowed form the producer takes, with `token`, where its delivery report goes
-    /// (`reports.rs`).
-    pub fn to_base_record(&self, token: usize) -> BaseRecord<'_, [u8], [u8], usize> {
-        let mut record = BaseRecord::with_opaque_to(&self.topic, token);
-        // No header list at all for a record without headers: librdkafka allocates one.
-        if !self.headers.is_empty() {
-            let mut headers = OwnedHeaders::new_with_capacity(self.headers.len());
-            for (key, value) in &self.headers {
-                headers = headers.insert(Header {
-                    key: key.as_ref(),
-                    value: value.as_deref(),
-                });
-            }
-            record = record.headers(headers);
-        }
-        if let Some(key) = &self.key {
-            record = record.key(key.as_ref());
-        }
-        if let Some(value) = &self.value {
-            record = record.payload(value.as_ref());
-        }
-        if let Some(ts) = self.timestamp {
-            record = record.timestamp(ts);
-        }
-        if let Some(p) = self.partition {
-            record = record.partition(p);
-        }
-        record
     }
 }
 

@@ -9,7 +9,9 @@
 //! the route's owner takes them in batches, woken once per batch rather than once per
 //! record. A route that is gone (its task ended) drops its reports: nobody waits for them.
 
+use super::produce::Sender;
 use super::records::{OutRecord, OutRecordParts};
+use super::stats::BridgeProducer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::Message;
@@ -157,28 +159,27 @@ impl Drop for Route {
 
 /// Send one record and wait for where it landed; while the producer's queue is full, try again
 /// every 100 ms for up to `queue_timeout` (what `FutureProducer::send` did for the few
-/// records sent this way: the merged watermark, the end of time).
-pub async fn send_and_wait<C>(
-    producer: &ThreadedProducer<C>,
+/// records sent this way: the merged watermark, the end of time). Handed over as every
+/// other record is ([`Sender`]).
+pub async fn send_and_wait(
+    producer: &BridgeProducer,
     record: &OutRecord,
     queue_timeout: Duration,
-) -> Result<(i32, i64), KafkaError>
-where
-    C: Routed + 'static,
-{
+) -> Result<(i32, i64), KafkaError> {
     let routes = producer.context().routes();
     let (waiting, outcome) = oneshot::channel();
     let id = routes.open(Target::Once(waiting));
     let deadline = tokio::time::Instant::now() + queue_timeout;
+    let mut sender = Sender::new(producer);
     loop {
-        match producer.send(record.to_base_record(token(id, 0))) {
+        match sender.send(record, token(id, 0)) {
             Ok(()) => break,
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
+            Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull))
                 if tokio::time::Instant::now() < deadline =>
             {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Err((e, _)) => {
+            Err(e) => {
                 routes.close(id);
                 return Err(e);
             }
