@@ -188,6 +188,14 @@ pub async fn run_bridge<P: Resolve>(
         }
     };
     readiness.waiting_for_brokers(None, &metrics);
+    // What the poller prepared meanwhile (the HTTP client, `pollers/http/client.rs`).
+    let prepared = {
+        let poller = poller.clone();
+        tokio::task::spawn_blocking(move || poller.ready()).await
+    };
+    prepared
+        .map_err(|e| BridgeError::Start(format!("the poller's preparation failed: {e}")))?
+        .map_err(BridgeError::Start)?;
     {
         // Outages from now on: reported once each way (`kafka/health.rs`).
         let probe_config = client_config(brokers, config, ClientKind::Consumer);

@@ -72,6 +72,13 @@ pub trait Resolve: Poller {
     /// read is ignored (the watch then polls as from its start, and its seen set drops what
     /// it already emitted), with a warning.
     fn resume(&self, _input: &Self::Input, _state: &[u8]) {}
+
+    /// Waits for what the poller prepares beside the bridge's start (the HTTP poller's
+    /// client) and says what could not be prepared: the start then fails with it, before
+    /// any input is read. Called once, from a blocking thread.
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Reads an output's key ([`crate::poll::Output::key`]) back from the value the poller

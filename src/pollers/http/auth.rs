@@ -8,6 +8,7 @@
 //! logged: settings are [`Redacted`], header values marked sensitive, and messages name the
 //! variable or file, not what it holds.
 
+use super::client::PendingClient;
 use super::config::{sensitive_header, Redacted};
 use crate::poll::PollError;
 use crate::pollers::ConfigError;
@@ -305,7 +306,7 @@ enum Kind {
 }
 
 impl Auth {
-    pub fn new(config: &AuthConfig, client: reqwest::Client) -> Self {
+    pub fn new(config: &AuthConfig, client: PendingClient) -> Self {
         let kind = match config {
             AuthConfig::None => Kind::None,
             AuthConfig::Fixed(value) => Kind::Fixed(value.clone()),
@@ -392,7 +393,7 @@ struct OAuth2Tokens {
     oauth: Client,
     scopes: Vec<Scope>,
     token_url: url::Url,
-    http: reqwest::Client,
+    http: PendingClient,
     current: Mutex<Option<Token>>,
     /// Held while fetching, so concurrent polls make one request to the token endpoint.
     fetching: tokio::sync::Mutex<()>,
@@ -417,7 +418,7 @@ struct Token {
 }
 
 impl OAuth2Tokens {
-    fn new(config: &OAuth2Config, http: reqwest::Client) -> Self {
+    fn new(config: &OAuth2Config, http: PendingClient) -> Self {
         let oauth = BasicClient::new(ClientId::new(config.client_id.clone()))
             .set_client_secret(ClientSecret::new(config.client_secret.0.clone()))
             .set_auth_type(AuthType::BasicAuth)
@@ -465,11 +466,14 @@ impl OAuth2Tokens {
     async fn fetch(&self) -> Result<Token, PollError> {
         let started = Instant::now();
         let shown = crate::logging::url(self.token_url.as_str());
+        let http = self.http.get().map_err(|e| {
+            PollError::transient("auth", format!("cannot build the HTTP client: {e}"))
+        })?;
         let response = self
             .oauth
             .exchange_client_credentials()
             .add_scopes(self.scopes.iter().cloned())
-            .request_async(&self.http)
+            .request_async(http)
             .await
             .map_err(|e| {
                 PollError::transient(

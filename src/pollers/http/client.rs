@@ -10,6 +10,8 @@
 
 use crate::pollers::ConfigError;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Settings of the client itself, flattened into [`super::HttpArgs`].
@@ -224,6 +226,67 @@ fn proxy(text: &str) -> Result<reqwest::Proxy, ConfigError> {
     Ok(proxy.no_proxy(reqwest::NoProxy::from_env()))
 }
 
+/// The client, built on a thread of its own from when the poller is made. Building it
+/// reads the system's root certificates (reqwest's native roots, a file per certificate):
+/// ~10 ms, which was most of the bridge's start before its first broker request; built
+/// beside the Kafka start instead, it costs the start nothing. The bridge's start waits
+/// for it once the topics are checked (`Resolve::ready`) and fails there if it could not
+/// be built; a poll made earlier (a poller used in code) waits for it too.
+#[derive(Clone)]
+pub struct PendingClient(Arc<Pending>);
+
+struct Pending {
+    built: OnceLock<Result<reqwest::Client, String>>,
+    thread: Mutex<Option<JoinHandle<Result<reqwest::Client, String>>>>,
+}
+
+impl PendingClient {
+    /// Starts building the client (here, where no thread can be started).
+    pub fn spawn(config: &ClientConfig, timeout: Duration) -> Self {
+        let spawned = {
+            let config = config.clone();
+            std::thread::Builder::new()
+                .name("watchbridge-http-client".into())
+                .spawn(move || build(&config, timeout).map_err(|e| e.to_string()))
+        };
+        let built = OnceLock::new();
+        let thread = match spawned {
+            Ok(thread) => Some(thread),
+            Err(_) => {
+                let _ = built.set(build(config, timeout).map_err(|e| e.to_string()));
+                None
+            }
+        };
+        Self(Arc::new(Pending {
+            built,
+            thread: Mutex::new(thread),
+        }))
+    }
+
+    /// The client, once built (waiting for its thread the first time); `Err` says why it
+    /// could not be.
+    pub fn get(&self) -> Result<&reqwest::Client, &str> {
+        self.0
+            .built
+            .get_or_init(|| {
+                let thread = self
+                    .0
+                    .thread
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                match thread.map(JoinHandle::join) {
+                    Some(Ok(built)) => built,
+                    Some(Err(_)) => Err("building the HTTP client panicked".into()),
+                    // Only the first caller finds the thread; the others wait for its result.
+                    None => Err("the HTTP client was never built".into()),
+                }
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+}
+
 /// The client, with these settings and the poller's own (no redirects followed by the
 /// client: the poller decides each hop; no `Referer`).
 pub fn build(config: &ClientConfig, timeout: Duration) -> Result<reqwest::Client, ConfigError> {
@@ -362,5 +425,56 @@ mod tests {
             .proxy,
             ProxyChoice::Direct
         ));
+    }
+
+    /// The client is built beside the start; one that cannot be built (here: a key that is
+    /// not the certificate's, which rustls refuses only when the client is built) still
+    /// fails the start, through `ready`, naming the setting, and every poll says so.
+    #[test]
+    fn a_client_that_cannot_be_built_fails_ready_and_every_poll() {
+        use crate::poll::Poller;
+        use crate::pollers::Resolve;
+        let cert = rcgen::generate_simple_self_signed(vec!["client".into()]).unwrap();
+        let other = rcgen::generate_simple_self_signed(vec!["other".into()]).unwrap();
+        let cert_file = file(&cert.cert.pem());
+        let key_file = file(&other.signing_key.serialize_pem());
+        let args = ClientArgs {
+            client_cert: Some(cert_file.path().into()),
+            client_key: Some(key_file.path().into()),
+            ..ClientArgs::default()
+        };
+        let config = crate::pollers::http::HttpConfig {
+            client: args
+                .config()
+                .expect("a certificate and a key, each well formed"),
+            ..crate::pollers::http::HttpConfig::new("http://127.0.0.1:9/{/id}").unwrap()
+        };
+        let poller = crate::pollers::http::HttpPoller::new(config).expect("the poller is made");
+        let error = poller.ready().expect_err("the client cannot be built");
+        assert!(
+            error.contains("WATCHBRIDGE_POLLER") && error.contains("cannot build the HTTP client"),
+            "{error}"
+        );
+        let target = poller
+            .resolve(&serde_json::json!({"id": 1}), b"1")
+            .expect("a URL");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let polled = runtime.block_on(poller.poll(std::sync::Arc::new(target)));
+        let e = polled.expect_err("no client, no poll");
+        assert!(
+            e.to_string().contains("cannot build the HTTP client"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_client_with_default_settings_is_ready() {
+        use crate::pollers::Resolve;
+        let config = crate::pollers::http::HttpConfig::new("http://127.0.0.1:9/{/id}").unwrap();
+        let poller = crate::pollers::http::HttpPoller::new(config).unwrap();
+        assert_eq!(poller.ready(), Ok(()));
     }
 }

@@ -68,7 +68,7 @@ const MAX_REDIRECTS: usize = 10;
 
 /// Polls JSON HTTP APIs. One client (connection pool) is shared by every watch.
 pub struct HttpPoller {
-    client: reqwest::Client,
+    client: client::PendingClient,
     /// Shared by every watch: one OAuth2 token, one read of a token file.
     auth: Arc<Auth>,
     config: Arc<HttpConfig>,
@@ -137,7 +137,7 @@ impl HttpPoller {
         // Checked here too, for configs built in code rather than by `HttpArgs::config`.
         config::check_origin_placeholders(&config.url, config.allowed_hosts.is_some())?;
         // Redirects are followed by `send`, which decides each hop and its headers.
-        let client = client::build(&config.client, config.timeout)?;
+        let client = client::PendingClient::spawn(&config.client, config.timeout);
         Ok(Self {
             auth: Arc::new(Auth::new(&config.auth, client.clone())),
             client,
@@ -248,6 +248,13 @@ impl Resolve for HttpPoller {
 
     /// An output's value is its item's JSON text: the key is read again from it, with the
     /// same pointer and the same rule as when the page was read.
+    fn ready(&self) -> Result<(), String> {
+        self.client
+            .get()
+            .map(|_| ())
+            .map_err(|e| format!("WATCHBRIDGE_POLLER: cannot build the HTTP client: {e}"))
+    }
+
     fn output_key_reader(&self) -> Option<crate::pollers::OutputKeyReader> {
         let pointer = self.config.item_key.clone();
         Some(Arc::new(move |value: &[u8]| {
@@ -264,12 +271,18 @@ impl Poller for HttpPoller {
         &self,
         target: Arc<HttpTarget>,
     ) -> impl Future<Output = Result<PollResult, PollError>> + Send + 'static {
-        let http = Http {
-            client: self.client.clone(),
-            auth: self.auth.clone(),
-            config: self.config.clone(),
-        };
-        async move { poll(&http, &target).await }
+        let client = self.client.get().cloned().map_err(|e| {
+            PollError::transient("client", format!("cannot build the HTTP client: {e}"))
+        });
+        let (auth, config) = (self.auth.clone(), self.config.clone());
+        async move {
+            let http = Http {
+                client: client?,
+                auth,
+                config,
+            };
+            poll(&http, &target).await
+        }
     }
 
     fn rate_key(&self, target: &HttpTarget) -> Option<Arc<str>> {
