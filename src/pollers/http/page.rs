@@ -23,16 +23,20 @@ pub(super) fn item_key(item: &RawValue, pointer: &str) -> Option<Vec<u8>> {
 /// value's text. A string without escapes (the usual id) is its text between the quotes,
 /// taken without parsing.
 fn key_of(text: &str) -> Option<Vec<u8>> {
-    if let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
-        if !inner.contains('\\') {
-            return Some(inner.as_bytes().to_vec());
-        }
+    if let Some(inner) = plain_string(text) {
+        return Some(inner.as_bytes().to_vec());
     }
     match serde_json::from_str(text).ok()? {
         Value::String(s) => Some(s.into_bytes()),
         Value::Null => None,
         other => Some(other.to_string().into_bytes()),
     }
+}
+
+/// The text between the quotes of a JSON string without escapes: the key as it is.
+fn plain_string(text: &str) -> Option<&str> {
+    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    (!inner.contains('\\')).then_some(inner)
 }
 
 /// An item's event time from the text of the value at its time pointer. Integer epoch
@@ -108,7 +112,13 @@ impl Page {
         }
         let mut outputs = Vec::with_capacity(items.len());
         for (i, (item, [key, time])) in items.into_iter().enumerate() {
-            let Some(key) = key.and_then(key_of) else {
+            // A plain string (the usual id) is a view of the body, like the item's text;
+            // anything else is made into a key of its own.
+            let key = key.and_then(|k| match plain_string(k) {
+                Some(inner) => Some(body.slice_ref(inner.as_bytes())),
+                None => key_of(k).map(Bytes::from),
+            });
+            let Some(key) = key else {
                 return Err(missing(format!(
                     "item {i} has no WATCHBRIDGE_HTTP_ITEM_KEY `{}`",
                     config.item_key
