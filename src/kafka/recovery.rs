@@ -188,17 +188,23 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         .map(|o| o.offsets.iter().copied().collect())
         .unwrap_or_default();
     let wanted = partition.to_string();
-    for (q, (low, end)) in (0..).zip(output_ranges) {
-        if !source.read_outputs {
-            found.read_to.push(end);
-            continue;
-        }
-        let from = offsets.get(&q).map_or(low, |&o| o.max(low));
-        // Outputs without `wb-id` are this partition's where they are in its namesake.
-        let keys = source.output_keys.as_deref().filter(|_| q == partition);
-        read_to_end(&consumer, &source.output_topic, q, from, end, |m| {
+    found.read_to = output_ranges.iter().map(|&(_, end)| end).collect();
+    if source.read_outputs {
+        let ranges: Vec<(i32, i64, i64)> = (0..)
+            .zip(&output_ranges)
+            .map(|(q, &(low, end))| (q, offsets.get(&q).map_or(low, |&o| o.max(low)), end))
+            .collect();
+        // Every output partition at once: one after the other, each waited at least a
+        // fetch of its own (Tansu holds every fetch for `fetch.wait.max.ms`), seconds for
+        // a restore of 32 output partitions that sibling partitions had begun writing to.
+        read_to_ends(&consumer, &source.output_topic, &ranges, |m| {
             found.outputs_read += 1;
             let Some(watch) = m.key() else { return };
+            // Outputs without `wb-id` are this partition's where they are in its namesake.
+            let keys = source
+                .output_keys
+                .as_deref()
+                .filter(|_| m.partition() == partition);
             let headers = m.headers();
             let header = |name: &str| {
                 let h = headers?;
@@ -214,7 +220,6 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
                 Identified::NotMine => {}
             }
         })?;
-        found.read_to.push(end);
     }
     // Closing a consumer takes librdkafka some 0.1 s: not on the way to the partition's
     // first poll.
@@ -389,27 +394,55 @@ fn read_to_end(
     partition: i32,
     start: i64,
     end: i64,
+    each: impl FnMut(&BorrowedMessage<'_>),
+) -> Result<(), String> {
+    read_to_ends(consumer, topic, &[(partition, start, end)], each)
+}
+
+/// Read every `(partition, start, end)` of `topic` from `start` up to `end` (its end offset
+/// when the recovery began), all at once; what a partition gets past its `end` meanwhile is
+/// not read.
+fn read_to_ends(
+    consumer: &BaseConsumer<KafkaContext>,
+    topic: &str,
+    ranges: &[(i32, i64, i64)],
     mut each: impl FnMut(&BorrowedMessage<'_>),
 ) -> Result<(), String> {
-    if start >= end {
+    // Partition → its end, while it has records left to read.
+    let mut left: HashMap<i32, i64> = HashMap::new();
+    let mut tpl = TopicPartitionList::new();
+    for &(partition, start, end) in ranges.iter().filter(|(_, start, end)| start < end) {
+        left.insert(partition, end);
+        tpl.add_partition_offset(topic, partition, Offset::Offset(start))
+            .map_err(|e| format!("cannot read {topic}/{partition}: {e}"))?;
+    }
+    if left.is_empty() {
         return Ok(());
     }
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, Offset::Offset(start))
-        .and_then(|_| consumer.assign(&tpl))
-        .map_err(|e| format!("cannot read {topic}/{partition}: {e}"))?;
+    consumer
+        .assign(&tpl)
+        .map_err(|e| format!("cannot read {topic}: {e}"))?;
     let deadline = Instant::now() + READ_TIMEOUT;
-    loop {
+    while !left.is_empty() {
         if Instant::now() > deadline {
+            let mut parts: Vec<String> = left
+                .iter()
+                .map(|(p, end)| format!("{topic}/{p} to offset {end}"))
+                .collect();
+            parts.sort();
             return Err(format!(
-                "reading {topic}/{partition} to offset {end} took longer than {READ_TIMEOUT:?}"
+                "reading {} took longer than {READ_TIMEOUT:?}",
+                parts.join(", ")
             ));
         }
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
-            // The end as it is now. (An end reported for the partition read before may
-            // still be queued: the position tells.)
-            Some(Err(KafkaError::PartitionEOF(_))) => {
+            // The end as it is now. (An end reported for a partition read before, of
+            // another topic, may still be queued: the position tells.)
+            Some(Err(KafkaError::PartitionEOF(partition))) => {
+                let Some(&end) = left.get(&partition) else {
+                    continue;
+                };
                 let position = consumer.position().ok().and_then(|p| {
                     match p.find_partition(topic, partition)?.offset() {
                         Offset::Offset(o) => Some(o),
@@ -417,21 +450,27 @@ fn read_to_end(
                     }
                 });
                 if position.is_some_and(|p| p >= end) {
-                    break;
+                    left.remove(&partition);
                 }
             }
-            Some(Err(e)) => tracing::debug!(topic, partition, error = %e, "recovery read"),
+            Some(Err(e)) => tracing::debug!(topic, error = %e, "recovery read"),
             Some(Ok(m)) => {
+                let Some(&end) = left.get(&m.partition()) else {
+                    continue;
+                };
+                if m.topic() != topic || m.offset() >= end {
+                    continue;
+                }
                 each(&m);
                 if m.offset() + 1 >= end {
-                    break;
+                    left.remove(&m.partition());
                 }
             }
         }
     }
     consumer
         .unassign()
-        .map_err(|e| format!("cannot stop reading {topic}/{partition}: {e}"))
+        .map_err(|e| format!("cannot stop reading {topic}: {e}"))
 }
 
 /// What the task starts from: the engine's restores and the partition's durable state.
