@@ -278,7 +278,7 @@ impl PendingClient {
                 match thread.map(JoinHandle::join) {
                     Some(Ok(built)) => built,
                     Some(Err(_)) => Err("building the HTTP client panicked".into()),
-                    // Only the first caller finds the thread; the others wait for its result.
+                    // Not reached: without a thread, `spawn` built the client itself.
                     None => Err("the HTTP client was never built".into()),
                 }
             })

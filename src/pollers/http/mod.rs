@@ -246,8 +246,7 @@ impl Resolve for HttpPoller {
         }
     }
 
-    /// An output's value is its item's JSON text: the key is read again from it, with the
-    /// same pointer and the same rule as when the page was read.
+    /// The client, built on its own thread since the poller was made (`client.rs`).
     fn ready(&self) -> Result<(), String> {
         self.client
             .get()
@@ -255,6 +254,8 @@ impl Resolve for HttpPoller {
             .map_err(|e| format!("WATCHBRIDGE_POLLER: cannot build the HTTP client: {e}"))
     }
 
+    /// An output's value is its item's JSON text: the key is read again from it, with the
+    /// same pointer and the same rule as when the page was read.
     fn output_key_reader(&self) -> Option<crate::pollers::OutputKeyReader> {
         let pointer = self.config.item_key.clone();
         Some(Arc::new(move |value: &[u8]| {
