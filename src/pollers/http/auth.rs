@@ -466,9 +466,10 @@ impl OAuth2Tokens {
     async fn fetch(&self) -> Result<Token, PollError> {
         let started = Instant::now();
         let shown = crate::logging::url(self.token_url.as_str());
-        let http = self.http.get().map_err(|e| {
-            PollError::transient("auth", format!("cannot build the HTTP client: {e}"))
-        })?;
+        let http = self
+            .http
+            .get()
+            .map_err(|e| PollError::transient("auth", e))?;
         let response = self
             .oauth
             .exchange_client_credentials()

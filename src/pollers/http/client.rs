@@ -264,7 +264,8 @@ impl PendingClient {
     }
 
     /// The client, once built (waiting for its thread the first time); `Err` says why it
-    /// could not be.
+    /// could not be, naming the setting (`WATCHBRIDGE_POLLER: cannot build the HTTP
+    /// client: …`, [`build`]'s error).
     pub fn get(&self) -> Result<&reqwest::Client, &str> {
         self.0
             .built
@@ -277,9 +278,11 @@ impl PendingClient {
                     .take();
                 match thread.map(JoinHandle::join) {
                     Some(Ok(built)) => built,
-                    Some(Err(_)) => Err("building the HTTP client panicked".into()),
+                    Some(Err(_)) => {
+                        Err("WATCHBRIDGE_POLLER: building the HTTP client panicked".into())
+                    }
                     // Not reached: without a thread, `spawn` built the client itself.
-                    None => Err("the HTTP client was never built".into()),
+                    None => Err("WATCHBRIDGE_POLLER: the HTTP client was never built".into()),
                 }
             })
             .as_ref()
@@ -453,6 +456,12 @@ mod tests {
         let error = poller.ready().expect_err("the client cannot be built");
         assert!(
             error.contains("WATCHBRIDGE_POLLER") && error.contains("cannot build the HTTP client"),
+            "{error}"
+        );
+        // Said once, not wrapped again by each caller.
+        assert_eq!(
+            error.matches("cannot build the HTTP client").count(),
+            1,
             "{error}"
         );
         let target = poller

@@ -248,10 +248,7 @@ impl Resolve for HttpPoller {
 
     /// The client, built on its own thread since the poller was made (`client.rs`).
     fn ready(&self) -> Result<(), String> {
-        self.client
-            .get()
-            .map(|_| ())
-            .map_err(|e| format!("WATCHBRIDGE_POLLER: cannot build the HTTP client: {e}"))
+        self.client.get().map(|_| ()).map_err(str::to_string)
     }
 
     /// An output's value is its item's JSON text: the key is read again from it, with the
@@ -272,9 +269,11 @@ impl Poller for HttpPoller {
         &self,
         target: Arc<HttpTarget>,
     ) -> impl Future<Output = Result<PollResult, PollError>> + Send + 'static {
-        let client = self.client.get().cloned().map_err(|e| {
-            PollError::transient("client", format!("cannot build the HTTP client: {e}"))
-        });
+        let client = self
+            .client
+            .get()
+            .cloned()
+            .map_err(|e| PollError::transient("client", e));
         let (auth, config) = (self.auth.clone(), self.config.clone());
         async move {
             let http = Http {
