@@ -31,7 +31,7 @@ use support::report::{
     command_output, disturbed_note, env_or, machine, median, min_max, rate, summary_line, utc_now,
 };
 use support::tansu_process::Storage;
-use support::versus::{measure, quantile, ratios, Case, Measured};
+use support::versus::{measure, quantile, ratios, Case, Measured, Observe};
 
 /// Partitions of the input and output topics.
 const PARTITIONS: i32 = 4;
@@ -73,6 +73,8 @@ fn main() {
                 watches: s.watches,
                 items: s.items,
                 delay_ms: 0,
+                // The latency is when each output was read.
+                observe: Observe::Reading,
             };
             let measured = measure(&runtime, &case, |feeds, log| {
                 let mut command =

@@ -16,13 +16,18 @@
 //! Each job (`watchbridge run` as a subprocess with the HTTP poller, `naive_bridge.py` from
 //! the venv of `scripts/python-venv.sh`) runs on a fresh Tansu of its own (memory storage;
 //! `VS_PYTHON_STORAGE=sqlite` for the SQLite one), with its own group and topics, and is
-//! measured by the same observer: a consumer in this process that reads the output topic
-//! (assigned, from the beginning, started before the job) until every one of the N
-//! (watch, item) pairs was read, checking each was read once and carries its item's time as
-//! its timestamp. Figures: outputs/s = N / (job spawned → the last missing output read),
-//! start-up included; and first → last output read, (N − 1) / that time. Afterwards the job
-//! is stopped (watchbridge: SIGTERM; Python exits by itself after `--expect N` deliveries),
-//! and the observer reads on to the end of the topic to count late duplicates.
+//! measured by the same observer in this process. While the job runs it only asks the
+//! broker for the output partitions' high watermarks every 2 ms (`support/end_offsets.rs`);
+//! once the topic holds N records it reads them, until every one of the N (watch, item)
+//! pairs was read, checking each was read once and carries its item's time as its
+//! timestamp. Each output was on the topic at the first sample whose high watermark had
+//! passed its offset. Figures: outputs/s = N / (job spawned → the last missing output on
+//! the topic), start-up included; and first → last output, (N − 1) / that time. Afterwards
+//! the job is stopped (watchbridge: SIGTERM; Python exits by itself after `--expect N`
+//! deliveries), and the observer reads on to the end of the topic to count late duplicates.
+//! `VS_PYTHON_OBSERVE=reading` reads every output as it comes instead (the observer of
+//! earlier versions: on these 2 cores it took about a third of the machine from
+//! watchbridge's run, and a few percent from Python's single-threaded one).
 //!
 //! Runs: `VS_PYTHON_RUNS` (default 3), interleaved (each run: both workloads, watchbridge
 //! then Python); median and min–max, and the ratio watchbridge / Python per run. Sizes:
@@ -46,7 +51,7 @@ use support::report::{
     summary_line, utc_now,
 };
 use support::tansu_process;
-use support::versus::{measure, ratios, Case, Measured};
+use support::versus::{measure, ratios, Case, Measured, Observe};
 use tansu_process::{tansu_bin, tansu_version, Storage};
 
 /// Partitions of the input and output topics.
@@ -75,6 +80,7 @@ struct Sizes {
     items: usize,
     delays_ms: Vec<u64>,
     runs: usize,
+    observe: Observe,
 }
 
 impl Sizes {
@@ -95,12 +101,20 @@ fn sizes() -> Sizes {
         }
     };
     let delays_ms = env_ms_list("VS_PYTHON_DELAYS_MS", "0,20");
+    let observe = match std::env::var("VS_PYTHON_OBSERVE").as_deref() {
+        Err(_) | Ok("end-offsets") => Observe::EndOffsets,
+        Ok("reading") => Observe::Reading,
+        Ok(other) => {
+            panic!("VS_PYTHON_OBSERVE={other}: expected `end-offsets` (the default) or `reading`")
+        }
+    };
     let s = Sizes {
         storage,
         watches: env_or("VS_PYTHON_WATCHES", watches),
         items: env_or("VS_PYTHON_ITEMS", items),
         delays_ms,
         runs: env_or("VS_PYTHON_RUNS", runs),
+        observe,
     };
     assert!(
         s.watches >= 1 && s.items >= 1 && s.runs >= 1 && !s.delays_ms.is_empty(),
@@ -185,6 +199,7 @@ fn run_case(
         watches: s.watches,
         items: s.items,
         delay_ms,
+        observe: s.observe,
     };
     // Python exits by itself once N outputs are delivered; watchbridge gets SIGTERM.
     measure(runtime, &case, |feeds, log| {
@@ -207,6 +222,7 @@ fn command_line() -> String {
             "VS_PYTHON_DELAYS_MS",
             "VS_PYTHON_RUNS",
             "VS_PYTHON_STORAGE",
+            "VS_PYTHON_OBSERVE",
             "VS_PYTHON",
         ],
     )
@@ -273,12 +289,23 @@ fn main() {
          `bench/python/naive_bridge.py`, one loop polling the watches one after the other \
          (requests Session), a `set` per watch, confluent-kafka Producer with the same settings \
          (idempotent, acks=all, lz4, linger.ms=5). Rate: outputs / (job started → every output \
-         read by a consumer of the output topic), start-up included; steady: (outputs − 1) / \
-         (first output read → last). Ratio: watchbridge / python, per run.\n\n",
+         on the output topic), start-up included; steady: (outputs − 1) / (first output on the \
+         topic → last). {} Ratio: watchbridge / python, per run.\n\n",
         rate(s.watches as f64),
         s.items,
         rate(s.outputs() as f64),
-        s.runs
+        s.runs,
+        match s.observe {
+            Observe::EndOffsets =>
+                "When an output was on the topic: the first of the observer's \
+                samples of the partitions' high watermarks (a `Fetch` of zero bytes every 2 ms) \
+                past its offset; the outputs are read (and checked) once the topic holds them \
+                all, so the observer takes no CPU from the job while it runs.",
+            Observe::Reading =>
+                "When an output was on the topic: when the observer (a \
+                consumer reading the topic while the job runs) read it \
+                (`VS_PYTHON_OBSERVE=reading`).",
+        }
     ));
     t.push_str(
         "| resource latency | job | outputs/s (median) | min–max | steady outputs/s (median) | min–max | first output after | duplicates | job cores |\n\

@@ -4,6 +4,7 @@
 
 pub mod alloc;
 pub mod cpu;
+pub mod end_offsets;
 pub mod feeds;
 pub mod job;
 pub mod kafka;

@@ -3,6 +3,7 @@
 //! (watch, item) pair it reads, with no dedup before counting, checking that each carries its
 //! item's time as its timestamp.
 
+use super::end_offsets::HighWatermarks;
 use memchr::memmem::Finder;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
@@ -28,6 +29,11 @@ pub struct Observed {
     pub complete: Option<Instant>,
     /// Next offset to read, per partition.
     next_offset: Vec<i64>,
+    /// Per partition, the offset of its first output read (none yet: `None`).
+    pub first_offsets: Vec<Option<i64>>,
+    /// Per partition, 1 + the offset of the last record there that was the first read of
+    /// its output: the end offset at which every output read so far was on the topic.
+    pub needed: Vec<i64>,
     /// Per output read for the first time, milliseconds from when watchbridge emitted it
     /// (its `watchbridge-first-seen` header) to when it was read here (empty for a job that
     /// writes no such header).
@@ -47,6 +53,8 @@ impl Observed {
             first: None,
             complete: None,
             next_offset: vec![0; partitions as usize],
+            first_offsets: vec![None; partitions as usize],
+            needed: vec![0; partitions as usize],
             latencies_ms: Vec::new(),
         }
     }
@@ -68,6 +76,8 @@ impl Observed {
         }
         let now = Instant::now();
         self.first.get_or_insert(now);
+        let first_offset = &mut self.first_offsets[p];
+        *first_offset = Some(first_offset.map_or(msg.offset(), |o| o.min(msg.offset())));
         let watch = msg
             .key()
             .and_then(|k| std::str::from_utf8(k).ok())
@@ -91,6 +101,7 @@ impl Observed {
         *count += 1;
         if *count == 1 {
             self.distinct += 1;
+            self.needed[p] = self.needed[p].max(msg.offset() + 1);
             let emitted = msg.headers().and_then(|h| {
                 let v = h.iter().find(|h| h.key == records::FIRST_SEEN)?.value?;
                 std::str::from_utf8(v).ok()?.parse::<i64>().ok()
@@ -106,17 +117,17 @@ impl Observed {
         }
     }
 
-    /// Reads on to the end offsets the topic has now (at most `limit`): what a job wrote
-    /// late counts too.
-    pub fn read_to_end(&mut self, consumer: &BaseConsumer, topic: &str, limit: Duration) {
-        let ends: Vec<i64> = (0..self.next_offset.len() as i32)
-            .map(|p| {
-                consumer
-                    .fetch_watermarks(topic, p, Duration::from_secs(10))
-                    .expect("end offsets of the output topic")
-                    .1
-            })
-            .collect();
+    /// Reads on to the high watermarks `topic` has now (at most `limit`): what a job wrote
+    /// late counts too. (The high watermarks from a `Fetch`: Tansu's `ListOffsets` on memory
+    /// storage stops short of the last batch, see [`super::end_offsets`].)
+    pub fn read_to_end(
+        &mut self,
+        consumer: &BaseConsumer,
+        bootstrap: &str,
+        topic: &str,
+        limit: Duration,
+    ) {
+        let ends = HighWatermarks::connect(bootstrap, topic, self.next_offset.len() as i32).ask();
         let deadline = Instant::now() + limit;
         while self.next_offset.iter().zip(&ends).any(|(at, end)| at < end)
             && Instant::now() < deadline
@@ -152,8 +163,23 @@ fn field<'a>(value: &'a [u8], name: &Finder<'static>) -> Option<&'a str> {
 static ID: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("\"id\""));
 static TIME: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("\"time\""));
 
-/// A consumer assigned every partition of `topic` from the beginning, no group.
+/// A consumer assigned every partition of `topic` from the beginning, no group, connected
+/// and fetching before it returns (for a topic a job has not written yet: what it reads
+/// while it warms up is not counted).
 pub fn observer(bootstrap: &str, topic: &str, partitions: i32) -> BaseConsumer {
+    let consumer = reader(bootstrap, topic, partitions);
+    // Connect and start fetching before the job starts.
+    let warm = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < warm {
+        if let Some(Err(e)) = consumer.poll(Duration::from_millis(50)) {
+            panic!("observer of {topic}: {e}");
+        }
+    }
+    consumer
+}
+
+/// A consumer assigned every partition of `topic` from the beginning, no group.
+pub fn reader(bootstrap: &str, topic: &str, partitions: i32) -> BaseConsumer {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", format!("{topic}-observer"))
@@ -169,12 +195,5 @@ pub fn observer(bootstrap: &str, topic: &str, partitions: i32) -> BaseConsumer {
             .unwrap();
     }
     consumer.assign(&assignment).expect("assign the observer");
-    // Connect and start fetching before the job starts.
-    let warm = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < warm {
-        if let Some(Err(e)) = consumer.poll(Duration::from_millis(50)) {
-            panic!("observer of {topic}: {e}");
-        }
-    }
     consumer
 }

@@ -2,10 +2,11 @@
 //! complete at once, measured by the observer from its start until every output was read.
 
 use super::cpu::{cpu_seconds, machine_cpu_seconds};
+use super::end_offsets::{self, EndOffsets};
 use super::feeds::{FeedServer, Feeds};
 use super::job::{log_path, log_tail, peak_rss, terminate, wait_or_kill};
 use super::kafka::watch_inputs;
-use super::outputs::{observer, Observed};
+use super::outputs::{observer, reader, Observed};
 use super::report::now_ms;
 use super::tansu_process::Storage;
 use std::path::Path;
@@ -28,15 +29,29 @@ pub struct Case<'a> {
     pub items: usize,
     /// The feed server's delay per response.
     pub delay_ms: u64,
+    pub observe: Observe,
+}
+
+/// How the observer tells when each output was on the output topic.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Observe {
+    /// Read every output as it comes: when it was read (and, from its first-seen header,
+    /// its latency). The reading competes with the job for the machine's cores.
+    Reading,
+    /// Sample the partitions' end offsets while the job runs, and read the outputs once
+    /// the topic holds at least N records: each output was there at the first sample past
+    /// its offset (see [`super::end_offsets`]). For throughput, where a reader as fast as
+    /// the job would take a third of a core from it.
+    EndOffsets,
 }
 
 /// One job's figures from one case.
 pub struct Measured {
-    /// N / (spawned → all N read).
+    /// N / (spawned → all N on the topic (read, with [`Observe::Reading`])).
     pub rate: f64,
-    /// (N − 1) / (first output read → all N read).
+    /// (N − 1) / (first output on the topic → all N).
     pub steady: f64,
-    /// Spawned → first output read.
+    /// Spawned → first output on the topic.
     pub first_after: Duration,
     pub duplicates: usize,
     pub wrong_time: usize,
@@ -51,7 +66,7 @@ pub struct Measured {
     /// server) and everything else on the machine.
     pub others: f64,
     /// Emitted (watchbridge's `watchbridge-first-seen`) → read by the observer, per output,
-    /// sorted (empty for a job without that header).
+    /// sorted (empty for a job without that header, and with [`Observe::EndOffsets`]).
     pub latencies_ms: Vec<i64>,
 }
 
@@ -77,10 +92,20 @@ pub fn measure(
         let feeds = Feeds::complete(case.watches, case.items, now_ms());
         FeedServer::start(feeds, Duration::from_millis(delay_ms)).await
     });
-    let consumer = observer(case.bootstrap, &output, case.partitions);
     let log = log_path(case.id);
     let n = case.watches * case.items;
     let mut seen = Observed::new(case.watches, case.items, case.partitions);
+    // With `EndOffsets`, the observer starts once the topic holds N records.
+    let (mut consumer, sampler) = match case.observe {
+        Observe::Reading => (
+            Some(observer(case.bootstrap, &output, case.partitions)),
+            None,
+        ),
+        Observe::EndOffsets => (
+            None,
+            Some(EndOffsets::start(case.bootstrap, &output, case.partitions)),
+        ),
+    };
     let (broker_cpu0, machine0) = (cpu_seconds(case.broker_pid), machine_cpu_seconds());
     let spawned = Instant::now();
     let mut child = spawn(&server.url, &log);
@@ -90,20 +115,32 @@ pub fn measure(
     let limit =
         Duration::from_secs(120) + Duration::from_millis(case.watches as u64 * delay_ms * 3);
     let (mut job_cpu, mut rss) = (0.0, 0);
+    // CPU time used by the end of the job's work (see [`Usage`]).
+    let mut usage = None;
     let mut sampled = Instant::now();
     let mut exited = None;
     while seen.complete.is_none() {
-        match consumer.poll(Duration::from_millis(20)) {
-            Some(Ok(msg)) => seen.record(&msg),
-            Some(Err(e)) => panic!("{job}: observer: {e}"),
-            None => {}
+        match &consumer {
+            Some(consumer) => match consumer.poll(Duration::from_millis(20)) {
+                Some(Ok(msg)) => seen.record(&msg),
+                Some(Err(e)) => panic!("{job}: observer: {e}"),
+                None => {}
+            },
+            None if sampler.as_ref().is_some_and(|s| s.total() >= n as i64) => {
+                // The job's work is (about) done: what the machine did until now is its.
+                usage = Some(Usage::now(&pid, case.broker_pid));
+                consumer = Some(reader(case.bootstrap, &output, case.partitions));
+            }
+            None => std::thread::sleep(end_offsets::EVERY),
         }
         // The job's CPU time and memory, sampled (it may exit by itself right after its
         // last output).
         if sampled.elapsed() > Duration::from_millis(100) {
             sampled = Instant::now();
             if exited.is_none() {
-                job_cpu = cpu_seconds(&pid).max(job_cpu);
+                if usage.is_none() {
+                    job_cpu = cpu_seconds(&pid).max(job_cpu);
+                }
                 rss = peak_rss(&pid).max(rss);
                 exited = child.try_wait().expect("poll the job");
             }
@@ -128,12 +165,31 @@ pub fn measure(
             }
         }
     }
-    let complete = seen.complete.unwrap();
+    let (first, complete) = match sampler {
+        None => (seen.first.unwrap(), seen.complete.unwrap()),
+        Some(sampler) => {
+            let samples = sampler.stop();
+            let when = |at: Option<Instant>, what: &str| {
+                at.unwrap_or_else(|| panic!("{job}: no end-offset sample shows {what}"))
+            };
+            (
+                when(
+                    end_offsets::first_passing(&samples, &seen.first_offsets),
+                    "the first output",
+                ),
+                when(
+                    end_offsets::first_reaching(&samples, &seen.needed),
+                    "every output",
+                ),
+            )
+        }
+    };
     if exited.is_none() {
-        job_cpu = cpu_seconds(&pid).max(job_cpu);
         rss = peak_rss(&pid).max(rss);
     }
-    let (broker_cpu1, machine1) = (cpu_seconds(case.broker_pid), machine_cpu_seconds());
+    let usage = usage.unwrap_or_else(|| Usage::now(&pid, case.broker_pid));
+    // The larger: a job that exited by itself reads as 0 once reaped.
+    let job_cpu = usage.job_cpu.max(job_cpu);
     let wall = complete.duration_since(spawned).as_secs_f64();
     match exited {
         None => stop(job, &mut child, &log),
@@ -142,7 +198,8 @@ pub fn measure(
             let _ = child.wait();
         }
     }
-    seen.read_to_end(&consumer, &output, Duration::from_secs(30));
+    let consumer = consumer.expect("every output was read");
+    seen.read_to_end(&consumer, case.bootstrap, &output, Duration::from_secs(30));
     drop(consumer);
     drop(server);
     // `BENCH_KEEP_LOGS=1` keeps it (with a debug filter in the job's log variable, a
@@ -151,13 +208,18 @@ pub fn measure(
         let _ = std::fs::remove_file(&log);
     }
 
-    let first = seen.first.unwrap();
-    let mut latencies_ms = std::mem::take(&mut seen.latencies_ms);
+    let mut latencies_ms = match case.observe {
+        Observe::Reading => std::mem::take(&mut seen.latencies_ms),
+        // Read after the job wrote them: not a latency.
+        Observe::EndOffsets => Vec::new(),
+    };
     latencies_ms.sort_unstable();
     let steady_secs = complete.duration_since(first).as_secs_f64();
-    let machine = (machine1 - machine0) / wall;
-    let broker_cores = (broker_cpu1 - broker_cpu0) / wall;
-    let job_cores = job_cpu / wall;
+    // Cores over the time the usage covers (for `EndOffsets`, until the reading began).
+    let used = usage.at.duration_since(spawned).as_secs_f64();
+    let machine = (usage.machine_cpu - machine0) / used;
+    let broker_cores = (usage.broker_cpu - broker_cpu0) / used;
+    let job_cores = job_cpu / used;
     Measured {
         rate: n as f64 / wall,
         steady: if steady_secs > 0.0 {
@@ -174,6 +236,28 @@ pub fn measure(
         broker_cores,
         others: (machine - job_cores - broker_cores).max(0.0),
         latencies_ms,
+    }
+}
+
+/// CPU seconds used until `at`: the job's, the broker's, the whole machine's. Taken when
+/// the last output was read, or with [`Observe::EndOffsets`] when the reading began (once
+/// the topic held N records), so that the observer's reading after the job is not counted
+/// as other work during it.
+struct Usage {
+    job_cpu: f64,
+    broker_cpu: f64,
+    machine_cpu: f64,
+    at: Instant,
+}
+
+impl Usage {
+    fn now(job_pid: &str, broker_pid: &str) -> Usage {
+        Usage {
+            job_cpu: cpu_seconds(job_pid),
+            broker_cpu: cpu_seconds(broker_pid),
+            machine_cpu: machine_cpu_seconds(),
+            at: Instant::now(),
+        }
     }
 }
 
