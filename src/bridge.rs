@@ -643,11 +643,6 @@ fn producer_config(brokers: &str, config: &RunConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("linger.ms", "5");
     c.set("compression.type", "lz4");
-    // A connection to every broker from the start, not only once a record needs one: the
-    // idempotent producer asks for its producer id only over a connection that is up, and
-    // where none is it tries again 500 ms later (librdkafka's PID timer). With the sparse
-    // default the first outputs of a fresh start waited 0.5–1 s for that.
-    c.set("enable.sparse.connections", "false");
     override_with(&mut c, client_config(brokers, config, ClientKind::Producer));
     stats::enable(&mut c, &config.kafka);
     // Required for "nothing lost, nothing twice" on the producer side.
@@ -851,23 +846,29 @@ mod tests {
     }
 
     /// Every client retries a first request caught on the dropped bootstrap connection
-    /// after 10 ms, and the input consumer asks with a 20 ms fetch wait, unless the
-    /// operator says otherwise.
+    /// after 10 ms over a connection it opened at once, and the input consumer asks with a
+    /// 20 ms fetch wait, unless the operator says otherwise.
     #[test]
     fn start_up_latencies_are_defaults_an_operator_can_override() {
         let (run, guarantee) = (config(&[]), Guarantee::Recovery);
         let consumer = consumer_config("b:9092", &run, guarantee);
         assert_eq!(consumer.get("fetch.wait.max.ms"), Some("20"));
         assert_eq!(consumer.get("reconnect.backoff.ms"), Some("10"));
+        assert_eq!(consumer.get("enable.sparse.connections"), Some("false"));
+        // The restores' consumers and the start's client too.
+        let other = client_config("b:9092", &run, ClientKind::Other);
+        assert_eq!(other.get("enable.sparse.connections"), Some("false"));
         let producer = producer_config("b:9092", &run);
         assert_eq!(producer.get("reconnect.backoff.ms"), Some("10"));
         let told = config(&[
             ("KAFKA_RECONNECT_BACKOFF_MS", "100"),
             ("KAFKA_CONSUMER_FETCH_WAIT_MAX_MS", "500"),
+            ("KAFKA_CONSUMER_ENABLE_SPARSE_CONNECTIONS", "true"),
         ]);
         let consumer = consumer_config("b:9092", &told, guarantee);
         assert_eq!(consumer.get("fetch.wait.max.ms"), Some("500"));
         assert_eq!(consumer.get("reconnect.backoff.ms"), Some("100"));
+        assert_eq!(consumer.get("enable.sparse.connections"), Some("true"));
         let producer = producer_config("b:9092", &told);
         assert_eq!(producer.get("reconnect.backoff.ms"), Some("100"));
     }

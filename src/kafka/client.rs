@@ -87,6 +87,16 @@ pub fn client_config(brokers: &str, config: &RunConfig, kind: ClientKind) -> Cli
     // start met it once or twice in two). A broker that is down is still retried with
     // backoff doubling up to `reconnect.backoff.max.ms` (10 s).
     c.set("reconnect.backoff.ms", "10");
+    // A connection to every broker as soon as it is known, not once a request needs one.
+    // With librdkafka's sparse connections, a connection is opened at most once per ~11 ms
+    // (half the backoff above, at least 11 ms): the request sent again after the bootstrap
+    // connection was dropped (the group's coordinator: the input consumer's join, each
+    // restore's committed offset) waited for that, ~10 ms of a fresh start's ~60 ms to its
+    // first poll on Tansu (`KAFKA_DEBUG=cgrp,broker`: "still suppressed for 11ms"). And the
+    // idempotent producer asks for its producer id only over a connection that is up;
+    // where none is it tries again 500 ms later (librdkafka's PID timer): the first
+    // outputs of a fresh start waited 0.5–1 s for that.
+    c.set("enable.sparse.connections", "false");
     let own = match kind {
         ClientKind::Consumer => config.kafka_consumer.as_slice(),
         ClientKind::Producer => config.kafka_producer.as_slice(),
