@@ -76,8 +76,8 @@ impl Observed {
         }
         let now = Instant::now();
         self.first.get_or_insert(now);
-        let first_offset = &mut self.first_offsets[p];
-        *first_offset = Some(first_offset.map_or(msg.offset(), |o| o.min(msg.offset())));
+        // A partition is read in offset order: its first record read is its first.
+        self.first_offsets[p].get_or_insert(msg.offset());
         let watch = msg
             .key()
             .and_then(|k| std::str::from_utf8(k).ok())
