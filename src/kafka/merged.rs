@@ -80,6 +80,13 @@ impl MergedPublisher {
             // transaction marker, which is never handed over as a record (`read_upto`); and
             // the replay is over only at the end.
             .set("enable.partition.eof", "true")
+            // From offset 0, not from `Offset::Beginning`: a logical offset is looked up
+            // first, and librdkafka puts that lookup off by a fixed 500 ms when the
+            // partition's leader is not known yet — always so on a consumer just made. A
+            // partition taken over, or at a start one whose sibling published first, waits
+            // for this reader (`read_upto`). Records below 0's retention: out of range, so
+            // back to the earliest one, whatever `KAFKA_AUTO_OFFSET_RESET` says.
+            .set("auto.offset.reset", "earliest")
             .create_with_context(self.kafka.clone())
         {
             Ok(c) => Arc::new(c),
@@ -90,7 +97,7 @@ impl MergedPublisher {
         };
         let mut tpl = TopicPartitionList::new();
         if let Err(e) = tpl
-            .add_partition_offset(&self.watermark_topic, 0, Offset::Beginning)
+            .add_partition_offset(&self.watermark_topic, 0, Offset::Offset(0))
             .and_then(|_| consumer.assign(&tpl))
         {
             tracing::error!(error = %e, "cannot read the watermark topic; no merged watermark");
