@@ -721,17 +721,11 @@ async fn a_partition_taken_over_by_another_instance_continues_from_its_last_wate
 /// its partition revoked meanwhile: CI caught a live watch restarted from its input.)
 #[tokio::test(flavor = "multi_thread")]
 async fn the_watermark_reader_reaches_an_end_that_is_a_transaction_marker() {
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::producer::{BaseProducer, Producer};
 
     let b = broker();
     let topic = b.unique_topic("wm-marker");
     b.create_topic(&topic, 1).await;
-    let record = WatermarkMessage::Partition {
-        topic: "in".into(),
-        partition: 0,
-        watermark_ms: 1_000,
-        idle: false,
-    };
     let transactional = b.kind() == support::kafka::BrokerKind::Kafka;
     let mut config = b.config();
     if transactional {
@@ -743,14 +737,7 @@ async fn the_watermark_reader_reaches_an_end_that_is_a_transaction_marker() {
         producer.init_transactions(timeout).unwrap();
         producer.begin_transaction().unwrap();
     }
-    producer
-        .send(
-            BaseRecord::to(&topic)
-                .key(&record.key()[..])
-                .payload(&record.to_json()[..]),
-        )
-        .map_err(|(e, _)| e)
-        .unwrap();
+    send_one_watermark(&producer, &topic);
     producer.flush(timeout).unwrap();
     if transactional {
         producer.commit_transaction(timeout).unwrap();
@@ -778,6 +765,24 @@ async fn the_watermark_reader_reaches_an_end_that_is_a_transaction_marker() {
     }
     let read_upto = reader.stop().await;
     assert_eq!(read_upto, end, "the reader saw the end of {topic}");
+}
+
+/// Sends one watermark record (input partition 0 at 1,000 ms) to `topic`.
+fn send_one_watermark(producer: &rdkafka::producer::BaseProducer, topic: &str) {
+    let record = WatermarkMessage::Partition {
+        topic: "in".into(),
+        partition: 0,
+        watermark_ms: 1_000,
+        idle: false,
+    };
+    producer
+        .send(
+            rdkafka::producer::BaseRecord::to(topic)
+                .key(&record.key()[..])
+                .payload(&record.to_json()[..]),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
 }
 
 /// The bridge's watermark reader (`kafka::merged::MergedPublisher`), started on `topic`.
@@ -846,26 +851,13 @@ impl WatermarkReader {
 /// busy machine restored in ~0.6 s instead of ~20 ms (seen in the vs_python bench).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_watermark_reader_reads_the_topic_back_without_librdkafkas_offset_query_pause() {
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::producer::{BaseProducer, Producer};
 
     let b = broker();
     let topic = b.unique_topic("wm-prompt");
     b.create_topic(&topic, 1).await;
-    let record = WatermarkMessage::Partition {
-        topic: "in".into(),
-        partition: 0,
-        watermark_ms: 1_000,
-        idle: false,
-    };
     let producer: BaseProducer = b.config().create().unwrap();
-    producer
-        .send(
-            BaseRecord::to(&topic)
-                .key(&record.key()[..])
-                .payload(&record.to_json()[..]),
-        )
-        .map_err(|(e, _)| e)
-        .unwrap();
+    send_one_watermark(&producer, &topic);
     producer.flush(Duration::from_secs(30)).unwrap();
 
     // Several starts: the pause comes only when the assignment beats the metadata.
