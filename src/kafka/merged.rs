@@ -84,8 +84,9 @@ impl MergedPublisher {
             // first, and librdkafka puts that lookup off by a fixed 500 ms when the
             // partition's leader is not known yet — always so on a consumer just made. A
             // partition taken over, or at a start one whose sibling published first, waits
-            // for this reader (`read_upto`). Records below 0's retention: out of range, so
-            // back to the earliest one, whatever `KAFKA_AUTO_OFFSET_RESET` says.
+            // for this reader (`read_upto`). If retention deleted offset 0, the fetch is
+            // out of range and starts again at the earliest record, whatever
+            // `KAFKA_AUTO_OFFSET_RESET` says (the leader is known by then: no pause).
             .set("auto.offset.reset", "earliest")
             .create_with_context(self.kafka.clone())
         {
