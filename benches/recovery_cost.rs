@@ -93,7 +93,7 @@ use watchbridge::clock::Millis;
 use watchbridge::config::RunConfig;
 use watchbridge::kafka::output_ends;
 use watchbridge::kafka::records;
-use watchbridge::kafka::recovery::{self, RecoverySource};
+use watchbridge::kafka::recovery::{self, Lookups, RecoverySource};
 use watchbridge::metrics::Metrics;
 use watchbridge::poll::{Output, PollError, PollResult, Poller};
 use watchbridge::pollers::{RenderError, Resolve};
@@ -745,14 +745,22 @@ fn main() {
     let source = |state_topic: &str| {
         let mut consumer_config = ClientConfig::new();
         consumer_config.set("bootstrap.servers", &bootstrap);
+        let kafka = watchbridge::kafka::health::KafkaContext::new(
+            watchbridge::kafka::health::BrokerHealth::new(
+                &bootstrap,
+                Arc::new(watchbridge::metrics::Metrics::new()),
+            ),
+        );
+        let lookups = Lookups::start(
+            &consumer_config,
+            &config.group_id,
+            &kafka,
+            &config.input_topic,
+        )
+        .expect("the lookup client");
         RecoverySource {
             consumer_config,
-            kafka: watchbridge::kafka::health::KafkaContext::new(
-                watchbridge::kafka::health::BrokerHealth::new(
-                    &bootstrap,
-                    Arc::new(watchbridge::metrics::Metrics::new()),
-                ),
-            ),
+            kafka,
             input_topic: config.input_topic.as_str().into(),
             group_id: config.group_id.clone(),
             watermark_topic: config.watermark_topic.as_str().into(),
@@ -761,6 +769,7 @@ fn main() {
             output_partitions: PARTITIONS,
             read_outputs: true,
             output_keys: None,
+            lookups,
         }
     };
     let (now_source, before_source) = (source(&config.state_topic), source(&before_topic));

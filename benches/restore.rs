@@ -63,7 +63,7 @@ use tokio::sync::mpsc;
 use watchbridge::clock::{Clock, Millis};
 use watchbridge::engine::{Command, Engine, EngineConfig, Event};
 use watchbridge::kafka::embedded::EmbeddedBroker;
-use watchbridge::kafka::recovery::{self, RecoverySource};
+use watchbridge::kafka::recovery::{self, Lookups, RecoverySource};
 use watchbridge::limits::Limits;
 use watchbridge::metrics::Metrics;
 use watchbridge::poll::{Output, PollError, PollResult, Poller};
@@ -361,14 +361,17 @@ fn main() {
     let (broker, written) = fill_broker(n, seen, partitions, clock.now_ms());
     let mut consumer_config = ClientConfig::new();
     consumer_config.set("bootstrap.servers", broker.bootstrap());
+    let kafka = watchbridge::kafka::health::KafkaContext::new(
+        watchbridge::kafka::health::BrokerHealth::new(
+            &broker.bootstrap(),
+            Arc::new(watchbridge::metrics::Metrics::new()),
+        ),
+    );
+    let lookups = Lookups::start(&consumer_config, "restore-bench", &kafka, INPUT)
+        .expect("the lookup client");
     let source = RecoverySource {
         consumer_config,
-        kafka: watchbridge::kafka::health::KafkaContext::new(
-            watchbridge::kafka::health::BrokerHealth::new(
-                &broker.bootstrap(),
-                Arc::new(watchbridge::metrics::Metrics::new()),
-            ),
-        ),
+        kafka,
         input_topic: INPUT.into(),
         group_id: "restore-bench".into(),
         watermark_topic: WATERMARKS.into(),
@@ -377,6 +380,7 @@ fn main() {
         output_partitions: 1,
         read_outputs: true,
         output_keys: None,
+        lookups,
     };
 
     // Each partition as its task recovers it: read, then plan. The bridge runs the

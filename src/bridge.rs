@@ -37,7 +37,7 @@ use crate::kafka::partition::{
 };
 use crate::kafka::properties::ClientKind;
 use crate::kafka::records::OutputLayout;
-use crate::kafka::recovery::RecoverySource;
+use crate::kafka::recovery::{Lookups, RecoverySource};
 use crate::kafka::stats::{self, BridgeProducer, ProducerStats};
 use crate::limits::Limits;
 use crate::metrics::Metrics;
@@ -157,6 +157,14 @@ pub async fn run_bridge<P: Resolve>(
         });
     }
     let controls = Arc::new(Controls::default());
+    // Connecting from now on, beside the start's own requests (`recovery::Lookups`).
+    let lookups = Lookups::start(
+        &client_config(brokers, config, ClientKind::Consumer),
+        &config.group_id,
+        &kafka,
+        &config.input_topic,
+    )
+    .map_err(BridgeError::Start)?;
     // (Its input partition count is set once the start has read it, below.)
     let ops_server = start_ops_server(config, &metrics, &readiness, &controls).await?;
     // Wait for the brokers (a broker still starting or restarting), then check the topics;
@@ -314,6 +322,7 @@ pub async fn run_bridge<P: Resolve>(
                 output_partitions: layout.output_partitions,
                 read_outputs: guarantee != Guarantee::AtLeastOnce,
                 output_keys,
+                lookups,
             },
             finished_retention: config.finished_retention,
             checkpoint_interval: config.checkpoint_interval,

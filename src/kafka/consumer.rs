@@ -353,7 +353,8 @@ impl<P: Resolve> Partitions<P> {
     /// Where each of `partitions` starts: the group's committed offset, or, when nothing is
     /// committed, the partition's first offset or its end as `auto.offset.reset` says;
     /// `None` where the cluster did not say within `timeout` (or that setting leaves it to
-    /// librdkafka). One request for the commits, one per partition without a commit.
+    /// librdkafka). One request for the commits, one for the partitions without a commit
+    /// (a lookup per partition, one after the other, took ~3 ms of a start on Tansu).
     fn start_offsets(
         &self,
         consumer: &BaseConsumer<BridgeContext<P>>,
@@ -366,22 +367,49 @@ impl<P: Resolve> Partitions<P> {
             asked.add_partition(topic, p);
         }
         let committed = consumer.committed_offsets(asked, timeout).ok();
-        let start = |p: i32| -> Option<i64> {
-            let element = committed.as_ref()?.find_partition(topic, p)?;
-            element.error().ok()?;
-            if let Offset::Offset(o) = element.offset() {
-                return Some(o);
-            }
-            if self.no_commit == NoCommitStart::Librdkafka {
-                return None;
-            }
-            let (first, end) = consumer.fetch_watermarks(topic, p, timeout).ok()?;
-            Some(match self.no_commit {
-                NoCommitStart::End => end,
-                _ => first,
+        let committed = |p: i32| -> Result<Option<i64>, ()> {
+            let element = committed
+                .as_ref()
+                .ok_or(())?
+                .find_partition(topic, p)
+                .ok_or(())?;
+            element.error().map_err(|_| ())?;
+            Ok(match element.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
             })
         };
-        partitions.iter().map(|&p| (p, start(p))).collect()
+        // Partitions without a commit, asked where they start (`ListOffsets` at the
+        // first offset or the end).
+        let at = match self.no_commit {
+            NoCommitStart::End => Offset::End,
+            _ => Offset::Beginning,
+        };
+        let mut uncommitted = TopicPartitionList::new();
+        for &p in partitions {
+            if committed(p) == Ok(None) && self.no_commit != NoCommitStart::Librdkafka {
+                let _ = uncommitted.add_partition_offset(topic, p, at);
+            }
+        }
+        let reset = (uncommitted.count() > 0)
+            .then(|| consumer.offsets_for_times(uncommitted, timeout).ok())
+            .flatten();
+        let reset = |p: i32| -> Option<i64> {
+            let element = reset.as_ref()?.find_partition(topic, p)?;
+            element.error().ok()?;
+            match element.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            }
+        };
+        partitions
+            .iter()
+            .map(|&p| match committed(p) {
+                Ok(Some(o)) => (p, Some(o)),
+                Ok(None) => (p, reset(p)),
+                Err(()) => (p, None),
+            })
+            .collect()
     }
 
     /// Give a new assignment explicit start offsets before librdkafka takes it. Left

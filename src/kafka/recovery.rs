@@ -35,9 +35,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Threads that look up the output partitions' offsets for one restore, at most.
-const LOOKUP_THREADS: usize = 8;
-
 /// How long reading one partition to its end may take before the recovery gives up (and
 /// the task tries again).
 const READ_TIMEOUT: Duration = Duration::from_secs(300);
@@ -62,6 +59,8 @@ pub struct RecoverySource {
     /// Reads the identity of an output without `wb-id` from its value (the poller's, where
     /// it can and the values are its items as it gave them).
     pub output_keys: Option<OutputKeyReader>,
+    /// The client the restores look their offsets up with (shared by every partition's).
+    pub lookups: Lookups,
 }
 
 /// What the state and output topics say about one input partition.
@@ -104,59 +103,114 @@ pub struct Found {
     pub watermark_end: Option<i64>,
 }
 
-/// Steps 1 and 2, blocking.
-pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
-    let consumer: BaseConsumer<KafkaContext> = source
-        .consumer_config
+/// The client every restore of the instance looks its offsets up with (end offsets, the
+/// group's committed offset), made as the bridge starts, before it even reaches the
+/// brokers: by the time a partition is assigned its connections are up, and a lookup takes
+/// a round trip (~0.3 ms on Tansu). A fresh client per restore first connected, twice
+/// (librdkafka drops the bootstrap connection once it knows the broker by id), and read the
+/// metadata: ~15–20 ms of each restore of an empty partition, on the way to the bridge's
+/// first poll. A consumer of the restore's own is made only for a partition with records
+/// to read.
+#[derive(Clone)]
+pub struct Lookups(Arc<LookupClient>);
+
+/// The client itself, closed on a thread of its own when the last restore source goes
+/// (closing a consumer takes librdkafka some 0.1 s).
+struct LookupClient(Option<BaseConsumer<KafkaContext>>);
+
+impl LookupClient {
+    fn get(&self) -> &BaseConsumer<KafkaContext> {
+        self.0.as_ref().expect("taken only when dropped")
+    }
+}
+
+impl Drop for LookupClient {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            std::thread::spawn(move || drop(client));
+        }
+    }
+}
+
+impl Lookups {
+    /// Make the client and start connecting it (a thread asks for the input topic's
+    /// metadata; an error there is left to the restores, which retry).
+    pub fn start(
+        consumer_config: &ClientConfig,
+        group_id: &str,
+        kafka: &KafkaContext,
+        input_topic: &str,
+    ) -> Result<Self, String> {
+        let client = Arc::new(LookupClient(Some(reader(
+            consumer_config,
+            group_id,
+            kafka,
+            "lookup",
+        )?)));
+        let (warming, topic) = (client.clone(), input_topic.to_string());
+        std::thread::spawn(move || {
+            let _ = warming
+                .get()
+                .fetch_metadata(Some(&topic), Duration::from_secs(10));
+        });
+        Ok(Self(client))
+    }
+}
+
+/// A consumer for the recovery: assigned, never subscribed (it does not join the group and
+/// commits nothing).
+fn reader(
+    consumer_config: &ClientConfig,
+    group_id: &str,
+    kafka: &KafkaContext,
+    what: &str,
+) -> Result<BaseConsumer<KafkaContext>, String> {
+    consumer_config
         .clone()
-        // Assigned, never subscribed: it does not join the group, and commits nothing.
-        .set("group.id", &source.group_id)
+        .set("group.id", group_id)
         .set("enable.auto.commit", "false")
         // Never what a transaction left open or aborted (the exactly-once mode's records,
-        // the guarantee probe's record): whatever `KAFKA_ISOLATION_LEVEL` says.
+        // the guarantee probe's record): whatever `KAFKA_ISOLATION_LEVEL` says. (The end
+        // offsets looked up are then the last stable ones.)
         .set("isolation.level", "read_committed")
         // The end of a partition is reported, so a read ends there even when the last
         // offsets hold no record a consumer sees (transaction markers, compacted away).
         .set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "50")
-        .create_with_context(source.kafka.clone())
-        .map_err(|e| format!("cannot create the recovery consumer: {e}"))?;
-    // Every end offset first (asked while a fetch is outstanding, each would wait for it),
-    // at once: one after the other, their round trips were most of the restore of an empty
-    // partition (~20 ms of a start). The output partitions are shared among at most
-    // `LOOKUP_THREADS` threads (a restore of each of many partitions at once must not
-    // start a thread per output partition).
-    let outputs: Vec<i32> = (0..source.output_partitions).collect();
-    let per_thread = outputs.len().div_ceil(LOOKUP_THREADS).max(1);
-    let (input_end, watermark_end, state_range, output_ranges) = std::thread::scope(|s| {
-        let consumer = &consumer;
-        let input_end = s.spawn(|| uncommitted_end(consumer, &source.input_topic, partition));
-        let watermark_end = s.spawn(|| {
-            consumer
-                .fetch_watermarks(&source.watermark_topic, 0, Duration::from_secs(15))
-                .ok()
-                .map(|(_, high)| high)
-        });
-        let outputs: Vec<_> = outputs
-            .chunks(per_thread)
-            .map(|qs| {
-                s.spawn(move || {
-                    qs.iter()
-                        .map(|&q| offsets_of(consumer, &source.output_topic, q))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        let state_range = offsets_of(consumer, &source.state_topic, partition);
-        (
-            joined(input_end),
-            joined(watermark_end),
-            state_range,
-            outputs.into_iter().flat_map(joined).collect::<Vec<_>>(),
-        )
+        .create_with_context(kafka.clone())
+        .map_err(|e| format!("cannot create the recovery's {what} consumer: {e}"))
+}
+
+/// Steps 1 and 2, blocking.
+pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
+    // Every offset at once, in three requests: the latest offsets of the input, watermark,
+    // state and output partitions in one `ListOffsets`, the first offsets of the state and
+    // output partitions in another (librdkafka sends one request per leader for a list),
+    // and the group's commit. One lookup per offset (two `ListOffsets` each), ~15 of them
+    // per restore on one connection that Tansu answers in order, took 5–15 ms at a start.
+    let ends = OffsetsAsked::new(source, partition, Offset::End);
+    let firsts = OffsetsAsked::new(source, partition, Offset::Beginning);
+    let lookups = source.lookups.0.get();
+    let (ends, firsts, committed) = std::thread::scope(|s| {
+        let committed = s.spawn(|| committed_offset(lookups, &source.input_topic, partition));
+        let firsts = s.spawn(|| firsts.ask(lookups));
+        let ends = ends.ask(lookups);
+        (ends, joined(firsts), joined(committed))
     });
-    let state_range = state_range?;
-    let output_ranges = output_ranges.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let (ends, firsts) = (ends?, firsts?);
+    let range = |topic: &str, p: i32| -> Result<(i64, i64), String> {
+        Ok((firsts.offset(topic, p)?, ends.offset(topic, p)?))
+    };
+    let state_range = range(&source.state_topic, partition)?;
+    let output_ranges = (0..source.output_partitions)
+        .map(|q| range(&source.output_topic, q))
+        .collect::<Result<Vec<_>, _>>()?;
+    // The input's end unless the group has committed up to it.
+    let input_end = ends
+        .offset(&source.input_topic, partition)
+        .ok()
+        .filter(|&end| committed.is_none_or(|c| c < end));
+    let watermark_end = ends.offset(&source.watermark_topic, 0).ok();
     let mut found = Found {
         input_end,
         watermark_end,
@@ -167,8 +221,12 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
     // holds the first records of many watches; whichever of a watch's own record and the
     // starts records listing it is later on the partition is its latest).
     let mut latest: HashMap<Vec<u8>, (i64, Option<Vec<u8>>)> = HashMap::new();
+    let mut reader = Reader {
+        source,
+        consumer: None,
+    };
     read_to_end(
-        &consumer,
+        &mut reader,
         &source.state_topic,
         partition,
         state_range.0,
@@ -197,7 +255,7 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         // Every output partition at once: one after the other, each waited at least a
         // fetch of its own (Tansu holds every fetch for `fetch.wait.max.ms`), seconds for
         // a restore of 32 output partitions that sibling partitions had begun writing to.
-        read_to_ends(&consumer, &source.output_topic, &ranges, |m| {
+        read_to_ends(&mut reader, &source.output_topic, &ranges, |m| {
             found.outputs_read += 1;
             let Some(watch) = m.key() else { return };
             // Outputs without `wb-id` are this partition's where they are in its namesake.
@@ -221,10 +279,38 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
             }
         })?;
     }
-    // Closing a consumer takes librdkafka some 0.1 s: not on the way to the partition's
-    // first poll.
-    std::thread::spawn(move || drop(consumer));
     Ok(found)
+}
+
+/// The restore's own consumer for its reads, made once a read has records to read.
+struct Reader<'a> {
+    source: &'a RecoverySource,
+    consumer: Option<BaseConsumer<KafkaContext>>,
+}
+
+impl Reader<'_> {
+    fn consumer(&mut self) -> Result<&BaseConsumer<KafkaContext>, String> {
+        if self.consumer.is_none() {
+            let s = self.source;
+            self.consumer = Some(reader(
+                &s.consumer_config,
+                &s.group_id,
+                &s.kafka,
+                "reading",
+            )?);
+        }
+        Ok(self.consumer.as_ref().expect("made above"))
+    }
+}
+
+impl Drop for Reader<'_> {
+    /// Closing a consumer takes librdkafka some 0.1 s: not on the way to the partition's
+    /// first poll.
+    fn drop(&mut self) {
+        if let Some(consumer) = self.consumer.take() {
+            std::thread::spawn(move || drop(consumer));
+        }
+    }
 }
 
 /// The state partition's latest record per key (with its offset) as watches: live ones with
@@ -353,57 +439,93 @@ fn joined<T>(lookup: std::thread::ScopedJoinHandle<'_, T>) -> T {
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-/// The low and end (high watermark) offsets of `topic`/`partition` now.
-fn offsets_of(
-    consumer: &BaseConsumer<KafkaContext>,
-    topic: &str,
-    partition: i32,
-) -> Result<(i64, i64), String> {
-    consumer
-        .fetch_watermarks(topic, partition, Duration::from_secs(15))
-        .map_err(|e| format!("cannot read the end offset of {topic}/{partition}: {e}"))
+/// Offsets asked of the cluster in one request: every partition a restore reads or
+/// checks, at `at` (`Offset::End`: their end offsets, the last stable ones under
+/// `read_committed`; `Offset::Beginning`: their first).
+struct OffsetsAsked(TopicPartitionList);
+
+impl OffsetsAsked {
+    fn new(source: &RecoverySource, partition: i32, at: Offset) -> Self {
+        // `ListOffsets` takes a timestamp per partition: librdkafka sends `Offset::End` as
+        // -1 (the end) and `Offset::Beginning` as -2 (the first offset).
+        let mut list = TopicPartitionList::new();
+        let mut ask = |topic: &str, p: i32| {
+            list.add_partition_offset(topic, p, at)
+                .expect("a logical offset is a valid one");
+        };
+        ask(&source.state_topic, partition);
+        for q in 0..source.output_partitions {
+            ask(&source.output_topic, q);
+        }
+        if at == Offset::End {
+            ask(&source.input_topic, partition);
+            ask(&source.watermark_topic, 0);
+        }
+        Self(list)
+    }
+
+    /// The answer (each partition's offset or error in it).
+    fn ask(self, client: &BaseConsumer<KafkaContext>) -> Result<Answered, String> {
+        client
+            .offsets_for_times(self.0, Duration::from_secs(15))
+            .map(Answered)
+            .map_err(|e| format!("cannot read the offsets of the state and output topics: {e}"))
+    }
 }
 
-/// The input partition's end offset, unless the group has committed up to it.
-fn uncommitted_end(
-    consumer: &BaseConsumer<KafkaContext>,
+struct Answered(TopicPartitionList);
+
+impl Answered {
+    fn offset(&self, topic: &str, partition: i32) -> Result<i64, String> {
+        let element = self
+            .0
+            .find_partition(topic, partition)
+            .ok_or_else(|| format!("no offset of {topic}/{partition} in the answer"))?;
+        element
+            .error()
+            .map_err(|e| format!("cannot read the offsets of {topic}/{partition}: {e}"))?;
+        match element.offset() {
+            Offset::Offset(o) => Ok(o),
+            other => Err(format!("no offset of {topic}/{partition} ({other:?})")),
+        }
+    }
+}
+
+/// The group's committed offset of the input partition (`None`: none, or not read).
+fn committed_offset(
+    client: &BaseConsumer<KafkaContext>,
     topic: &str,
     partition: i32,
 ) -> Option<i64> {
-    let timeout = Duration::from_secs(15);
-    let (_, end) = consumer.fetch_watermarks(topic, partition, timeout).ok()?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition(topic, partition);
-    let committed = consumer.committed_offsets(tpl, timeout).ok().and_then(|c| {
-        match c.find_partition(topic, partition)?.offset() {
-            Offset::Offset(o) => Some(o),
-            _ => None,
-        }
-    });
-    match committed {
-        Some(c) if c >= end => None,
-        _ => Some(end),
+    let committed = client
+        .committed_offsets(tpl, Duration::from_secs(15))
+        .ok()?;
+    match committed.find_partition(topic, partition)?.offset() {
+        Offset::Offset(o) => Some(o),
+        _ => None,
     }
 }
 
 /// Read `topic`/`partition` from `start` up to `end` (its end offset when the recovery
 /// began).
 fn read_to_end(
-    consumer: &BaseConsumer<KafkaContext>,
+    reader: &mut Reader<'_>,
     topic: &str,
     partition: i32,
     start: i64,
     end: i64,
     each: impl FnMut(&BorrowedMessage<'_>),
 ) -> Result<(), String> {
-    read_to_ends(consumer, topic, &[(partition, start, end)], each)
+    read_to_ends(reader, topic, &[(partition, start, end)], each)
 }
 
 /// Read every `(partition, start, end)` of `topic` from `start` up to `end` (its end offset
 /// when the recovery began), all at once; what a partition gets past its `end` meanwhile is
 /// not read.
 fn read_to_ends(
-    consumer: &BaseConsumer<KafkaContext>,
+    reader: &mut Reader<'_>,
     topic: &str,
     ranges: &[(i32, i64, i64)],
     mut each: impl FnMut(&BorrowedMessage<'_>),
@@ -419,6 +541,7 @@ fn read_to_ends(
     if left.is_empty() {
         return Ok(());
     }
+    let consumer = reader.consumer()?;
     consumer
         .assign(&tpl)
         .map_err(|e| format!("cannot read {topic}: {e}"))?;
