@@ -11,8 +11,9 @@
 //!    again from the saved input record) as a [`RestoreWatch`] for the engine, and the
 //!    partition's [`DurableState`].
 //!
-//! Steps 1 and 2 are blocking reads on a consumer of their own (no group: nothing is
-//! committed); the partition task runs them on a blocking thread.
+//! Steps 1 and 2 are blocking: the offsets are looked up on the instance's [`Lookups`]
+//! client, the records read on a consumer of the restore's own (assigned, never in the
+//! group: nothing is committed); the partition task runs them on a blocking thread.
 
 use super::durable::DurableState;
 use super::health::KafkaContext;
