@@ -756,8 +756,7 @@ fn main() {
             &config.group_id,
             &kafka,
             &config.input_topic,
-        )
-        .expect("the lookup client");
+        );
         RecoverySource {
             consumer_config,
             kafka,

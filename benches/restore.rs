@@ -367,8 +367,7 @@ fn main() {
             Arc::new(watchbridge::metrics::Metrics::new()),
         ),
     );
-    let lookups = Lookups::start(&consumer_config, "restore-bench", &kafka, INPUT)
-        .expect("the lookup client");
+    let lookups = Lookups::start(&consumer_config, "restore-bench", &kafka, INPUT);
     let source = RecoverySource {
         consumer_config,
         kafka,

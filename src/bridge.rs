@@ -156,15 +156,14 @@ pub async fn run_bridge<P: Resolve>(
             readiness.stopping(&metrics);
         });
     }
-    let controls = Arc::new(Controls::default());
     // Connecting from now on, beside the start's own requests (`recovery::Lookups`).
     let lookups = Lookups::start(
         &client_config(brokers, config, ClientKind::Consumer),
         &config.group_id,
         &kafka,
         &config.input_topic,
-    )
-    .map_err(BridgeError::Start)?;
+    );
+    let controls = Arc::new(Controls::default());
     // (Its input partition count is set once the start has read it, below.)
     let ops_server = start_ops_server(config, &metrics, &readiness, &controls).await?;
     // Wait for the brokers (a broker still starting or restarting), then check the topics;

@@ -33,7 +33,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long reading one partition to its end may take before the recovery gives up (and
@@ -115,46 +115,56 @@ pub struct Found {
 #[derive(Clone)]
 pub struct Lookups(Arc<LookupClient>);
 
-/// The client itself, closed on a thread of its own when the last restore source goes
-/// (closing a consumer takes librdkafka some 0.1 s).
-struct LookupClient(Option<BaseConsumer<KafkaContext>>);
+/// The client itself: made on a thread of its own (librdkafka takes ~1 ms to make a client,
+/// not on the way to the start's first request), or by the first restore that needs it
+/// first; closed on a thread of its own when the last restore source goes (closing a
+/// consumer takes librdkafka some 0.1 s).
+struct LookupClient {
+    made: OnceLock<Result<BaseConsumer<KafkaContext>, String>>,
+    consumer_config: ClientConfig,
+    group_id: String,
+    kafka: KafkaContext,
+}
 
 impl LookupClient {
-    fn get(&self) -> &BaseConsumer<KafkaContext> {
-        self.0.as_ref().expect("taken only when dropped")
+    fn get(&self) -> Result<&BaseConsumer<KafkaContext>, String> {
+        self.made
+            .get_or_init(|| reader(&self.consumer_config, &self.group_id, &self.kafka, "lookup"))
+            .as_ref()
+            .map_err(Clone::clone)
     }
 }
 
 impl Drop for LookupClient {
     fn drop(&mut self) {
-        if let Some(client) = self.0.take() {
+        if let Some(Ok(client)) = self.made.take() {
             std::thread::spawn(move || drop(client));
         }
     }
 }
 
 impl Lookups {
-    /// Make the client and start connecting it (a thread asks for the input topic's
-    /// metadata; an error there is left to the restores, which retry).
+    /// Start making and connecting the client (a thread makes it and asks for the input
+    /// topic's metadata; an error there is left to the restores, which retry).
     pub fn start(
         consumer_config: &ClientConfig,
         group_id: &str,
         kafka: &KafkaContext,
         input_topic: &str,
-    ) -> Result<Self, String> {
-        let client = Arc::new(LookupClient(Some(reader(
-            consumer_config,
-            group_id,
-            kafka,
-            "lookup",
-        )?)));
+    ) -> Self {
+        let client = Arc::new(LookupClient {
+            made: OnceLock::new(),
+            consumer_config: consumer_config.clone(),
+            group_id: group_id.to_string(),
+            kafka: kafka.clone(),
+        });
         let (warming, topic) = (client.clone(), input_topic.to_string());
         std::thread::spawn(move || {
-            let _ = warming
-                .get()
-                .fetch_metadata(Some(&topic), Duration::from_secs(10));
+            if let Ok(client) = warming.get() {
+                let _ = client.fetch_metadata(Some(&topic), Duration::from_secs(10));
+            }
         });
-        Ok(Self(client))
+        Self(client)
     }
 }
 
@@ -191,7 +201,7 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
     // per restore on one connection that Tansu answers in order, took 5–15 ms at a start.
     let ends = OffsetsAsked::new(source, partition, Offset::End);
     let firsts = OffsetsAsked::new(source, partition, Offset::Beginning);
-    let lookups = source.lookups.0.get();
+    let lookups = source.lookups.0.get()?;
     let (ends, firsts, committed) = std::thread::scope(|s| {
         let committed = s.spawn(|| committed_offset(lookups, &source.input_topic, partition));
         let firsts = s.spawn(|| firsts.ask(lookups));
