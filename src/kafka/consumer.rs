@@ -673,10 +673,6 @@ impl<P: Resolve> ClientContext for BridgeContext<P> {
     /// The lag of the assigned partitions (`watchbridge_consumer_lag_messages`); a revoked
     /// partition's label goes with its revocation, and is not set again.
     fn stats(&self, statistics: Statistics) {
-        for b in statistics.brokers.values() {
-            let mut r: Vec<_> = b.req.iter().filter(|(_, n)| **n > 0).collect();
-            r.sort();
-        }
         let shared = &self.partitions.shared;
         let committed = shared
             .transaction_positions
