@@ -388,7 +388,9 @@ impl<P: Resolve> Partitions<P> {
         let mut uncommitted = TopicPartitionList::new();
         for &p in partitions {
             if committed(p) == Ok(None) && self.no_commit != NoCommitStart::Librdkafka {
-                let _ = uncommitted.add_partition_offset(topic, p, at);
+                uncommitted
+                    .add_partition_offset(topic, p, at)
+                    .expect("a logical offset is a valid one");
             }
         }
         let reset = (uncommitted.count() > 0)
