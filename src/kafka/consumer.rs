@@ -9,6 +9,7 @@
 //! offsets are committed. Blocking there is what librdkafka's rebalance callback is for.
 
 use super::health::is_connection_error;
+use super::list_offsets::list_offsets;
 use super::partition::{Bounds, Ending, Feed, PartitionTask, Shared, Stopped};
 use super::stats::consumer_lag;
 use crate::internal_events::{KafkaStatistics, PartitionAssigned, PartitionRevoked};
@@ -366,50 +367,44 @@ impl<P: Resolve> Partitions<P> {
         for &p in partitions {
             asked.add_partition(topic, p);
         }
-        let committed = consumer.committed_offsets(asked, timeout).ok();
-        let committed = |p: i32| -> Result<Option<i64>, ()> {
-            let element = committed
-                .as_ref()
-                .ok_or(())?
-                .find_partition(topic, p)
-                .ok_or(())?;
-            element.error().map_err(|_| ())?;
-            Ok(match element.offset() {
+        let commits = consumer.committed_offsets(asked, timeout).ok();
+        // Per partition: `Some` of its commit (`None`: nothing committed); `None` where the
+        // lookup failed.
+        let commit_of = |p: i32| -> Option<Option<i64>> {
+            let element = commits.as_ref()?.find_partition(topic, p)?;
+            element.error().ok()?;
+            Some(match element.offset() {
                 Offset::Offset(o) => Some(o),
                 _ => None,
             })
         };
-        // Partitions without a commit, asked where they start (`ListOffsets` at the
-        // first offset or the end).
+        let commits: Vec<(i32, Option<Option<i64>>)> =
+            partitions.iter().map(|&p| (p, commit_of(p))).collect();
+        // Partitions without a commit, asked where they start, in one request.
+        let uncommitted: Vec<(&str, i32)> = match self.no_commit {
+            NoCommitStart::Librdkafka => Vec::new(),
+            _ => commits
+                .iter()
+                .filter(|(_, commit)| *commit == Some(None))
+                .map(|&(p, _)| (&**topic, p))
+                .collect(),
+        };
         let at = match self.no_commit {
             NoCommitStart::End => Offset::End,
             _ => Offset::Beginning,
         };
-        let mut uncommitted = TopicPartitionList::new();
-        for &p in partitions {
-            if committed(p) == Ok(None) && self.no_commit != NoCommitStart::Librdkafka {
-                uncommitted
-                    .add_partition_offset(topic, p, at)
-                    .expect("a logical offset is a valid one");
-            }
-        }
-        let reset = (uncommitted.count() > 0)
-            .then(|| consumer.offsets_for_times(uncommitted, timeout).ok())
+        let reset = (!uncommitted.is_empty())
+            .then(|| list_offsets(consumer, &uncommitted, at, timeout).ok())
             .flatten();
-        let reset = |p: i32| -> Option<i64> {
-            let element = reset.as_ref()?.find_partition(topic, p)?;
-            element.error().ok()?;
-            match element.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => None,
-            }
-        };
-        partitions
-            .iter()
-            .map(|&p| match committed(p) {
-                Ok(Some(o)) => (p, Some(o)),
-                Ok(None) => (p, reset(p)),
-                Err(()) => (p, None),
+        commits
+            .into_iter()
+            .map(|(p, commit)| {
+                let start = match commit {
+                    Some(Some(o)) => Some(o),
+                    Some(None) => reset.as_ref().and_then(|r| r.offset(topic, p).ok()),
+                    None => None,
+                };
+                (p, start)
             })
             .collect()
     }

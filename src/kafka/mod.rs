@@ -1,7 +1,8 @@
 //! The Kafka side of the bridge: the consumer thread and its rebalance callbacks
 //! ([`consumer`]), one task per assigned input partition ([`partition`]), input decoding
 //! ([`input`]), the records written ([`records`]) and their delivery reports
-//! ([`reports`]), commit discipline ([`offsets`]), client
+//! ([`reports`]), commit discipline ([`offsets`]), first and end offsets
+//! of many partitions in one request ([`list_offsets`]), client
 //! settings, topics and the start's wait for the brokers ([`client`]), whether the brokers
 //! can be reached and librdkafka's errors and log lines ([`health`]), librdkafka's
 //! statistics as metrics ([`stats`]), and the embedded broker ([`embedded`]).
@@ -14,6 +15,7 @@ pub mod guarantee;
 pub mod health;
 pub mod input;
 pub mod lease;
+pub mod list_offsets;
 pub mod merged;
 pub mod offsets;
 pub mod output_ends;

@@ -17,6 +17,7 @@
 
 use super::durable::DurableState;
 use super::health::KafkaContext;
+use super::list_offsets::{list_offsets, Listed};
 use super::records::{parse_recovery_id, CONTROL, INPUT_PARTITION, OUTPUT_KEY, RECOVERY_ID};
 use crate::clock::Millis;
 use crate::engine::RestoreWatch;
@@ -194,18 +195,15 @@ fn reader(
 
 /// Steps 1 and 2, blocking.
 pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
-    // Every offset at once, in three requests: the latest offsets of the input, watermark,
-    // state and output partitions in one `ListOffsets`, the first offsets of the state and
-    // output partitions in another (librdkafka sends one request per leader for a list),
-    // and the group's commit. One lookup per offset (two `ListOffsets` each), ~15 of them
+    // Every offset at once, in three requests (`list_offsets`): the latest offsets of the
+    // input, watermark, state and output partitions in one `ListOffsets`, the first offsets
+    // of the state and output partitions in another, and the group's commit. One lookup per offset (two `ListOffsets` each), ~15 of them
     // per restore on one connection that Tansu answers in order, took 5–15 ms at a start.
-    let ends = OffsetsAsked::new(source, partition, Offset::End);
-    let firsts = OffsetsAsked::new(source, partition, Offset::Beginning);
     let lookups = source.lookups.0.get()?;
     let (ends, firsts, committed) = std::thread::scope(|s| {
         let committed = s.spawn(|| committed_offset(lookups, &source.input_topic, partition));
-        let firsts = s.spawn(|| firsts.ask(lookups));
-        let ends = ends.ask(lookups);
+        let firsts = s.spawn(|| ask_offsets(source, lookups, partition, Offset::Beginning));
+        let ends = ask_offsets(source, lookups, partition, Offset::End);
         (ends, joined(firsts), joined(committed))
     });
     let (ends, firsts) = (ends?, firsts?);
@@ -450,56 +448,23 @@ fn joined<T>(lookup: std::thread::ScopedJoinHandle<'_, T>) -> T {
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-/// Offsets asked of the cluster in one request: every partition a restore reads or
-/// checks, at `at` (`Offset::End`: their end offsets, the last stable ones under
-/// `read_committed`; `Offset::Beginning`: their first).
-struct OffsetsAsked(TopicPartitionList);
-
-impl OffsetsAsked {
-    fn new(source: &RecoverySource, partition: i32, at: Offset) -> Self {
-        // `ListOffsets` takes a timestamp per partition: librdkafka sends `Offset::End` as
-        // -1 (the end) and `Offset::Beginning` as -2 (the first offset).
-        let mut list = TopicPartitionList::new();
-        let mut ask = |topic: &str, p: i32| {
-            list.add_partition_offset(topic, p, at)
-                .expect("a logical offset is a valid one");
-        };
-        ask(&source.state_topic, partition);
-        for q in 0..source.output_partitions {
-            ask(&source.output_topic, q);
-        }
-        if at == Offset::End {
-            ask(&source.input_topic, partition);
-            ask(&source.watermark_topic, 0);
-        }
-        Self(list)
+/// Every partition a restore reads or checks, asked at `at` in one request (`Offset::End`:
+/// also the input partition and the watermark topic's; `Offset::Beginning`: the state and
+/// output partitions only).
+fn ask_offsets(
+    source: &RecoverySource,
+    client: &BaseConsumer<KafkaContext>,
+    partition: i32,
+    at: Offset,
+) -> Result<Listed, String> {
+    let mut asked: Vec<(&str, i32)> = vec![(&source.state_topic, partition)];
+    asked.extend((0..source.output_partitions).map(|q| (&*source.output_topic, q)));
+    if at == Offset::End {
+        asked.push((&source.input_topic, partition));
+        asked.push((&source.watermark_topic, 0));
     }
-
-    /// The answer (each partition's offset or error in it).
-    fn ask(self, client: &BaseConsumer<KafkaContext>) -> Result<Answered, String> {
-        client
-            .offsets_for_times(self.0, Duration::from_secs(15))
-            .map(Answered)
-            .map_err(|e| format!("cannot read the offsets of the state and output topics: {e}"))
-    }
-}
-
-struct Answered(TopicPartitionList);
-
-impl Answered {
-    fn offset(&self, topic: &str, partition: i32) -> Result<i64, String> {
-        let element = self
-            .0
-            .find_partition(topic, partition)
-            .ok_or_else(|| format!("no offset of {topic}/{partition} in the answer"))?;
-        element
-            .error()
-            .map_err(|e| format!("cannot read the offsets of {topic}/{partition}: {e}"))?;
-        match element.offset() {
-            Offset::Offset(o) => Ok(o),
-            other => Err(format!("no offset of {topic}/{partition} ({other:?})")),
-        }
-    }
+    list_offsets(client, &asked, at, Duration::from_secs(15))
+        .map_err(|e| format!("cannot read the offsets of the state and output topics: {e}"))
 }
 
 /// The group's committed offset of the input partition (`None`: none, or not read).
