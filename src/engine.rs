@@ -66,7 +66,7 @@ use crate::internal_events::{
     RetryAfterCapped, WatchPolledByOperator, WatchRestored, WatchStarted, WatchStoppedByOperator,
     WatchTerminated,
 };
-use crate::limits::Limits;
+use crate::limits::{Limits, PollSlot};
 use crate::metrics::Metrics;
 use crate::poll::{Output, PollError, PollResult, Poller};
 use crate::reason::TerminatedReason;
@@ -192,6 +192,9 @@ pub enum Event {
         key: Bytes,
         outputs: Vec<Output>,
         hold: Millis,
+        /// The poll's place under the in-flight limit: drop it (with the event) once the
+        /// outputs are handed on, and not before (they are views of its response).
+        slot: PollSlot,
     },
     /// The earliest watermark hold among the running watches changed (`None`: no watch holds
     /// anything back). A hold released or moved up comes after the events of the same
@@ -486,7 +489,7 @@ impl<P: Poller> Engine<P> {
             let poll = self.poller.poll(input);
             let timeout = self.poll_timeout;
             let task = tokio::spawn(async move {
-                let result = match tokio::time::timeout(timeout, poll).await {
+                match tokio::time::timeout(timeout, poll).await {
                     Ok(result) => result,
                     Err(_) => Err(PollError::transient(
                         "timeout",
@@ -495,14 +498,13 @@ impl<P: Poller> Engine<P> {
                             humantime::format_duration(timeout)
                         ),
                     )),
-                };
-                drop(permit);
-                result
+                }
             });
             self.in_flight.push(InFlight {
                 id,
                 started: Instant::now(),
                 task: AbortOnDrop(task),
+                slot: PollSlot::new(permit),
             });
         }
         Ok(false)
@@ -537,7 +539,17 @@ impl<P: Poller> Engine<P> {
                 if !polled.new_outputs.is_empty() {
                     let outputs = polled.new_outputs;
                     let key = key.clone();
-                    send(events, Event::Outputs { key, outputs, hold }).await?;
+                    let slot = done.slot;
+                    send(
+                        events,
+                        Event::Outputs {
+                            key,
+                            outputs,
+                            hold,
+                            slot,
+                        },
+                    )
+                    .await?;
                 }
                 match polled.next {
                     Next::Stop(reason) => {
@@ -811,12 +823,15 @@ struct InFlight {
     id: WatchId,
     started: Instant,
     task: AbortOnDrop,
+    /// Held from the poll's start until its outputs are handed on (or it found none).
+    slot: PollSlot,
 }
 
 struct Done {
     id: WatchId,
     started: Instant,
     outcome: Result<PollResult, PollError>,
+    slot: PollSlot,
 }
 
 impl Future for InFlight {
@@ -835,6 +850,7 @@ impl Future for InFlight {
             id: self.id,
             started: self.started,
             outcome,
+            slot: std::mem::take(&mut self.slot),
         })
     }
 }
@@ -846,15 +862,16 @@ mod tests {
     #[test]
     fn durability_leaves_commands_and_events_their_size() {
         // Restore and Checkpoint are boxed. An `Outputs` event, sent for every productive
-        // poll, costs what it did before; a command grew from 48 to 56 bytes (a second
-        // variant with data takes the tag out of the key's niche), 8 bytes per queued input.
+        // poll, grew from 72 to 80 bytes with the poll's slot (`PollSlot`: 8 bytes per event
+        // of a channel of 256); a command grew from 48 to 56 bytes (a second variant with
+        // data takes the tag out of the key's niche), 8 bytes per queued input.
         assert!(
             std::mem::size_of::<Command<()>>() <= 56,
             "{}",
             std::mem::size_of::<Command<()>>()
         );
         assert!(
-            std::mem::size_of::<Event>() <= 72,
+            std::mem::size_of::<Event>() <= 80,
             "{}",
             std::mem::size_of::<Event>()
         );

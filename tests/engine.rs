@@ -211,7 +211,9 @@ impl Running {
             .unwrap();
     }
 
-    /// Close the command channel and collect every event until the engine drains.
+    /// Close the command channel and collect every event until the engine drains. The
+    /// output events kept hold their polls' slots: at most the in-flight limit of polls
+    /// may find outputs (`a_poll_counts_against_the_in_flight_limit_…`).
     async fn drain(mut self) -> Vec<Event> {
         drop(self.commands);
         let mut all = Vec::new();
@@ -1398,4 +1400,54 @@ async fn a_poll_that_moves_the_hold_reports_it_after_its_outputs() {
         holds_reported(&events),
         vec![Some(T0 - 1_000), Some(T0 + 300), None]
     );
+}
+
+/// `WATCHBRIDGE_MAX_IN_FLIGHT` bounds the memory of polls (docs/pollers/http.md, Memory):
+/// a poll counts until its new outputs are handed on, since they hold its response
+/// (an output's key and value are views of the body). While the runtime holds the outputs
+/// of two polls (say, waiting for room in the producer's queue), no third poll starts;
+/// once it lets them go, the others run.
+#[tokio::test(start_paused = true)]
+async fn a_poll_counts_against_the_in_flight_limit_until_its_outputs_are_handed_on() {
+    let names = ["w0", "w1", "w2", "w3", "w4"];
+    let poller = Arc::new(Scripted::with(
+        names
+            .iter()
+            .map(|&n| {
+                (
+                    n,
+                    vec![Ok(PollResult::complete(vec![out(&format!("{n}-x"), T0)]))],
+                )
+            })
+            .collect(),
+    ));
+    let mut r = start(poller.clone(), rules("polls(1)"), Limits::new(2, None), 64);
+    for name in names {
+        r.watch(name, T0).await;
+    }
+    // Take events for a while, keeping every output event (not handed on yet).
+    let mut held = Vec::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while let Ok(Some(event)) = tokio::time::timeout_at(until, r.events.recv()).await {
+        if matches!(event, Event::Outputs { .. }) {
+            held.push(event);
+        }
+    }
+    assert_eq!(held.len(), 2, "outputs of two polls, the limit");
+    let polled = || poller.polls.lock().unwrap().len();
+    assert_eq!(
+        polled(),
+        2,
+        "no poll starts while two polls' outputs are held"
+    );
+    // Handed on: the other three watches poll (each output event let go as it comes).
+    held.clear();
+    drop(r.commands);
+    let mut outputs = 0;
+    while let Some(event) = r.events.recv().await {
+        outputs += usize::from(matches!(event, Event::Outputs { .. }));
+    }
+    assert_eq!(r.task.await.unwrap(), Ended::Drained);
+    assert_eq!(outputs, 3);
+    assert_eq!(polled(), 5);
 }
