@@ -116,7 +116,8 @@ pub struct RunArgs {
         default_value = "never"
     )]
     pub termination: String,
-    /// Most polls in flight at once, over all partitions.
+    /// Most polls in flight at once, over all partitions; a poll counts until its new
+    /// outputs are handed to the producer.
     #[arg(
         long,
         env = "WATCHBRIDGE_MAX_IN_FLIGHT",
