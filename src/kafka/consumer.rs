@@ -380,22 +380,24 @@ impl<P: Resolve> Partitions<P> {
         };
         let commits: Vec<(i32, Option<Option<i64>>)> =
             partitions.iter().map(|&p| (p, commit_of(p))).collect();
-        // Partitions without a commit, asked where they start, in one request.
-        let uncommitted: Vec<(&str, i32)> = match self.no_commit {
-            NoCommitStart::Librdkafka => Vec::new(),
-            _ => commits
-                .iter()
-                .filter(|(_, commit)| *commit == Some(None))
-                .map(|&(p, _)| (&**topic, p))
-                .collect(),
-        };
+        // Partitions without a commit, asked where they start, in one request (unless
+        // librdkafka decides that).
+        let uncommitted: Vec<(&str, i32)> = commits
+            .iter()
+            .filter(|(_, commit)| *commit == Some(None))
+            .map(|&(p, _)| (&**topic, p))
+            .collect();
         let at = match self.no_commit {
-            NoCommitStart::End => Offset::End,
-            _ => Offset::Beginning,
+            NoCommitStart::First => Some(Offset::Beginning),
+            NoCommitStart::End => Some(Offset::End),
+            NoCommitStart::Librdkafka => None,
         };
-        let reset = (!uncommitted.is_empty())
-            .then(|| list_offsets(consumer, &uncommitted, at, timeout).ok())
-            .flatten();
+        let reset = match at {
+            Some(at) if !uncommitted.is_empty() => {
+                list_offsets(consumer, &uncommitted, at, timeout).ok()
+            }
+            _ => None,
+        };
         commits
             .into_iter()
             .map(|(p, commit)| {

@@ -197,8 +197,9 @@ fn reader(
 pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
     // Every offset at once, in three requests (`list_offsets`): the latest offsets of the
     // input, watermark, state and output partitions in one `ListOffsets`, the first offsets
-    // of the state and output partitions in another, and the group's commit. One lookup per offset (two `ListOffsets` each), ~15 of them
-    // per restore on one connection that Tansu answers in order, took 5–15 ms at a start.
+    // of the state and output partitions in another, and the group's commit. One lookup
+    // per offset (two `ListOffsets` each), ~15 of them per restore on one connection that
+    // Tansu answers in order, took 5–15 ms at a start.
     let lookups = source.lookups.0.get()?;
     let (ends, firsts, committed) = std::thread::scope(|s| {
         let committed = s.spawn(|| committed_offset(lookups, &source.input_topic, partition));
