@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The second test broker: Apache Kafka itself (a single KRaft node, broker and controller in
-# one JVM), pinned, from Maven Central. Tansu (scripts/tansu.sh) is the default test broker;
-# WATCHBRIDGE_TEST_BROKER=kafka makes the tests use this one (docs/brokers.md).
+# The second test broker: Apache Kafka itself (a KRaft node, broker and controller in one
+# JVM; or a cluster of N such nodes with a static quorum), pinned, from Maven Central. Tansu
+# (scripts/tansu.sh) is the default test broker; WATCHBRIDGE_TEST_BROKER=kafka makes the tests
+# use one node, WATCHBRIDGE_TEST_BROKER=kafka3 three replicated ones (docs/brokers.md).
 #
 #   scripts/kafka.sh install    fetch its jars once into a cache outside the clone (~30 s,
 #                               54 MB), else reuse them
@@ -11,10 +12,19 @@
 #                               prints `127.0.0.1:PORT` once it listens; its pid is in
 #                               DIR/kafka.pid
 #   scripts/kafka.sh stop DIR   stop the one started in DIR
-#   scripts/kafka.sh serve DIR PORT CONTROLLER_PORT
+#   scripts/kafka.sh serve DIR PORT CONTROLLER_PORT [NODE VOTERS CLUSTER_ID]
 #                               write DIR/server.properties, format DIR/data unless it was,
 #                               and exec the broker in the foreground (what `start` and `run`
-#                               do; the Rust fixture runs this under its watchdog)
+#                               do; the Rust fixture runs this under its watchdog). With NODE
+#                               (its node.id), VOTERS (`1@127.0.0.1:C1,2@127.0.0.1:C2,...`,
+#                               every node's controller) and CLUSTER_ID (the same for every
+#                               node): one node of a cluster of as many nodes as VOTERS
+#                               names, whose topics get replication factor min(3, nodes) and
+#                               min.insync.replicas min(2, nodes), the internal ones too
+#   scripts/kafka.sh start-cluster DIR N
+#                               start N nodes (DIR/node-1 ...) on free loopback ports; prints
+#                               the bootstrap list `127.0.0.1:P1,127.0.0.1:P2,...` once each
+#                               listens; `stop DIR` stops them all
 #   scripts/kafka.sh run        run one in the foreground on 127.0.0.1:$KAFKA_PORT (default
 #                               9092), data kept in $KAFKA_DATA (default $CACHE/kafka-data)
 #
@@ -106,31 +116,43 @@ classpath() {
 }
 
 # server.properties for one node on 127.0.0.1:PORT (clients) and CPORT (its controller),
-# data in DIR/data, formatted once (a dir formatted before keeps its data: a restart).
+# data in DIR/data, formatted once (a dir formatted before keeps its data: a restart). NODE,
+# VOTERS and CLUSTER_ID make it one node of a cluster (see `serve` above).
 config() {
-    local dir="$1" port="$2" cport="$3"
+    local dir="$1" port="$2" cport="$3" node="${4:-1}" voters="${5:-1@127.0.0.1:$3}" cluster_id="${6:-}"
     install
     need_java
     mkdir -p "$dir"
+    # As a production cluster of this size would be: three replicas of everything where
+    # there are three nodes, and a write acknowledged by all (acks=all) only once two have it.
+    local nodes replicas min_isr
+    nodes="$(echo "$voters" | tr ',' '\n' | grep -c @)"
+    replicas=$((nodes < 3 ? nodes : 3))
+    min_isr=$((nodes < 2 ? 1 : 2))
     cat >"$dir/server.properties" <<EOF
-# A single KRaft node for tests (scripts/kafka.sh): broker and controller in one process.
+# A KRaft node for tests (scripts/kafka.sh): broker and controller in one process, one of
+# $nodes.
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$cport
+node.id=$node
+controller.quorum.voters=$voters
 listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
 advertised.listeners=PLAINTEXT://127.0.0.1:$port
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs=$dir/data
-# One node: every internal topic with one replica.
-offsets.topic.replication.factor=1
+# Every topic, internal ones too, with min(3, nodes) replicas and min.insync.replicas
+# min(2, nodes); no unclean leader election (Kafka's default, written down).
+offsets.topic.replication.factor=$replicas
 offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor=$replicas
+transaction.state.log.min.isr=$min_isr
 transaction.state.log.num.partitions=4
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor=$replicas
+share.coordinator.state.topic.min.isr=$min_isr
+default.replication.factor=$replicas
+min.insync.replicas=$min_isr
+unclean.leader.election.enable=false
 # A group's first member gets its partitions at once, not after 3 s.
 group.initial.rebalance.delay.ms=0
 # No topics created by producing to or fetching from a name: like Tansu, and like the
@@ -152,7 +174,7 @@ EOF
         # A cluster id: 16 random bytes, base64url without padding (what `StorageTool
         # random-uuid` prints, without starting a second JVM for it). Not one that starts
         # with `-`, which the tool would take for an option (Kafka's own ids never do).
-        local id=-
+        local id="${cluster_id:--}"
         while [ "${id#-}" != "$id" ]; do
             id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
         done
@@ -170,8 +192,8 @@ EOF
 # Runs the broker for DIR in this process (exec, so a pid taken before is the JVM's), on
 # PORT and CPORT, after writing its config (and formatting DIR/data the first time).
 serve() {
-    local dir="$1" port="$2" cport="$3"
-    config "$dir" "$port" "$cport"
+    local dir="$1"
+    config "$@"
     cd "$dir"
     # Serial GC and C1 only: fewer threads and less JIT work on a 2-core machine.
     exec java "-Xmx$KAFKA_HEAP" -Xms64m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
@@ -193,6 +215,47 @@ start() {
     wait_listening kafka "$port" "$dir" 60
 }
 
+# A cluster id for `serve` (see config).
+cluster_id() {
+    local id=-
+    while [ "${id#-}" != "$id" ]; do
+        id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+    done
+    echo "$id"
+}
+
+start_cluster() {
+    local dir="$1" n="$2" i voters="" id bootstrap=""
+    install
+    local ports=() cports=()
+    for i in $(seq 1 "$n"); do
+        ports+=("$(free_port)")
+        cports+=("$(free_port)")
+        voters="${voters:+$voters,}$i@127.0.0.1:${cports[$((i - 1))]}"
+    done
+    id="$(cluster_id)"
+    for i in $(seq 1 "$n"); do
+        mkdir -p "$dir/node-$i"
+        (serve "$dir/node-$i" "${ports[$((i - 1))]}" "${cports[$((i - 1))]}" "$i" "$voters" "$id" \
+            >"$dir/node-$i/kafka.log" 2>&1) &
+        echo $! >"$dir/node-$i/kafka.pid"
+    done
+    # A node listens once its quorum has formed: every node must be running first.
+    for i in $(seq 1 "$n"); do
+        bootstrap="${bootstrap:+$bootstrap,}$(wait_listening kafka "${ports[$((i - 1))]}" "$dir/node-$i" 90)"
+    done
+    echo "$bootstrap"
+}
+
+stop_cluster() {
+    local dir="$1" node
+    stop_started kafka "$dir"
+    for node in "$dir"/node-*; do
+        [ -d "$node" ] && stop_started kafka "$node"
+    done
+    return 0
+}
+
 run() {
     local port="${KAFKA_PORT:-9092}"
     local cport="${KAFKA_CONTROLLER_PORT:-$((port + 1))}"
@@ -212,9 +275,10 @@ case "${1:-}" in
     install) install ;;
     path) install; echo "$LIBS" ;;
     classpath) install; classpath ;;
-    serve) serve "${2:?usage: $0 serve DIR PORT CONTROLLER_PORT}" "${3:?port}" "${4:?controller port}" ;;
+    serve) serve "${2:?usage: $0 serve DIR PORT CONTROLLER_PORT [NODE VOTERS CLUSTER_ID]}" "${3:?port}" "${4:?controller port}" "${@:5}" ;;
     start) start "${2:?usage: $0 start DIR}" ;;
-    stop) stop_started kafka "${2:?usage: $0 stop DIR}" ;;
+    start-cluster) start_cluster "${2:?usage: $0 start-cluster DIR N}" "${3:?number of nodes}" ;;
+    stop) stop_cluster "${2:?usage: $0 stop DIR}" ;;
     run) run ;;
-    *) echo "usage: $0 install|path|classpath|serve DIR PORT CPORT|start DIR|stop DIR|run" >&2; exit 2 ;;
+    *) echo "usage: $0 install|path|classpath|serve DIR PORT CPORT [NODE VOTERS CLUSTER_ID]|start DIR|start-cluster DIR N|stop DIR|run" >&2; exit 2 ;;
 esac

@@ -44,6 +44,18 @@
 //! Tansu, so that the recovery's read-back of the output topic matters, and 500 ms on Apache
 //! Kafka, below). The bridges run with the default output headers.
 //!
+//! On a cluster (`WATCHBRIDGE_TEST_BROKER=kafka3`: three Apache Kafka nodes, replication
+//! factor 3, `min.insync.replicas=2`; `make chaos BROKER=kafka3`) the broker's faults are a
+//! node's: instead of the one broker's crash and pause, the node episodes of
+//! [`NodeEpisode`], spread over the kill cycles, each under load: a node SIGKILLed and
+//! restarted; a node SIGSTOPped past the message timeout and past the cluster's broker
+//! session timeout (so that leadership moves and the in-sync set shrinks), then SIGCONTed:
+//! the leader of an output partition, a follower of one, the node holding the coordinator
+//! (of a partition's transactions in the exactly-once mode, of the group in `recovery`),
+//! the active controller; and an output partition's leadership moved by hand (a
+//! reassignment and a preferred-leader election). The last bridge then meets one more pause
+//! of an output partition's leader and must end every watch by itself, unrestarted.
+//!
 //! Tansu stalls a group whose member died without leaving if the member comes back before the
 //! session timeout (`/work/shared/notes/tansu-0.6.md`), so the bridge runs with
 //! `KAFKA_SESSION_TIMEOUT_MS=6000` and every restart after a kill waits those 6 s (plus a
@@ -77,6 +89,85 @@ const PACE_MS: i64 = 2000;
 const MESSAGE_TIMEOUT: Duration = Duration::from_millis(3000);
 /// Input partitions.
 const PARTITIONS: i32 = 4;
+/// How long a cluster node is paused: past the message timeout and past Kafka's
+/// `broker.session.timeout.ms` (9 s), after which the controller fences the node and its
+/// partitions elect other leaders (plus a random 0.5-3 s).
+const NODE_PAUSE: Duration = Duration::from_millis(9500);
+
+/// A fault of one node of a cluster (`WATCHBRIDGE_TEST_BROKER=kafka3`), under load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NodeEpisode {
+    /// SIGSTOP the leader of an output partition, then SIGCONT.
+    PauseOutputLeader,
+    /// SIGSTOP the active KRaft controller, then SIGCONT.
+    PauseController,
+    /// SIGSTOP a follower (not the leader) of an output partition, then SIGCONT.
+    PauseFollower,
+    /// Move an output partition's leadership to another replica by hand.
+    MoveLeader,
+    /// SIGSTOP the node that coordinates a partition's transactions (exactly-once mode) or
+    /// the group (`recovery`), then SIGCONT.
+    PauseCoordinator,
+}
+
+impl NodeEpisode {
+    const ALL: [NodeEpisode; 5] = [
+        NodeEpisode::PauseOutputLeader,
+        NodeEpisode::PauseController,
+        NodeEpisode::PauseFollower,
+        NodeEpisode::MoveLeader,
+        NodeEpisode::PauseCoordinator,
+    ];
+
+    /// Runs the episode against `output`'s partitions; what it did, for the log.
+    async fn run(
+        self,
+        rng: &mut fastrand::Rng,
+        output: &str,
+        coordinator_of: &dyn Fn(i32) -> Option<i32>,
+    ) -> String {
+        let partition = rng.i32(0..PARTITIONS);
+        let (leader, replicas) = broker()
+            .leader_and_replicas(output, partition)
+            .unwrap_or_else(|| panic!("no metadata for {output}/{partition}"));
+        let node = match self {
+            NodeEpisode::PauseOutputLeader => leader,
+            NodeEpisode::PauseFollower => *replicas
+                .iter()
+                .find(|&&r| r != leader)
+                .unwrap_or_else(|| panic!("{output}/{partition} has no follower: {replicas:?}")),
+            NodeEpisode::PauseCoordinator => coordinator_of(partition)
+                .unwrap_or_else(|| panic!("no coordinator found for partition {partition}")),
+            NodeEpisode::PauseController => broker()
+                .active_controller()
+                .unwrap_or_else(|e| panic!("the active controller: {e}")),
+            NodeEpisode::MoveLeader => {
+                let moved = broker()
+                    .move_leader(output, partition)
+                    .unwrap_or_else(|e| panic!("move the leader of {output}/{partition}: {e}"));
+                return format!("leader of {output}/{partition} moved by hand: {moved:?}");
+            }
+        };
+        let pause = NODE_PAUSE + random_wait(rng);
+        let pid = broker().node_pid(node);
+        assert!(Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success());
+        tokio::time::sleep(pause).await;
+        assert!(Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap()
+            .success());
+        format!(
+            "{self:?}: node {node} SIGSTOPped for {pause:.1?}, then SIGCONT (output partition \
+             {partition}: leader {leader}, replicas {replicas:?})"
+        )
+    }
+}
+
 /// Rough length of one kill cycle (random wait ~1.75 s, session timeout, start), to size
 /// the feeds so that they keep growing through the whole chaos phase.
 const CYCLE_MS: i64 = 9_000;
@@ -86,6 +177,10 @@ const CYCLE_MS: i64 = 9_000;
 fn broker_restart_ms() -> i64 {
     match broker().kind() {
         BrokerKind::Tansu => 0,
+        BrokerKind::Kafka if broker().nodes() > 1 => {
+            // The node episodes, a pause of ~11 s each, and one more at the end.
+            15_000 + (NodeEpisode::ALL.len() as i64 + 1) * 12_000
+        }
         BrokerKind::Kafka => 15_000,
     }
 }
@@ -165,6 +260,9 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
         u64::from(broker().kind() == BrokerKind::Kafka),
     ) == 1;
     let mut rng = fastrand::Rng::with_seed(seed);
+    let cluster = broker().nodes() > 1;
+    let exactly_once_mode = broker().kind() == BrokerKind::Kafka
+        && matches!(guarantee.as_str(), "auto" | "exactly_once");
 
     // The broker first (Kafka takes seconds to start): the feeds begin to grow after it.
     let input = broker().unique_topic("chaos");
@@ -182,9 +280,10 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     };
     let served = feeds.serve().await;
     eprintln!(
-        "chaos: broker={} seed={seed} kills={kills_wanted} users={users} items={items} \
+        "chaos: broker={} nodes={} seed={seed} kills={kills_wanted} users={users} items={items} \
          pace={PACE_MS}ms session_timeout={SESSION_TIMEOUT:?} (restarts wait it out)",
-        broker().kind().name()
+        broker().kind().name(),
+        broker().nodes()
     );
 
     let output = format!("{input}-out");
@@ -264,11 +363,40 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
             .find(|&i| i != two_at && Some(i) != zombie_at && i != broker_at)
             .unwrap_or(0)
     });
+    // On a cluster, the node episodes: episode j with kill cycle j % kills, before the
+    // cycle's own fault.
+    let node_episodes = |i: u64| -> Vec<NodeEpisode> {
+        if !cluster || !broker_pause {
+            return vec![];
+        }
+        (0..NodeEpisode::ALL.len())
+            .filter(|&j| j as u64 % kills_wanted == i)
+            .map(|j| NodeEpisode::ALL[j])
+            .collect()
+    };
+    // Whose coordinator a `PauseCoordinator` pauses: the transactions' of an input
+    // partition's producer (the bridge's `transactional.id`), or the group's.
+    let group = format!("{input}-group");
+    let coordinator_of = |partition: i32| -> Option<i32> {
+        if exactly_once_mode {
+            broker().transaction_coordinator(&format!("watchbridge-{group}-{input}-{partition}"))
+        } else {
+            broker().group_coordinator(&group)
+        }
+    };
+    let mut node_faults = 0u64;
     let mut current = Bridge::start(&env);
     // The bridge has created its topics.
     let tail = Tail::start(&watermarks);
     for i in 0..kills_wanted {
-        if Some(i) == pause_at {
+        for episode in node_episodes(i) {
+            // Under load: outputs and state records in flight when the node stops.
+            tokio::time::sleep(random_wait(&mut rng)).await;
+            let done = episode.run(&mut rng, &output, &coordinator_of).await;
+            eprintln!("chaos: [{:>5.1?}] {done}", started.elapsed());
+            node_faults += 1;
+        }
+        if Some(i) == pause_at && !cluster {
             // Under load: outputs and state records in flight when the broker stops; they
             // time out in the bridge, and may still be written when it runs again.
             tokio::time::sleep(random_wait(&mut rng)).await;
@@ -295,11 +423,21 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
         }
         if i == broker_at {
             tokio::time::sleep(random_wait(&mut rng)).await;
-            eprintln!(
-                "chaos: [{:>5.1?}] broker SIGKILL + restart (bridge keeps running)",
-                started.elapsed()
-            );
-            broker().restart();
+            if cluster {
+                // One node, under load; the others keep the quorum and lead its partitions.
+                let node = rng.i32(1..=broker().nodes() as i32);
+                eprintln!(
+                    "chaos: [{:>5.1?}] node {node} SIGKILL + restart (bridge keeps running)",
+                    started.elapsed()
+                );
+                broker().restart_node(node);
+            } else {
+                eprintln!(
+                    "chaos: [{:>5.1?}] broker SIGKILL + restart (bridge keeps running)",
+                    started.elapsed()
+                );
+                broker().restart();
+            }
             broker_restarts += 1;
         }
         if Some(i) == zombie_at {
@@ -385,6 +523,20 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
         restarts += 1;
     }
 
+    // On a cluster, the last bridge meets a node's pause too, and must end it by itself: no
+    // restart follows.
+    if cluster && broker_pause {
+        current.wait_for_log("partition assigned", Duration::from_secs(60));
+        tokio::time::sleep(random_wait(&mut rng)).await;
+        let done = NodeEpisode::PauseOutputLeader
+            .run(&mut rng, &output, &coordinator_of)
+            .await;
+        eprintln!(
+            "chaos: [{:>5.1?}] {done} (the last bridge runs on)",
+            started.elapsed()
+        );
+        node_faults += 1;
+    }
     // Let the last bridge run every watch it has to its end: wait until every feed is final,
     // then until the resource has had no request for 3 s (a final watch is not polled again;
     // polls are 250 ms apart), at most 60 s.
@@ -433,7 +585,7 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
 
     println!(
         "chaos: broker={} guarantee={guarantee} expected={} exactly_once={} lost={} duplicated={} restarts={restarts} \
-         broker_restarts={broker_restarts} zombies={zombies} broker_pauses={broker_pauses} wrong_event_time={} \
+         broker_restarts={broker_restarts} zombies={zombies} broker_pauses={broker_pauses} node_faults={node_faults} wrong_event_time={} \
          late_outputs={} {}",
         broker().kind().name(),
         expected.len(),
@@ -498,8 +650,6 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
         })
     };
     let co_partitioned = output_partitions == PARTITIONS;
-    let exactly_once_mode = broker().kind() == BrokerKind::Kafka
-        && matches!(guarantee.as_str(), "auto" | "exactly_once");
     let expected_headers: Vec<String> = if co_partitioned || exactly_once_mode {
         vec![]
     } else {

@@ -71,16 +71,7 @@ impl BrokerProcess {
                 }
                 None => free_ports(launch.ports),
             };
-            let bootstrap = format!("127.0.0.1:{}", ports[0]);
-            let command = (launch.command)(&dir, &ports);
-            let mut process = BrokerProcess {
-                watchdog: watchdog::spawn("broker", &dir, &command),
-                command,
-                bootstrap,
-                dir,
-                name,
-                start_timeout: launch.start_timeout,
-            };
+            let mut process = BrokerProcess::spawn(launch, dir, &ports);
             match process.wait_ready() {
                 Ok(()) => {
                     eprintln!(
@@ -109,6 +100,21 @@ impl BrokerProcess {
             }
         }
         unreachable!("the last attempt returns")
+    }
+
+    /// Runs the broker in `dir` on `ports` under its watchdog, without waiting for it: the
+    /// nodes of a cluster answer only once a quorum of them runs ([`BrokerProcess::start`]
+    /// for one broker; `kafka_process.rs` for a cluster).
+    pub fn spawn(launch: &Launch, dir: PathBuf, ports: &[u16]) -> BrokerProcess {
+        let command = (launch.command)(&dir, ports);
+        BrokerProcess {
+            watchdog: watchdog::spawn("broker", &dir, &command),
+            command,
+            bootstrap: format!("127.0.0.1:{}", ports[0]),
+            dir,
+            name: launch.name,
+            start_timeout: launch.start_timeout,
+        }
     }
 
     /// The broker's process id (for CPU accounting, SIGKILL, SIGSTOP and SIGCONT).
@@ -191,7 +197,7 @@ impl BrokerProcess {
 
     /// Waits until the broker accepts connections and answers a metadata request with itself
     /// as a broker. On failure returns the tail of its log.
-    fn wait_ready(&mut self) -> Result<(), String> {
+    pub fn wait_ready(&mut self) -> Result<(), String> {
         let addr: SocketAddr = self.bootstrap.parse().unwrap();
         let deadline = Instant::now() + self.start_timeout;
         let mut last_error = String::from("no connection yet");
@@ -245,7 +251,7 @@ pub fn free_port() -> u16 {
 }
 
 /// `n` distinct loopback ports free now (all bound at once, then released).
-fn free_ports(n: usize) -> Vec<u16> {
+pub fn free_ports(n: usize) -> Vec<u16> {
     let listeners: Vec<TcpListener> = (0..n)
         .map(|_| TcpListener::bind("127.0.0.1:0").expect("pick a free loopback port"))
         .collect();

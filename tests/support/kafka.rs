@@ -1,6 +1,9 @@
 //! A real Kafka-protocol broker for integration tests: one broker process per test binary,
 //! Tansu (the default) or Apache Kafka, chosen by `WATCHBRIDGE_TEST_BROKER=tansu|kafka`
-//! (docs/brokers.md). [`Broker::kind`] says which.
+//! (docs/brokers.md); or a replicated cluster of Apache Kafka nodes,
+//! `WATCHBRIDGE_TEST_BROKER=kafka3` (three nodes; `kafkaN` for N), whose topics get
+//! replication factor 3 and `min.insync.replicas=2`. [`Broker::kind`] says which broker,
+//! [`Broker::nodes`] how many nodes.
 //!
 //! Tansu 0.6 differs from Apache Kafka in ways the helpers here account for (see
 //! `/work/shared/notes/tansu-0.6.md`): it never creates topics on its own, so producing to a
@@ -48,14 +51,26 @@ impl BrokerKind {
     /// The variable that chooses the broker.
     pub const VARIABLE: &'static str = "WATCHBRIDGE_TEST_BROKER";
 
-    /// `WATCHBRIDGE_TEST_BROKER`: `tansu` (also when unset or empty) or `kafka`.
+    /// `WATCHBRIDGE_TEST_BROKER`: `tansu` (also when unset or empty), `kafka`, or `kafkaN`
+    /// (a cluster of N Kafka nodes).
     pub fn from_env() -> Result<BrokerKind, String> {
+        Self::with_nodes_from_env().map(|(kind, _)| kind)
+    }
+
+    /// [`BrokerKind::from_env`] and how many nodes: 1 but for `kafkaN`.
+    pub fn with_nodes_from_env() -> Result<(BrokerKind, usize), String> {
         let value = std::env::var(Self::VARIABLE).unwrap_or_default();
-        match value.trim().to_ascii_lowercase().as_str() {
-            "" | "tansu" => Ok(BrokerKind::Tansu),
-            "kafka" => Ok(BrokerKind::Kafka),
+        let name = value.trim().to_ascii_lowercase();
+        let nodes = name.strip_prefix("kafka").map(|n| match n {
+            "" => Ok(1),
+            n => n.parse::<usize>().ok().filter(|&n| n >= 1).ok_or(()),
+        });
+        match (name.as_str(), nodes) {
+            ("" | "tansu", _) => Ok((BrokerKind::Tansu, 1)),
+            (_, Some(Ok(nodes))) => Ok((BrokerKind::Kafka, nodes)),
             _ => Err(format!(
-                "{}={value:?}: not a test broker; use `tansu` (the default) or `kafka`",
+                "{}={value:?}: not a test broker; use `tansu` (the default), `kafka`, or \
+                 `kafka3` (three replicated Kafka nodes)",
                 Self::VARIABLE
             )),
         }
@@ -74,10 +89,10 @@ impl BrokerKind {
 pub struct Broker {
     bootstrap: String,
     dir: PathBuf,
-    /// The broker under its watchdog. Never dropped (statics aren't), so the watchdog's pipe
-    /// stays open exactly as long as this process lives. [`Broker::restart`] replaces the
-    /// process inside.
-    process: Mutex<BrokerProcess>,
+    /// The broker under its watchdog, or each node of a cluster (node id `i + 1` at `i`).
+    /// Never dropped (statics aren't), so the watchdogs' pipes stay open exactly as long as
+    /// this process lives. [`Broker::restart`] replaces the processes inside.
+    nodes: Mutex<Vec<BrokerProcess>>,
     kind: BrokerKind,
     producer: OnceLock<FutureProducer>,
     admin: OnceLock<AdminClient<DefaultClientContext>>,
@@ -97,7 +112,28 @@ impl Broker {
     /// The broker `WATCHBRIDGE_TEST_BROKER` names; Tansu with SQLite storage, so that
     /// [`Broker::restart`] keeps what it stored.
     fn start() -> Result<Broker, String> {
-        Self::launch(BrokerKind::from_env()?, None)
+        let (kind, nodes) = BrokerKind::with_nodes_from_env()?;
+        if nodes > 1 {
+            return Self::cluster(nodes);
+        }
+        Self::launch(kind, None)
+    }
+
+    /// A cluster of `nodes` Apache Kafka nodes.
+    fn cluster(nodes: usize) -> Result<Broker, String> {
+        let cluster = BrokerProcess::kafka_cluster("watchbridge-kafka-", nodes)?;
+        Ok(Broker {
+            bootstrap: cluster
+                .iter()
+                .map(|n| n.bootstrap.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            dir: cluster[0].dir.clone(),
+            nodes: Mutex::new(cluster),
+            kind: BrokerKind::Kafka,
+            producer: OnceLock::new(),
+            admin: OnceLock::new(),
+        })
     }
 
     /// A broker of its own for one test (of the kind `WATCHBRIDGE_TEST_BROKER` names), for
@@ -124,9 +160,12 @@ impl Broker {
     /// How many loopback ports a broker of `WATCHBRIDGE_TEST_BROKER`'s kind listens on (the
     /// first is the clients' one).
     pub fn ports_needed() -> usize {
-        match BrokerKind::from_env().unwrap_or_else(|e| panic!("{e}")) {
-            BrokerKind::Tansu => 1,
-            BrokerKind::Kafka => 2,
+        match BrokerKind::with_nodes_from_env().unwrap_or_else(|e| panic!("{e}")) {
+            (BrokerKind::Kafka, nodes) if nodes > 1 => {
+                panic!("a test that starts a broker of its own runs on one node, not {nodes}")
+            }
+            (BrokerKind::Tansu, _) => 1,
+            (BrokerKind::Kafka, _) => 2,
         }
     }
 
@@ -140,7 +179,7 @@ impl Broker {
         Ok(Broker {
             bootstrap: process.bootstrap.clone(),
             dir: process.dir.clone(),
-            process: Mutex::new(process),
+            nodes: Mutex::new(vec![process]),
             kind,
             producer: OnceLock::new(),
             admin: OnceLock::new(),
@@ -156,29 +195,210 @@ impl Broker {
     /// dir, so its storage (topics, records, committed offsets, groups) carries over, as it
     /// does for a real broker restart. Clients reconnect on their own. For fault tests; a
     /// test binary whose tests share the broker must not call it while others run.
+    /// On a cluster: every node in turn (a rolling restart: the others keep the quorum).
     pub fn restart(&self) {
-        self.process.lock().unwrap().restart();
+        for node in self.nodes.lock().unwrap().iter_mut() {
+            node.restart();
+        }
     }
 
     /// Crashes the broker (SIGKILL), keeping its dir: it is gone until
     /// [`Broker::start_again`]. Only for a broker of a test's own ([`Broker::own`]).
     pub fn kill(&self) {
-        self.process.lock().unwrap().kill();
+        self.single()[0].kill();
     }
 
     /// Starts the broker again after [`Broker::kill`], on the same port(s) and data.
     pub fn start_again(&self) {
-        self.process.lock().unwrap().start_again();
+        self.single()[0].start_again();
     }
 
-    /// The broker's process id, for SIGSTOP and SIGCONT.
+    /// The broker's process id, for SIGSTOP and SIGCONT (of a one-node broker; a cluster's
+    /// are [`Broker::node_pid`]).
     pub fn pid(&self) -> String {
-        self.process.lock().unwrap().pid()
+        self.single()[0].pid()
     }
 
-    /// The last lines of the broker's log, for failure messages.
+    /// The one node of a broker that is not a cluster.
+    fn single(&self) -> std::sync::MutexGuard<'_, Vec<BrokerProcess>> {
+        let nodes = self.nodes.lock().unwrap();
+        assert_eq!(
+            nodes.len(),
+            1,
+            "this test handles one broker process; a cluster's nodes are handled one by one \
+             (node_pid, restart_node)"
+        );
+        nodes
+    }
+
+    /// How many nodes: 1, or a cluster's (`WATCHBRIDGE_TEST_BROKER=kafka3`).
+    pub fn nodes(&self) -> usize {
+        self.nodes.lock().unwrap().len()
+    }
+
+    /// The process id of node `id` (1-based, Kafka's `node.id`).
+    pub fn node_pid(&self, id: i32) -> String {
+        self.nodes.lock().unwrap()[id as usize - 1].pid()
+    }
+
+    /// SIGKILLs node `id` and starts it again on its ports and data; it rejoins the cluster.
+    pub fn restart_node(&self, id: i32) {
+        self.nodes.lock().unwrap()[id as usize - 1].restart();
+    }
+
+    /// The last lines of the broker's log (every node's, on a cluster), for failure
+    /// messages.
     pub fn log_tail(&self) -> String {
-        self.process.lock().unwrap().log_tail()
+        let nodes = self.nodes.lock().unwrap();
+        match nodes.as_slice() {
+            [one] => one.log_tail(),
+            all => all
+                .iter()
+                .enumerate()
+                .map(|(i, n)| format!("node {}:\n{}", i + 1, n.log_tail()))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+
+    /// The node id of the leader of `topic`'s `partition` (from metadata), and its
+    /// replicas: what a fault test pauses or restarts.
+    pub fn leader_and_replicas(&self, topic: &str, partition: i32) -> Option<(i32, Vec<i32>)> {
+        let consumer = self.base_consumer("watchbridge-test-metadata");
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .ok()?;
+        let t = metadata.topics().iter().find(|t| t.name() == topic)?;
+        let p = t.partitions().iter().find(|p| p.id() == partition)?;
+        Some((p.leader(), p.replicas().to_vec()))
+    }
+
+    /// The node that leads `__transaction_state`'s partition for `transactional_id`: its
+    /// transaction coordinator (Kafka's rule: the id's Java `hashCode`, made positive, modulo
+    /// the 4 partitions `scripts/kafka.sh` gives the topic).
+    pub fn transaction_coordinator(&self, transactional_id: &str) -> Option<i32> {
+        let partition = coordinator_partition(transactional_id, 4);
+        self.leader_and_replicas("__transaction_state", partition)
+            .map(|(leader, _)| leader)
+    }
+
+    /// The node that coordinates consumer group `group` (the leader of its
+    /// `__consumer_offsets` partition, the same rule over 4 partitions).
+    pub fn group_coordinator(&self, group: &str) -> Option<i32> {
+        let partition = coordinator_partition(group, 4);
+        self.leader_and_replicas("__consumer_offsets", partition)
+            .map(|(leader, _)| leader)
+    }
+
+    /// The node that is the active KRaft controller, as the quorum tool says.
+    pub fn active_controller(&self) -> Result<i32, String> {
+        let out = self.kafka_tool(
+            "org.apache.kafka.tools.MetadataQuorumCommand",
+            &["describe", "--status"],
+        )?;
+        out.lines()
+            .find_map(|l| l.strip_prefix("LeaderId:"))
+            .and_then(|id| id.trim().parse().ok())
+            .ok_or_else(|| format!("no LeaderId in the quorum tool's answer:\n{out}"))
+    }
+
+    /// Moves every partition's leadership back to its preferred replica by hand (Kafka's
+    /// `kafka-leader-election --election-type PREFERRED --all-topic-partitions`): after a
+    /// node's pause or restart, leaders move as an operator would move them.
+    pub fn elect_preferred_leaders(&self) -> Result<String, String> {
+        self.kafka_tool(
+            "org.apache.kafka.tools.LeaderElectionCommand",
+            &["--election-type", "PREFERRED", "--all-topic-partitions"],
+        )
+    }
+
+    /// Moves the leadership of `topic`'s `partition` to another of its replicas by hand, as
+    /// an operator would: a reassignment to the same replicas in an order that puts another
+    /// one first (no data moves), then a preferred-leader election of that partition. Returns
+    /// (old leader, new leader) once metadata shows the new one.
+    pub fn move_leader(&self, topic: &str, partition: i32) -> Result<(i32, i32), String> {
+        let (leader, replicas) = self
+            .leader_and_replicas(topic, partition)
+            .ok_or_else(|| format!("no metadata for {topic}/{partition}"))?;
+        let Some(&to) = replicas.iter().find(|&&r| r != leader) else {
+            return Err(format!(
+                "{topic}/{partition} has no replica but its leader {leader}"
+            ));
+        };
+        let mut order = vec![to];
+        order.extend(replicas.iter().filter(|&&r| r != to));
+        let plan = serde_json::json!({
+            "version": 1,
+            "partitions": [{"topic": topic, "partition": partition, "replicas": order}],
+        });
+        let file = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+        std::fs::write(file.path(), plan.to_string()).map_err(|e| e.to_string())?;
+        let path = file.path().to_string_lossy().into_owned();
+        self.kafka_tool(
+            "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+            &["--reassignment-json-file", &path, "--execute"],
+        )?;
+        let partition_arg = partition.to_string();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            // The new order may take a moment to reach the controller's view; an election
+            // before that elects the old leader again.
+            let _ = self.kafka_tool(
+                "org.apache.kafka.tools.LeaderElectionCommand",
+                &[
+                    "--election-type",
+                    "PREFERRED",
+                    "--topic",
+                    topic,
+                    "--partition",
+                    &partition_arg,
+                ],
+            );
+            if let Some((now, _)) = self.leader_and_replicas(topic, partition) {
+                if now == to {
+                    return Ok((leader, to));
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{topic}/{partition}: leader still not {to} 20 s after the reassignment"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Runs one of Kafka's command-line tools (its main class) against this broker; its
+    /// standard output, or why it failed.
+    pub fn kafka_tool(&self, class: &str, args: &[&str]) -> Result<String, String> {
+        assert_eq!(self.kind, BrokerKind::Kafka, "Kafka's tools need Kafka");
+        let libs = super::broker_process::installed_path("kafka.sh", "");
+        let out = std::process::Command::new("java")
+            .args(["-Xmx256m", "-XX:TieredStopAtLevel=1"])
+            .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+            .arg("-cp")
+            .arg(libs.join("*"))
+            .arg(class)
+            .args(["--bootstrap-server", &self.bootstrap])
+            .args(args)
+            .output()
+            .map_err(|e| format!("run {class}: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(stdout)
+        } else {
+            Err(format!(
+                "{class} {args:?} failed ({}): {stdout}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    /// Replicas of the topics tests create: 3 on a cluster of three or more nodes (what the
+    /// cluster's `default.replication.factor` says), else 1.
+    fn replication(&self) -> i32 {
+        self.nodes().min(3) as i32
     }
 
     /// `127.0.0.1:PORT`, for `bootstrap.servers`.
@@ -205,7 +425,8 @@ impl Broker {
         format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// Creates the topic (replication 1) and waits until metadata shows all its partitions.
+    /// Creates the topic (replication 1, 3 on a cluster) and waits until metadata shows all
+    /// its partitions.
     /// A topic that already exists is fine. Neither test broker creates topics on its own.
     pub async fn create_topic(&self, name: &str, partitions: i32) {
         self.create_topic_with(name, partitions, &[]).await
@@ -216,7 +437,11 @@ impl Broker {
         let admin = self
             .admin
             .get_or_init(|| self.config().create().expect("create a Kafka admin client"));
-        let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        let mut topic = NewTopic::new(
+            name,
+            partitions,
+            TopicReplication::Fixed(self.replication()),
+        );
         for (key, value) in configs {
             topic = topic.set(key, value);
         }
@@ -644,4 +869,15 @@ fn summarize(read: &[OwnedMessage]) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// The partition of an internal topic of `partitions` that holds the coordinator of `key` (a
+/// transactional id, a group id): Kafka's `Utils.abs(key.hashCode()) % partitions`, with
+/// Java's `String.hashCode` (UTF-16 units; ASCII keys here).
+pub fn coordinator_partition(key: &str, partitions: i32) -> i32 {
+    let hash = key
+        .encode_utf16()
+        .fold(0i32, |h, unit| h.wrapping_mul(31).wrapping_add(unit as i32));
+    let positive = if hash == i32::MIN { 0 } else { hash.abs() };
+    positive % partitions
 }
