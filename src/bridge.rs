@@ -22,7 +22,7 @@ use crate::control::Controls;
 use crate::formats::output::OutputEncoder;
 use crate::internal_events::StopGaveUp;
 use crate::kafka::client::{
-    client_config, ensure_topics, log_properties, wait_for_brokers, KafkaSetupError,
+    broker_setting, client_config, ensure_topics, log_properties, wait_for_brokers, KafkaSetupError,
 };
 use crate::kafka::consumer::{consume, BridgeContext, ConsumerStopped, NoCommitStart, Partitions};
 use crate::kafka::embedded::EmbeddedBroker;
@@ -39,6 +39,7 @@ use crate::kafka::properties::ClientKind;
 use crate::kafka::records::OutputLayout;
 use crate::kafka::recovery::{Lookups, RecoverySource};
 use crate::kafka::stats::{self, BridgeProducer, ProducerStats};
+use crate::kafka::transaction_timeout::TransactionTimeouts;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::ops_server::{OpsApi, OpsServer};
@@ -229,7 +230,7 @@ pub async fn run_bridge<P: Resolve>(
     );
     let guarantee = choose_guarantee(brokers, embedded.is_some(), config, &kafka).await;
     let transactions = match guarantee {
-        Guarantee::ExactlyOnce => Some(transaction_settings(brokers, config, &kafka)?),
+        Guarantee::ExactlyOnce => Some(transaction_settings(brokers, config, &kafka).await?),
         _ => None,
     };
     let producer: BridgeProducer = producer_config(brokers, config)
@@ -705,7 +706,7 @@ async fn choose_guarantee(
 }
 
 /// The exactly-once mode's producer settings, transactional id prefix and group metadata.
-fn transaction_settings(
+async fn transaction_settings(
     brokers: &str,
     config: &RunConfig,
     kafka: &KafkaContext,
@@ -719,9 +720,28 @@ fn transaction_settings(
     let group = group.group_metadata().ok_or_else(|| {
         BridgeError::Start("librdkafka returned no consumer group metadata".into())
     })?;
-    // A setting librdkafka refuses for a transactional producer (`KAFKA_MESSAGE_TIMEOUT_MS`
-    // above `transaction.timeout.ms`, say) fails the start here, not every partition later.
-    let producer_config = producer_config(brokers, config);
+    // A transaction must commit before the coordinator's timeout aborts it (and fences its
+    // producer): the timeouts are fitted to the checkpoint interval, or the start fails
+    // naming the settings (`kafka/transaction_timeout.rs`).
+    let mut producer_config = producer_config(brokers, config);
+    let timeouts = fit_transaction_timeouts(brokers, config, kafka).await?;
+    producer_config
+        .set(
+            "transaction.timeout.ms",
+            timeouts.transaction.as_millis().to_string(),
+        )
+        .set(
+            "message.timeout.ms",
+            timeouts.message.as_millis().to_string(),
+        );
+    tracing::info!(
+        transaction_timeout_ms = timeouts.transaction.as_millis() as u64,
+        message_timeout_ms = timeouts.message.as_millis() as u64,
+        checkpoint_interval = %humantime::format_duration(config.checkpoint_interval),
+        "transaction timeouts"
+    );
+    // A setting librdkafka refuses for a transactional producer fails the start here, not
+    // every partition later.
     producer_config
         .clone()
         .set("transactional.id", "watchbridge-settings-check")
@@ -738,6 +758,49 @@ fn transaction_settings(
         group: Arc::new(group),
         kafka: kafka.clone(),
     })
+}
+
+/// `transaction.timeout.ms` and `message.timeout.ms` for the checkpoint interval, from what
+/// the user set (`KAFKA_*`) and the brokers' `transaction.max.timeout.ms` (when they say).
+async fn fit_transaction_timeouts(
+    brokers: &str,
+    config: &RunConfig,
+    kafka: &KafkaContext,
+) -> Result<TransactionTimeouts, BridgeError> {
+    let set = |name: &str| -> Result<Option<Duration>, BridgeError> {
+        config
+            .kafka
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| {
+                v.trim()
+                    .parse::<u64>()
+                    .map(Duration::from_millis)
+                    .map_err(|e| {
+                        BridgeError::Start(format!(
+                            "KAFKA_{}={v:?}: not a number of milliseconds ({e})",
+                            name.to_ascii_uppercase().replace('.', "_")
+                        ))
+                    })
+            })
+            .transpose()
+    };
+    let broker_max = match broker_setting(brokers, config, kafka, "transaction.max.timeout.ms")
+        .await
+    {
+        Ok(value) => value.and_then(|v| v.parse::<u64>().ok().map(Duration::from_millis)),
+        Err(error) => {
+            tracing::warn!(error, "cannot read the brokers' transaction.max.timeout.ms (DescribeConfigs); the transaction timeout is not checked against it");
+            None
+        }
+    };
+    TransactionTimeouts::fit(
+        config.checkpoint_interval,
+        set("transaction.timeout.ms")?,
+        set("message.timeout.ms")?,
+        broker_max,
+    )
+    .map_err(BridgeError::Start)
 }
 
 fn consumer_config(brokers: &str, config: &RunConfig, guarantee: Guarantee) -> ClientConfig {

@@ -326,6 +326,11 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
             }),
         ),
     ]);
+    // CHAOS_REPLICATION_FACTOR: the replication factor of the topics the bridge creates
+    // (default: the bridge's own default).
+    if let Ok(factor) = std::env::var("CHAOS_REPLICATION_FACTOR") {
+        env.push(("WATCHBRIDGE_REPLICATION_FACTOR", factor));
+    }
     if broker_pause {
         env.push((
             "KAFKA_MESSAGE_TIMEOUT_MS",

@@ -652,3 +652,58 @@ mod tests {
         );
     }
 }
+
+/// A broker-wide setting (e.g. `transaction.max.timeout.ms`) as the first broker the
+/// metadata lists describes it: `Ok(None)` when it describes no such setting. A fresh admin
+/// client, dropped on a thread of its own; asked once, at start, and only where the answer
+/// changes what the start does. Needs `DescribeConfigs` on the cluster, which a
+/// least-privilege principal may lack: callers treat an error as "unknown".
+pub async fn broker_setting(
+    brokers: &str,
+    config: &RunConfig,
+    context: &KafkaContext,
+    name: &str,
+) -> Result<Option<String>, String> {
+    let admin: AdminClient<KafkaContext> = client_config(brokers, config, ClientKind::Other)
+        .create_with_context(context.clone())
+        .map_err(|e| e.to_string())?;
+    let admin = Arc::new(admin);
+    let lookup = admin.clone();
+    let broker = tokio::task::spawn_blocking(move || {
+        lookup
+            .inner()
+            .fetch_metadata(None, METADATA_TIMEOUT)
+            .map_err(|e| e.to_string())
+            .and_then(|m| {
+                m.brokers()
+                    .first()
+                    .map(|b| b.id())
+                    .ok_or_else(|| "the metadata lists no broker".to_string())
+            })
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let result = match broker {
+        Ok(id) => {
+            let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
+            match admin
+                .describe_configs([&ResourceSpecifier::Broker(id)], &options)
+                .await
+            {
+                Ok(results) => match results.into_iter().next() {
+                    Some(Ok(resource)) => Ok(resource
+                        .entries
+                        .into_iter()
+                        .find(|e| e.name == name)
+                        .and_then(|e| e.value)),
+                    Some(Err(code)) => Err(code.to_string()),
+                    None => Err("no answer for the broker".into()),
+                },
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Err(e) => Err(e),
+    };
+    std::thread::spawn(move || drop(admin));
+    result
+}

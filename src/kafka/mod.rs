@@ -5,7 +5,8 @@
 //! of many partitions in one request ([`list_offsets`]), client
 //! settings, topics and the start's wait for the brokers ([`client`]), whether the brokers
 //! can be reached and librdkafka's errors and log lines ([`health`]), librdkafka's
-//! statistics as metrics ([`stats`]), and the embedded broker ([`embedded`]).
+//! statistics as metrics ([`stats`]), the exactly-once mode's transaction timeout fitted to
+//! the checkpoint interval ([`transaction_timeout`]), and the embedded broker ([`embedded`]).
 
 pub mod client;
 pub mod consumer;
@@ -27,3 +28,4 @@ pub mod recovery;
 pub mod reports;
 pub mod stats;
 pub mod tools;
+pub mod transaction_timeout;
