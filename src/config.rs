@@ -227,8 +227,9 @@ pub struct RunArgs {
     /// (transactions: outputs, state and input offsets commit together, a stalled instance
     /// is fenced; consumers read `read_committed`), `recovery` (exactly once by recovery
     /// from the state and output topics, on any broker), `at_least_once` (a crash may emit
-    /// again what followed the last checkpoint), or `auto`: `exactly_once` where the broker
-    /// supports transactions, else `recovery`.
+    /// again what followed the last checkpoint), or `auto`: the mode the group runs, else
+    /// `exactly_once` where the broker supports transactions, else `recovery`. An instance
+    /// of the other mode than its running group's refuses to start.
     #[arg(
         long,
         env = "WATCHBRIDGE_GUARANTEE",

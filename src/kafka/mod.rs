@@ -5,12 +5,15 @@
 //! of many partitions in one request ([`list_offsets`]), client
 //! settings, topics and the start's wait for the brokers ([`client`]), whether the brokers
 //! can be reached and librdkafka's errors and log lines ([`health`]), librdkafka's
-//! statistics as metrics ([`stats`]), and the embedded broker ([`embedded`]).
+//! statistics as metrics ([`stats`]), the embedded broker ([`embedded`]), and the
+//! guarantee: how `auto` is resolved ([`guarantee`]) and which mode the group runs
+//! ([`group_mode`]).
 
 pub mod client;
 pub mod consumer;
 pub mod durable;
 pub mod embedded;
+pub mod group_mode;
 pub mod guarantee;
 pub mod health;
 pub mod input;
