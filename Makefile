@@ -133,12 +133,13 @@ test: lint broker-install bench-smoke
 # to start): the fixture's own tests, what differs between the brokers (brokers.rs), the
 # bridge, watermarks, operations and Prometheus tests (with WATCHBRIDGE_GUARANTEE=auto,
 # which picks exactly_once on Kafka), who owns a watch (ownership.rs: a zombie in the
-# recovery mode), and the library examples (examples.rs, ~18 s); then compaction.rs and exactly_once.rs, which only Kafka can run (its log
+# recovery mode), the library examples (examples.rs, ~18 s), and the topics the bridge
+# creates (topics.rs; with WATCHBRIDGE_TEST_BROKER=kafka3 on a three-node cluster); then compaction.rs and exactly_once.rs, which only Kafka can run (its log
 # cleaner, its transactions), and the short fault test in both modes, each with a zombie
 # episode and a broker pause under load. (lifecycle.rs, the start and stop with the brokers
 # away, runs on Tansu only in `make test`: on Kafka each of its tests starts a Kafka of its
 # own, ~100 s; `WATCHBRIDGE_TEST_BROKER=kafka cargo test --test lifecycle` runs it there.)
-KAFKA_TESTS = kafka_broker brokers bridge watermarks ops prometheus ownership examples
+KAFKA_TESTS = kafka_broker brokers bridge watermarks ops prometheus ownership examples topics
 test-kafka: setup
 	scripts/kafka.sh install
 	WATCHBRIDGE_TEST_BROKER=kafka $(CARGO) test $(KAFKA_TESTS:%=--test %)

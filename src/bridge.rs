@@ -26,6 +26,7 @@ use crate::kafka::client::{
 };
 use crate::kafka::consumer::{consume, BridgeContext, ConsumerStopped, NoCommitStart, Partitions};
 use crate::kafka::embedded::EmbeddedBroker;
+use crate::kafka::group_mode;
 use crate::kafka::guarantee::{self, Guarantee, GuaranteeSetting};
 use crate::kafka::health::{BrokerHealth, KafkaContext};
 use crate::kafka::lease::Lease;
@@ -228,7 +229,21 @@ pub async fn run_bridge<P: Resolve>(
         group = %config.group_id,
         "bridge starting"
     );
-    let guarantee = choose_guarantee(brokers, embedded.is_some(), config, &kafka).await;
+    // `auto` may wait for a transaction coordinator still loading: a stop ends that too.
+    let guarantee = tokio::select! {
+        chosen = choose_guarantee(
+            brokers,
+            embedded.is_some(),
+            config,
+            &kafka,
+            layout.input_partitions,
+            start_deadline,
+        ) => chosen?,
+        () = stop.stopped() => {
+            tracing::info!("stopped before the guarantee was chosen");
+            return Ok(());
+        }
+    };
     let transactions = match guarantee {
         Guarantee::ExactlyOnce => Some(transaction_settings(brokers, config, &kafka).await?),
         _ => None,
@@ -324,6 +339,7 @@ pub async fn run_bridge<P: Resolve>(
                 output_keys,
                 lookups,
             },
+            guarantee,
             finished_retention: config.finished_retention,
             checkpoint_interval: config.checkpoint_interval,
         },
@@ -662,15 +678,20 @@ fn producer_config(brokers: &str, config: &RunConfig) -> ClientConfig {
 
 /// `WATCHBRIDGE_GUARANTEE`, with `auto` resolved against the broker (the embedded broker,
 /// librdkafka's mock cluster, accepts transactions but cannot keep their promise: `auto`
-/// picks `recovery` there without asking).
+/// picks `recovery` there without asking), and checked against the mode the group runs
+/// (`kafka/group_mode.rs`): an instance of the other mode refuses to start. `auto`'s
+/// questions are asked again until `deadline` while they fail for a transient reason.
 async fn choose_guarantee(
     brokers: &str,
     embedded: bool,
     config: &RunConfig,
     kafka: &KafkaContext,
-) -> Guarantee {
+    state_partitions: i32,
+    deadline: Instant,
+) -> Result<Guarantee, BridgeError> {
     let chosen = match config.guarantee {
         GuaranteeSetting::Auto if embedded => Guarantee::Recovery,
+        GuaranteeSetting::Fixed(g) if embedded => g,
         setting => {
             let plaintext = config
                 .kafka
@@ -686,15 +707,40 @@ async fn choose_guarantee(
                 std::process::id(),
                 Clock::system().now_ms()
             );
-            let state_topic = config.state_topic.clone();
+            let (group, state_topic) = (config.group_id.clone(), config.state_topic.clone());
             let kafka = kafka.clone();
-            tokio::task::spawn_blocking(move || {
-                guarantee::choose(setting, &brokers, plaintext, || {
-                    guarantee::probe_transaction(&producer, &consumer, kafka, &id, &state_topic)
+            let settled = tokio::task::spawn_blocking(move || {
+                let runs =
+                    group_mode::read(&consumer, &kafka, &group, &state_topic, state_partitions);
+                group_mode::settle(setting, &runs, &group, &state_topic, || {
+                    guarantee::choose_auto(&brokers, plaintext, deadline, || {
+                        guarantee::probe_transaction(
+                            &producer,
+                            &consumer,
+                            kafka.clone(),
+                            &id,
+                            &state_topic,
+                        )
+                    })
                 })
             })
             .await
-            .unwrap_or(Guarantee::Recovery)
+            .map_err(|e| BridgeError::Start(format!("choosing the guarantee failed: {e}")))?
+            .map_err(BridgeError::Start)?;
+            if settled.adopted {
+                tracing::info!(
+                    guarantee = %settled.guarantee,
+                    "WATCHBRIDGE_GUARANTEE=auto: the group runs this mode (recorded on its state topic); taking it"
+                );
+            }
+            if !settled.switched_from.is_empty() {
+                tracing::warn!(
+                    from = ?settled.switched_from.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    to = %settled.guarantee,
+                    "WATCHBRIDGE_GUARANTEE: the group ran another mode and has no member now; switching it"
+                );
+            }
+            settled.guarantee
         }
     };
     tracing::info!(
@@ -702,7 +748,7 @@ async fn choose_guarantee(
         setting = ?config.guarantee,
         "WATCHBRIDGE_GUARANTEE"
     );
-    chosen
+    Ok(chosen)
 }
 
 /// The exactly-once mode's producer settings, transactional id prefix and group metadata.

@@ -155,14 +155,26 @@ pub struct RunArgs {
         default_value_t = 4
     )]
     pub partitions: i32,
-    /// Replication factor of topics the bridge creates.
+    /// Replication factor of topics the bridge creates: `-1` (the broker's
+    /// `default.replication.factor`; where a broker refuses `-1`, 1, said in the log) or a
+    /// number.
     #[arg(
         long,
         env = "WATCHBRIDGE_REPLICATION_FACTOR",
         value_name = "WATCHBRIDGE_REPLICATION_FACTOR",
-        default_value_t = 1
+        default_value_t = -1,
+        allow_negative_numbers = true
     )]
     pub replication_factor: i32,
+    /// Topic configs for every topic the bridge creates, as comma-separated `key=value`
+    /// (e.g. `min.insync.replicas=2,retention.ms=604800000`); the bridge's own configs of a
+    /// topic (`cleanup.policy=compact` for the state and watermark topics) win over them.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_TOPIC_CONFIG",
+        value_name = "WATCHBRIDGE_TOPIC_CONFIG"
+    )]
+    pub topic_config: Option<String>,
     /// How long shutdown (SIGTERM, Ctrl-C) may take to finish polls, deliver and commit;
     /// the process ends within it plus 5 s whatever the brokers do.
     #[arg(long, env = "WATCHBRIDGE_SHUTDOWN_TIMEOUT", value_name = "WATCHBRIDGE_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
@@ -215,8 +227,9 @@ pub struct RunArgs {
     /// (transactions: outputs, state and input offsets commit together, a stalled instance
     /// is fenced; consumers read `read_committed`), `recovery` (exactly once by recovery
     /// from the state and output topics, on any broker), `at_least_once` (a crash may emit
-    /// again what followed the last checkpoint), or `auto`: `exactly_once` where the broker
-    /// supports transactions, else `recovery`.
+    /// again what followed the last checkpoint), or `auto`: the mode the group runs, else
+    /// `exactly_once` where the broker supports transactions, else `recovery`. An instance
+    /// of the other mode than its running group's refuses to start.
     #[arg(
         long,
         env = "WATCHBRIDGE_GUARANTEE",
@@ -291,7 +304,10 @@ pub struct RunConfig {
     pub host_rate: Option<HostRate>,
     pub create_topics: bool,
     pub partitions: i32,
+    /// `-1`: the broker's default.
     pub replication_factor: i32,
+    /// `WATCHBRIDGE_TOPIC_CONFIG`: configs for every topic the bridge creates.
+    pub topic_config: Vec<(String, String)>,
     pub shutdown_timeout: Duration,
     /// How long the start waits for the brokers (`WATCHBRIDGE_START_TIMEOUT`).
     pub start_timeout: Duration,
@@ -438,12 +454,13 @@ impl RunArgs {
                 "must be at least 1",
             ));
         }
-        if self.replication_factor < 1 {
+        if self.replication_factor < 1 && self.replication_factor != -1 {
             return Err(ConfigError::new(
                 "WATCHBRIDGE_REPLICATION_FACTOR",
-                "must be at least 1",
+                "must be -1 (the broker's default.replication.factor) or at least 1",
             ));
         }
+        let topic_config = topic_config(self.topic_config.as_deref().unwrap_or_default())?;
         if self.start_timeout.is_zero() {
             return Err(ConfigError::new(
                 "WATCHBRIDGE_START_TIMEOUT",
@@ -490,6 +507,7 @@ impl RunArgs {
             create_topics: self.create_topics,
             partitions: self.partitions,
             replication_factor: self.replication_factor,
+            topic_config,
             shutdown_timeout: self.shutdown_timeout,
             start_timeout: self.start_timeout,
             poll_timeout: self.poller.poll_timeout,
@@ -591,6 +609,39 @@ fn retry_limit(value: &str, initial: Duration, max: Duration) -> Result<u32, Con
             ),
         )),
     }
+}
+
+/// `WATCHBRIDGE_TOPIC_CONFIG`: `key=value` entries separated by commas (blanks around each
+/// trimmed; an empty list is none). A malformed entry is refused here, naming it, rather
+/// than by the broker once a topic is missing.
+fn topic_config(value: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    const VAR: &str = "WATCHBRIDGE_TOPIC_CONFIG";
+    let mut configs: Vec<(String, String)> = Vec::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let parsed = entry
+            .split_once('=')
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .filter(|(k, v)| {
+                !k.is_empty()
+                    && !v.is_empty()
+                    && k.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+            });
+        let Some((key, value)) = parsed else {
+            return Err(ConfigError::new(
+                VAR,
+                format!(
+                    "`{entry}` is not a topic config `key=value` (comma-separated, e.g. \
+                     `min.insync.replicas=2,retention.ms=604800000`)"
+                ),
+            ));
+        };
+        if configs.iter().any(|(k, _)| k == key) {
+            return Err(ConfigError::new(VAR, format!("`{key}` is given twice")));
+        }
+        configs.push((key.to_string(), value.to_string()));
+    }
+    Ok(configs)
 }
 
 /// `WATCHBRIDGE_METRICS_ADDR`: an IP address and port (port 0: any free one), or `off`.
@@ -785,6 +836,59 @@ mod tests {
         a.extend_from_slice(&["--poll-interval", "soon"]);
         let e = parse(&a).unwrap_err().to_string();
         assert!(e.contains("WATCHBRIDGE_POLL_INTERVAL"), "{e}");
+    }
+
+    /// Topics the bridge creates get the broker's replication factor unless told, and the
+    /// topic configs of `WATCHBRIDGE_TOPIC_CONFIG`; a malformed entry names the variable.
+    #[test]
+    fn created_topics_default_to_the_brokers_replication_and_take_topic_configs() {
+        let run = |extra: &[&str]| {
+            let mut a = base();
+            a.extend_from_slice(extra);
+            parse(&a).unwrap().check([])
+        };
+        let c = run(&[]).unwrap();
+        assert_eq!((c.replication_factor, c.topic_config.len()), (-1, 0));
+        assert_eq!(
+            run(&["--replication-factor", "3"])
+                .unwrap()
+                .replication_factor,
+            3
+        );
+        assert_eq!(
+            run(&["--replication-factor", "-1"])
+                .unwrap()
+                .replication_factor,
+            -1
+        );
+        for bad in ["0", "-2"] {
+            let e = run(&["--replication-factor", bad]).unwrap_err();
+            assert_eq!(e.var, "WATCHBRIDGE_REPLICATION_FACTOR", "{bad}");
+        }
+        let c = run(&[
+            "--topic-config",
+            " min.insync.replicas=2, retention.ms = 604800000,",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.topic_config,
+            [
+                ("min.insync.replicas".to_string(), "2".to_string()),
+                ("retention.ms".into(), "604800000".into())
+            ]
+        );
+        for bad in [
+            "min.insync.replicas",
+            "=2",
+            "retention.ms=",
+            "a b=1",
+            "x=1,x=2",
+        ] {
+            let e = run(&["--topic-config", bad]).unwrap_err();
+            assert_eq!(e.var, "WATCHBRIDGE_TOPIC_CONFIG", "{bad}: {e}");
+        }
+        let e = run(&["--topic-config", "retention.ms=1,min.insync.replicas"]).unwrap_err();
+        assert!(e.message.contains("`min.insync.replicas`"), "{e}");
     }
 
     #[test]

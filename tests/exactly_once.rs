@@ -173,3 +173,66 @@ async fn a_paused_instance_is_fenced_and_nothing_it_writes_after_resuming_is_vis
         a.log()
     );
 }
+
+/// One group never runs two modes (issue 46, case 8): while the group runs one mode
+/// (recorded on its state topic), an instance set to the other refuses to start, exiting
+/// non-zero and naming `WATCHBRIDGE_GUARANTEE`, the group's mode and its own; an `auto`
+/// instance takes the group's mode. Once every instance has stopped, the group may switch.
+/// Both ways: `exactly_once` running and `recovery` refused, then the reverse.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs Apache Kafka: make test-kafka runs it (WATCHBRIDGE_TEST_BROKER=kafka cargo test --test exactly_once -- --ignored)"]
+async fn an_instance_of_the_other_mode_is_refused_while_the_group_runs_one() {
+    assert_eq!(
+        broker().kind(),
+        BrokerKind::Kafka,
+        "this test needs a broker with transactions: run it with WATCHBRIDGE_TEST_BROKER=kafka"
+    );
+    let server = TestServer::start(support::scenario::finished_feeds).await;
+    for (runs, other) in [("exactly_once", "recovery"), ("recovery", "exactly_once")] {
+        let s = Setup::new(&format!("mode-{runs}"), 2).await;
+        let with = |guarantee: &str| {
+            let mut env = s.env(&server);
+            env.push(("WATCHBRIDGE_GUARANTEE", guarantee.to_string()));
+            env
+        };
+        let mut a = Bridge::start(&with(runs));
+        for user in 1..=4 {
+            produce_user(&s.input, user).await;
+        }
+        wait_committed(&s.output, 8, || format!("{runs}: no outputs:\n{}", a.log())).await;
+
+        let mut refused = Bridge::spawn(&with(other));
+        let code = refused.exit_code(Duration::from_secs(60));
+        let log = refused.log();
+        assert!(
+            code.is_some_and(|c| c != 0),
+            "{other} beside {runs}: {code:?}\n{log}"
+        );
+        assert!(
+            log.contains("WATCHBRIDGE_GUARANTEE")
+                && log.contains(&format!("runs `{runs}`"))
+                && log.contains(&format!("chose `{other}`")),
+            "the refusal names the setting and both modes:\n{log}"
+        );
+        assert!(
+            !log.contains("partition assigned"),
+            "it joined the group:\n{log}"
+        );
+
+        let mut adopting = Bridge::start(&with("auto"));
+        adopting.wait_for_log(
+            &format!("WATCHBRIDGE_GUARANTEE guarantee={runs}"),
+            Duration::from_secs(60),
+        );
+        assert_eq!(adopting.terminate().0, Some(0), "{}", adopting.log());
+        assert_eq!(a.terminate().0, Some(0), "{}", a.log());
+
+        // Nobody runs now: the group may switch.
+        let mut switched = Bridge::start(&with(other));
+        switched.wait_for_log(
+            &format!("WATCHBRIDGE_GUARANTEE guarantee={other}"),
+            Duration::from_secs(60),
+        );
+        assert_eq!(switched.terminate().0, Some(0), "{}", switched.log());
+    }
+}

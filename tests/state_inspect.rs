@@ -461,6 +461,14 @@ async fn inspect_reads_the_state_a_real_bridge_wrote() {
         lines.iter().any(|l| l["kind"] == "output_offsets"),
         "{lines:#?}"
     );
+    // Every partition written records the writer's guarantee (what a start checks).
+    let modes = ["exactly_once", "recovery", "at_least_once"];
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["kind"] == "mode" && l["mode"].as_str().is_some_and(|m| modes.contains(&m))),
+        "{lines:#?}"
+    );
     let (code, lines, stderr) = inspect(&state, &["--key", "user-7"]);
     assert_eq!(code, 0, "{stderr}");
     let at = by_position(&lines);

@@ -171,6 +171,7 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         create_topics: true,
         partitions,
         replication_factor: 1,
+        topic_config: None,
         shutdown_timeout: Duration::from_secs(10),
         start_timeout: Duration::from_secs(60),
         watermark_strategy: "bounded(5s)".into(),

@@ -179,6 +179,7 @@ fn bridge_config(args: &DemoArgs, formats: FormatArgs) -> Result<RunConfig, Conf
         create_topics: true,
         partitions: PARTITIONS,
         replication_factor: 1,
+        topic_config: None,
         shutdown_timeout: Duration::from_secs(10),
         // The embedded broker is up at once; what may not be is a schema registry (the
         // output schema is registered before the bridge starts): fail within the run.

@@ -148,21 +148,53 @@ const TRY_TIMEOUT: (Duration, Duration) = (Duration::from_secs(1), Duration::fro
 pub struct StartClient {
     /// Always `Some` but in [`Drop`].
     admin: Option<Arc<AdminClient<KafkaContext>>>,
-    /// The topics on the cluster with their partition counts, as the answer that proved the
-    /// brokers reachable listed them.
-    pub topics: HashMap<String, i32>,
+    /// The topics on the cluster, as the answer that proved the brokers reachable listed
+    /// them.
+    pub topics: ClusterTopics,
+}
+
+/// What one metadata answer says of the topics: each one's partition count and replication
+/// factor (its partitions' fewest replicas), and how many brokers the cluster has.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterTopics {
+    partitions: HashMap<String, i32>,
+    replicas: HashMap<String, usize>,
+    brokers: usize,
+}
+
+impl ClusterTopics {
+    fn new(metadata: &rdkafka::metadata::Metadata) -> Self {
+        let listed = || metadata.topics().iter().filter(|t| t.error().is_none());
+        Self {
+            partitions: listed()
+                .map(|t| (t.name().to_string(), t.partitions().len() as i32))
+                .collect(),
+            replicas: listed()
+                .map(|t| {
+                    let fewest = t.partitions().iter().map(|p| p.replicas().len()).min();
+                    (t.name().to_string(), fewest.unwrap_or(0))
+                })
+                .collect(),
+            brokers: metadata.brokers().len(),
+        }
+    }
+
+    /// `topic`'s partition count, if it exists.
+    pub fn partitions(&self, topic: &str) -> Option<i32> {
+        self.partitions.get(topic).copied()
+    }
 }
 
 impl StartClient {
     /// Every topic on the cluster with its partition count (listing all topics, because
     /// asking for one by name can auto-create it on some brokers).
-    async fn topic_partitions(&self, timeout: Duration) -> Result<HashMap<String, i32>, String> {
+    async fn topic_partitions(&self, timeout: Duration) -> Result<ClusterTopics, String> {
         let admin = self.admin().clone();
         tokio::task::spawn_blocking(move || {
             admin
                 .inner()
                 .fetch_metadata(None, timeout)
-                .map(|metadata| partition_counts(&metadata))
+                .map(|metadata| ClusterTopics::new(&metadata))
                 .map_err(|e| e.to_string())
         })
         .await
@@ -214,7 +246,7 @@ pub async fn wait_for_brokers(
             .map_err(|e| KafkaSetupError::Config(e.to_string()))?;
         let mut client = StartClient {
             admin: Some(Arc::new(admin)),
-            topics: HashMap::new(),
+            topics: ClusterTopics::default(),
         };
         let error = match client.topic_partitions(slot).await {
             Ok(topics) => {
@@ -313,7 +345,7 @@ pub async fn ensure_topics(
         // Every missing topic at once, so that one start names all an operator must create.
         let missing: Vec<(&'static str, String)> = needed
             .iter()
-            .filter(|t| !existing.contains_key(t.name))
+            .filter(|t| existing.partitions(t.name).is_none())
             .map(|t| (t.var, t.name.to_string()))
             .collect();
         if !missing.is_empty() {
@@ -322,10 +354,10 @@ pub async fn ensure_topics(
     }
     // Every missing topic in one request (one at a time, each took a round trip of its own
     // and an admin client's start: ~0.1 s apiece on Tansu, half of a fresh start).
-    let mut input_partitions = existing.get(&config.input_topic).copied();
+    let mut input_partitions = existing.partitions(&config.input_topic);
     let missing: Vec<NewTopicSpec> = needed
         .iter()
-        .filter(|t| !existing.contains_key(t.name))
+        .filter(|t| existing.partitions(t.name).is_none())
         .map(|t| NewTopicSpec {
             name: t.name,
             partitions: if t.name == config.watermark_topic {
@@ -376,7 +408,12 @@ pub async fn ensure_topics(
     } else {
         wait_for_topics(brokers, &client, &all).await?
     };
-    let (expected, found) = (layout[&config.input_topic], layout[&config.state_topic]);
+    warn_unreplicated(&layout, &all);
+    let partitions = |topic: &str| layout.partitions(topic).unwrap_or_default();
+    let (expected, found) = (
+        partitions(&config.input_topic),
+        partitions(&config.state_topic),
+    );
     if found != expected {
         return Err(KafkaSetupError::StatePartitions {
             topic: config.state_topic.clone(),
@@ -390,9 +427,33 @@ pub async fn ensure_topics(
         check_state_cleanup(client.admin(), config).await?;
     }
     Ok(TopicLayout {
-        input_partitions: layout[&config.input_topic],
-        output_partitions: layout[&config.output_topic],
+        input_partitions: partitions(&config.input_topic),
+        output_partitions: partitions(&config.output_topic),
     })
+}
+
+/// One WARN line per topic of `topics` with replication factor 1 on a cluster of several
+/// brokers: the loss of its one broker loses its records, or stops the bridge until that
+/// broker is back (a topic made with an explicit `WATCHBRIDGE_REPLICATION_FACTOR=1`, or by
+/// someone else, or before the broker's default applied).
+fn warn_unreplicated(cluster: &ClusterTopics, topics: &[&str]) {
+    if cluster.brokers < 2 {
+        return;
+    }
+    for topic in topics {
+        if cluster.replicas.get(*topic) == Some(&1) {
+            tracing::warn!(
+                topic = %topic,
+                replication_factor = 1,
+                brokers = cluster.brokers,
+                "a topic the bridge uses has replication factor 1 on a cluster of several \
+                 brokers: one broker's loss stops the bridge or loses the topic's records \
+                 (recreate it replicated; topics the bridge creates get \
+                 WATCHBRIDGE_REPLICATION_FACTOR, by default the broker's \
+                 default.replication.factor)"
+            );
+        }
+    }
 }
 
 /// Refuse a state topic whose records the broker deletes by time or size (see
@@ -496,22 +557,12 @@ async fn describe_topic(
     }
 }
 
-/// The topics a metadata answer lists without an error, with their partition counts.
-fn partition_counts(metadata: &rdkafka::metadata::Metadata) -> HashMap<String, i32> {
-    metadata
-        .topics()
-        .iter()
-        .filter(|t| t.error().is_none())
-        .map(|t| (t.name().to_string(), t.partitions().len() as i32))
-        .collect()
-}
-
 /// Topic creation goes to every broker's metadata a moment later; wait for it.
 async fn wait_for_topics(
     brokers: &str,
     client: &StartClient,
     topics: &[&str],
-) -> Result<HashMap<String, i32>, KafkaSetupError> {
+) -> Result<ClusterTopics, KafkaSetupError> {
     let deadline = tokio::time::Instant::now() + METADATA_TIMEOUT;
     loop {
         let existing = client
@@ -523,14 +574,14 @@ async fn wait_for_topics(
             })?;
         if topics
             .iter()
-            .all(|t| existing.get(*t).is_some_and(|&p| p > 0))
+            .all(|t| existing.partitions(t).is_some_and(|p| p > 0))
         {
             return Ok(existing);
         }
         if tokio::time::Instant::now() > deadline {
             let missing: Vec<_> = topics
                 .iter()
-                .filter(|t| !existing.contains_key(**t))
+                .filter(|t| existing.partitions(t).is_none())
                 .collect();
             return Err(KafkaSetupError::Unreachable {
                 brokers: brokers.to_string(),
@@ -542,6 +593,7 @@ async fn wait_for_topics(
 }
 
 /// A topic to create.
+#[derive(Clone)]
 struct NewTopicSpec<'a> {
     name: &'a str,
     partitions: i32,
@@ -549,29 +601,86 @@ struct NewTopicSpec<'a> {
 }
 
 /// Create `topics` through the admin API (a real broker) with one request; a result per
-/// topic, in order ("already exists" counts as created).
+/// topic, in order ("already exists" counts as created). Where the broker refuses the
+/// replication factor `-1` (its own default; Apache Kafka before 2.4 does), the topics it
+/// refused are asked for again with 1, and the log says so.
 async fn create_with_admin(
     admin: &AdminClient<KafkaContext>,
     config: &RunConfig,
     topics: &[NewTopicSpec<'_>],
 ) -> Vec<Result<(), String>> {
+    let mut results = create_request(admin, config, topics, config.replication_factor).await;
+    let refused: Vec<usize> = (0..topics.len())
+        .filter(|&i| results[i] == Err(Refused::Code(RDKafkaErrorCode::InvalidReplicationFactor)))
+        .collect();
+    if config.replication_factor == -1 && !refused.is_empty() {
+        tracing::warn!(
+            topics = ?refused.iter().map(|&i| topics[i].name).collect::<Vec<_>>(),
+            "the broker refused replication factor -1 (its default.replication.factor); \
+             creating with replication factor 1 (set WATCHBRIDGE_REPLICATION_FACTOR)"
+        );
+        let again: Vec<NewTopicSpec<'_>> = refused.iter().map(|&i| topics[i].clone()).collect();
+        let retried = create_request(admin, config, &again, 1).await;
+        for (i, result) in refused.into_iter().zip(retried) {
+            results[i] = result;
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.map_err(|refused| refused.to_string()))
+        .collect()
+}
+
+/// Why the broker did not create a topic.
+#[derive(Debug, Clone, PartialEq)]
+enum Refused {
+    /// Its answer for the topic.
+    Code(RDKafkaErrorCode),
+    /// The request failed, or the answer did not name the topic.
+    Other(String),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Code(code) => code.fmt(f),
+            Refused::Other(error) => f.write_str(error),
+        }
+    }
+}
+
+/// One CreateTopics request for `topics` with `replication` (`-1`: the broker's default):
+/// the user's `WATCHBRIDGE_TOPIC_CONFIG`, then the bridge's own configs over it.
+async fn create_request(
+    admin: &AdminClient<KafkaContext>,
+    config: &RunConfig,
+    topics: &[NewTopicSpec<'_>],
+    replication: i32,
+) -> Vec<Result<(), Refused>> {
     if topics.is_empty() {
         return Vec::new();
     }
-    let everyone = |error: String| topics.iter().map(|_| Err(error.clone())).collect();
+    let everyone = |error: String| {
+        let refused = Refused::Other(error);
+        topics.iter().map(|_| Err(refused.clone())).collect()
+    };
     let new: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|t| {
-            let new = NewTopic::new(
-                t.name,
-                t.partitions,
-                TopicReplication::Fixed(config.replication_factor),
-            );
-            if t.compacted {
-                new.set("cleanup.policy", "compact")
+            let own: &[(&str, &str)] = if t.compacted {
+                &[("cleanup.policy", "compact")]
             } else {
-                new
-            }
+                &[]
+            };
+            let user = config
+                .topic_config
+                .iter()
+                .filter(|(key, _)| !own.iter().any(|(k, _)| k == key))
+                .map(|(k, v)| (k.as_str(), v.as_str()));
+            user.chain(own.iter().copied()).fold(
+                NewTopic::new(t.name, t.partitions, TopicReplication::Fixed(replication)),
+                |new, (key, value)| new.set(key, value),
+            )
         })
         .collect();
     let options = AdminOptions::new()
@@ -589,8 +698,8 @@ async fn create_with_admin(
             });
             match result {
                 Some(Ok(_)) | Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => Ok(()),
-                Some(Err((_, code))) => Err(code.to_string()),
-                None => Err("the broker's answer did not name it".to_string()),
+                Some(Err((_, code))) => Err(Refused::Code(*code)),
+                None => Err(Refused::Other("the broker's answer did not name it".into())),
             }
         })
         .collect()

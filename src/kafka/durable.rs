@@ -1130,6 +1130,12 @@ impl DurableState {
         self.target().offsets(offsets)
     }
 
+    /// The partition's `~mode` record: `mode` is the instance's guarantee.
+    pub fn mode_record(&self, mode: &str) -> StateWrite {
+        let record = crate::state::ModeRecord { mode: mode.into() };
+        self.target().write(record.to_entry(), Origins::None)
+    }
+
     /// Deletes of these state keys.
     pub fn tombstones(&self, keys: Vec<Vec<u8>>) -> Vec<StateWrite> {
         let to = self.target();

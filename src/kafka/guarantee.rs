@@ -26,9 +26,18 @@
 //! before the record to its end. Only if the abort completes and the reader does not see
 //! the record, within [`PROBE_TIMEOUT`] each, is the mode `exactly_once`. (Every reader of
 //! the state topic reads `read_committed`, so the aborted record is never seen again.)
+//!
+//! A question that fails for a transient reason ([`transient_code`]: a coordinator loading
+//! or moving, a leader election, a timeout, brokers away; or ApiVersions unanswered) is
+//! asked again with backoff until `WATCHBRIDGE_START_TIMEOUT`, then fails the start: it is
+//! never taken for "no transactions". On a fresh three-node cluster the first instance's
+//! probe met a transaction coordinator still loading, chose `recovery`, and the instances
+//! after it `exactly_once` (issue 46). Before any of this, the mode the group runs is read
+//! from its state topic (`group_mode.rs`): `auto` takes it, a fixed setting of the other
+//! mode is refused.
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use std::fmt;
@@ -175,6 +184,83 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 /// transactions keeps it visible).
 pub const PROBE_KEY: &[u8] = b"~watchbridge-transaction-probe";
 
+/// Why the probe transaction did not prove the broker keeps transactions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeError {
+    /// It may pass on another try: a coordinator loading or moving, a leader election, a
+    /// timeout, a broker away. Never taken for "no transactions": on a fresh cluster the
+    /// first instance's probe met a loading coordinator, chose `recovery`, and the
+    /// instances after it `exactly_once` (issue 46).
+    Transient(String),
+    /// The broker answered, and does not keep the promise (it hands the aborted record to
+    /// a `read_committed` reader, refuses the requests, or the settings are refused).
+    Refused(String),
+}
+
+impl fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProbeError::Transient(e) | ProbeError::Refused(e) => f.write_str(e),
+        }
+    }
+}
+
+/// Error codes that say "not now" rather than "no": the coordinator or a partition leader
+/// is loading, moving or away, a request or the client timed out, the brokers are not
+/// reachable for a moment.
+pub fn transient_code(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::CoordinatorLoadInProgress
+            | C::CoordinatorNotAvailable
+            | C::NotCoordinator
+            | C::WaitingForCoordinator
+            | C::LeaderNotAvailable
+            | C::NotLeaderForPartition
+            | C::PreferredLeaderNotAvailable
+            | C::EligibleLeadersNotAvailable
+            | C::ReplicaNotAvailable
+            | C::BrokerNotAvailable
+            | C::FencedLeaderEpoch
+            | C::UnknownLeaderEpoch
+            | C::UnknownTopicOrPartition
+            | C::UnknownTopic
+            | C::UnknownPartition
+            | C::NotEnoughReplicas
+            | C::NotEnoughReplicasAfterAppend
+            | C::KafkaStorageError
+            | C::ConcurrentTransactions
+            | C::OffsetNotAvailable
+            | C::UnstableOffsetCommit
+            | C::ThrottlingQuotaExceeded
+            | C::RequestTimedOut
+            | C::NetworkException
+            | C::OperationTimedOut
+            | C::MessageTimedOut
+            | C::TimedOutQueue
+            | C::AllBrokersDown
+            | C::BrokerTransportFailure
+            | C::Resolve
+            | C::QueueFull
+            | C::Retry
+            | C::PurgeQueue
+            | C::PurgeInflight
+    )
+}
+
+/// [`ProbeError`] of a client error at step `what`: transient where librdkafka calls a
+/// transaction error retriable or the code is [`transient_code`].
+fn probe_error(what: &str, e: &KafkaError) -> ProbeError {
+    let retriable = matches!(e, KafkaError::Transaction(t) if t.is_retriable());
+    let message = format!("{what}: {e}");
+    if retriable || e.rdkafka_error_code().is_some_and(transient_code) {
+        ProbeError::Transient(message)
+    } else {
+        ProbeError::Refused(message)
+    }
+}
+
 /// One real transaction, aborted, then read back: `Ok` if the broker completed the abort
 /// and a `read_committed` reader does not see the record. `producer_config` is the
 /// bridge's producer settings, `consumer_config` its client settings; the record goes to
@@ -187,7 +273,7 @@ pub fn probe_transaction(
     context: super::health::KafkaContext,
     transactional_id: &str,
     topic: &str,
-) -> Result<(), String> {
+) -> Result<(), ProbeError> {
     let consumer: BaseConsumer<super::health::KafkaContext> = consumer_config
         .clone()
         .set("group.id", "watchbridge-transaction-probe")
@@ -196,22 +282,22 @@ pub fn probe_transaction(
         .set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "50")
         .create_with_context(context)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| ProbeError::Refused(e.to_string()))?;
     let (_, before) = consumer
         .fetch_watermarks(topic, 0, PROBE_TIMEOUT)
-        .map_err(|e| format!("end offset of {topic}/0: {e}"))?;
+        .map_err(|e| probe_error(&format!("end offset of {topic}/0"), &e))?;
     let producer: ThreadedProducer<DefaultProducerContext> = producer_config
         .clone()
         .set("transactional.id", transactional_id)
         .set("transaction.timeout.ms", "10000")
         .create()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| ProbeError::Refused(e.to_string()))?;
     producer
         .init_transactions(PROBE_TIMEOUT)
-        .map_err(|e| format!("init_transactions: {e}"))?;
+        .map_err(|e| probe_error("init_transactions", &e))?;
     producer
         .begin_transaction()
-        .map_err(|e| format!("begin_transaction: {e}"))?;
+        .map_err(|e| probe_error("begin_transaction", &e))?;
     producer
         .send(
             BaseRecord::<[u8], [u8]>::to(topic)
@@ -219,66 +305,90 @@ pub fn probe_transaction(
                 .key(PROBE_KEY)
                 .payload(&b""[..]),
         )
-        .map_err(|(e, _)| format!("produce: {e}"))?;
+        .map_err(|(e, _)| probe_error("produce", &e))?;
     producer
         .flush(PROBE_TIMEOUT)
-        .map_err(|e| format!("flush: {e}"))?;
+        .map_err(|e| probe_error("flush", &e))?;
     producer
         .abort_transaction(PROBE_TIMEOUT)
-        .map_err(|e| format!("abort_transaction: {e}"))?;
+        .map_err(|e| probe_error("abort_transaction", &e))?;
     let mut from = TopicPartitionList::new();
     from.add_partition_offset(topic, 0, Offset::Offset(before))
         .and_then(|()| consumer.assign(&from))
-        .map_err(|e| format!("read {topic}/0: {e}"))?;
+        .map_err(|e| probe_error(&format!("read {topic}/0"), &e))?;
     let deadline = std::time::Instant::now() + PROBE_TIMEOUT;
     while std::time::Instant::now() < deadline {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) if m.key() == Some(PROBE_KEY) => {
-                return Err("the broker hands an aborted record to a read_committed reader".into())
+                return Err(ProbeError::Refused(
+                    "the broker hands an aborted record to a read_committed reader".into(),
+                ))
             }
             Some(Err(KafkaError::PartitionEOF(_))) => return Ok(()),
             _ => {}
         }
     }
-    Err(format!(
+    Err(ProbeError::Transient(format!(
         "{topic}/0 was not read to its end within {PROBE_TIMEOUT:?}"
-    ))
+    )))
 }
+
+/// The first wait between two tries of the probe, doubled after each up to the second.
+const RETRY_BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(8));
 
 /// Resolve `auto` against the broker (blocking). `plaintext` says whether the configured
 /// `security.protocol` lets the ApiVersions request speak to the broker; `probe` runs the
-/// probe transaction ([`probe_transaction`]).
-pub fn choose(
-    setting: GuaranteeSetting,
+/// probe transaction ([`probe_transaction`]). A question that fails for a transient reason
+/// (the broker not answering ApiVersions, a [`ProbeError::Transient`]) is asked again with
+/// backoff until `deadline` (`WATCHBRIDGE_START_TIMEOUT`), and then fails the start: it is
+/// never taken for "no transactions".
+pub fn choose_auto(
     brokers: &str,
     plaintext: bool,
-    probe: impl FnOnce() -> Result<(), String>,
-) -> Guarantee {
-    match setting {
-        GuaranteeSetting::Fixed(g) => g,
-        GuaranteeSetting::Auto if !plaintext => {
-            tracing::warn!(
-                "WATCHBRIDGE_GUARANTEE=auto: cannot ask a TLS or SASL listener whether it supports \
-                 transactions; using `recovery` (set WATCHBRIDGE_GUARANTEE=exactly_once to use them)"
-            );
-            Guarantee::Recovery
-        }
-        GuaranteeSetting::Auto => {
-            match broker_supports_transactions(brokers, Duration::from_secs(5)) {
-                Ok(true) => match probe() {
-                    Ok(()) => Guarantee::ExactlyOnce,
-                    Err(e) => {
-                        tracing::info!(error = %e, "WATCHBRIDGE_GUARANTEE=auto: the broker lists EndTxn but did not complete a probe transaction; using `recovery`");
-                        Guarantee::Recovery
-                    }
-                },
-                Ok(false) => Guarantee::Recovery,
-                Err(e) => {
-                    tracing::warn!(error = %e, "WATCHBRIDGE_GUARANTEE=auto: could not ask the broker whether it supports transactions; using `recovery`");
-                    Guarantee::Recovery
+    deadline: std::time::Instant,
+    mut probe: impl FnMut() -> Result<(), ProbeError>,
+) -> Result<Guarantee, String> {
+    if !plaintext {
+        tracing::warn!(
+            "WATCHBRIDGE_GUARANTEE=auto: cannot ask a TLS or SASL listener whether it supports \
+             transactions; using `recovery` (set WATCHBRIDGE_GUARANTEE=exactly_once to use them)"
+        );
+        return Ok(Guarantee::Recovery);
+    }
+    let (mut backoff, mut attempt) = (RETRY_BACKOFF.0, 0u32);
+    loop {
+        attempt += 1;
+        let transient = match broker_supports_transactions(brokers, Duration::from_secs(5)) {
+            Ok(false) => return Ok(Guarantee::Recovery),
+            Ok(true) => match probe() {
+                Ok(()) => return Ok(Guarantee::ExactlyOnce),
+                Err(ProbeError::Refused(e)) => {
+                    tracing::info!(error = %e, "WATCHBRIDGE_GUARANTEE=auto: the broker lists EndTxn but did not complete a probe transaction; using `recovery`");
+                    return Ok(Guarantee::Recovery);
                 }
-            }
+                Err(ProbeError::Transient(e)) => e,
+            },
+            Err(e) => format!("ApiVersions: {e}"),
+        };
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return Err(format!(
+                "WATCHBRIDGE_GUARANTEE=auto: whether the broker keeps transactions could not be \
+                 told within WATCHBRIDGE_START_TIMEOUT ({attempt} tries; the last: {transient}); \
+                 a transient failure is not taken for \"no transactions\", which could make \
+                 this instance run another mode than the rest of its group. Set \
+                 WATCHBRIDGE_GUARANTEE to exactly_once or recovery to skip the question"
+            ));
         }
+        tracing::warn!(
+            error = %transient,
+            attempt,
+            retry_in = ?backoff,
+            "WATCHBRIDGE_GUARANTEE=auto: the probe transaction failed for a transient reason; \
+             trying again (until WATCHBRIDGE_START_TIMEOUT)"
+        );
+        std::thread::sleep(backoff.min(deadline - now));
+        backoff = (backoff * 2).min(RETRY_BACKOFF.1);
     }
 }
 
@@ -336,6 +446,119 @@ mod tests {
         assert_eq!(size, request.len() - 4);
         assert_eq!(&request[4..6], &API_VERSIONS.to_be_bytes());
         assert_eq!(&request[6..8], &0i16.to_be_bytes());
+    }
+
+    /// What makes `auto` ask again rather than settle on `recovery`: the coordinator
+    /// loading, moving or away, a leader election, timeouts, brokers away; not a refusal.
+    #[test]
+    fn probe_errors_that_may_pass_on_another_try_are_transient() {
+        use RDKafkaErrorCode as C;
+        for code in [
+            C::CoordinatorLoadInProgress,
+            C::CoordinatorNotAvailable,
+            C::NotCoordinator,
+            C::LeaderNotAvailable,
+            C::NotLeaderForPartition,
+            C::RequestTimedOut,
+            C::OperationTimedOut,
+            C::MessageTimedOut,
+            C::AllBrokersDown,
+            C::BrokerTransportFailure,
+            C::ConcurrentTransactions,
+            C::NotEnoughReplicas,
+        ] {
+            assert!(transient_code(code), "{code:?}");
+            let e = probe_error("init_transactions", &KafkaError::Flush(code));
+            assert!(matches!(e, ProbeError::Transient(_)), "{code:?}: {e:?}");
+        }
+        for code in [
+            C::UnsupportedVersion,
+            C::TransactionalIdAuthorizationFailed,
+            C::ClusterAuthorizationFailed,
+            C::InvalidTransactionTimeout,
+            C::InvalidConfig,
+            C::ProducerFenced,
+            C::Fatal,
+            C::NotImplemented,
+        ] {
+            assert!(!transient_code(code), "{code:?}");
+            let e = probe_error("abort_transaction", &KafkaError::Flush(code));
+            assert!(matches!(e, ProbeError::Refused(_)), "{code:?}: {e:?}");
+        }
+        let e = probe_error(
+            "end offset of s/0",
+            &KafkaError::MetadataFetch(C::CoordinatorLoadInProgress),
+        );
+        assert!(
+            matches!(&e, ProbeError::Transient(m) if m.starts_with("end offset of s/0")),
+            "{e:?}"
+        );
+    }
+
+    /// A broker on `127.0.0.1` that answers every ApiVersions request listing EndTxn.
+    fn lists_end_txn() -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let mut request = [0u8; 4];
+                let _ = stream.read_exact(&mut request);
+                let mut body = vec![0u8; i32::from_be_bytes(request) as usize];
+                let _ = stream.read_exact(&mut body);
+                let mut answer = 7i32.to_be_bytes().to_vec();
+                answer.extend_from_slice(&0i16.to_be_bytes());
+                answer.extend_from_slice(&1i32.to_be_bytes());
+                for v in [END_TXN, 0, 4] {
+                    answer.extend_from_slice(&v.to_be_bytes());
+                }
+                let mut framed = (answer.len() as i32).to_be_bytes().to_vec();
+                framed.extend_from_slice(&answer);
+                let _ = stream.write_all(&framed);
+            }
+        });
+        addr
+    }
+
+    /// `auto` asks again while the probe fails for a transient reason, and fails the start
+    /// at the deadline rather than choose `recovery`; a refusal is `recovery` at once.
+    #[test]
+    fn auto_asks_again_after_a_transient_failure_and_never_takes_it_for_no_transactions() {
+        let broker = lists_end_txn();
+        let later = || std::time::Instant::now() + Duration::from_secs(30);
+        let mut tries = 0;
+        let chosen = choose_auto(&broker, true, later(), || {
+            tries += 1;
+            match tries {
+                1 => Err(ProbeError::Transient(
+                    "init_transactions: Coordinator load in progress".into(),
+                )),
+                _ => Ok(()),
+            }
+        });
+        assert_eq!((chosen, tries), (Ok(Guarantee::ExactlyOnce), 2));
+
+        let started = std::time::Instant::now();
+        let deadline = started + Duration::from_millis(1500);
+        let e = choose_auto(&broker, true, deadline, || {
+            Err(ProbeError::Transient("flush: Local: Timed out".into()))
+        })
+        .unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(1500));
+        assert!(
+            e.contains("WATCHBRIDGE_START_TIMEOUT")
+                && e.contains("flush: Local: Timed out")
+                && e.contains("WATCHBRIDGE_GUARANTEE"),
+            "{e}"
+        );
+
+        let mut tries = 0;
+        let chosen = choose_auto(&broker, true, later(), || {
+            tries += 1;
+            Err(ProbeError::Refused(
+                "the broker hands an aborted record to a read_committed reader".into(),
+            ))
+        });
+        assert_eq!((chosen, tries), (Ok(Guarantee::Recovery), 1));
     }
 
     #[test]

@@ -103,6 +103,8 @@ pub struct Found {
     /// The watermark topic's end offset then: the partition's last published watermark is
     /// below it (the task waits until the watermark reader has read that far).
     pub watermark_end: Option<i64>,
+    /// The guarantee of the partition's last writer (its `~mode` record), if it wrote one.
+    pub mode: Option<String>,
 }
 
 /// The client every restore of the instance looks its offsets up with (end offsets, the
@@ -231,10 +233,7 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
     // holds the first records of many watches; whichever of a watch's own record and the
     // starts records listing it is later on the partition is its latest).
     let mut latest: HashMap<Vec<u8>, (i64, Option<Vec<u8>>)> = HashMap::new();
-    let mut reader = Reader {
-        source,
-        consumer: None,
-    };
+    let mut reader = Reader::new(&source.consumer_config, &source.group_id, &source.kafka);
     read_to_end(
         &mut reader,
         &source.state_topic,
@@ -293,19 +292,37 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
 }
 
 /// The restore's own consumer for its reads, made once a read has records to read.
-struct Reader<'a> {
-    source: &'a RecoverySource,
+pub(super) struct Reader<'a> {
+    consumer_config: &'a ClientConfig,
+    group_id: &'a str,
+    kafka: &'a KafkaContext,
     consumer: Option<BaseConsumer<KafkaContext>>,
+    /// How long one read may take ([`READ_TIMEOUT`] unless told).
+    pub(super) timeout: Duration,
 }
 
-impl Reader<'_> {
-    fn consumer(&mut self) -> Result<&BaseConsumer<KafkaContext>, String> {
+impl<'a> Reader<'a> {
+    /// A reader of the group's (it never joins it: [`reader`]).
+    pub(super) fn new(
+        consumer_config: &'a ClientConfig,
+        group_id: &'a str,
+        kafka: &'a KafkaContext,
+    ) -> Self {
+        Self {
+            consumer_config,
+            group_id,
+            kafka,
+            consumer: None,
+            timeout: READ_TIMEOUT,
+        }
+    }
+
+    pub(super) fn consumer(&mut self) -> Result<&BaseConsumer<KafkaContext>, String> {
         if self.consumer.is_none() {
-            let s = self.source;
             self.consumer = Some(reader(
-                &s.consumer_config,
-                &s.group_id,
-                &s.kafka,
+                self.consumer_config,
+                self.group_id,
+                self.kafka,
                 "reading",
             )?);
         }
@@ -356,6 +373,7 @@ fn fold_state(latest: HashMap<Vec<u8>, (i64, Option<Vec<u8>>)>, found: &mut Foun
                 }
             }
             Ok(Entry::StartsDeleted { seq }) => found.last_starts = found.last_starts.max(seq),
+            Ok(Entry::Mode(mode)) => found.mode = mode.map(|m| m.mode),
             Err(e) => {
                 found.undecodable += 1;
                 tracing::error!(
@@ -499,9 +517,9 @@ fn read_to_end(
 }
 
 /// Read every `(partition, start, end)` of `topic` from `start` up to `end` (its end offset
-/// when the recovery began), all at once; what a partition gets past its `end` meanwhile is
-/// not read.
-fn read_to_ends(
+/// when the recovery began), all at once, within the reader's timeout; what a partition
+/// gets past its `end` meanwhile is not read.
+pub(super) fn read_to_ends(
     reader: &mut Reader<'_>,
     topic: &str,
     ranges: &[(i32, i64, i64)],
@@ -518,11 +536,12 @@ fn read_to_ends(
     if left.is_empty() {
         return Ok(());
     }
+    let timeout = reader.timeout;
     let consumer = reader.consumer()?;
     consumer
         .assign(&tpl)
         .map_err(|e| format!("cannot read {topic}: {e}"))?;
-    let deadline = Instant::now() + READ_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     while !left.is_empty() {
         if Instant::now() > deadline {
             let mut parts: Vec<String> = left
@@ -531,7 +550,7 @@ fn read_to_ends(
                 .collect();
             parts.sort();
             return Err(format!(
-                "reading {} took longer than {READ_TIMEOUT:?}",
+                "reading {} took longer than {timeout:?}",
                 parts.join(", ")
             ));
         }

@@ -33,6 +33,8 @@ const TYPE_SEEN_CHUNK: u8 = 2;
 const TYPE_OUTPUT_OFFSETS: u8 = 3;
 /// Record type byte of a [`Starts`] record.
 const TYPE_STARTS: u8 = 4;
+/// Record type byte of a [`ModeRecord`].
+const TYPE_MODE: u8 = 5;
 
 /// What a [`Starts`] record's key starts with: `~starts/<seq>` (`<seq>` decimal, no leading
 /// zeros). It does not start with a digit, so it is no watch's key.
@@ -41,6 +43,10 @@ const STARTS_KEY_PREFIX: &[u8] = b"~starts/";
 /// The key of a partition's [`OutputOffsets`] record. It does not start with a digit, so it
 /// is no watch's key.
 pub const OUTPUT_OFFSETS_KEY: &[u8] = b"~output-offsets";
+
+/// The key of a partition's [`ModeRecord`]. It does not start with a digit, so it is no
+/// watch's key.
+pub const MODE_KEY: &[u8] = b"~mode";
 
 /// Why bytes read from the state topic are not a state record (or key).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -332,6 +338,38 @@ impl OutputOffsets {
     }
 }
 
+/// The guarantee (`WATCHBRIDGE_GUARANTEE`) of the instance that last wrote the partition
+/// (key [`MODE_KEY`]), written with every batch of state records a partition writes, so
+/// that it is among a partition's last records: an instance starting reads it there, and
+/// refuses to join a group that runs another mode (`kafka/group_mode.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModeRecord {
+    /// The mode's name: `exactly_once`, `recovery` or `at_least_once`.
+    pub mode: String,
+}
+
+impl ModeRecord {
+    /// The value bytes: version, type, then the name as a length-prefixed string.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(6 + self.mode.len());
+        out.push(FORMAT_VERSION);
+        out.push(TYPE_MODE);
+        put_bytes(&mut out, self.mode.as_bytes());
+        out
+    }
+
+    /// Key and value.
+    pub fn to_entry(&self) -> Result<StateEntry, TooLarge> {
+        StateEntry::checked(MODE_KEY.to_vec(), self.encode())
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self {
+            mode: r.string("mode")?,
+        })
+    }
+}
+
 /// The first records of the watches one checkpoint started, in one record (key
 /// `~starts/<seq>`, [`starts_key`]): a broker that writes records one at a time (Tansu on
 /// SQLite) writes one record per checkpoint instead of one per new watch. A member is live
@@ -433,6 +471,7 @@ pub enum Record {
     Seen(SeenChunk),
     OutputOffsets(OutputOffsets),
     Starts(Starts),
+    Mode(ModeRecord),
 }
 
 /// A record ready to produce: its key and value.
@@ -473,6 +512,8 @@ pub enum Entry {
     StartsDeleted {
         seq: u32,
     },
+    /// The partition's [`ModeRecord`] (key [`MODE_KEY`]; `None`: deleted).
+    Mode(Option<ModeRecord>),
 }
 
 /// Decode a record read from the state topic (`value` is `None` for a tombstone) and check
@@ -486,6 +527,15 @@ pub fn decode_entry(key: &[u8], value: Option<&[u8]>) -> Result<Entry, DecodeErr
                 "a watch record or seen chunk under the output-offsets key".into(),
             )),
             None => Ok(Entry::OutputOffsets(OutputOffsets::default())),
+        };
+    }
+    if key == MODE_KEY {
+        return match value.map(Record::decode).transpose()? {
+            Some(Record::Mode(m)) => Ok(Entry::Mode(Some(m))),
+            Some(_) => Err(DecodeError::Mismatch(
+                "a record other than a mode record under the mode key".into(),
+            )),
+            None => Ok(Entry::Mode(None)),
         };
     }
     if let Some(seq) = parse_starts_key(key) {
@@ -529,6 +579,7 @@ pub fn decode_entry(key: &[u8], value: Option<&[u8]>) -> Result<Entry, DecodeErr
         }
         (_, Record::OutputOffsets(_)) => mismatch("output offsets under a watch's key".into()),
         (_, Record::Starts(_)) => mismatch("a starts record under a watch's key".into()),
+        (_, Record::Mode(_)) => mismatch("a mode record under a watch's key".into()),
     }
 }
 
@@ -729,6 +780,7 @@ impl Record {
             TYPE_SEEN_CHUNK => Record::Seen(SeenChunk::decode_body(&mut r)?),
             TYPE_OUTPUT_OFFSETS => Record::OutputOffsets(OutputOffsets::decode_body(&mut r)?),
             TYPE_STARTS => Record::Starts(Starts::decode_body(&mut r)?),
+            TYPE_MODE => Record::Mode(ModeRecord::decode_body(&mut r)?),
             found => return Err(DecodeError::UnknownType { found }),
         };
         r.finish()?;
@@ -741,6 +793,7 @@ impl Record {
             Record::Seen(c) => c.encode(),
             Record::OutputOffsets(o) => o.encode(),
             Record::Starts(b) => b.encode(),
+            Record::Mode(m) => m.encode(),
         }
     }
 }
@@ -871,6 +924,35 @@ mod tests {
 
     /// The format is a contract with records already on a broker: these bytes must not
     /// change without a new version number.
+
+    #[test]
+    fn a_mode_record_round_trips_under_its_own_key_only() {
+        let record = ModeRecord {
+            mode: "exactly_once".into(),
+        };
+        let entry = record.to_entry().unwrap();
+        assert_eq!(entry.key, MODE_KEY);
+        assert_eq!(
+            entry.value,
+            [
+                &[FORMAT_VERSION, TYPE_MODE, 12, 0, 0, 0][..],
+                b"exactly_once"
+            ]
+            .concat()
+        );
+        assert_eq!(
+            decode_entry(MODE_KEY, Some(&entry.value)),
+            Ok(Entry::Mode(Some(record)))
+        );
+        assert_eq!(decode_entry(MODE_KEY, None), Ok(Entry::Mode(None)));
+        let offsets = OutputOffsets::default().encode();
+        assert!(matches!(
+            decode_entry(MODE_KEY, Some(&offsets)),
+            Err(DecodeError::Mismatch(_))
+        ));
+        assert!(decode_entry(OUTPUT_OFFSETS_KEY, Some(&entry.value)).is_err());
+        assert!(decode_entry(MODE_KEY, Some(&entry.value[..8])).is_err());
+    }
 
     #[test]
     fn output_offsets_round_trip_under_their_own_key_and_refuse_short_values() {

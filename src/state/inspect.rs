@@ -17,8 +17,9 @@
 //! |------------------|--------|
 //! | `watch`          | `input_key`, `input_value` (`input_value_format`: `json`, `text` or `base64`), `input_time`, `arrived`, `last_new`, `polls`, `hold`, `next_poll`, `empty_streak`, `failures`, `seen_chunks`, `finished` (`{at, at_ms, reason}` or `null`), `resume` (`{base64, text}` or `null`), `conditions` (`[{name, state_base64}]` or `null`) |
 //! | `seen_chunk`     | `index`, `hash_count`, and with `--hashes` `hashes` (32 hex digits each) |
-//! | `tombstone`      | `part` (`watch`, `seen_chunk`, `output_offsets`, `starts`), `index` (a chunk's) or `seq` (a starts record's) |
+//! | `tombstone`      | `part` (`watch`, `seen_chunk`, `output_offsets`, `starts`, `mode`), `index` (a chunk's) or `seq` (a starts record's) |
 //! | `output_offsets` | `offsets`: `[{partition, offset}]` |
+//! | `mode`           | `mode`: the guarantee of the partition's last writer |
 //! | `starts`         | `seq`, `member_count`, `members` (`[{key, arrived, next_poll, polls}]`); with `--key`, `member`: that watch's fields as in a `watch` line |
 //! | `undecodable`    | `error`, `value_base64` (`null` for a record with no value) |
 
@@ -171,6 +172,19 @@ pub fn describe(
                 bytes_field(&mut fields, "key", &w.watch_key);
                 watch_fields(&mut fields, w);
                 line.put("member".into(), &fields);
+            }
+        }
+        Ok(Some(Entry::Mode(mode))) => {
+            options.key.is_none().then_some(())?;
+            match mode {
+                Some(m) => {
+                    kind(&mut line, "mode", None, record_key);
+                    line.insert("mode".into(), m.mode.into());
+                }
+                None => {
+                    kind(&mut line, "tombstone", None, record_key);
+                    line.insert("part".into(), "mode".into());
+                }
             }
         }
         Ok(Some(Entry::StartsDeleted { seq })) => {

@@ -17,6 +17,7 @@
 //! | `<len>:<watch key>/s/<n>`    | [`SeenChunk`] `n` (0, 1, ...) | when its hashes are new       |
 //! | `~output-offsets` (one)      | [`OutputOffsets`]             | after a checkpoint's records  |
 //! | `~starts/<n>` (n = 1, 2, ..) | [`Starts`]: new watches' records | a checkpoint's new watches |
+//! | `~mode` (one)                | [`ModeRecord`]: the writer's guarantee | last of every batch of state writes |
 //!
 //! ## Keys
 //!
@@ -29,12 +30,14 @@
 //! spellings of one record would never replace each other. A text watch key stays readable
 //! in a console consumer (`7:order-1/s/0`). Keys that do not start with an ASCII digit are
 //! reserved for records that are not per watch: [`OUTPUT_OFFSETS_KEY`], where a recovery
-//! starts reading the output topic back, and [`starts_key`]s.
+//! starts reading the output topic back, [`starts_key`]s, and [`MODE_KEY`], the guarantee
+//! the partition's last writer ran (a bridge older than it logs it as unreadable and skips
+//! it).
 //!
 //! ## Values
 //!
 //! Every value starts with a format version byte ([`FORMAT_VERSION`], now 1) and a record
-//! type byte (1: watch record, 2: seen chunk, 3: output offsets, 4: starts); then fixed-width little-endian integers and
+//! type byte (1: watch record, 2: seen chunk, 3: output offsets, 4: starts, 5: mode); then fixed-width little-endian integers and
 //! byte strings prefixed by a u32 little-endian length, in the order the types document
 //! (`WatchRecord::encode`, `SeenChunk::encode`; the exact bytes are pinned by a test). A
 //! reader refuses a version it does not know, an unknown type, a value cut short, and bytes
@@ -116,8 +119,9 @@ pub mod snapshot;
 
 pub use chunks::{RestoreError, SeenJournal, DEFAULT_CHUNK_HASHES};
 pub use codec::{
-    decode_entry, parse_state_key, starts_key, state_key, DecodeError, Entry, Finished,
+    decode_entry, parse_state_key, starts_key, state_key, DecodeError, Entry, Finished, ModeRecord,
     OutputOffsets, Part, Record, SeenChunk, Starts, StateEntry, TooLarge, TooManyHashes,
-    WatchRecord, FORMAT_VERSION, MAX_HASHES_PER_CHUNK, MAX_RECORD_BYTES, OUTPUT_OFFSETS_KEY,
+    WatchRecord, FORMAT_VERSION, MAX_HASHES_PER_CHUNK, MAX_RECORD_BYTES, MODE_KEY,
+    OUTPUT_OFFSETS_KEY,
 };
 pub use snapshot::{Registration, FINISHED_REASON_ROOM};

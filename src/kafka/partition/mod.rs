@@ -132,6 +132,9 @@ pub struct Shared<P: Resolve> {
 #[derive(Clone)]
 pub struct StateSettings {
     pub recovery: RecoverySource,
+    /// The instance's guarantee, recorded on the state topic with every batch of state
+    /// records (`~mode`): what a starting instance checks its own against.
+    pub guarantee: crate::kafka::guarantee::Guarantee,
     pub finished_retention: Duration,
     pub checkpoint_interval: Duration,
 }

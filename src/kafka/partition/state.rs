@@ -66,6 +66,16 @@ impl<P: Resolve> PartitionTask<P> {
             return Err(transaction::Ending::Done);
         }
         self.take_over_watermark();
+        let mode = self.shared.state.guarantee;
+        if let Some(last) = found.mode.as_deref().filter(|m| *m != mode.to_string()) {
+            tracing::warn!(
+                partition = self.partition,
+                last_mode = last,
+                mode = %mode,
+                "the partition was last written by an instance of another \
+                 WATCHBRIDGE_GUARANTEE; going on in this instance's"
+            );
+        }
         let (state_records, outputs_read, undecodable, outputs_unidentified) = (
             found.state_records,
             found.outputs_read,
@@ -92,6 +102,8 @@ impl<P: Resolve> PartitionTask<P> {
             // Before any output: a later recovery reads the output topic back from here.
             writes.push(self.durable.offsets_record());
         }
+        // Last: the partition's mode stays among its last records (see `with_mode`).
+        writes.push(self.durable.mode_record(&mode.to_string()));
         self.send_state(writes).await;
         let watches = plan.restores.len();
         for restore in plan.restores {
@@ -136,6 +148,7 @@ impl<P: Resolve> PartitionTask<P> {
                 let writes = self
                     .durable
                     .checkpoint_records(self.shared.clock.now_ms(), last);
+                let writes = self.with_mode(writes);
                 self.send_state(writes).await;
             }
             return Ok(());
@@ -148,6 +161,7 @@ impl<P: Resolve> PartitionTask<P> {
             let writes = self
                 .durable
                 .checkpoint_records(self.shared.clock.now_ms(), last);
+            let writes = self.with_mode(writes);
             self.send_state(writes).await;
             self.settle_transaction(deadline).await?;
         }
@@ -180,6 +194,18 @@ impl<P: Resolve> PartitionTask<P> {
         Err(txn.failure(
             "records of the transaction were not acknowledged within WATCHBRIDGE_SHUTDOWN_TIMEOUT",
         ))
+    }
+
+    /// A checkpoint's `writes` with the partition's `~mode` record after them, if there are
+    /// any: so that the mode is among the last few records of every partition an instance
+    /// writes, where a starting instance reads it without reading the whole partition
+    /// (`kafka/group_mode.rs`). One record of ~20 bytes per checkpoint that writes.
+    fn with_mode(&self, mut writes: Vec<StateWrite>) -> Vec<StateWrite> {
+        if !writes.is_empty() {
+            let mode = self.shared.state.guarantee.to_string();
+            writes.push(self.durable.mode_record(&mode));
+        }
+        writes
     }
 
     pub(super) async fn send_state(&mut self, writes: Vec<StateWrite>) {
