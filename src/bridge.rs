@@ -30,7 +30,7 @@ use crate::kafka::group_mode;
 use crate::kafka::guarantee::{self, Guarantee, GuaranteeSetting};
 use crate::kafka::health::{BrokerHealth, KafkaContext};
 use crate::kafka::lease::Lease;
-use crate::kafka::merged::{publish_end_of_time, EndOfTimeTopics, MergedPublisher};
+use crate::kafka::merged::{self, publish_end_of_time, EndOfTimeTopics, MergedPublisher};
 use crate::kafka::output_ends;
 use crate::kafka::partition::Ending;
 use crate::kafka::partition::{
@@ -264,6 +264,10 @@ pub async fn run_bridge<P: Resolve>(
     let clock = Clock::system();
     let watermark_read_back = WatermarkTopic::shared(&config.input_topic, layout.input_partitions);
     let watermarks_read = Arc::new(AtomicI64::new(0));
+    // What may hide a previous owner's last watermark from the reader is a transaction the
+    // instances' producers left open: it ends within their timeout.
+    let read_back_limit =
+        merged::read_back_limit(producer_config(brokers, config).get("transaction.timeout.ms"));
     // Outputs' identities read back from their values: where the poller can, and the values
     // are its items as it gave them (not Avro, whose datums a recovery would decode).
     let output_keys = match formats.encoder.as_ref() {
@@ -324,6 +328,7 @@ pub async fn run_bridge<P: Resolve>(
             output_partitions: layout.output_partitions,
             read_back: watermark_read_back.clone(),
             read_upto: watermarks_read.clone(),
+            read_back_limit,
         },
         state: StateSettings {
             recovery: RecoverySource {
@@ -337,7 +342,7 @@ pub async fn run_bridge<P: Resolve>(
                 output_partitions: layout.output_partitions,
                 read_outputs: guarantee != Guarantee::AtLeastOnce,
                 output_keys,
-                lookups,
+                lookups: lookups.clone(),
             },
             guarantee,
             finished_retention: config.finished_retention,
@@ -388,6 +393,9 @@ pub async fn run_bridge<P: Resolve>(
             clock,
             read_back: watermark_read_back,
             read_upto: watermarks_read,
+            lookups,
+            readiness: readiness.clone(),
+            read_back_limit,
         };
         let stop_merged = stop_merged.clone();
         tokio::spawn(async move {

@@ -758,6 +758,58 @@ impl TransactionFenced<'_> {
     }
 }
 
+/// A wait for the watermark topic's reader to pass a previous owner's records (a
+/// takeover's floor, the merged writer's first record: `kafka::merged::ReadBackWait`) that
+/// took long: while it waits, still waiting, read at last, or given up.
+pub struct WatermarkReadBack {
+    pub waiter: crate::readiness::WatermarkWaiter,
+    /// The offset the reader has read to, and the topic's end it waits for.
+    pub read_to: i64,
+    pub end: i64,
+    pub waited: Duration,
+    pub outcome: ReadBackOutcome,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadBackOutcome {
+    Waiting,
+    Read,
+    /// Past its limit: it goes on without the previous owner's last value.
+    GaveUp,
+}
+
+impl WatermarkReadBack {
+    pub fn emit(&self, _: &Metrics) {
+        let (waiter, read_to, end) = (self.waiter.to_string(), self.read_to, self.end);
+        let waited_ms = self.waited.as_millis() as u64;
+        match self.outcome {
+            ReadBackOutcome::Waiting => tracing::warn!(
+                waiter,
+                read_to,
+                end,
+                waited_ms,
+                "waiting to read the watermark topic to its end before publishing: the previous \
+                 owner's last value may be behind a transaction open on it (it ends within its \
+                 timeout), or the topic cannot be read"
+            ),
+            ReadBackOutcome::Read => tracing::info!(
+                waiter,
+                waited_ms,
+                "the watermark topic is read to its end; publishing from the previous owner's \
+                 last value"
+            ),
+            ReadBackOutcome::GaveUp => tracing::warn!(
+                waiter,
+                read_to,
+                end,
+                waited_ms,
+                "the watermark topic was not read to its end within the transaction timeout; \
+                 publishing without the previous owner's last value (it may be published lower)"
+            ),
+        }
+    }
+}
+
 /// `/readyz` changed its answer (see `readiness.rs` for the rule).
 pub struct ReadinessChanged {
     /// `None`: ready.

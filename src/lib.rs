@@ -164,7 +164,8 @@ pub mod logging;
 pub mod metrics;
 mod ops_server;
 mod pages;
-mod readiness;
+#[doc(hidden)]
+pub mod readiness;
 #[doc(hidden)]
 pub mod seen;
 #[doc(hidden)]

@@ -1,8 +1,9 @@
 //! Whether this instance is doing its share of the work (`/readyz`, `watchbridge_ready`).
 //!
 //! **Ready** = the start has reached the brokers, the consumer has received its first
-//! assignment from the group, no assigned partition is still restoring its state, and the
-//! bridge is not stopping. A bounded run
+//! assignment from the group, no assigned partition is still restoring its state, nothing
+//! waits to read the watermark topic past a previous owner's last value, and the bridge is
+//! not stopping. A bounded run
 //! (`WATCHBRIDGE_MODE=bounded`) assigns itself every partition; the same rule applies.
 //!
 //! An assignment may be empty: an instance with no partitions (more instances than input
@@ -17,8 +18,27 @@
 
 use crate::internal_events::ReadinessChanged;
 use crate::metrics::Metrics;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+
+/// What waits for the watermark topic's reader to pass a previous owner's records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum WatermarkWaiter {
+    /// An input partition taken over: its floor is its previous owner's last value.
+    Partition(i32),
+    /// The new writer of the `merged` record (the owner of input partition 0).
+    Merged,
+}
+
+impl std::fmt::Display for WatermarkWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WatermarkWaiter::Partition(p) => write!(f, "input partition {p}"),
+            WatermarkWaiter::Merged => write!(f, "the merged watermark"),
+        }
+    }
+}
 
 /// Why an instance is not ready (the body of a 503 from `/readyz`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +47,9 @@ pub enum NotReady {
     WaitingForBrokers(std::sync::Arc<str>),
     /// The consumer has not been given its partitions yet (starting, or joining the group).
     NoAssignment,
+    /// These wait to read the watermark topic past their previous owner's last value
+    /// (behind a transaction still open on it, or the topic cannot be read).
+    ReadingWatermarks(Vec<WatermarkWaiter>),
     /// This many assigned partitions are still restoring their state.
     Recovering(i64),
     Stopping,
@@ -39,6 +62,16 @@ impl std::fmt::Display for NotReady {
                 write!(f, "waiting for the brokers at {brokers} to answer")
             }
             NotReady::NoAssignment => write!(f, "waiting for the consumer group's assignment"),
+            NotReady::ReadingWatermarks(waiters) => {
+                write!(
+                    f,
+                    "waiting to read the watermark topic past the previous owner's last value of "
+                )?;
+                for (i, waiter) in waiters.iter().enumerate() {
+                    write!(f, "{}{waiter}", if i == 0 { "" } else { ", " })?;
+                }
+                write!(f, " (a transaction open on it ends within its timeout)")
+            }
             NotReady::Recovering(n) => write!(f, "{n} partition(s) restoring their state"),
             NotReady::Stopping => write!(f, "stopping"),
         }
@@ -50,6 +83,8 @@ pub struct Readiness {
     /// While the start waits for the brokers: their bootstrap servers.
     waiting_for: Mutex<Option<std::sync::Arc<str>>>,
     assigned: AtomicBool,
+    /// Waits for the watermark topic's reader (`kafka::merged::ReadBackWait`).
+    reading_watermarks: Mutex<BTreeSet<WatermarkWaiter>>,
     stopping: AtomicBool,
     /// The last state reported through [`ReadinessChanged`] (`true`: ready); the lock also
     /// keeps two reporters from logging the same change twice or out of order.
@@ -68,6 +103,7 @@ impl Readiness {
         Self {
             waiting_for: Mutex::new(None),
             assigned: AtomicBool::new(false),
+            reading_watermarks: Mutex::new(BTreeSet::new()),
             stopping: AtomicBool::new(false),
             reported: Mutex::new(false),
         }
@@ -83,6 +119,23 @@ impl Readiness {
     /// partitions were counted as recovering.
     pub fn assignment_received(&self, m: &Metrics) {
         self.assigned.store(true, Ordering::SeqCst);
+        let _ = self.refresh(m);
+    }
+
+    /// `waiter` waits (or no longer waits) for the watermark topic's reader to pass its
+    /// previous owner's records.
+    pub fn reading_watermarks(&self, waiter: WatermarkWaiter, waiting: bool, m: &Metrics) {
+        {
+            let mut waiters = self
+                .reading_watermarks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if waiting {
+                waiters.insert(waiter);
+            } else {
+                waiters.remove(&waiter);
+            }
+        }
         let _ = self.refresh(m);
     }
 
@@ -102,6 +155,19 @@ impl Readiness {
         }
         if !self.assigned.load(Ordering::SeqCst) {
             return Err(NotReady::NoAssignment);
+        }
+        // Before `Recovering`: a partition waiting for the topic is still restoring, and
+        // this says what for.
+        {
+            let waiters = self
+                .reading_watermarks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if !waiters.is_empty() {
+                return Err(NotReady::ReadingWatermarks(
+                    waiters.iter().copied().collect(),
+                ));
+            }
         }
         match m.partitions_recovering.get() {
             n if n > 0 => Err(NotReady::Recovering(n)),
@@ -179,6 +245,25 @@ mod tests {
         );
         r.waiting_for_brokers(None, &m);
         assert_eq!(r.check(&m), Err(NotReady::NoAssignment));
+    }
+
+    #[test]
+    fn not_ready_while_waiting_for_the_watermark_topic() {
+        let m = Metrics::new();
+        let r = Readiness::new();
+        r.assignment_received(&m);
+        r.reading_watermarks(WatermarkWaiter::Merged, true, &m);
+        r.reading_watermarks(WatermarkWaiter::Partition(3), true, &m);
+        assert_eq!(
+            r.check(&m).unwrap_err().to_string(),
+            "waiting to read the watermark topic past the previous owner's last value of input \
+             partition 3, the merged watermark (a transaction open on it ends within its timeout)"
+        );
+        assert_eq!(m.ready.get(), 0);
+        r.reading_watermarks(WatermarkWaiter::Partition(3), false, &m);
+        r.reading_watermarks(WatermarkWaiter::Merged, false, &m);
+        assert_eq!(r.check(&m), Ok(()));
+        assert_eq!(m.ready.get(), 1);
     }
 
     #[test]

@@ -797,11 +797,14 @@ impl WatermarkReader {
         use std::sync::atomic::{AtomicBool, AtomicI64};
         use watchbridge::kafka::health::{BrokerHealth, KafkaContext};
         use watchbridge::kafka::merged::MergedPublisher;
+        use watchbridge::kafka::recovery::Lookups;
         use watchbridge::kafka::stats::ProducerStats;
 
         let metrics = Arc::new(watchbridge::metrics::Metrics::new());
         let read_upto = Arc::new(AtomicI64::new(0));
         let kafka = KafkaContext::new(BrokerHealth::new(b.bootstrap(), metrics.clone()));
+        // Used by a writer of `merged` records only (`owns_first` stays false).
+        let lookups = Lookups::start(&b.config(), "watchbridge-test-lookups", &kafka, topic);
         let publisher = MergedPublisher {
             consumer_config: b.config(),
             kafka: kafka.clone(),
@@ -818,6 +821,9 @@ impl WatermarkReader {
             clock: watchbridge::clock::Clock::system(),
             read_back: watchbridge::watermark::WatermarkTopic::shared("in", 1),
             read_upto: read_upto.clone(),
+            lookups,
+            readiness: Arc::new(watchbridge::readiness::Readiness::new()),
+            read_back_limit: Duration::from_secs(60),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(publisher.run(async move {
@@ -1015,6 +1021,163 @@ async fn a_merged_watermark_never_starts_below_the_last_merged_record() {
     assert!(
         samples.iter().all(|&v| v >= floor),
         "watchbridge_watermark_ms went below the last merged record {floor}: {samples:?}"
+    );
+}
+
+/// A new owner's floors are its predecessors' last committed values even when a
+/// transaction another partition left open on the watermark topic comes before them. A
+/// `read_committed` reader stops at that transaction's first offset (the last stable
+/// offset), and so did the ends the takeover and the merged writer waited for: both went on
+/// without the records behind it, and published below them. Written as the topic stands
+/// while another instance's transaction is open: `p0 L, p1 idle L`, then (open) `p1 idle L`,
+/// then (committed) `p0 T, merged T`, with L < T. The bridge's own inputs are between the
+/// two, so a floor of L publishes below T. On Tansu, which has no transactions, the
+/// history is all committed (its floors alone are checked).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_takeover_behind_an_open_transaction_starts_from_the_previous_owners_last_values() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    let resource = Resource::default();
+    let server = resource.serve().await;
+    let t = topics("wm-takeover-open-txn", 2).await;
+    let now = now_ms();
+    let (low, floor) = (now - 20 * 60_000, now - 10 * 60_000);
+    let partition = |p: i32, watermark_ms: i64, idle: bool| WatermarkMessage::Partition {
+        topic: t.input.clone(),
+        partition: p,
+        watermark_ms,
+        idle,
+    };
+    write_watermarks(
+        &t.watermarks,
+        &[partition(0, low, false), partition(1, low, true)],
+    )
+    .await;
+    // Another partition's owner, mid-transaction: it wrote and has not committed yet.
+    let transactional = broker().kind() == support::kafka::BrokerKind::Kafka;
+    let open = transactional.then(|| {
+        let producer: BaseProducer = broker()
+            .config()
+            .set("transactional.id", format!("{}-other-owner", t.input))
+            .create()
+            .unwrap();
+        let timeout = Duration::from_secs(30);
+        producer.init_transactions(timeout).unwrap();
+        producer.begin_transaction().unwrap();
+        let record = partition(1, low, true);
+        producer
+            .send(
+                BaseRecord::to(&t.watermarks)
+                    .partition(0)
+                    .key(&record.key()[..])
+                    .payload(&record.to_json()[..]),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+        producer.flush(timeout).unwrap();
+        producer
+    });
+    // The previous owner of partition 0 (and writer of `merged`), committed behind it.
+    let history_end = write_watermarks(
+        &t.watermarks,
+        &[
+            partition(0, floor, false),
+            WatermarkMessage::Merged {
+                topic: t.input.clone(),
+                watermark_ms: floor,
+            },
+        ],
+    )
+    .await;
+    let port = free_port();
+    let mut e = env(&t, &server);
+    e.push(("WATCHBRIDGE_METRICS_ADDR", format!("127.0.0.1:{port}")));
+    e.push(("WATCHBRIDGE_IDLE_TIMEOUT", "2s".into()));
+    let ops = Ops::new(port);
+    // One instance: it takes both partitions over and writes the `merged` records.
+    let mut bridge = Bridge::start(&e);
+    // An input between the two: above L, below T.
+    resource.set(0, &[now - 15 * 60_000], true);
+    produce_user_at(&t.input, 0, 0, now - 15 * 60_000).await;
+    if let Some(producer) = open {
+        // Until the bridge has either published partition 0 and the merged value (from the
+        // records before the transaction) or says it waits for the topic to be read.
+        let waits_or_published = async || {
+            let ready = ops.get("/readyz").await.map(|(_, body)| body);
+            let says = |what: &str| ready.as_deref().is_some_and(|b| b.contains(what));
+            let p0 = says("input partition 0")
+                || ops
+                    .metric("watchbridge_partition_watermark_ms{partition=\"0\"}")
+                    .await
+                    .is_some();
+            let merged = says("merged")
+                || ops
+                    .metric("watchbridge_watermark_ms")
+                    .await
+                    .is_some_and(|v| v != 0.0);
+            if p0 && merged {
+                Ok(())
+            } else {
+                Err(ready)
+            }
+        };
+        eventually(
+            &bridge,
+            Duration::from_secs(30),
+            "the bridge published partition 0 and the merged value, or waits",
+            waits_or_published,
+        )
+        .await;
+        tokio::task::spawn_blocking(move || {
+            producer.abort_transaction(Duration::from_secs(30)).unwrap()
+        })
+        .await
+        .unwrap();
+    }
+    // Inputs stamped now: both values move past T, so the bridge publishes them.
+    let input_time = now_ms();
+    resource.set(1, &[input_time], true);
+    produce_user_at(&t.input, 0, 1, input_time).await;
+    eventually(
+        &bridge,
+        Duration::from_secs(30),
+        "partition 0 and the merged value published at the new input's watermark",
+        async || {
+            let records = watermark_records(&t.watermarks).await;
+            let passed = |values: Vec<i64>| values.iter().any(|&v| v >= input_time - 6_000);
+            let p0 = partition_values(&records, 0)
+                .iter()
+                .map(|&(_, v, _)| v)
+                .collect();
+            let merged = merged_values(&records).iter().map(|&(_, v)| v).collect();
+            if passed(p0) && passed(merged) {
+                Ok(())
+            } else {
+                Err(records)
+            }
+        },
+    )
+    .await;
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let records = watermark_records(&t.watermarks).await;
+    let by_bridge = |values: Vec<(i64, i64)>| -> Vec<(i64, i64)> {
+        values
+            .into_iter()
+            .filter(|&(offset, _)| offset >= history_end)
+            .collect()
+    };
+    let p0 = by_bridge(
+        partition_values(&records, 0)
+            .iter()
+            .map(|&(o, v, _)| (o, v))
+            .collect(),
+    );
+    let merged = by_bridge(merged_values(&records));
+    assert!(
+        p0.iter().chain(&merged).all(|&(_, v)| v >= floor),
+        "what the bridge published (offset, value), with the previous owner's last values at \
+         {floor}: partition 0 {p0:?}, merged {merged:?}\n{}",
+        bridge.log()
     );
 }
 

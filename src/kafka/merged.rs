@@ -11,15 +11,21 @@
 //! Nothing is published while the reader replays the topic (until it reaches the end it
 //! found at its start: the last `merged` record may still come), nor by a new owner of
 //! partition 0 before it has read what the previous writer wrote: either could publish a
-//! value below one already on the topic.
+//! value below one already on the topic. "What the previous writer wrote" ends at the
+//! topic's high watermark, not at its last stable offset: a transaction another partition's
+//! owner has open on the topic can come before it ([`ReadBackWait`]).
 
 use crate::clock::Clock;
-use crate::internal_events::{MergedWatermarkChanged, WatermarkLag};
+use crate::internal_events::{
+    MergedWatermarkChanged, ReadBackOutcome, WatermarkLag, WatermarkReadBack,
+};
 use crate::kafka::health::KafkaContext;
 use crate::kafka::records::OutRecord;
+use crate::kafka::recovery::Lookups;
 use crate::kafka::reports::send_and_wait;
 use crate::kafka::stats::BridgeProducer;
 use crate::metrics::Metrics;
+use crate::readiness::{Readiness, WatermarkWaiter};
 use crate::watermark::{SharedWatermarkTopic, WatermarkMessage, WatermarkTopic, END_OF_TIME};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
@@ -51,6 +57,12 @@ pub struct MergedPublisher {
     /// over waits until this passes the topic's end at its recovery, so that its floor is
     /// the last value the previous owner published.
     pub read_upto: Arc<std::sync::atomic::AtomicI64>,
+    /// Looks the topic's end up for the new writer ([`Lookups::watermark_end`]).
+    pub lookups: Lookups,
+    /// Told while the new writer waits for the reader (`/readyz` says so).
+    pub readiness: Arc<Readiness>,
+    /// How long the new writer waits at most ([`read_back_limit`]).
+    pub read_back_limit: Duration,
 }
 
 /// How far the reader has got, which decides whether it may publish.
@@ -108,7 +120,7 @@ impl MergedPublisher {
         // While this instance owns input partition 0 (it writes the `merged` records): from
         // which offset of the watermark topic on it may, i.e. once it has read every record
         // the previous writer wrote (`None`: not the writer, or not known yet).
-        let mut writer_from: Option<WriterFrom> = None;
+        let mut writer_from: Option<ReadBackWait> = None;
         let mut ticks = tokio::time::interval(self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut published = None;
@@ -137,12 +149,14 @@ impl MergedPublisher {
                     if !self.publishes || reading == Reading::Replaying {
                         continue;
                     }
+                    // Every tick, whatever the value: a wait ends (and `/readyz` with it)
+                    // though nothing is published.
+                    let writer = self.writer(&mut writer_from).await;
                     let current = self.topic_state().merged();
                     // `Millis::MIN`: only partitions that never had a watermark; nothing to say.
                     if current.is_none_or(|c| c == crate::clock::Millis::MIN) {
                         continue;
                     }
-                    let writer = self.writer(&consumer, &mut writer_from).await;
                     if current == published {
                         // Unchanged, but event time falls further behind as time passes.
                         WatermarkLag { watermark: current.unwrap_or_default(), now: self.clock.now_ms() }.emit(&self.metrics);
@@ -173,50 +187,28 @@ impl MergedPublisher {
     /// Whether this instance writes the `merged` record now: it owns input partition 0 and
     /// has read the topic up to where it stood when it became the owner (so it has seen the
     /// last value the previous writer published; a value derived before could be below it).
-    async fn writer(
-        &self,
-        consumer: &Arc<StreamConsumer<KafkaContext>>,
-        writer_from: &mut Option<WriterFrom>,
-    ) -> bool {
+    async fn writer(&self, writer_from: &mut Option<ReadBackWait>) -> bool {
         if !self.owns_first.load(Ordering::SeqCst) {
             *writer_from = None;
             return false;
         }
-        let from = match writer_from {
-            Some(from) => *from,
-            None => {
-                let (consumer, topic) = (consumer.clone(), self.watermark_topic.clone());
-                let end = tokio::task::spawn_blocking(move || {
-                    consumer
-                        .fetch_watermarks(&topic, 0, Duration::from_secs(5))
-                        .map(|(_, high)| high)
-                })
-                .await;
-                let from = match end {
-                    Ok(Ok(end)) => WriterFrom {
-                        offset: end,
-                        since: tokio::time::Instant::now(),
-                    },
-                    _ => return false,
-                };
-                *writer_from = Some(from);
-                from
-            }
-        };
-        if self.read_upto.load(Ordering::SeqCst) >= from.offset {
-            return true;
+        if writer_from.is_none() {
+            let (lookups, topic) = (self.lookups.clone(), self.watermark_topic.clone());
+            let end = tokio::task::spawn_blocking(move || lookups.watermark_end(&topic)).await;
+            let Ok(Ok(end)) = end else {
+                return false;
+            };
+            *writer_from = Some(ReadBackWait::new(
+                WatermarkWaiter::Merged,
+                end,
+                self.read_back_limit,
+                self.readiness.clone(),
+                self.metrics.clone(),
+            ));
         }
-        // An open transaction of the previous owner (exactly-once mode) ends within its
-        // timeout; a topic that stays unreadable longer is logged and published anyway.
-        if from.since.elapsed() > Duration::from_secs(60) {
-            tracing::warn!(
-                "the watermark topic was not read to its end in 60 s; publishing the merged \
-                 watermark without the previous writer's last value"
-            );
-            *writer_from = Some(WriterFrom { offset: 0, ..from });
-            return true;
-        }
-        false
+        writer_from
+            .as_mut()
+            .is_some_and(|wait| wait.passed(self.read_upto.load(Ordering::SeqCst)))
     }
 
     /// The reader's position on the watermark topic (the offset it reads next).
@@ -239,10 +231,131 @@ impl MergedPublisher {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct WriterFrom {
-    offset: i64,
+/// librdkafka's `transaction.timeout.ms` when it is not set.
+const DEFAULT_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// After the transaction timeout: the coordinator aborts an expired transaction at its next
+/// check (Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms`, 10 s), and
+/// the reader then reads past its marker.
+const READ_BACK_MARGIN: Duration = Duration::from_secs(20);
+
+/// A wait that lasts this long is logged (`/readyz` says so from its start).
+const REPORT_AFTER: Duration = Duration::from_secs(5);
+
+/// How long a takeover waits at most for the reader to pass the previous owner's records:
+/// what hides them from a `read_committed` reader is a transaction open on the topic,
+/// which ends within `transaction.timeout.ms` (the instances' own setting, `timeout_ms`),
+/// plus a margin. Longer, the topic cannot be read, and the takeover goes on without the
+/// previous owner's last value (logged).
+pub fn read_back_limit(timeout_ms: Option<&str>) -> Duration {
+    let timeout = timeout_ms
+        .and_then(|ms| ms.trim().parse().ok())
+        .map_or(DEFAULT_TRANSACTION_TIMEOUT, Duration::from_millis);
+    timeout + READ_BACK_MARGIN
+}
+
+/// One wait for the watermark topic's reader to pass `end`, the topic's high watermark when
+/// a partition was taken over ([`Lookups::watermark_end`]): then it has read every record
+/// the previous owner committed (a `read_committed` reader passes the high watermark once
+/// every transaction open across it has ended). While it waits `/readyz` says so; a wait
+/// of over [`REPORT_AFTER`] is logged, and one past the limit gives up (logged).
+pub struct ReadBackWait {
+    waiter: WatermarkWaiter,
+    end: i64,
     since: tokio::time::Instant,
+    limit: Duration,
+    /// Whether it is over (read, or given up).
+    over: bool,
+    /// Whether `/readyz` was told, and whether the wait was logged.
+    told: bool,
+    logged: bool,
+    readiness: Arc<Readiness>,
+    metrics: Arc<Metrics>,
+}
+
+impl ReadBackWait {
+    pub fn new(
+        waiter: WatermarkWaiter,
+        end: i64,
+        limit: Duration,
+        readiness: Arc<Readiness>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            waiter,
+            end,
+            since: tokio::time::Instant::now(),
+            limit,
+            over: false,
+            told: false,
+            logged: false,
+            readiness,
+            metrics,
+        }
+    }
+
+    /// Whether the wait is over, with the reader at `read_to`: it has passed the end, or
+    /// the limit has.
+    pub fn passed(&mut self, read_to: i64) -> bool {
+        if self.over {
+            return true;
+        }
+        let waited = self.since.elapsed();
+        let outcome = if read_to >= self.end {
+            ReadBackOutcome::Read
+        } else if waited > self.limit {
+            ReadBackOutcome::GaveUp
+        } else {
+            ReadBackOutcome::Waiting
+        };
+        let report = |outcome| {
+            WatermarkReadBack {
+                waiter: self.waiter,
+                read_to,
+                end: self.end,
+                waited,
+                outcome,
+            }
+            .emit(&self.metrics)
+        };
+        match outcome {
+            ReadBackOutcome::Waiting => {
+                if !self.told {
+                    self.told = true;
+                    self.readiness
+                        .reading_watermarks(self.waiter, true, &self.metrics);
+                }
+                if !self.logged && waited > REPORT_AFTER {
+                    self.logged = true;
+                    report(outcome);
+                }
+                false
+            }
+            ReadBackOutcome::Read | ReadBackOutcome::GaveUp => {
+                if self.logged || outcome == ReadBackOutcome::GaveUp {
+                    report(outcome);
+                }
+                self.over = true;
+                self.untell();
+                true
+            }
+        }
+    }
+
+    fn untell(&mut self) {
+        if std::mem::take(&mut self.told) {
+            self.readiness
+                .reading_watermarks(self.waiter, false, &self.metrics);
+        }
+    }
+}
+
+impl Drop for ReadBackWait {
+    /// A wait left unfinished (the partition revoked, partition 0 no longer this
+    /// instance's) is no reason not to be ready.
+    fn drop(&mut self) {
+        self.untell();
+    }
 }
 
 /// One `merged` record on the watermark topic.
@@ -309,4 +422,56 @@ pub struct EndOfTimeTopics {
     pub watermark_topic: Arc<str>,
     pub output_topic: Arc<str>,
     pub output_partitions: i32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limit_is_the_transaction_timeout_and_a_margin() {
+        assert_eq!(read_back_limit(None), Duration::from_secs(80));
+        assert_eq!(read_back_limit(Some("10000")), Duration::from_secs(30));
+        assert_eq!(
+            read_back_limit(Some("not a number")),
+            Duration::from_secs(80)
+        );
+    }
+
+    #[test]
+    fn a_wait_is_not_ready_until_the_reader_passes_the_end() {
+        let (m, r) = (Arc::new(Metrics::new()), Arc::new(Readiness::new()));
+        r.assignment_received(&m);
+        let wait = |r: &Arc<Readiness>, limit| {
+            ReadBackWait::new(
+                WatermarkWaiter::Partition(2),
+                10,
+                limit,
+                r.clone(),
+                m.clone(),
+            )
+        };
+        let mut waiting = wait(&r, Duration::from_secs(60));
+        assert!(!waiting.passed(9));
+        assert!(r
+            .check(&m)
+            .unwrap_err()
+            .to_string()
+            .contains("input partition 2"));
+        assert!(waiting.passed(10));
+        assert_eq!(r.check(&m), Ok(()));
+        // Once over, over.
+        assert!(waiting.passed(0));
+        // Left unfinished (revoked): ready again.
+        let mut revoked = wait(&r, Duration::from_secs(60));
+        assert!(!revoked.passed(3));
+        assert!(r.check(&m).is_err());
+        drop(revoked);
+        assert_eq!(r.check(&m), Ok(()));
+        // Past the limit it gives up.
+        let mut stuck = wait(&r, Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(stuck.passed(3));
+        assert_eq!(r.check(&m), Ok(()));
+    }
 }

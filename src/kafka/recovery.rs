@@ -100,8 +100,9 @@ pub struct Found {
     /// group's committed offset were left to read again (`None`: every input was
     /// committed, so no input comes again).
     pub input_end: Option<i64>,
-    /// The watermark topic's end offset then: the partition's last published watermark is
-    /// below it (the task waits until the watermark reader has read that far).
+    /// The watermark topic's end offset then, its high watermark: the partition's last
+    /// published watermark is below it (the task waits until the watermark reader has read
+    /// that far; [`Lookups::watermark_end`]).
     pub watermark_end: Option<i64>,
     /// The guarantee of the partition's last writer (its `~mode` record), if it wrote one.
     pub mode: Option<String>,
@@ -116,7 +117,11 @@ pub struct Found {
 /// first poll. A consumer of the restore's own is made only for a partition with records
 /// to read.
 #[derive(Clone)]
-pub struct Lookups(Arc<LookupClient>);
+pub struct Lookups {
+    committed: Arc<LookupClient>,
+    /// `read_uncommitted`, for [`Lookups::watermark_end`] alone.
+    uncommitted: Arc<LookupClient>,
+}
 
 /// The client itself: made on a thread of its own (librdkafka takes ~1 ms to make a client,
 /// not on the way to the start's first request), or by the first restore that needs it
@@ -127,12 +132,23 @@ struct LookupClient {
     consumer_config: ClientConfig,
     group_id: String,
     kafka: KafkaContext,
+    /// `isolation.level`: the end offsets it looks up are the last stable ones with
+    /// `read_committed`, the high watermarks with `read_uncommitted`.
+    isolation: &'static str,
 }
 
 impl LookupClient {
     fn get(&self) -> Result<&BaseConsumer<KafkaContext>, String> {
         self.made
-            .get_or_init(|| reader(&self.consumer_config, &self.group_id, &self.kafka, "lookup"))
+            .get_or_init(|| {
+                reader(
+                    &self.consumer_config,
+                    &self.group_id,
+                    &self.kafka,
+                    "lookup",
+                    self.isolation,
+                )
+            })
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -155,19 +171,43 @@ impl Lookups {
         kafka: &KafkaContext,
         input_topic: &str,
     ) -> Self {
-        let client = Arc::new(LookupClient {
-            made: OnceLock::new(),
-            consumer_config: consumer_config.clone(),
-            group_id: group_id.to_string(),
-            kafka: kafka.clone(),
-        });
-        let (warming, topic) = (client.clone(), input_topic.to_string());
+        let client = |isolation| {
+            Arc::new(LookupClient {
+                made: OnceLock::new(),
+                consumer_config: consumer_config.clone(),
+                group_id: group_id.to_string(),
+                kafka: kafka.clone(),
+                isolation,
+            })
+        };
+        let lookups = Self {
+            committed: client("read_committed"),
+            uncommitted: client("read_uncommitted"),
+        };
+        let (warming, topic) = (lookups.clone(), input_topic.to_string());
         std::thread::spawn(move || {
-            if let Ok(client) = warming.get() {
-                let _ = client.fetch_metadata(Some(&topic), Duration::from_secs(10));
+            for client in [&warming.committed, &warming.uncommitted] {
+                if let Ok(client) = client.get() {
+                    let _ = client.fetch_metadata(Some(&topic), Duration::from_secs(10));
+                }
             }
         });
-        Self(client)
+        lookups
+    }
+
+    /// The end of the watermark topic (its one partition) as its high watermark: the offset
+    /// after its last record, committed or not. A `read_committed` lookup answers the last
+    /// stable offset instead, which a transaction another partition's owner has open on
+    /// the topic holds back, with a previous owner's last committed value behind it: a
+    /// reader that waited only for that end went on without that value, and published
+    /// lower. A `read_committed` reader passes the high watermark once every transaction
+    /// open across it has ended (committed or aborted), having read everything committed
+    /// below it.
+    pub fn watermark_end(&self, topic: &str) -> Result<i64, String> {
+        let client = self.uncommitted.get()?;
+        list_offsets(client, &[(topic, 0)], Offset::End, Duration::from_secs(15))
+            .map_err(|e| format!("cannot read the end of the watermark topic: {e}"))?
+            .offset(topic, 0)
     }
 }
 
@@ -178,15 +218,16 @@ fn reader(
     group_id: &str,
     kafka: &KafkaContext,
     what: &str,
+    isolation: &str,
 ) -> Result<BaseConsumer<KafkaContext>, String> {
     consumer_config
         .clone()
         .set("group.id", group_id)
         .set("enable.auto.commit", "false")
-        // Never what a transaction left open or aborted (the exactly-once mode's records,
-        // the guarantee probe's record): whatever `KAFKA_ISOLATION_LEVEL` says. (The end
-        // offsets looked up are then the last stable ones.)
-        .set("isolation.level", "read_committed")
+        // Readers: never what a transaction left open or aborted (the exactly-once mode's
+        // records, the guarantee probe's record), whatever `KAFKA_ISOLATION_LEVEL` says.
+        // (The end offsets looked up are then the last stable ones.)
+        .set("isolation.level", isolation)
         // The end of a partition is reported, so a read ends there even when the last
         // offsets hold no record a consumer sees (transaction markers, compacted away).
         .set("enable.partition.eof", "true")
@@ -197,17 +238,24 @@ fn reader(
 
 /// Steps 1 and 2, blocking.
 pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
-    // Every offset at once, in three requests (`list_offsets`): the latest offsets of the
-    // input, watermark, state and output partitions in one `ListOffsets`, the first offsets
-    // of the state and output partitions in another, and the group's commit. One lookup
-    // per offset (two `ListOffsets` each), ~15 of them per restore on one connection that
-    // Tansu answers in order, took 5–15 ms at a start.
-    let lookups = source.lookups.0.get()?;
-    let (ends, firsts, committed) = std::thread::scope(|s| {
+    // Every offset at once, in four requests (`list_offsets`): the latest offsets of the
+    // input, state and output partitions in one `ListOffsets`, the first offsets of the
+    // state and output partitions in another, the group's commit, and the watermark topic's
+    // end (on a client of its own: `Lookups::watermark_end`). One lookup per offset (two
+    // `ListOffsets` each), ~15 of them per restore on one connection that Tansu answers in
+    // order, took 5–15 ms at a start.
+    let lookups = source.lookups.committed.get()?;
+    let (ends, firsts, committed, watermark_end) = std::thread::scope(|s| {
         let committed = s.spawn(|| committed_offset(lookups, &source.input_topic, partition));
         let firsts = s.spawn(|| ask_offsets(source, lookups, partition, Offset::Beginning));
+        let watermark_end = s.spawn(|| source.lookups.watermark_end(&source.watermark_topic));
         let ends = ask_offsets(source, lookups, partition, Offset::End);
-        (ends, joined(firsts), joined(committed))
+        (
+            ends,
+            joined(firsts),
+            joined(committed),
+            joined(watermark_end),
+        )
     });
     let (ends, firsts) = (ends?, firsts?);
     let range = |topic: &str, p: i32| -> Result<(i64, i64), String> {
@@ -222,7 +270,7 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         .offset(&source.input_topic, partition)
         .ok()
         .filter(|&end| committed.is_none_or(|c| c < end));
-    let watermark_end = ends.offset(&source.watermark_topic, 0).ok();
+    let watermark_end = watermark_end.ok();
     let mut found = Found {
         input_end,
         watermark_end,
@@ -324,6 +372,7 @@ impl<'a> Reader<'a> {
                 self.group_id,
                 self.kafka,
                 "reading",
+                "read_committed",
             )?);
         }
         Ok(self.consumer.as_ref().expect("made above"))
@@ -468,8 +517,7 @@ fn joined<T>(lookup: std::thread::ScopedJoinHandle<'_, T>) -> T {
 }
 
 /// Every partition a restore reads or checks, asked at `at` in one request (`Offset::End`:
-/// also the input partition and the watermark topic's; `Offset::Beginning`: the state and
-/// output partitions only).
+/// also the input partition; `Offset::Beginning`: the state and output partitions only).
 fn ask_offsets(
     source: &RecoverySource,
     client: &BaseConsumer<KafkaContext>,
@@ -480,7 +528,6 @@ fn ask_offsets(
     asked.extend((0..source.output_partitions).map(|q| (&*source.output_topic, q)));
     if at == Offset::End {
         asked.push((&source.input_topic, partition));
-        asked.push((&source.watermark_topic, 0));
     }
     list_offsets(client, &asked, at, Duration::from_secs(15))
         .map_err(|e| format!("cannot read the offsets of the state and output topics: {e}"))

@@ -157,6 +157,9 @@ pub struct WatermarkSettings {
     pub read_back: crate::watermark::SharedWatermarkTopic,
     /// How far the watermark topic's reader has read it.
     pub read_upto: Arc<std::sync::atomic::AtomicI64>,
+    /// How long a partition taken over waits at most for that reader to pass its previous
+    /// owner's records (`kafka::merged::read_back_limit`).
+    pub read_back_limit: Duration,
 }
 
 /// In a bounded run, the offsets a partition task reads: from `start` up to `end` (the end

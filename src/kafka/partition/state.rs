@@ -2,6 +2,8 @@
 //! bookkeeping is [`DurableState`]'s, the reads [`recovery`]'s).
 
 use super::*;
+use crate::kafka::merged::ReadBackWait;
+use crate::readiness::WatermarkWaiter;
 
 impl<P: Resolve> PartitionTask<P> {
     /// Read the partition's state back and restore its watches (retrying while the broker
@@ -50,14 +52,20 @@ impl<P: Resolve> PartitionTask<P> {
         };
         if let Some(end) = found.watermark_end {
             // The floor must be the previous owner's last value before this partition
-            // publishes one or judges an output, or its watermark could go back.
-            let read = &self.shared.watermarks.read_upto;
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            while read.load(std::sync::atomic::Ordering::SeqCst) < end && !self.inputs.is_closed() {
-                if tokio::time::Instant::now() > deadline {
-                    tracing::warn!(partition = self.partition, "the watermark topic was not read back in 30 s; publishing without the previous owner's last value");
-                    break;
-                }
+            // publishes one or judges an output, or its watermark could go back. `end` is
+            // the topic's high watermark: the value can be behind a transaction another
+            // partition's owner has open on the topic (`merged::ReadBackWait`).
+            let (read, shared) = (&self.shared.watermarks.read_upto, &self.shared);
+            let mut wait = ReadBackWait::new(
+                WatermarkWaiter::Partition(self.partition),
+                end,
+                shared.watermarks.read_back_limit,
+                shared.readiness.clone(),
+                shared.metrics.clone(),
+            );
+            while !wait.passed(read.load(std::sync::atomic::Ordering::SeqCst))
+                && !self.inputs.is_closed()
+            {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
