@@ -236,3 +236,41 @@ async fn an_instance_of_the_other_mode_is_refused_while_the_group_runs_one() {
         assert_eq!(switched.terminate().0, Some(0), "{}", switched.log());
     }
 }
+
+/// A transaction must commit before the coordinator's `transaction.timeout.ms` aborts it
+/// (issue 46, case 2): a coordinator's abort bumps the producer's epoch, the next request is
+/// fatal ("fenced"), and the partition was left assigned with no task. So settings that
+/// cannot commit in time fail the start, naming them (a 15 s checkpoint interval under a
+/// 10 s transaction timeout); and a long interval the user left the timeout unset for gets
+/// a transaction timeout that fits (90 s checkpoints: above librdkafka's 60 s default).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs Apache Kafka: make test-kafka runs it (WATCHBRIDGE_TEST_BROKER=kafka cargo test --test exactly_once -- --ignored)"]
+async fn transaction_timeouts_that_cannot_fit_the_checkpoint_interval_fail_the_start() {
+    assert_eq!(broker().kind(), BrokerKind::Kafka, "needs transactions");
+    let server = TestServer::start(support::scenario::finished_feeds).await;
+    let s = Setup::new("txn-timeout", 1).await;
+    let mut env = s.env(&server);
+    env.extend([
+        ("WATCHBRIDGE_GUARANTEE", "exactly_once".to_string()),
+        ("WATCHBRIDGE_CHECKPOINT_INTERVAL", "15s".to_string()),
+        ("KAFKA_TRANSACTION_TIMEOUT_MS", "10000".to_string()),
+    ]);
+    let mut refused = Bridge::spawn(&env);
+    let code = refused.exit_code(Duration::from_secs(60));
+    let log = refused.log();
+    assert!(code.is_some_and(|c| c != 0), "started: {code:?}\n{log}");
+    assert!(
+        log.contains("KAFKA_TRANSACTION_TIMEOUT_MS=10000")
+            && log.contains("WATCHBRIDGE_CHECKPOINT_INTERVAL"),
+        "the refusal names both settings:\n{log}"
+    );
+
+    let mut env = s.env(&server);
+    env.extend([
+        ("WATCHBRIDGE_GUARANTEE", "exactly_once".to_string()),
+        ("WATCHBRIDGE_CHECKPOINT_INTERVAL", "90s".to_string()),
+    ]);
+    let mut fitted = Bridge::start(&env);
+    fitted.wait_for_log("transaction_timeout_ms=130000", Duration::from_secs(60));
+    assert_eq!(fitted.terminate().0, Some(0), "{}", fitted.log());
+}

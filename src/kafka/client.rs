@@ -726,42 +726,6 @@ async fn auto_create(brokers: &str, config: &RunConfig, topic: &str) -> Result<(
     .map_err(|e| e.to_string())?
 }
 
-#[cfg(test)]
-mod tests {
-    use super::deleting_setting;
-
-    #[test]
-    fn only_a_topic_that_deletes_nothing_but_by_compaction_keeps_watch_state() {
-        let verdict = |p, ms, bytes| deleting_setting(p, ms, bytes);
-        assert_eq!(
-            verdict(Some("compact"), Some("604800000"), Some("-1")),
-            None
-        );
-        assert_eq!(verdict(Some("Compact"), None, None), None);
-        assert_eq!(
-            verdict(Some("delete"), Some("-1"), Some("-1")).as_deref(),
-            Some("cleanup.policy=delete")
-        );
-        assert_eq!(
-            verdict(None, None, None).as_deref(),
-            Some("cleanup.policy=delete"),
-            "Kafka's default"
-        );
-        assert_eq!(
-            verdict(Some("compact,delete"), Some("604800000"), Some("-1")).as_deref(),
-            Some("cleanup.policy=compact,delete with retention.ms=604800000")
-        );
-        assert_eq!(
-            verdict(Some("delete, compact"), Some("-1"), Some("1000")).as_deref(),
-            Some("cleanup.policy=delete, compact with retention.bytes=1000")
-        );
-        assert_eq!(
-            verdict(Some("compact,delete"), Some("-1"), Some("-1")),
-            None
-        );
-    }
-}
-
 /// A broker-wide setting (e.g. `transaction.max.timeout.ms`) as the first broker the
 /// metadata lists describes it: `Ok(None)` when it describes no such setting. A fresh admin
 /// client, dropped on a thread of its own; asked once, at start, and only where the answer
@@ -815,4 +779,40 @@ pub async fn broker_setting(
     };
     std::thread::spawn(move || drop(admin));
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::deleting_setting;
+
+    #[test]
+    fn only_a_topic_that_deletes_nothing_but_by_compaction_keeps_watch_state() {
+        let verdict = |p, ms, bytes| deleting_setting(p, ms, bytes);
+        assert_eq!(
+            verdict(Some("compact"), Some("604800000"), Some("-1")),
+            None
+        );
+        assert_eq!(verdict(Some("Compact"), None, None), None);
+        assert_eq!(
+            verdict(Some("delete"), Some("-1"), Some("-1")).as_deref(),
+            Some("cleanup.policy=delete")
+        );
+        assert_eq!(
+            verdict(None, None, None).as_deref(),
+            Some("cleanup.policy=delete"),
+            "Kafka's default"
+        );
+        assert_eq!(
+            verdict(Some("compact,delete"), Some("604800000"), Some("-1")).as_deref(),
+            Some("cleanup.policy=compact,delete with retention.ms=604800000")
+        );
+        assert_eq!(
+            verdict(Some("delete, compact"), Some("-1"), Some("1000")).as_deref(),
+            Some("cleanup.policy=delete, compact with retention.bytes=1000")
+        );
+        assert_eq!(
+            verdict(Some("compact,delete"), Some("-1"), Some("-1")),
+            None
+        );
+    }
 }
