@@ -156,7 +156,8 @@ test-kafka: setup
 # kills, still with the two-instance kill and the broker restart) on each broker, and once
 # more on Tansu with CHAOS_OUTPUT_PARTITIONS=6 (an output topic of another partition count
 # than the input's: outputs placed by key, with `wb-id`); BROKER=kafka runs either on
-# Apache Kafka.
+# Apache Kafka, BROKER=kafka3 on three replicated Kafka nodes with node episodes (a node
+# killed, paused, its leadership moved; docs/brokers.md, "Replicated clusters").
 CHAOS_KILLS ?= 10
 CHAOS_USERS ?= 20
 chaos: broker-install
