@@ -258,7 +258,7 @@ pub fn read_back_limit(timeout_ms: Option<&str>) -> Duration {
 /// a partition was taken over ([`Lookups::watermark_end`]): then it has read every record
 /// the previous owner committed (a `read_committed` reader passes the high watermark once
 /// every transaction open across it has ended). While it waits `/readyz` says so; a wait
-/// of over [`REPORT_AFTER`] is logged, and one past the limit gives up (logged).
+/// of over `REPORT_AFTER` is logged, and one past the limit gives up (logged).
 pub struct ReadBackWait {
     waiter: WatermarkWaiter,
     end: i64,
