@@ -171,13 +171,8 @@ num.io.threads=2
 num.partitions=1
 EOF
     if [ ! -f "$dir/data/meta.properties" ]; then
-        # A cluster id: 16 random bytes, base64url without padding (what `StorageTool
-        # random-uuid` prints, without starting a second JVM for it). Not one that starts
-        # with `-`, which the tool would take for an option (Kafka's own ids never do).
-        local id="${cluster_id:--}"
-        while [ "${id#-}" != "$id" ]; do
-            id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
-        done
+        # The cluster's id, or a new one (below) for a node of its own.
+        local id="${cluster_id:-$(cluster_id)}"
         # With controller.quorum.voters set, format without --standalone.
         # `--cluster-id=` form: an id may begin with `-`, which would read as an option.
         java -cp "$(classpath)" kafka.tools.StorageTool format --cluster-id="$id" \
@@ -215,7 +210,9 @@ start() {
     wait_listening kafka "$port" "$dir" 60
 }
 
-# A cluster id for `serve` (see config).
+# A cluster id: 16 random bytes, base64url without padding (what `StorageTool random-uuid`
+# prints, without starting a second JVM for it). Not one that starts with `-`, which the
+# tool would take for an option (Kafka's own ids never do).
 cluster_id() {
     local id=-
     while [ "${id#-}" != "$id" ]; do

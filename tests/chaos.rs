@@ -149,18 +149,7 @@ impl NodeEpisode {
             }
         };
         let pause = NODE_PAUSE + random_wait(rng);
-        let pid = broker().node_pid(node);
-        assert!(Command::new("kill")
-            .args(["-STOP", &pid])
-            .status()
-            .unwrap()
-            .success());
-        tokio::time::sleep(pause).await;
-        assert!(Command::new("kill")
-            .args(["-CONT", &pid])
-            .status()
-            .unwrap()
-            .success());
+        pause_process(&broker().node_pid(node), pause).await;
         format!(
             "{self:?}: node {node} SIGSTOPped for {pause:.1?}, then SIGCONT (output partition \
              {partition}: leader {leader}, replicas {replicas:?})"
@@ -200,6 +189,15 @@ fn signal(bridge: &Bridge, signal: &str) {
     let pid = bridge.child.id().to_string();
     let status = Command::new("kill").args([signal, &pid]).status().unwrap();
     assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// SIGSTOP the process `pid` (a broker, a cluster node) for `pause`, then SIGCONT it.
+async fn pause_process(pid: &str, pause: Duration) {
+    for (signal, then) in [("-STOP", pause), ("-CONT", Duration::ZERO)] {
+        let status = Command::new("kill").args([signal, pid]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid}");
+        tokio::time::sleep(then).await;
+    }
 }
 
 /// SIGKILL, then reap. Panics (with the log) unless the bridge was still running and died
@@ -411,17 +409,7 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
                 "chaos: [{:>5.1?}] broker SIGSTOP for {pause:.1?} (message timeout {MESSAGE_TIMEOUT:?}), then SIGCONT",
                 started.elapsed()
             );
-            assert!(Command::new("kill")
-                .args(["-STOP", &pid])
-                .status()
-                .unwrap()
-                .success());
-            tokio::time::sleep(pause).await;
-            assert!(Command::new("kill")
-                .args(["-CONT", &pid])
-                .status()
-                .unwrap()
-                .success());
+            pause_process(&pid, pause).await;
             broker_pauses += 1;
             // Then the kill below: what the bridge made of the failures is all a successor
             // has to go on.
