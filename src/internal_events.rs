@@ -751,8 +751,9 @@ impl TransactionFenced<'_> {
         tracing::error!(
             partition = self.partition,
             error = self.error,
-            "fenced: another instance took this partition over; its writes here were rejected, \
-             and this instance leaves the partition until the group assigns it again"
+            "fenced: another instance took this partition over (or the broker aborted the \
+             transaction for its timeout); its writes here were rejected, and the partition \
+             starts again with a new producer unless the group takes it from this instance"
         );
         m.transactions.with_label_values(&["fenced"]).inc();
     }

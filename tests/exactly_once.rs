@@ -274,3 +274,89 @@ async fn transaction_timeouts_that_cannot_fit_the_checkpoint_interval_fail_the_s
     fitted.wait_for_log("transaction_timeout_ms=130000", Duration::from_secs(60));
     assert_eq!(fitted.terminate().0, Some(0), "{}", fitted.log());
 }
+
+/// A transaction the broker aborts for its timeout is not a fencing (issue 46, case 2).
+/// The instance stalls (SIGSTOP: a GC pause, a frozen VM) longer than
+/// `transaction.timeout.ms` but within its group session: the coordinator aborts the open
+/// transaction and bumps the producer's epoch, so the next request of that producer fails
+/// as fenced — though no other instance exists and the group still assigns the partitions
+/// here. Each partition starts again with a new producer from its last commit: every
+/// output arrives, once, and the instance goes on polling.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs Apache Kafka: make test-kafka runs it (WATCHBRIDGE_TEST_BROKER=kafka cargo test --test exactly_once -- --ignored)"]
+async fn a_transaction_aborted_by_its_timeout_restarts_the_partition_and_loses_nothing() {
+    assert_eq!(broker().kind(), BrokerKind::Kafka, "needs transactions");
+    // Each user's feed grows by one item every 250 ms while `growing`, so a transaction is
+    // open whenever the stall begins.
+    let visible = Arc::new(AtomicI64::new(1));
+    let feed = visible.clone();
+    let server = TestServer::start(move |seen| {
+        let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
+        let events: Vec<_> = (0..feed.load(Ordering::SeqCst))
+            .map(|i| json!({"id": format!("u{user}-{i}"), "at": T0 + i * 1000}))
+            .collect();
+        Reply::json(json!({"events": events, "done": false}))
+    })
+    .await;
+    let growing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let grower = {
+        let (visible, growing) = (visible.clone(), growing.clone());
+        tokio::spawn(async move {
+            while growing.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                visible.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    let s = Setup::new("txn-aborted", 2).await;
+    let mut env = s.env(&server);
+    env.extend([
+        ("WATCHBRIDGE_GUARANTEE", "exactly_once".to_string()),
+        ("WATCHBRIDGE_CHECKPOINT_INTERVAL", "1s".to_string()),
+        ("KAFKA_MESSAGE_TIMEOUT_MS", "3000".to_string()),
+        // The shortest that fits 1 s + 3 s + the 10 s commit margin.
+        ("KAFKA_TRANSACTION_TIMEOUT_MS", "15000".to_string()),
+        ("KAFKA_SESSION_TIMEOUT_MS", "60000".to_string()),
+        ("KAFKA_HEARTBEAT_INTERVAL_MS", "1000".to_string()),
+    ]);
+    let users = 1..=4;
+    let mut a = Bridge::start(&env);
+    for user in users.clone() {
+        produce_user(&s.input, user).await;
+    }
+    wait_committed(&s.output, users.clone().count() * 3, || {
+        format!("no outputs before the stall:\n{}", a.log())
+    })
+    .await;
+    // The transaction timeout, plus the coordinator's check for timed-out transactions
+    // (every 10 s), plus a margin: the open transaction is aborted meanwhile. Within the
+    // session timeout: the group keeps the partitions here.
+    signal(&a, "-STOP");
+    tokio::time::sleep(Duration::from_secs(29)).await;
+    signal(&a, "-CONT");
+    // Outputs flow again after the stall: new items (beyond what the feeds showed when it
+    // ended) are committed.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    growing.store(false, Ordering::SeqCst);
+    grower.await.unwrap();
+    let items = visible.load(Ordering::SeqCst);
+    let expected = users.clone().count() * items as usize;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while committed_outputs(&s.output).await.len() < expected {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after the stall the outputs stopped ({} of {expected} committed):\n{}",
+            committed_outputs(&s.output).await.len(),
+            a.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Polls keep going for a moment: a re-emitted output would land now.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (code, _) = a.terminate();
+    assert_eq!(code, Some(0), "{}", a.log());
+    let counts = committed_outputs(&s.output).await;
+    assert_eq!(counts.len(), expected, "no output that was not expected");
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "every output exactly once: {twice:?}");
+}

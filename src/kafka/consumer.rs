@@ -8,6 +8,7 @@
 //! another instance, its task stops its watches, delivers what they emitted, and its
 //! offsets are committed. Blocking there is what librdkafka's rebalance callback is for.
 
+use super::fenced::FencedPartitions;
 use super::health::is_connection_error;
 use super::list_offsets::list_offsets;
 use super::partition::{Bounds, Ending, Feed, PartitionTask, Shared, Stopped};
@@ -85,6 +86,9 @@ pub struct Partitions<P: Resolve> {
     incomplete: Mutex<Vec<i32>>,
     /// Where a partition with no committed offset starts (`auto.offset.reset`).
     no_commit: NoCommitStart,
+    /// Partitions whose producer was fenced, waiting for the group's word before they
+    /// start again (`kafka::fenced`).
+    fenced: Mutex<FencedPartitions>,
 }
 
 /// Where a partition the group has no commit for starts: librdkafka's
@@ -138,6 +142,7 @@ impl<P: Resolve> Partitions<P> {
             stopping: AtomicBool::new(false),
             commit_failures: Mutex::new(Vec::new()),
             incomplete: Mutex::new(Vec::new()),
+            fenced: Mutex::new(FencedPartitions::default()),
         }
     }
 
@@ -260,43 +265,152 @@ impl<P: Resolve> Partitions<P> {
     /// Handle the tasks that ended on their own: in a bounded run, done (every input read,
     /// every watch ended): forget them; an aborted transaction, or a delivery whose outcome
     /// is unknown: read the partition again from its last committed position with a new
-    /// task, which recovers its state first; fenced:
-    /// leave the partition (another instance owns it now; the group takes it from this one
-    /// at its next rebalance). Returns whether no partition is left.
+    /// task, which recovers its state first; fenced: wait for the group's word, then the
+    /// same if the partition is still assigned here (`kafka::fenced`). Returns whether no
+    /// partition is left.
     fn reap(&self, consumer: &BaseConsumer<BridgeContext<P>>) -> bool {
         let mut restart = Vec::new();
-        let none_left = {
+        let mut fenced = Vec::new();
+        {
             let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
             assigned.retain(|&partition, a| match a.stopped.try_recv() {
                 Ok(report) => {
-                    if a.bounds.is_some() && !report.end_of_time && report.ending != Ending::Restart
-                    {
-                        self.note_incomplete(partition);
-                    }
                     match report.ending {
-                        Ending::Done | Ending::Fenced => PartitionRevoked {
-                            topic: &self.shared.input_topic,
-                            partition,
-                            committed: report.position,
-                            watches_stopped: report.watches_stopped,
+                        Ending::Done => {
+                            if a.bounds.is_some() && !report.end_of_time {
+                                self.note_incomplete(partition);
+                            }
+                            PartitionRevoked {
+                                topic: &self.shared.input_topic,
+                                partition,
+                                committed: report.position,
+                                watches_stopped: report.watches_stopped,
+                            }
+                            .emit(&self.shared.metrics)
                         }
-                        .emit(&self.shared.metrics),
                         Ending::Restart => restart.push((partition, report.position, a.bounds)),
+                        Ending::Fenced => fenced.push((partition, report.position, a.bounds)),
                     }
                     false
                 }
                 Err(std_mpsc::TryRecvError::Empty) => true,
                 Err(std_mpsc::TryRecvError::Disconnected) => false,
             });
-            assigned.is_empty()
-        };
+        }
         for (partition, position, bounds) in restart {
-            if !self.restart(consumer, partition, position, bounds) && bounds.is_some() {
-                // A bounded run's partition left unfinished.
-                self.note_incomplete(partition);
+            self.restart_or_leave(consumer, partition, position, bounds);
+        }
+        for (partition, position, bounds) in fenced {
+            self.wait_after_fencing(consumer, partition, position, bounds);
+        }
+        self.restart_fenced(consumer);
+        self.assigned.lock().map_or(true, |a| a.is_empty())
+            && self.fenced.lock().map_or(true, |f| f.is_empty())
+    }
+
+    /// [`restart`](Self::restart), or note a bounded run's partition left unfinished.
+    fn restart_or_leave(
+        &self,
+        consumer: &BaseConsumer<BridgeContext<P>>,
+        partition: i32,
+        position: Option<i64>,
+        bounds: Option<Bounds>,
+    ) {
+        if !self.restart(consumer, partition, position, bounds) && bounds.is_some() {
+            self.note_incomplete(partition);
+        }
+    }
+
+    /// A task ended fenced: its partition stops reading (what is fetched meanwhile would be
+    /// dropped) and waits for the group to say whose it is.
+    fn wait_after_fencing(
+        &self,
+        consumer: &BaseConsumer<BridgeContext<P>>,
+        partition: i32,
+        position: Option<i64>,
+        bounds: Option<Bounds>,
+    ) {
+        let _ = consumer.pause(&self.one(partition));
+        let confirm = self.shared.lease.confirm_window();
+        let wait = self
+            .fenced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .fenced(partition, position, bounds, confirm, Instant::now());
+        tracing::warn!(
+            partition,
+            wait_ms = wait.as_millis() as u64,
+            "the partition's producer was fenced; unless the group takes the partition from \
+             this instance meanwhile (then another instance owns it), it starts again with a \
+             new producer (the broker aborted the transaction for its timeout, \
+             transaction.timeout.ms: a stall, or a commit that waited long)"
+        );
+    }
+
+    /// Start again the fenced partitions whose wait is over, if the group still assigns
+    /// them here; forget them all once the assignment is lost.
+    fn restart_fenced(&self, consumer: &BaseConsumer<BridgeContext<P>>) {
+        let lost = consumer.assignment_lost();
+        let due = {
+            let mut fenced = self.fenced.lock().unwrap_or_else(|p| p.into_inner());
+            if lost {
+                let gone = fenced.forget_all();
+                drop(fenced);
+                for (partition, waiting) in gone {
+                    self.leave_fenced(partition, waiting.bounds);
+                }
+                return;
+            }
+            fenced.take_due(Instant::now())
+        };
+        if due.is_empty() {
+            return;
+        }
+        let assignment = consumer.assignment().ok();
+        for (partition, waiting) in due {
+            let ours = assignment.as_ref().is_some_and(|a| {
+                a.find_partition(&self.shared.input_topic, partition)
+                    .is_some()
+            });
+            if ours {
+                tracing::info!(
+                    partition,
+                    "the group still assigns the fenced partition here: starting it again"
+                );
+                self.restart_or_leave(consumer, partition, waiting.position, waiting.bounds);
+            } else {
+                self.leave_fenced(partition, waiting.bounds);
             }
         }
-        none_left && self.assigned.lock().map_or(true, |a| a.is_empty())
+    }
+
+    /// A fenced partition is another instance's: it is left (the group revokes it or
+    /// has).
+    fn leave_fenced(&self, partition: i32, bounds: Option<Bounds>) {
+        if bounds.is_some() {
+            self.note_incomplete(partition);
+        }
+        PartitionRevoked {
+            topic: &self.shared.input_topic,
+            partition,
+            committed: None,
+            watches_stopped: 0,
+        }
+        .emit(&self.shared.metrics);
+    }
+
+    /// The group took `partitions` away: those waiting after a fencing do not restart.
+    fn forget_fenced(&self, partitions: &[i32]) {
+        let mut fenced = self.fenced.lock().unwrap_or_else(|p| p.into_inner());
+        let forgotten: Vec<i32> = partitions
+            .iter()
+            .copied()
+            .filter(|p| fenced.forget(*p))
+            .collect();
+        drop(fenced);
+        for partition in forgotten {
+            self.leave_fenced(partition, None);
+        }
     }
 
     /// Read `partition` again from its last committed position (`position`, else the
@@ -707,6 +821,7 @@ impl<P: Resolve> ConsumerContext for BridgeContext<P> {
             } else {
                 self.partitions.shared.lease.confirmed();
             }
+            self.partitions.forget_fenced(&partitions);
             let deadline = self.partitions.revocation_deadline();
             self.partitions.stop(&partitions, deadline, lost);
             // While the bridge stops, its own final commit (bounded) covers them.

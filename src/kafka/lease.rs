@@ -104,6 +104,12 @@ impl Lease {
         }
     }
 
+    /// How long librdkafka takes to hear from the group (two heartbeat intervals): a
+    /// membership not reported lost by then is the group's word that it holds.
+    pub fn confirm_window(&self) -> Duration {
+        self.confirm
+    }
+
     /// The group answered as to a member (a rebalance that is not a loss).
     pub fn confirmed(&self) {
         if self.suspect_since.swap(0, Ordering::SeqCst) != 0 {

@@ -164,7 +164,7 @@ pub struct WatermarkSettings {
 
 /// In a bounded run, the offsets a partition task reads: from `start` up to `end` (the end
 /// offset present when the run started).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
     pub start: i64,
     pub end: i64,

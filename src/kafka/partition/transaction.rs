@@ -20,7 +20,9 @@
 //! engine's seen sets include outputs that were never committed, so the task cannot go on;
 //! the consumer thread starts the partition again from its last committed position, and
 //! the new task recovers from the state topic like any new owner. Being fenced ends it with
-//! [`Ending::Fenced`]: the partition is someone else's.
+//! [`Ending::Fenced`]: the partition is someone else's, or its transaction outlived
+//! `transaction.timeout.ms` and the broker aborted it; the consumer thread tells the two
+//! apart by what the group says (`kafka::fenced`).
 
 use super::*;
 use crate::internal_events::{TransactionAborted, TransactionCommitted, TransactionFenced};
@@ -55,7 +57,8 @@ pub enum Ending {
     /// position: a transaction was aborted, or (without transactions) an output's delivery
     /// failed and it may or may not be on the topic.
     Restart,
-    /// Another instance owns the partition now.
+    /// The producer was fenced: another instance owns the partition now, or the broker
+    /// aborted a transaction that outlived its timeout (`kafka::fenced` waits to know).
     Fenced,
 }
 
