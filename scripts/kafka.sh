@@ -153,6 +153,10 @@ share.coordinator.state.topic.min.isr=$min_isr
 default.replication.factor=$replicas
 min.insync.replicas=$min_isr
 unclean.leader.election.enable=false
+# A follower that stops fetching leaves the in-sync set after 10 s (Kafka's default 30 s):
+# what a record may wait above the high watermark, and so part of how long a partition of
+# the bridge waits after a failed delivery (docs/brokers.md, "Replicated clusters").
+replica.lag.time.max.ms=10000
 # A group's first member gets its partitions at once, not after 3 s.
 group.initial.rebalance.delay.ms=0
 # No topics created by producing to or fetching from a name: like Tansu, and like the

@@ -22,9 +22,11 @@ use crate::control::Controls;
 use crate::formats::output::OutputEncoder;
 use crate::internal_events::StopGaveUp;
 use crate::kafka::client::{
-    broker_setting, client_config, ensure_topics, log_properties, wait_for_brokers, KafkaSetupError,
+    broker_settings, client_config, ensure_topics, log_properties, wait_for_brokers,
+    BrokerSettings, KafkaSetupError,
 };
 use crate::kafka::consumer::{consume, BridgeContext, ConsumerStopped, NoCommitStart, Partitions};
+use crate::kafka::delayed_restart::DeliveryWindow;
 use crate::kafka::embedded::EmbeddedBroker;
 use crate::kafka::group_mode;
 use crate::kafka::guarantee::{self, Guarantee, GuaranteeSetting};
@@ -248,6 +250,12 @@ pub async fn run_bridge<P: Resolve>(
         Guarantee::ExactlyOnce => Some(transaction_settings(brokers, config, &kafka).await?),
         _ => None,
     };
+    // Without transactions, a partition whose delivery failed waits out how long the record
+    // may still commit before it reads its outputs back (`kafka/delayed_restart.rs`).
+    let delivery_window = match guarantee {
+        Guarantee::ExactlyOnce => Duration::ZERO,
+        _ => delivery_window(brokers, config, &kafka).await,
+    };
     let producer: BridgeProducer = producer_config(brokers, config)
         .create_with_context(ProducerStats::new(metrics.clone(), kafka.clone()))
         .map_err(|e| BridgeError::Start(format!("cannot create the producer: {e}")))?;
@@ -358,6 +366,7 @@ pub async fn run_bridge<P: Resolve>(
         shared,
         tokio::runtime::Handle::current(),
         no_commit,
+        delivery_window,
     ));
     let bounded_incomplete = partitions.clone();
     let consumer: BaseConsumer<BridgeContext<P>> = consumer_settings
@@ -839,10 +848,12 @@ async fn fit_transaction_timeouts(
             })
             .transpose()
     };
-    let broker_max = match broker_setting(brokers, config, kafka, "transaction.max.timeout.ms")
+    const MAX: &str = "transaction.max.timeout.ms";
+    let described = broker_settings(brokers, config, kafka, &[MAX])
         .await
-    {
-        Ok(value) => value.and_then(|v| v.parse::<u64>().ok().map(Duration::from_millis)),
+        .and_then(|s| s.unknown.clone().map_or(Ok(s), Err));
+    let broker_max = match described {
+        Ok(settings) => settings.millis(MAX),
         Err(error) => {
             tracing::warn!(error, "cannot read the brokers' transaction.max.timeout.ms (DescribeConfigs); the transaction timeout is not checked against it");
             None
@@ -855,6 +866,26 @@ async fn fit_transaction_timeouts(
         broker_max,
     )
     .map_err(BridgeError::Start)
+}
+
+/// How long after a failed delivery its record may still commit on these brokers
+/// ([`DeliveryWindow`]); logged, with where the figures came from.
+async fn delivery_window(brokers: &str, config: &RunConfig, kafka: &KafkaContext) -> Duration {
+    let names = [DeliveryWindow::BROKER_SESSION, DeliveryWindow::REPLICA_LAG];
+    // Unknown brokers are taken for several (the longer wait).
+    let settings = broker_settings(brokers, config, kafka, &names)
+        .await
+        .unwrap_or_else(|error| BrokerSettings::unknown(2, error));
+    if let Some(error) = &settings.unknown {
+        tracing::warn!(error, "cannot read the brokers' replica.lag.time.max.ms and broker.session.timeout.ms (DescribeConfigs); a failed delivery waits out Kafka's defaults before its partition starts again");
+    }
+    let window = DeliveryWindow::of(&settings);
+    tracing::info!(
+        brokers = settings.brokers,
+        window_ms = window.as_millis() as u64,
+        "a partition whose delivery failed waits this long before it reads its outputs back"
+    );
+    window
 }
 
 fn consumer_config(brokers: &str, config: &RunConfig, guarantee: Guarantee) -> ClientConfig {

@@ -759,6 +759,46 @@ impl TransactionFenced<'_> {
     }
 }
 
+/// A partition that ended for a fencing or a failed delivery waits before it starts again
+/// (`kafka::delayed_restart`).
+pub struct RestartDelayed {
+    pub partition: i32,
+    pub fenced: bool,
+    pub wait: Duration,
+}
+
+impl RestartDelayed {
+    pub fn emit(&self, m: &Metrics) {
+        let wait_ms = self.wait.as_millis() as u64;
+        if self.fenced {
+            tracing::warn!(
+                partition = self.partition,
+                wait_ms,
+                "the partition's producer was fenced; unless the group takes the partition \
+                 from this instance meanwhile (then another instance owns it), it starts again \
+                 with a new producer (the broker aborted its transaction for its timeout, \
+                 transaction.timeout.ms: a stall, or a commit that waited long)"
+            );
+        } else {
+            tracing::warn!(
+                partition = self.partition,
+                wait_ms,
+                "a delivery failed; the partition starts again once its record has settled on \
+                 the brokers (committed or dropped), so that the read-back sees whether it is \
+                 there (replica.lag.time.max.ms + broker.session.timeout.ms)"
+            );
+        }
+        let reason = if self.fenced {
+            "fenced"
+        } else {
+            "failed_delivery"
+        };
+        m.partition_restarts_delayed
+            .with_label_values(&[reason])
+            .inc();
+    }
+}
+
 /// A wait for the watermark topic's reader to pass a previous owner's records (a
 /// takeover's floor, the merged writer's first record: `kafka::merged::ReadBackWait`) that
 /// took long: while it waits, still waiting, read at last, or given up.

@@ -44,6 +44,7 @@ pub struct Metrics {
     pub state_records_written: IntCounter,
     pub transactions: IntCounterVec,
     pub partition_restarts: IntCounter,
+    pub partition_restarts_delayed: IntCounterVec,
     pub instance_stalls: IntCounter,
     pub inputs_keyed_apart: IntCounter,
     pub transaction_commit_duration: Histogram,
@@ -243,9 +244,16 @@ impl Metrics {
         let transactions = reg!(IntCounterVec::new(
             Opts::new(
                 "watchbridge_transactions_total",
-                "Transactions of WATCHBRIDGE_GUARANTEE=exactly_once, by result: committed, aborted (the partition restarts from its last commit), fenced (another instance owns the partition now)"
+                "Transactions of WATCHBRIDGE_GUARANTEE=exactly_once, by result: committed, aborted (the partition restarts from its last commit), fenced (another instance owns the partition now, or the broker aborted a transaction past its timeout)"
             ),
             &["result"]
+        ));
+        let partition_restarts_delayed = reg!(IntCounterVec::new(
+            Opts::new(
+                "watchbridge_partition_restarts_delayed_total",
+                "Partition restarts that waited, by reason: fenced (for the group to say whether the partition is still this instance's), failed_delivery (for the record to settle on a replicated cluster before the read-back)"
+            ),
+            &["reason"]
         ));
         let transaction_commit_duration = reg!(Histogram::with_opts(
             HistogramOpts::new(
@@ -330,6 +338,7 @@ impl Metrics {
             state_records_written,
             transactions,
             partition_restarts,
+            partition_restarts_delayed,
             instance_stalls,
             inputs_keyed_apart,
             transaction_commit_duration,

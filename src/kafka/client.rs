@@ -726,23 +726,66 @@ async fn auto_create(brokers: &str, config: &RunConfig, topic: &str) -> Result<(
     .map_err(|e| e.to_string())?
 }
 
-/// A broker-wide setting (e.g. `transaction.max.timeout.ms`) as the first broker the
-/// metadata lists describes it: `Ok(None)` when it describes no such setting. A fresh admin
-/// client, dropped on a thread of its own; asked once, at start, and only where the answer
-/// changes what the start does. Needs `DescribeConfigs` on the cluster, which a
-/// least-privilege principal may lack: callers treat an error as "unknown".
-pub async fn broker_setting(
+/// What the brokers say about themselves: how many the metadata lists, and broker-wide
+/// settings as the first of them describes them.
+#[derive(Debug, Default)]
+pub struct BrokerSettings {
+    pub brokers: usize,
+    values: HashMap<String, String>,
+    /// Why the settings are not known (the broker count is), if they are not.
+    pub unknown: Option<String>,
+}
+
+impl BrokerSettings {
+    /// `brokers` brokers whose settings are `values`.
+    pub fn known<'a>(brokers: usize, values: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        Self {
+            brokers,
+            values: values
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            unknown: None,
+        }
+    }
+
+    /// `brokers` brokers whose settings are not known, for the reason `why`.
+    pub fn unknown(brokers: usize, why: String) -> Self {
+        Self {
+            brokers,
+            values: HashMap::new(),
+            unknown: Some(why),
+        }
+    }
+
+    /// A setting in milliseconds (`None`: not described, or not a number).
+    pub fn millis(&self, name: &str) -> Option<Duration> {
+        self.values
+            .get(name)
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Duration::from_millis)
+    }
+}
+
+/// The broker count and the broker-wide settings `names` (e.g. `transaction.max.timeout.ms`)
+/// as the first broker the metadata lists describes them (a name it does not describe is
+/// left out). A fresh admin client, dropped on a thread of its own; asked once, at start,
+/// and only where the answer changes what the start does. The settings need
+/// `DescribeConfigs` on the cluster, which a least-privilege principal may lack (and a
+/// broker may not answer): then they are `unknown`, and callers go on without them; an
+/// error is the metadata's.
+pub async fn broker_settings(
     brokers: &str,
     config: &RunConfig,
     context: &KafkaContext,
-    name: &str,
-) -> Result<Option<String>, String> {
+    names: &[&str],
+) -> Result<BrokerSettings, String> {
     let admin: AdminClient<KafkaContext> = client_config(brokers, config, ClientKind::Other)
         .create_with_context(context.clone())
         .map_err(|e| e.to_string())?;
     let admin = Arc::new(admin);
     let lookup = admin.clone();
-    let broker = tokio::task::spawn_blocking(move || {
+    let listed = tokio::task::spawn_blocking(move || {
         lookup
             .inner()
             .fetch_metadata(None, METADATA_TIMEOUT)
@@ -750,16 +793,16 @@ pub async fn broker_setting(
             .and_then(|m| {
                 m.brokers()
                     .first()
-                    .map(|b| b.id())
+                    .map(|b| (b.id(), m.brokers().len()))
                     .ok_or_else(|| "the metadata lists no broker".to_string())
             })
     })
     .await
     .map_err(|e| e.to_string())?;
-    let result = match broker {
-        Ok(id) => {
+    let result = match listed {
+        Ok((id, count)) => {
             let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
-            match admin
+            let described = match admin
                 .describe_configs([&ResourceSpecifier::Broker(id)], &options)
                 .await
             {
@@ -767,13 +810,22 @@ pub async fn broker_setting(
                     Some(Ok(resource)) => Ok(resource
                         .entries
                         .into_iter()
-                        .find(|e| e.name == name)
-                        .and_then(|e| e.value)),
+                        .filter(|e| names.contains(&e.name.as_str()))
+                        .filter_map(|e| Some((e.name, e.value?)))
+                        .collect()),
                     Some(Err(code)) => Err(code.to_string()),
-                    None => Err("no answer for the broker".into()),
+                    None => Err("no answer for the broker".to_string()),
                 },
                 Err(e) => Err(e.to_string()),
-            }
+            };
+            Ok(match described {
+                Ok(values) => BrokerSettings {
+                    brokers: count,
+                    values,
+                    unknown: None,
+                },
+                Err(why) => BrokerSettings::unknown(count, why),
+            })
         }
         Err(e) => Err(e),
     };

@@ -8,12 +8,14 @@
 //! another instance, its task stops its watches, delivers what they emitted, and its
 //! offsets are committed. Blocking there is what librdkafka's rebalance callback is for.
 
-use super::fenced::FencedPartitions;
+use super::delayed_restart::DelayedRestarts;
 use super::health::is_connection_error;
 use super::list_offsets::list_offsets;
 use super::partition::{Bounds, Ending, Feed, PartitionTask, Shared, Stopped};
 use super::stats::consumer_lag;
-use crate::internal_events::{KafkaStatistics, PartitionAssigned, PartitionRevoked};
+use crate::internal_events::{
+    KafkaStatistics, PartitionAssigned, PartitionRevoked, RestartDelayed,
+};
 use crate::pollers::Resolve;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
@@ -86,9 +88,12 @@ pub struct Partitions<P: Resolve> {
     incomplete: Mutex<Vec<i32>>,
     /// Where a partition with no committed offset starts (`auto.offset.reset`).
     no_commit: NoCommitStart,
-    /// Partitions whose producer was fenced, waiting for the group's word before they
-    /// start again (`kafka::fenced`).
-    fenced: Mutex<FencedPartitions>,
+    /// Partitions waiting to start again: fenced (for the group's word), or after a failed
+    /// delivery (for its record to settle) (`kafka::delayed_restart`).
+    waiting: Mutex<DelayedRestarts>,
+    /// How long a failed delivery's record may still commit (`DeliveryWindow`; zero in
+    /// the exactly-once mode, whose aborted records never commit).
+    delivery_window: Duration,
 }
 
 /// Where a partition the group has no commit for starts: librdkafka's
@@ -132,8 +137,10 @@ impl<P: Resolve> Partitions<P> {
         shared: Arc<Shared<P>>,
         runtime: tokio::runtime::Handle,
         no_commit: NoCommitStart,
+        delivery_window: Duration,
     ) -> Self {
         Self {
+            delivery_window,
             no_commit,
             shared,
             runtime,
@@ -142,7 +149,7 @@ impl<P: Resolve> Partitions<P> {
             stopping: AtomicBool::new(false),
             commit_failures: Mutex::new(Vec::new()),
             incomplete: Mutex::new(Vec::new()),
-            fenced: Mutex::new(FencedPartitions::default()),
+            waiting: Mutex::new(DelayedRestarts::default()),
         }
     }
 
@@ -265,31 +272,29 @@ impl<P: Resolve> Partitions<P> {
     /// Handle the tasks that ended on their own: in a bounded run, done (every input read,
     /// every watch ended): forget them; an aborted transaction, or a delivery whose outcome
     /// is unknown: read the partition again from its last committed position with a new
-    /// task, which recovers its state first; fenced: wait for the group's word, then the
-    /// same if the partition is still assigned here (`kafka::fenced`). Returns whether no
-    /// partition is left.
+    /// task, which recovers its state first (after a failed delivery, once its record has
+    /// settled); fenced: the same once the group has had its word, if the partition is
+    /// still assigned here (`kafka::delayed_restart`). Returns whether no partition is
+    /// left.
     fn reap(&self, consumer: &BaseConsumer<BridgeContext<P>>) -> bool {
-        let mut restart = Vec::new();
-        let mut fenced = Vec::new();
+        let mut ended = Vec::new();
         {
             let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
             assigned.retain(|&partition, a| match a.stopped.try_recv() {
                 Ok(report) => {
-                    match report.ending {
-                        Ending::Done => {
-                            if a.bounds.is_some() && !report.end_of_time {
-                                self.note_incomplete(partition);
-                            }
-                            PartitionRevoked {
-                                topic: &self.shared.input_topic,
-                                partition,
-                                committed: report.position,
-                                watches_stopped: report.watches_stopped,
-                            }
-                            .emit(&self.shared.metrics)
+                    if report.ending == Ending::Done {
+                        if a.bounds.is_some() && !report.end_of_time {
+                            self.note_incomplete(partition);
                         }
-                        Ending::Restart => restart.push((partition, report.position, a.bounds)),
-                        Ending::Fenced => fenced.push((partition, report.position, a.bounds)),
+                        PartitionRevoked {
+                            topic: &self.shared.input_topic,
+                            partition,
+                            committed: report.position,
+                            watches_stopped: report.watches_stopped,
+                        }
+                        .emit(&self.shared.metrics);
+                    } else {
+                        ended.push((partition, report, a.bounds));
                     }
                     false
                 }
@@ -297,15 +302,37 @@ impl<P: Resolve> Partitions<P> {
                 Err(std_mpsc::TryRecvError::Disconnected) => false,
             });
         }
-        for (partition, position, bounds) in restart {
-            self.restart_or_leave(consumer, partition, position, bounds);
+        for (partition, report, bounds) in ended {
+            let now = Instant::now();
+            let wait = match report.ending {
+                Ending::Fenced => {
+                    let confirm = self.shared.lease.confirm_window();
+                    let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+                    waiting.fenced(partition, report.position, bounds, confirm, now)
+                }
+                _ if self.shared.transactions.is_none() && !self.delivery_window.is_zero() => {
+                    let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+                    let window = self.delivery_window;
+                    waiting.failed_delivery(partition, report.position, bounds, window, now);
+                    window
+                }
+                _ => {
+                    self.restart_or_leave(consumer, partition, report.position, bounds);
+                    continue;
+                }
+            };
+            // Nothing it fetched meanwhile would be used.
+            let _ = consumer.pause(&self.one(partition));
+            RestartDelayed {
+                partition,
+                fenced: report.ending == Ending::Fenced,
+                wait,
+            }
+            .emit(&self.shared.metrics);
         }
-        for (partition, position, bounds) in fenced {
-            self.wait_after_fencing(consumer, partition, position, bounds);
-        }
-        self.restart_fenced(consumer);
+        self.restart_waiting(consumer);
         self.assigned.lock().map_or(true, |a| a.is_empty())
-            && self.fenced.lock().map_or(true, |f| f.is_empty())
+            && self.waiting.lock().map_or(true, |w| w.is_empty())
     }
 
     /// [`restart`](Self::restart), or note a bounded run's partition left unfinished.
@@ -321,72 +348,47 @@ impl<P: Resolve> Partitions<P> {
         }
     }
 
-    /// A task ended fenced: its partition stops reading (what is fetched meanwhile would be
-    /// dropped) and waits for the group to say whose it is.
-    fn wait_after_fencing(
-        &self,
-        consumer: &BaseConsumer<BridgeContext<P>>,
-        partition: i32,
-        position: Option<i64>,
-        bounds: Option<Bounds>,
-    ) {
-        let _ = consumer.pause(&self.one(partition));
-        let confirm = self.shared.lease.confirm_window();
-        let wait = self
-            .fenced
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .fenced(partition, position, bounds, confirm, Instant::now());
-        tracing::warn!(
-            partition,
-            wait_ms = wait.as_millis() as u64,
-            "the partition's producer was fenced; unless the group takes the partition from \
-             this instance meanwhile (then another instance owns it), it starts again with a \
-             new producer (the broker aborted the transaction for its timeout, \
-             transaction.timeout.ms: a stall, or a commit that waited long)"
-        );
-    }
-
-    /// Start again the fenced partitions whose wait is over, if the group still assigns
+    /// Start again the waiting partitions whose wait is over, if the group still assigns
     /// them here; forget them all once the assignment is lost.
-    fn restart_fenced(&self, consumer: &BaseConsumer<BridgeContext<P>>) {
-        let lost = consumer.assignment_lost();
+    fn restart_waiting(&self, consumer: &BaseConsumer<BridgeContext<P>>) {
         let due = {
-            let mut fenced = self.fenced.lock().unwrap_or_else(|p| p.into_inner());
-            if lost {
-                let gone = fenced.forget_all();
-                drop(fenced);
-                for (partition, waiting) in gone {
-                    self.leave_fenced(partition, waiting.bounds);
-                }
+            let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            if waiting.is_empty() {
                 return;
             }
-            fenced.take_due(Instant::now())
+            if consumer.assignment_lost() {
+                waiting
+                    .forget_all()
+                    .into_iter()
+                    .map(|(p, w)| (p, w, false))
+                    .collect::<Vec<_>>()
+            } else {
+                let assignment = consumer.assignment().ok();
+                let ours = |partition: i32| {
+                    assignment.as_ref().is_some_and(|a| {
+                        a.find_partition(&self.shared.input_topic, partition)
+                            .is_some()
+                    })
+                };
+                waiting
+                    .take_due(Instant::now())
+                    .into_iter()
+                    .map(|(p, w)| (p, w, ours(p)))
+                    .collect()
+            }
         };
-        if due.is_empty() {
-            return;
-        }
-        let assignment = consumer.assignment().ok();
-        for (partition, waiting) in due {
-            let ours = assignment.as_ref().is_some_and(|a| {
-                a.find_partition(&self.shared.input_topic, partition)
-                    .is_some()
-            });
+        for (partition, waiting, ours) in due {
             if ours {
-                tracing::info!(
-                    partition,
-                    "the group still assigns the fenced partition here: starting it again"
-                );
                 self.restart_or_leave(consumer, partition, waiting.position, waiting.bounds);
             } else {
-                self.leave_fenced(partition, waiting.bounds);
+                self.leave_waiting(partition, waiting.bounds);
             }
         }
     }
 
-    /// A fenced partition is another instance's: it is left (the group revokes it or
+    /// A waiting partition is another instance's now: it is left (the group revokes it or
     /// has).
-    fn leave_fenced(&self, partition: i32, bounds: Option<Bounds>) {
+    fn leave_waiting(&self, partition: i32, bounds: Option<Bounds>) {
         if bounds.is_some() {
             self.note_incomplete(partition);
         }
@@ -399,17 +401,18 @@ impl<P: Resolve> Partitions<P> {
         .emit(&self.shared.metrics);
     }
 
-    /// The group took `partitions` away: those waiting after a fencing do not restart.
-    fn forget_fenced(&self, partitions: &[i32]) {
-        let mut fenced = self.fenced.lock().unwrap_or_else(|p| p.into_inner());
-        let forgotten: Vec<i32> = partitions
-            .iter()
-            .copied()
-            .filter(|p| fenced.forget(*p))
-            .collect();
-        drop(fenced);
+    /// The group took `partitions` away: those waiting to restart do not.
+    fn forget_waiting(&self, partitions: &[i32]) {
+        let forgotten: Vec<i32> = {
+            let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            partitions
+                .iter()
+                .copied()
+                .filter(|p| waiting.forget(*p))
+                .collect()
+        };
         for partition in forgotten {
-            self.leave_fenced(partition, None);
+            self.leave_waiting(partition, None);
         }
     }
 
@@ -821,7 +824,7 @@ impl<P: Resolve> ConsumerContext for BridgeContext<P> {
             } else {
                 self.partitions.shared.lease.confirmed();
             }
-            self.partitions.forget_fenced(&partitions);
+            self.partitions.forget_waiting(&partitions);
             let deadline = self.partitions.revocation_deadline();
             self.partitions.stop(&partitions, deadline, lost);
             // While the bridge stops, its own final commit (bounded) covers them.

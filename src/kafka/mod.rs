@@ -6,16 +6,16 @@
 //! settings, topics and the start's wait for the brokers ([`client`]), whether the brokers
 //! can be reached and librdkafka's errors and log lines ([`health`]), librdkafka's
 //! statistics as metrics ([`stats`]), the exactly-once mode's transaction timeout fitted to
-//! the checkpoint interval ([`transaction_timeout`]) and its fenced partitions that may
-//! still be this instance's ([`fenced`]), the embedded broker ([`embedded`]),
+//! the checkpoint interval ([`transaction_timeout`]), partitions whose restart waits (fenced,
+//! or after a failed delivery: [`delayed_restart`]), the embedded broker ([`embedded`]),
 //! and the guarantee: how `auto` is resolved ([`guarantee`]) and which mode the group runs
 //! ([`group_mode`]).
 
 pub mod client;
 pub mod consumer;
+pub mod delayed_restart;
 pub mod durable;
 pub mod embedded;
-pub mod fenced;
 pub mod group_mode;
 pub mod guarantee;
 pub mod health;

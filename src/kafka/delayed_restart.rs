@@ -1,0 +1,230 @@
+//! Partitions whose restart waits: one whose transactional producer was fenced (issue 46,
+//! case 2), and one whose delivery failed on a replicated cluster (case 4).
+//!
+//! **Fenced.** The broker fences a `transactional.id` in two cases that look the same to
+//! the producer (a fatal `PRODUCER_FENCED` / `INVALID_PRODUCER_EPOCH`): the partition's
+//! next owner called `init_transactions` with it (a real fencing: this instance is a
+//! zombie), or the transaction coordinator aborted a transaction that outlived
+//! `transaction.timeout.ms` and bumped the epoch (a stall of this instance — a GC pause, a
+//! frozen VM — or a commit that waited long). After the second, the partition is still
+//! this instance's, and left without a task nothing would poll or commit it while the group
+//! went on assigning it here. So a fenced partition waits: long enough for librdkafka to
+//! hear from the group (two heartbeat intervals, the lease's confirmation window,
+//! `kafka::lease`) and at least a backoff that doubles with each fencing in a row. A zombie
+//! learns meanwhile that its assignment is lost (or gets the partition revoked), and the
+//! wait is dropped. A partition still assigned when its wait is over starts again from its
+//! last commit with a new producer, which fences nothing but this instance's own dead one.
+//! Should a real fencing ever pass the wait, the two owners' producers fence each other at
+//! most once per backoff step until the group settles it.
+//!
+//! **A failed delivery** (`recovery`, `at_least_once`): the record may be on the topic
+//! after all, and the partition starts again, reading its outputs back to learn which. On
+//! a replicated cluster "may be" lasts: a record the leader appended stays above the high
+//! watermark — invisible to the read-back — until the followers have it or drop out of the
+//! in-sync set (`replica.lag.time.max.ms`), and a leader that was paused appends a request
+//! it got before the pause when it runs again, up to `broker.session.timeout.ms` later
+//! (after that the controller has fenced it, and what it appends is truncated). A read-back
+//! before both have passed misses a record that commits afterwards, and its output is
+//! emitted again: a duplicate. So the partition waits out that window
+//! ([`DeliveryWindow`]) after the failure before it starts again.
+//!
+//! A waiting partition is paused (nothing it fetched meanwhile would be used) and does not
+//! restart once the group has taken it away.
+
+use super::client::BrokerSettings;
+use super::partition::Bounds;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// The longest wait between a fencing and the partition's restart.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// A fencing this long after the previous one of the partition starts the backoff over.
+const QUIET: Duration = Duration::from_secs(300);
+
+/// A partition waiting to be restarted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waiting {
+    pub due: Instant,
+    /// The input position of its last committed transaction (else the group's).
+    pub position: Option<i64>,
+    pub bounds: Option<Bounds>,
+}
+
+/// The partitions of one instance waiting to restart, and how often each was fenced
+/// lately.
+#[derive(Debug, Default)]
+pub struct DelayedRestarts {
+    waiting: HashMap<i32, Waiting>,
+    /// Per partition: fencings in a row, and when the last was.
+    history: HashMap<i32, (u32, Instant)>,
+}
+
+impl DelayedRestarts {
+    /// `partition` was fenced at `now`; it waits at least `confirm` (for the group's word)
+    /// and its backoff. Returns the wait.
+    pub fn fenced(
+        &mut self,
+        partition: i32,
+        position: Option<i64>,
+        bounds: Option<Bounds>,
+        confirm: Duration,
+        now: Instant,
+    ) -> Duration {
+        let (times, last) = self.history.entry(partition).or_insert((0, now));
+        if now.saturating_duration_since(*last) > QUIET {
+            *times = 0;
+        }
+        *times += 1;
+        *last = now;
+        let wait = confirm.max(backoff(*times));
+        self.waiting.insert(
+            partition,
+            Waiting {
+                due: now + wait,
+                position,
+                bounds,
+            },
+        );
+        wait
+    }
+
+    /// `partition`'s delivery failed at `now`: it waits out `window`.
+    pub fn failed_delivery(
+        &mut self,
+        partition: i32,
+        position: Option<i64>,
+        bounds: Option<Bounds>,
+        window: Duration,
+        now: Instant,
+    ) {
+        self.waiting.insert(
+            partition,
+            Waiting {
+                due: now + window,
+                position,
+                bounds,
+            },
+        );
+    }
+
+    /// The partitions whose wait is over at `now`, no longer waiting.
+    pub fn take_due(&mut self, now: Instant) -> Vec<(i32, Waiting)> {
+        let due: Vec<i32> = self
+            .waiting
+            .iter()
+            .filter(|(_, w)| w.due <= now)
+            .map(|(p, _)| *p)
+            .collect();
+        due.into_iter()
+            .filter_map(|p| self.waiting.remove(&p).map(|w| (p, w)))
+            .collect()
+    }
+
+    /// `partition` is no longer this instance's (revoked, lost): it does not restart.
+    /// Returns whether it was waiting.
+    pub fn forget(&mut self, partition: i32) -> bool {
+        self.history.remove(&partition);
+        self.waiting.remove(&partition).is_some()
+    }
+
+    /// Every waiting partition goes: the assignment was lost.
+    pub fn forget_all(&mut self) -> Vec<(i32, Waiting)> {
+        self.history.clear();
+        self.waiting.drain().collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+}
+
+/// How long after a failed delivery its record may still commit (above): a paused leader
+/// may append it up to `broker.session.timeout.ms` later, and it may sit above the high
+/// watermark `replica.lag.time.max.ms` more; plus [`DeliveryWindow::MARGIN`]. None on a
+/// single broker, which has no followers, no other leader, and whose pause stalls the
+/// read-back too.
+pub struct DeliveryWindow;
+
+impl DeliveryWindow {
+    pub const BROKER_SESSION: &'static str = "broker.session.timeout.ms";
+    pub const REPLICA_LAG: &'static str = "replica.lag.time.max.ms";
+    /// Kafka's defaults, for brokers that do not say.
+    const DEFAULT_BROKER_SESSION: Duration = Duration::from_secs(9);
+    const DEFAULT_REPLICA_LAG: Duration = Duration::from_secs(30);
+    /// For the controller's and the leader's timers to act on those timeouts.
+    const MARGIN: Duration = Duration::from_secs(5);
+
+    pub fn of(brokers: &BrokerSettings) -> Duration {
+        if brokers.brokers <= 1 {
+            return Duration::ZERO;
+        }
+        let session = brokers
+            .millis(Self::BROKER_SESSION)
+            .unwrap_or(Self::DEFAULT_BROKER_SESSION);
+        let lag = brokers
+            .millis(Self::REPLICA_LAG)
+            .unwrap_or(Self::DEFAULT_REPLICA_LAG);
+        session + lag + Self::MARGIN
+    }
+}
+
+/// 1 s after the first fencing in a row, doubling, at most [`MAX_BACKOFF`].
+fn backoff(times: u32) -> Duration {
+    let doublings = times.saturating_sub(1).min(6);
+    (Duration::from_secs(1) * 2u32.pow(doublings)).min(MAX_BACKOFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIRM: Duration = Duration::from_secs(2);
+
+    #[test]
+    fn a_fenced_partition_waits_for_the_group_then_backs_off_with_each_fencing_in_a_row() {
+        let mut fenced = DelayedRestarts::default();
+        let t0 = Instant::now();
+        // The first waits for the group's word (two heartbeats), the later ones longer.
+        let waits: Vec<Duration> = (0..8)
+            .map(|i| fenced.fenced(3, Some(10), None, CONFIRM, t0 + Duration::from_secs(i)))
+            .collect();
+        let secs: Vec<u64> = waits.iter().map(Duration::as_secs).collect();
+        assert_eq!(secs, [2, 2, 4, 8, 16, 32, 60, 60]);
+        // Quiet for long: the backoff starts over.
+        let later = t0 + Duration::from_secs(8) + QUIET + Duration::from_secs(1);
+        assert_eq!(fenced.fenced(3, Some(10), None, CONFIRM, later), CONFIRM);
+    }
+
+    #[test]
+    fn a_failed_delivery_waits_out_the_brokers_window_on_a_cluster_and_nothing_on_one_broker() {
+        let session = DeliveryWindow::BROKER_SESSION;
+        let lag = DeliveryWindow::REPLICA_LAG;
+        let told = BrokerSettings::known(3, [(session, "6000"), (lag, "4000")]);
+        assert_eq!(DeliveryWindow::of(&told), Duration::from_secs(15));
+        // Kafka's defaults where the brokers do not say.
+        let silent = BrokerSettings::unknown(3, "not authorized".into());
+        assert_eq!(DeliveryWindow::of(&silent), Duration::from_secs(44));
+        let one = BrokerSettings::known(1, [(session, "6000"), (lag, "4000")]);
+        assert_eq!(DeliveryWindow::of(&one), Duration::ZERO);
+    }
+
+    #[test]
+    fn only_partitions_whose_wait_is_over_are_taken_and_a_forgotten_one_never_is() {
+        let mut fenced = DelayedRestarts::default();
+        let t0 = Instant::now();
+        fenced.fenced(1, Some(5), None, CONFIRM, t0);
+        fenced.fenced(2, None, None, CONFIRM, t0 + Duration::from_secs(1));
+        fenced.fenced(4, None, None, CONFIRM, t0);
+        assert!(fenced.forget(4), "4 was waiting");
+        assert!(fenced.take_due(t0 + Duration::from_secs(1)).is_empty());
+        let due = fenced.take_due(t0 + CONFIRM);
+        assert_eq!(due.len(), 1);
+        assert_eq!((due[0].0, due[0].1.position), (1, Some(5)));
+        assert!(!fenced.is_empty(), "2 still waits");
+        let rest = fenced.forget_all();
+        assert_eq!(rest.iter().map(|(p, _)| *p).collect::<Vec<_>>(), [2]);
+        assert!(fenced.is_empty());
+        assert!(fenced.take_due(t0 + Duration::from_secs(100)).is_empty());
+    }
+}
