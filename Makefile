@@ -135,7 +135,7 @@ test: lint broker-install bench-smoke
 # which picks exactly_once on Kafka), who owns a watch (ownership.rs: a zombie in the
 # recovery mode), the library examples (examples.rs, ~18 s), and the topics the bridge
 # creates (topics.rs; with WATCHBRIDGE_TEST_BROKER=kafka3 on a three-node cluster); then compaction.rs and exactly_once.rs, which only Kafka can run (its log
-# cleaner, its transactions), and the short fault test in both modes, each with a zombie
+# cleaner, its transactions), replicated.rs on three Kafka nodes (a follower paused: ~60 s), and the short fault test in both modes, each with a zombie
 # episode and a broker pause under load. (lifecycle.rs, the start and stop with the brokers
 # away, runs on Tansu only in `make test`: on Kafka each of its tests starts a Kafka of its
 # own, ~100 s; `WATCHBRIDGE_TEST_BROKER=kafka cargo test --test lifecycle` runs it there.)
@@ -144,6 +144,7 @@ test-kafka: setup
 	scripts/kafka.sh install
 	WATCHBRIDGE_TEST_BROKER=kafka $(CARGO) test $(KAFKA_TESTS:%=--test %)
 	WATCHBRIDGE_TEST_BROKER=kafka $(CARGO) test --test compaction --test exactly_once -- --ignored
+	WATCHBRIDGE_TEST_BROKER=kafka3 $(CARGO) test --test replicated -- --ignored
 	WATCHBRIDGE_TEST_BROKER=kafka CHAOS_GUARANTEE=exactly_once $(CHAOS_SHORT)
 	WATCHBRIDGE_TEST_BROKER=kafka CHAOS_GUARANTEE=recovery $(CHAOS_SHORT)
 
