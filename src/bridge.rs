@@ -1,5 +1,6 @@
-//! `watchbridge run`: the bridge put together. Topics checked (and created), one idempotent
-//! producer shared by every partition, the consumer thread, and an orderly stop.
+//! `watchbridge run`: the bridge put together. Topics checked (and created), the producers
+//! (each partition task's own, made by the task; one shared for what no partition owns: the
+//! merged watermark, a bounded run's end of time), the consumer thread, and an orderly stop.
 //!
 //! Starting: the operations server first (`/healthz` answers, `/readyz` says what the start
 //! waits for), then the brokers are waited for, with backoff, up to
@@ -41,7 +42,7 @@ use crate::kafka::partition::{
 use crate::kafka::properties::ClientKind;
 use crate::kafka::records::OutputLayout;
 use crate::kafka::recovery::{Lookups, RecoverySource};
-use crate::kafka::stats::{self, BridgeProducer, ProducerStats};
+use crate::kafka::stats::{self, BridgeProducer, ProducerSettings};
 use crate::kafka::transaction_timeout::TransactionTimeouts;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
@@ -246,8 +247,15 @@ pub async fn run_bridge<P: Resolve>(
             return Ok(());
         }
     };
+    let producer_settings = ProducerSettings {
+        config: producer_config(brokers, config),
+        metrics: metrics.clone(),
+        kafka: kafka.clone(),
+    };
     let transactions = match guarantee {
-        Guarantee::ExactlyOnce => Some(transaction_settings(brokers, config, &kafka).await?),
+        Guarantee::ExactlyOnce => {
+            Some(transaction_settings(brokers, config, &producer_settings).await?)
+        }
         _ => None,
     };
     // Without transactions, a partition whose delivery failed waits out how long the record
@@ -256,8 +264,9 @@ pub async fn run_bridge<P: Resolve>(
         Guarantee::ExactlyOnce => Duration::ZERO,
         _ => delivery_window(brokers, config, &kafka).await,
     };
-    let producer: BridgeProducer = producer_config(brokers, config)
-        .create_with_context(ProducerStats::new(metrics.clone(), kafka.clone()))
+    // Checks the settings once, before any partition task makes its own.
+    let producer: BridgeProducer = producer_settings
+        .create(None)
         .map_err(|e| BridgeError::Start(format!("cannot create the producer: {e}")))?;
     let formats = config
         .formats
@@ -302,7 +311,8 @@ pub async fn run_bridge<P: Resolve>(
     let consumer_settings = consumer_config(brokers, config, guarantee);
     let shared = Arc::new(Shared {
         poller,
-        producer: producer.clone(),
+        producer: producer_settings,
+        producer_restarts: Default::default(),
         input_topic: config.input_topic.as_str().into(),
         output_topic: config.output_topic.as_str().into(),
         dlq_topic: config.dlq_topic.as_str().into(),
@@ -491,7 +501,6 @@ pub async fn run_bridge<P: Resolve>(
     };
     let gave_up = stop_report(
         consumer_stopped.as_ref(),
-        guarantee == Guarantee::ExactlyOnce,
         undelivered,
         config,
         &health,
@@ -523,7 +532,6 @@ fn started_stop(deadline: Instant, config: &RunConfig) -> Instant {
 /// [`StopGaveUp`]). `undelivered`: records the shared producer still holds.
 fn stop_report(
     consumer: Option<&ConsumerStopped>,
-    transactional: bool,
     undelivered: u64,
     config: &RunConfig,
     health: &BrokerHealth,
@@ -560,17 +568,15 @@ fn stop_report(
                     }
                 }
             }
-            if transactional {
-                // Each partition's own producer held these (the shared producer's, the
-                // merged watermark's, are counted above).
-                let own: usize = stopped
-                    .partitions
-                    .iter()
-                    .filter_map(|(_, r)| r.as_ref())
-                    .map(|r| r.undelivered)
-                    .sum();
-                not_delivered += own as u64;
-            }
+            // Each partition's own producer held these (the shared producer's, the merged
+            // watermark's, are counted above).
+            let own: usize = stopped
+                .partitions
+                .iter()
+                .filter_map(|(_, r)| r.as_ref())
+                .map(|r| r.undelivered)
+                .sum();
+            not_delivered += own as u64;
             if !stopped.closed && stopped.commit.is_ok() && not_committed.is_empty() {
                 tracing::warn!(
                     "left the consumer group without saying goodbye (the group coordinator did \
@@ -591,7 +597,7 @@ fn stop_report(
         causes.push("the brokers did not acknowledge everything in time".into());
     }
     let uncounted = match consumer {
-        Some(stopped) if transactional => stopped
+        Some(stopped) => stopped
             .partitions
             .iter()
             .filter(|(_, r)| r.is_none())
@@ -768,11 +774,12 @@ async fn choose_guarantee(
     Ok(chosen)
 }
 
-/// The exactly-once mode's producer settings, transactional id prefix and group metadata.
+/// The exactly-once mode's producer settings (the bridge's `producer`'s, with the
+/// transaction timeouts), transactional id prefix and group metadata.
 async fn transaction_settings(
     brokers: &str,
     config: &RunConfig,
-    kafka: &KafkaContext,
+    producer: &ProducerSettings,
 ) -> Result<TransactionSettings, BridgeError> {
     // Group metadata without a generation: fencing rests on the transactional id of the
     // input partition (see `kafka/partition/transaction.rs`).
@@ -786,8 +793,8 @@ async fn transaction_settings(
     // A transaction must commit before the coordinator's timeout aborts it (and fences its
     // producer): the timeouts are fitted to the checkpoint interval, or the start fails
     // naming the settings (`kafka/transaction_timeout.rs`).
-    let mut producer_config = producer_config(brokers, config);
-    let timeouts = fit_transaction_timeouts(brokers, config, kafka).await?;
+    let mut producer_config = producer.config.clone();
+    let timeouts = fit_transaction_timeouts(brokers, config, &producer.kafka).await?;
     producer_config
         .set(
             "transaction.timeout.ms",
@@ -816,10 +823,12 @@ async fn transaction_settings(
             ))
         })?;
     Ok(TransactionSettings {
-        producer_config,
+        producer: ProducerSettings {
+            config: producer_config,
+            ..producer.clone()
+        },
         id_prefix: format!("watchbridge-{}-{}", config.group_id, config.input_topic),
         group: Arc::new(group),
-        kafka: kafka.clone(),
     })
 }
 

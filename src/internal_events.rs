@@ -875,8 +875,10 @@ impl ReadinessChanged {
 /// librdkafka's periodic statistics (`statistics.interval.ms`) of the bridge's producer or
 /// its group consumer.
 pub enum KafkaStatistics<'a> {
-    /// Records in the producer's queue, waiting to be delivered.
-    Producer { queued_messages: u64 },
+    /// Records in one producer's queue, waiting to be delivered, and what that producer
+    /// reported before (`watchbridge_producer_queue_messages` is the sum over the bridge's
+    /// producers: one per partition task and the shared one).
+    Producer { queued_messages: u64, before: u64 },
     /// Consumer lag of each assigned input partition librdkafka knows it for.
     Consumer { lag: &'a [(i32, i64)] },
 }
@@ -884,10 +886,14 @@ pub enum KafkaStatistics<'a> {
 impl KafkaStatistics<'_> {
     pub fn emit(&self, m: &Metrics) {
         match self {
-            KafkaStatistics::Producer { queued_messages } => {
+            KafkaStatistics::Producer {
+                queued_messages,
+                before,
+            } => {
                 tracing::trace!(queued_messages, "producer statistics");
+                let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
                 m.producer_queue_messages
-                    .set(i64::try_from(*queued_messages).unwrap_or(i64::MAX));
+                    .add(count(*queued_messages) - count(*before));
             }
             KafkaStatistics::Consumer { lag } => {
                 tracing::trace!(?lag, "consumer statistics");

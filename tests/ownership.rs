@@ -10,6 +10,11 @@
 //!   would poll again, and not the stale "live" checkpoint its revocation used to write,
 //!   which resurrected the finished watches for the next owner, who emitted their outputs a
 //!   second time (docs/architecture.md, "What a crash does").
+//! - A revocation that gives up (`WATCHBRIDGE_GUARANTEE=recovery`, on a replicated cluster,
+//!   `WATCHBRIDGE_TEST_BROKER=kafka3`; skipped on one node): the leader of the output
+//!   partition stalls longer than the stop timeout, so the revoked task returns with its
+//!   outputs still queued; the partition's next owner restores and emits them again. The
+//!   queued copies must never land once the leader is back (issue 46, case 3).
 //! - `WATCHBRIDGE_HOST_RATE` belongs to the group: each instance polls a host at the share
 //!   of the input partitions it owns, so two instances keep the host at the rate together.
 
@@ -24,9 +29,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::bridge::Bridge;
 use support::http_server::{Reply, TestServer};
-use support::kafka::{broker, header};
+use support::kafka::{broker, coordinator_partition, header};
 use support::scenario::{
-    data_records, feeds, finished_feeds, produce_user, produce_user_to, wait_for_outputs, Setup, T0,
+    assert_each_once, data_records, feeds, finished_feeds, output_key_counts, outputs_to_end,
+    produce_user, produce_user_to, wait_for_outputs, Setup, T0,
 };
 
 /// The session timeout of every instance: a paused one loses its partitions after this.
@@ -132,6 +138,103 @@ async fn a_paused_instance_writes_nothing_for_the_partition_it_lost() {
         c.log()
     );
     assert_eq!(counts.len(), 16, "no output that was not expected");
+}
+
+/// A group id (from `prefix`) whose coordinator is not on node `avoid`: the node the test
+/// pauses must not take the group's rebalance down with it. (`__consumer_offsets` exists
+/// once a group has asked for its coordinator.)
+fn group_not_on(prefix: &str, avoid: i32) -> String {
+    let b = broker();
+    let _ = b.committed(&format!("{prefix}-warm"), prefix, 1);
+    (0..)
+        .map(|n| format!("{prefix}-{n}"))
+        .find(|group| {
+            let partition = coordinator_partition(group, 4);
+            b.leader_and_replicas("__consumer_offsets", partition)
+                .is_some_and(|(leader, _)| leader != avoid)
+        })
+        .unwrap()
+}
+
+/// Issue 46, case 3. Instance A owns both input partitions; every output goes to the one
+/// output partition, whose leader is then SIGSTOPped: A's next outputs wait in its
+/// producer (a message timeout of 60 s keeps them there). B joins, A's revocation of one
+/// partition gives up after the 2 s stop timeout, and once leadership has moved B restores
+/// that partition from what reached the topics and emits those outputs again. Then the old
+/// leader runs again: the copies A's revoked task left queued must never land.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revocation_that_gives_up_leaves_nothing_to_land_later() {
+    let b = broker();
+    if b.nodes() < 3 {
+        eprintln!("skipped: needs a replicated cluster (WATCHBRIDGE_TEST_BROKER=kafka3)");
+        return;
+    }
+    let visible = Arc::new(AtomicI64::new(2));
+    let server = {
+        let visible = visible.clone();
+        TestServer::start(move |seen| {
+            let user: i64 = seen.target.split('/').nth(2).unwrap().parse().unwrap();
+            let events: Vec<_> = (0..visible.load(Ordering::SeqCst))
+                .map(|i| json!({"id": format!("u{user}-{i}"), "at": T0 + i * 1000}))
+                .collect();
+            Reply::json(json!({"events": events, "done": false}))
+        })
+        .await
+    };
+    let s = Setup::new("giveup", 2).await;
+    // One output partition: whichever input partition moves, its outputs wait on one leader.
+    b.create_topic(&s.output, 1).await;
+    let (paused, _) = b.leader_and_replicas(&s.output, 0).unwrap();
+    let mut env = s.env(&server);
+    env.retain(|(k, _)| *k != "WATCHBRIDGE_GROUP_ID");
+    env.push(("WATCHBRIDGE_GROUP_ID", group_not_on(&s.group, paused)));
+    env.push(("WATCHBRIDGE_GUARANTEE", "recovery".into()));
+    env.push(("WATCHBRIDGE_POLL_INTERVAL", "300ms".into()));
+    env.push(("WATCHBRIDGE_SHUTDOWN_TIMEOUT", "2s".into()));
+    env.push(("KAFKA_MESSAGE_TIMEOUT_MS", "60000".into()));
+    let users = 1..=8i64;
+    let expected: Vec<String> = users
+        .clone()
+        .flat_map(|u| (0..4).map(move |i| format!("u{u}-{i}")))
+        .collect();
+
+    let mut a = Bridge::start(&env);
+    for user in users.clone() {
+        produce_user(&s.input, user).await;
+    }
+    wait_for_outputs(&s.output, 16, Duration::from_secs(60)).await;
+    // The checkpoints of those outputs.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let pid = b.node_pid(paused);
+    let send = |signal: &str| {
+        let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid}");
+    };
+    send("-STOP");
+    let stalled = Instant::now();
+    // A emits items 2 and 3 of every feed; they wait for the paused leader.
+    visible.store(4, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut bridge_b = Bridge::start(&env);
+    // Leadership moves after the broker's session timeout (9 s); B reads back and emits.
+    bridge_b.wait_for_log("partition state restored", Duration::from_secs(45));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    eprintln!("leader node {paused} paused for {:?}", stalled.elapsed());
+    send("-CONT");
+    // Every output at least once (A's own partition's outputs land now), then time for
+    // anything else to land.
+    wait_for_outputs(&s.output, expected.len(), Duration::from_secs(45)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (a_log, b_log) = (a.log(), bridge_b.log());
+    kill(&mut a);
+    kill(&mut bridge_b);
+    assert!(
+        a_log.contains("stopping before every record was acknowledged"),
+        "A's revocation gave up with records unacknowledged:\n{a_log}"
+    );
+    let counts = output_key_counts(&outputs_to_end(&s.output).await);
+    assert_each_once(&counts, &expected, &format!("A:\n{a_log}\nB:\n{b_log}"));
 }
 
 #[tokio::test(flavor = "multi_thread")]

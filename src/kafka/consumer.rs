@@ -11,7 +11,7 @@
 use super::delayed_restart::DelayedRestarts;
 use super::health::is_connection_error;
 use super::list_offsets::list_offsets;
-use super::partition::{Bounds, Ending, Feed, PartitionTask, Shared, Stopped};
+use super::partition::{Bounds, Ending, Feed, Lost, PartitionTask, Shared, Stopped};
 use super::stats::consumer_lag;
 use crate::internal_events::{
     KafkaStatistics, PartitionAssigned, PartitionRevoked, RestartDelayed,
@@ -64,8 +64,8 @@ struct Assigned {
     bounds: Option<Bounds>,
     /// Set when the partition is no longer this instance's although its task may still
     /// run (the assignment was lost, or the task outlived the revocation's wait): the task
-    /// writes nothing more.
-    lost: Arc<AtomicBool>,
+    /// writes nothing more, and purges what its producer holds.
+    lost: Arc<Lost>,
 }
 
 /// The partitions of one bridge, shared by the consumer thread and its rebalance callbacks
@@ -163,7 +163,7 @@ impl<P: Resolve> Partitions<P> {
         let (stopped_tx, stopped) = std_mpsc::channel();
         // Rebalance callbacks run on the consumer thread, outside the runtime.
         let _runtime = self.runtime.enter();
-        let lost = Arc::new(AtomicBool::new(false));
+        let lost = Arc::new(Lost::default());
         let task = PartitionTask::spawn(
             partition,
             self.shared.clone(),
@@ -215,11 +215,11 @@ impl<P: Resolve> Partitions<P> {
                 .collect()
         };
         // Close every input channel first, so the tasks stop in parallel.
-        let waiting: Vec<(i32, std_mpsc::Receiver<Stopped>, Arc<AtomicBool>)> = removed
+        let waiting: Vec<(i32, std_mpsc::Receiver<Stopped>, Arc<Lost>)> = removed
             .into_iter()
             .map(|(p, a)| {
                 if lost {
-                    a.lost.store(true, Ordering::SeqCst);
+                    a.lost.set();
                 }
                 drop(a.inputs);
                 (p, a.stopped, a.lost)
@@ -234,8 +234,8 @@ impl<P: Resolve> Partitions<P> {
             let report = stopped.recv_timeout(left).ok();
             if report.is_none() {
                 // Its next owner may start now: from here on this task's writes would land
-                // on top of that owner's.
-                task_lost.store(true, Ordering::SeqCst);
+                // on top of that owner's. Told, it stops waiting and purges its producer.
+                task_lost.set();
             }
             PartitionRevoked {
                 topic: &self.shared.input_topic,

@@ -1,37 +1,67 @@
-//! librdkafka's statistics as metrics: the producer's queue depth and the consumer's lag per
-//! assigned input partition, every `statistics.interval.ms` (5 s unless
-//! `KAFKA_STATISTICS_INTERVAL_MS` says otherwise). Only the bridge's own producer and group
-//! consumer ask for them: other clients (recovery reads, the watermark reader, admin) would
-//! log them instead.
+//! librdkafka's statistics as metrics: the producers' queue depth (summed over the bridge's
+//! producers) and the consumer's lag per assigned input partition, every
+//! `statistics.interval.ms` (5 s unless `KAFKA_STATISTICS_INTERVAL_MS` says otherwise). Only
+//! the bridge's own producers and group consumer ask for them: other clients (recovery
+//! reads, the watermark reader, admin) would log them instead.
 
 use super::health::KafkaContext;
 use super::reports::{outcome, Routed, Routes};
 use crate::internal_events::KafkaStatistics;
 use crate::metrics::Metrics;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::producer::{DeliveryResult, ProducerContext, ThreadedProducer};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientConfig, ClientContext};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The librdkafka property, and its value unless the user set `KAFKA_STATISTICS_INTERVAL_MS`.
 pub const INTERVAL_PROPERTY: &str = "statistics.interval.ms";
 const DEFAULT_INTERVAL_MS: &str = "5000";
 
-/// The bridge's producer, shared by every partition task (in the exactly-once mode, each
-/// task has one of its own): its context feeds the metrics and routes the delivery reports
-/// (`reports.rs`).
+/// A producer of the bridge: each partition task's own (idempotent, or transactional in the
+/// exactly-once mode), and the shared one for what no partition owns (the merged watermark,
+/// a bounded run's end of time). Its context feeds the metrics and routes the delivery
+/// reports (`reports.rs`).
 pub type BridgeProducer = ThreadedProducer<ProducerStats>;
 
-/// The producer's context: its statistics become `watchbridge_producer_queue_messages`;
+/// How the bridge's producers are made: their settings (idempotent, `acks=all`: the
+/// bridge's `producer_config`; in the exactly-once mode with the transaction timeouts) and
+/// where their reports go. One place, so that the shared producer and every partition's own
+/// are made alike.
+#[derive(Clone)]
+pub struct ProducerSettings {
+    pub config: ClientConfig,
+    pub metrics: Arc<Metrics>,
+    /// Their errors and log lines go to the bridge's broker health.
+    pub kafka: KafkaContext,
+}
+
+impl ProducerSettings {
+    /// A new producer (a librdkafka client of its own: its threads and connections), with
+    /// `transactional_id` if given.
+    pub fn create(&self, transactional_id: Option<&str>) -> KafkaResult<BridgeProducer> {
+        let mut config = self.config.clone();
+        if let Some(id) = transactional_id {
+            config.set("transactional.id", id);
+        }
+        config.create_with_context(ProducerStats::new(self.metrics.clone(), self.kafka.clone()))
+    }
+}
+
+/// The producer's context: its statistics count in `watchbridge_producer_queue_messages`;
 /// its errors and log lines go to the bridge's broker health (`health.rs`); each delivery
 /// report goes to the route that sent the record.
 pub struct ProducerStats {
     pub metrics: Arc<Metrics>,
     pub kafka: KafkaContext,
     pub routes: Arc<Routes>,
+    /// This producer's part of the queue gauge (its last `msg_cnt`): the gauge is the sum
+    /// over the bridge's producers, so each adds what changed, and takes its part back when
+    /// it goes.
+    queued: AtomicU64,
 }
 
 impl ProducerStats {
@@ -40,7 +70,24 @@ impl ProducerStats {
             metrics,
             kafka,
             routes: Arc::default(),
+            queued: AtomicU64::new(0),
         }
+    }
+
+    /// Count `queued_messages` as this producer's part of the queue gauge.
+    fn count_queued(&self, queued_messages: u64) {
+        let before = self.queued.swap(queued_messages, Ordering::Relaxed);
+        KafkaStatistics::Producer {
+            queued_messages,
+            before,
+        }
+        .emit(&self.metrics);
+    }
+}
+
+impl Drop for ProducerStats {
+    fn drop(&mut self) {
+        self.count_queued(0);
     }
 }
 
@@ -68,10 +115,7 @@ impl ClientContext for ProducerStats {
     }
 
     fn stats(&self, statistics: Statistics) {
-        KafkaStatistics::Producer {
-            queued_messages: statistics.msg_cnt,
-        }
-        .emit(&self.metrics);
+        self.count_queued(statistics.msg_cnt);
     }
 }
 
@@ -178,6 +222,26 @@ mod tests {
             [(0, 6)],
             "partition 1 has committed nothing yet: unknown"
         );
+    }
+
+    /// Each producer counts its own queue: the gauge is their sum, and a producer that goes
+    /// (a partition task's, as it ends) takes its part back.
+    #[test]
+    fn the_queue_gauge_sums_the_producers() {
+        let metrics = Arc::new(Metrics::new());
+        let health = crate::kafka::health::BrokerHealth::new("127.0.0.1:9", metrics.clone());
+        let kafka = KafkaContext::new(health);
+        let (a, b) = (
+            ProducerStats::new(metrics.clone(), kafka.clone()),
+            ProducerStats::new(metrics.clone(), kafka),
+        );
+        a.count_queued(5);
+        b.count_queued(3);
+        assert_eq!(metrics.producer_queue_messages.get(), 8);
+        a.count_queued(2);
+        assert_eq!(metrics.producer_queue_messages.get(), 5);
+        drop(a);
+        assert_eq!(metrics.producer_queue_messages.get(), 3);
     }
 
     #[test]

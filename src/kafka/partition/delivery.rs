@@ -1,8 +1,9 @@
 //! Handing records to the producer and what their delivery reports do: acknowledgements
 //! move the commit position and the durable state. A failed output is never sent again
 //! as a new record (the failed one may be on the topic after all: a duplicate): one the
-//! broker refused for good goes to the dead-letter topic, any other failure starts the
-//! partition again from its durable state (`PartitionTask::abandon`). State records are
+//! broker refused for good goes to the dead-letter topic, any other failure (and any
+//! failure once the partition's producer met a fatal error) starts the partition again from
+//! its durable state (`PartitionTask::abandon`), with a new producer. State records are
 //! retried until delivered (a retried chunk is harmless: the checkpoint's offsets record,
 //! which vouches for it, waits for its acknowledgement), dead letters with backoff;
 //! a watermark is published again at the next tick (a retried one could land after a later
@@ -243,10 +244,17 @@ impl<P: Resolve> PartitionTask<P> {
         }
     }
 
-    /// Handle deliveries until none is pending (true) or `deadline` (false).
+    /// Handle deliveries until none is pending (true) or `deadline` (false). Not once the
+    /// partition is lost (false at once): it is another instance's, and what this task
+    /// still has in flight is to be purged, not waited for.
     pub(super) async fn deliver_all(&mut self, deadline: tokio::time::Instant) -> bool {
+        let lost = self.lost.clone();
         while !self.deliveries.is_empty() {
-            match tokio::time::timeout_at(deadline, self.deliveries.next()).await {
+            let delivery = tokio::select! {
+                delivery = tokio::time::timeout_at(deadline, self.deliveries.next()) => delivery,
+                () = lost.wait() => return false,
+            };
+            match delivery {
                 Ok(Some(delivery)) => self.on_delivery(delivery).await,
                 Ok(None) => break,
                 Err(_) => return false,
@@ -270,7 +278,7 @@ impl<P: Resolve> PartitionTask<P> {
     /// Not async, so that the outputs of a poll go out without building a future, and
     /// moving the record into it, per record.
     pub(super) fn send_now(&mut self, pending: Pending) -> Option<Pending> {
-        if self.abandoned.is_some() || self.lost.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.abandoned.is_some() || self.lost.is_set() {
             // Nothing more from this task: its successor starts from the topics.
             return None;
         }
@@ -298,18 +306,24 @@ impl<P: Resolve> PartitionTask<P> {
 
     /// The rest of [`Self::send`] for a record [`Self::send_now`] gave back: wait until
     /// the lease allows writing, then for room in the producer's queue (handling the
-    /// reports that make it), and send.
+    /// reports that make it), and send. Given up once the partition is lost: its producer
+    /// may be stuck on a broker that does not answer, and the task must get to its purge.
     pub(super) async fn send_waiting(&mut self, pending: Pending) {
         let mut pending = pending;
+        let lost = self.lost.clone();
         loop {
-            if !may_write(self.shared.lease.clone(), self.lost.clone()).await {
+            if !may_write(self.shared.lease.clone(), lost.clone()).await {
                 return;
             }
             match self.send_now(pending) {
                 None => return,
                 Some(refused) => pending = refused,
             }
-            match self.deliveries.next().await {
+            let delivery = tokio::select! {
+                delivery = self.deliveries.next() => delivery,
+                () = lost.wait() => return,
+            };
+            match delivery {
                 Some(delivery) => Box::pin(self.on_delivery(delivery)).await,
                 None => tokio::time::sleep(Duration::from_millis(5)).await,
             }
@@ -351,7 +365,12 @@ impl<P: Resolve> PartitionTask<P> {
     /// either is logged, counted and given up).
     pub(super) fn delivery_failed(&mut self, sent: Sent, failure: Undelivered) {
         let Undelivered { error, record } = failure;
-        let then = after_failure(&sent.kind, sent.attempt, &error, self.txn.is_some());
+        let then = if self.producer_fatal() {
+            // Nothing more can be sent through it: not a record retried, nor a dead letter.
+            AfterProduceFailure::RestartPartition
+        } else {
+            after_failure(&sent.kind, sent.attempt, &error, self.txn.is_some())
+        };
         let topic = sent
             .kept
             .as_ref()
@@ -485,12 +504,9 @@ fn after_failure(
 /// while the instance's lease is in doubt (after a stall), wait until the group confirms it
 /// or the partition is lost. (Not a method: `&self` across the waits would make the task's
 /// future need `Sync`.)
-async fn may_write(
-    lease: Arc<crate::kafka::lease::Lease>,
-    lost: Arc<std::sync::atomic::AtomicBool>,
-) -> bool {
+async fn may_write(lease: Arc<crate::kafka::lease::Lease>, lost: Arc<Lost>) -> bool {
     loop {
-        if lost.load(std::sync::atomic::Ordering::SeqCst) {
+        if lost.is_set() {
             return false;
         }
         if lease.may_write() {

@@ -19,15 +19,18 @@
 //! final commit position and reports [`Stopped`].
 //!
 //! Here: the task, its inputs and its engine's events. Beside it: `state.rs` (recovery and
-//! checkpoints), `delivery.rs` (the producer, delivery reports, retries, dead letters),
-//! `watermarks.rs` (publishing the partition's watermark), `transaction.rs` (the
-//! exactly-once mode: the partition's transactional producer; a checkpoint is a commit).
+//! checkpoints), `delivery.rs` (handing records over, delivery reports, retries, dead
+//! letters), `producer.rs` (the partition's own producer, purged when the task is given
+//! up), `watermarks.rs` (publishing the partition's watermark), `transaction.rs` (the
+//! exactly-once mode: the producer is transactional; a checkpoint is a commit).
 
 mod delivery;
+mod producer;
 mod state;
 mod transaction;
 mod watermarks;
 
+pub use producer::ProducerRestarts;
 pub use transaction::{Ending, TransactionSettings};
 
 use super::durable::{DurableState, StateWrite};
@@ -35,7 +38,7 @@ use super::input::Rejected;
 use super::offsets::{OffsetTracker, Origins};
 use super::records::{OutRecord, OutRecordParts, Source};
 use super::recovery::{self, RecoverySource};
-use super::stats::BridgeProducer;
+use super::stats::{BridgeProducer, ProducerSettings};
 use crate::clock::Clock;
 use crate::clock::Millis;
 use crate::engine::{Command, Engine, EngineConfig, Event, RestoreWatch};
@@ -83,7 +86,11 @@ impl std::fmt::Debug for InputFilter {
 
 pub struct Shared<P: Resolve> {
     pub poller: Arc<P>,
-    pub producer: BridgeProducer,
+    /// How each task's own idempotent producer is made (outside the exactly-once mode,
+    /// where `transactions` says): the same settings as the bridge's shared producer.
+    pub producer: ProducerSettings,
+    /// Each partition's wait before a new producer after its last one went fatal.
+    pub producer_restarts: ProducerRestarts,
     pub input_topic: Arc<str>,
     pub output_topic: Arc<str>,
     pub dlq_topic: Arc<str>,
@@ -199,6 +206,39 @@ pub struct Stopped {
     pub end_of_time: bool,
 }
 
+/// Set by the consumer thread once the partition is no longer this instance's although its
+/// task may still run (the assignment was lost, or the revocation stopped waiting for the
+/// task): the task writes nothing more, and one waiting for deliveries stops waiting at
+/// once ([`Lost::wait`]) to purge what its producer holds.
+#[derive(Debug, Default)]
+pub struct Lost {
+    flag: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Lost {
+    pub fn set(&self) {
+        self.flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.flag.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Resolves once the partition is lost.
+    pub async fn wait(&self) {
+        loop {
+            // Registered before the check: a `set` in between still wakes it.
+            let notified = self.notify.notified();
+            if self.is_set() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
 /// A command sent to the engine, waiting for its answer (the engine answers in order).
 enum Starting {
     /// A watch for the input at `offset` (a `Restore` when the read-back found outputs of
@@ -264,7 +304,7 @@ pub struct PartitionTask<P: Resolve> {
     /// Set by the consumer thread once the partition is no longer this instance's (lost
     /// to a stall, or the revocation stopped waiting for this task): nothing more is
     /// written.
-    lost: Arc<std::sync::atomic::AtomicBool>,
+    lost: Arc<Lost>,
     output_ends: super::output_ends::OutputEnds,
     /// Whether an input whose watch key is not its record key was logged already.
     keyed_apart_seen: bool,
@@ -283,10 +323,12 @@ pub struct PartitionTask<P: Resolve> {
     produced: u64,
     /// An input waiting for its Avro schema to be fetched (no input is read meanwhile).
     waiting: Option<Waiting>,
-    /// What the task writes through: the bridge's shared producer, or in the exactly-once
-    /// mode its own transactional one (`txn`).
+    /// What the task writes through: its own producer (`producer.rs`), idempotent, or in
+    /// the exactly-once mode transactional (`txn`).
     producer: BridgeProducer,
     txn: Option<transaction::Transaction>,
+    /// When `producer` was made (a fatal error soon after delays the next one).
+    producer_made: std::time::Instant,
     /// This partition's share of `WATCHBRIDGE_HOST_RATE`, this instance's while the task
     /// lives (`limits.rs`).
     _rate_share: crate::limits::PartitionShare,
@@ -297,21 +339,59 @@ pub struct PartitionTask<P: Resolve> {
 }
 
 impl<P: Resolve> PartitionTask<P> {
-    /// Start the partition's engine and task; returns the task's future. The partition
-    /// counts as recovering from here, before the caller reports the assignment, so that
-    /// the instance never looks ready in between.
+    /// The partition's task; returns its future, which makes the partition's producer, then
+    /// starts its engine and runs. The partition counts as recovering from here, before the
+    /// caller reports the assignment, so that the instance never looks ready in between.
     pub fn spawn(
         partition: i32,
         shared: Arc<Shared<P>>,
         inputs: mpsc::Receiver<Feed>,
         bounds: Option<Bounds>,
-        lost: Arc<std::sync::atomic::AtomicBool>,
+        lost: Arc<Lost>,
     ) -> impl std::future::Future<Output = Stopped> + Send + 'static {
+        let controls = shared.controls.register(partition);
+        PartitionRecovering { partition }.emit(&shared.metrics);
+        async move {
+            let status = controls.status.clone();
+            let stopped = match producer::OwnProducer::open(&shared, partition, &inputs).await {
+                Ok(own) => {
+                    let task = Self::new(
+                        partition,
+                        shared.clone(),
+                        inputs,
+                        bounds,
+                        lost,
+                        controls,
+                        own,
+                    );
+                    task.run().await
+                }
+                Err(ending) => {
+                    // Revoked (or stopping) before its producer could start, or it could not.
+                    recovery_over(&shared, &status, partition, false);
+                    Stopped::before_start(partition, ending)
+                }
+            };
+            shared.controls.unregister(partition, &status);
+            stopped
+        }
+    }
+
+    /// The task, writing through `own`, with its engine started.
+    fn new(
+        partition: i32,
+        shared: Arc<Shared<P>>,
+        inputs: mpsc::Receiver<Feed>,
+        bounds: Option<Bounds>,
+        lost: Arc<Lost>,
+        controls: crate::control::PartitionControls,
+        own: producer::OwnProducer,
+    ) -> Self {
         let crate::control::PartitionControls {
             messages: control_messages,
             input_queries,
             status,
-        } = shared.controls.register(partition);
+        } = controls;
         let engine = Engine::new(
             shared.poller.clone(),
             EngineConfig {
@@ -326,7 +406,6 @@ impl<P: Resolve> PartitionTask<P> {
             shared.metrics.clone(),
         )
         .with_controls(control_messages, shared.controls.pause.clone(), partition);
-        PartitionRecovering { partition }.emit(&shared.metrics);
         let (commands, engine_commands) = mpsc::channel(256);
         let (engine_events, events) = mpsc::channel(256);
         tokio::spawn(engine.run(engine_commands, engine_events));
@@ -348,10 +427,9 @@ impl<P: Resolve> PartitionTask<P> {
             Vec::new(),
             Vec::new(),
         );
-        let producer = shared.producer.clone();
         let output_ends = shared.output_ends.clone();
         let rate_share = shared.limits.own_partition();
-        let task = Self {
+        Self {
             partition,
             shared,
             inputs,
@@ -374,45 +452,38 @@ impl<P: Resolve> PartitionTask<P> {
             stopping: false,
             unsent: HashMap::new(),
             recovery_input_end: None,
-            deliveries: Deliveries::new(&producer),
+            deliveries: Deliveries::new(&own.producer),
             produced: 0,
             waiting: None,
-            producer,
-            txn: None,
+            producer: own.producer,
+            txn: own.txn,
+            producer_made: own.made,
             _rate_share: rate_share,
-            status: status.clone(),
+            status,
             input_queries,
-        };
-        let controls = task.shared.controls.clone();
-        async move {
-            let stopped = task.run().await;
-            controls.unregister(partition, &status);
-            stopped
         }
     }
 
+    /// Run the task; as it ends, purge what its producer still holds (records of a task
+    /// that was given up must never land once the partition's next owner writes).
     async fn run(mut self) -> Stopped {
+        let stopped = self.work().await;
+        self.purge_producer();
+        stopped
+    }
+
+    async fn work(&mut self) -> Stopped {
         let recovered = self.recover().await;
-        if recovered.is_err() {
-            PartitionRecoveryAbandoned {
-                partition: self.partition,
-            }
-            .emit(&self.shared.metrics);
-        }
-        // One partition fewer recovering: maybe ready now.
-        let _ = self.shared.readiness.refresh(&self.shared.metrics);
-        lock_status(&self.status).recovering = false;
+        recovery_over(
+            &self.shared,
+            &self.status,
+            self.partition,
+            recovered.is_ok(),
+        );
         if let Err(ending) = recovered {
-            // Revoked (or stopping) before the partition could be recovered, or its
-            // transactional producer could not start: nothing started.
-            return Stopped {
-                partition: self.partition,
-                position: None,
-                watches_stopped: 0,
-                ending,
-                undelivered: 0,
-                end_of_time: false,
-            };
+            // Revoked (or stopping) before the partition could be recovered: nothing
+            // started.
+            return Stopped::before_start(self.partition, ending);
         }
         let mut accepting = true;
         if self.bounds.is_some_and(|b| b.start >= b.end) {
@@ -559,12 +630,14 @@ impl<P: Resolve> PartitionTask<P> {
         failure.ending()
     }
 
-    /// A delivery failed and the record may or may not be on the topic (not in the
-    /// exactly-once mode, where the transaction decides): stop the watches, write nothing
-    /// more (no checkpoint: it would vouch for what this task believes), and wait until
-    /// every record in flight has landed or failed, so that the partition's next recovery,
-    /// which starts right after, reads every record of this task that reached a topic.
-    /// (Each ends within librdkafka's `message.timeout.ms`.)
+    /// A delivery failed and the record may or may not be on the topic, or the producer
+    /// met a fatal error (not in the exactly-once mode, where the transaction decides):
+    /// stop the watches, write nothing more (no checkpoint: it would vouch for what this
+    /// task believes), and wait until every record in flight has landed or failed, so that
+    /// the partition's next recovery, which starts right after with a new producer, reads
+    /// every record of this task that reached a topic. (Each ends within librdkafka's
+    /// `message.timeout.ms`; a fatal producer fails them at once.) Not once the partition
+    /// is lost: then what is left is purged at once (`run`).
     async fn abandon(&mut self) -> Ending {
         if let Some(commands) = self.commands.take() {
             tokio::spawn(async move {
@@ -572,9 +645,20 @@ impl<P: Resolve> PartitionTask<P> {
             });
         }
         let waiting = self.deliveries.len();
-        while let Some(delivery) = self.deliveries.next().await {
+        let lost = self.lost.clone();
+        loop {
+            let delivery = tokio::select! {
+                delivery = self.deliveries.next() => delivery,
+                () = lost.wait() => None,
+            };
+            let Some(delivery) = delivery else { break };
             // Acknowledgements still count (the commit position moves); nothing is sent.
             self.on_delivery(delivery).await;
+        }
+        if self.producer_fatal() {
+            self.shared
+                .producer_restarts
+                .went_fatal(self.partition, self.producer_made);
         }
         self.publish_position();
         PartitionRestarting {
@@ -1080,6 +1164,36 @@ impl<P: Resolve> PartitionTask<P> {
             }
         }
     }
+}
+
+impl Stopped {
+    /// A task that ended before it started anything (revoked or stopping while it made its
+    /// producer or recovered, or its producer could not start).
+    fn before_start(partition: i32, ending: Ending) -> Self {
+        Stopped {
+            partition,
+            position: None,
+            watches_stopped: 0,
+            ending,
+            undelivered: 0,
+            end_of_time: false,
+        }
+    }
+}
+
+/// The recovery of `partition` is over (`recovered`, or given up): one partition fewer
+/// recovering, so the instance may be ready now.
+fn recovery_over<P: Resolve>(
+    shared: &Shared<P>,
+    status: &Mutex<crate::control::PartitionStatus>,
+    partition: i32,
+    recovered: bool,
+) {
+    if !recovered {
+        PartitionRecoveryAbandoned { partition }.emit(&shared.metrics);
+    }
+    let _ = shared.readiness.refresh(&shared.metrics);
+    lock_status(status).recovering = false;
 }
 
 fn lock_status(

@@ -7,31 +7,12 @@ use crate::readiness::WatermarkWaiter;
 
 impl<P: Resolve> PartitionTask<P> {
     /// Read the partition's state back and restore its watches (retrying while the broker
-    /// cannot be read). In the exactly-once mode the partition's transactional producer
-    /// starts first: that fences the previous owner and aborts what it left open, so the
-    /// state read back is final. Fails with `Done` if the partition was revoked meanwhile.
+    /// cannot be read). In the exactly-once mode the partition's transactional producer has
+    /// started already (`producer.rs`): that fenced the previous owner and aborted what it
+    /// left open, so the state read back is final. Fails with `Done` if the partition was
+    /// revoked meanwhile.
     pub(super) async fn recover(&mut self) -> Result<(), transaction::Ending> {
         let started = std::time::Instant::now();
-        if let Some(settings) = &self.shared.transactions {
-            let txn = transaction::Transaction::start(
-                settings,
-                &self.shared.metrics,
-                self.shared.input_topic.clone(),
-                self.partition,
-                || self.inputs.is_closed(),
-            )
-            .await;
-            match txn {
-                Ok(txn) => {
-                    self.producer = txn.producer.clone();
-                    // Its reports come back through a route on that producer.
-                    self.deliveries = Deliveries::new(&self.producer);
-                    self.txn = Some(txn);
-                }
-                Err(_) if self.inputs.is_closed() => return Err(transaction::Ending::Done),
-                Err(failure) => return Err(failure.ending()),
-            }
-        }
         let found = loop {
             let source = self.shared.state.recovery.clone();
             let partition = self.partition;
@@ -218,7 +199,7 @@ impl<P: Resolve> PartitionTask<P> {
 
     pub(super) async fn send_state(&mut self, writes: Vec<StateWrite>) {
         for write in writes {
-            if self.lost.load(std::sync::atomic::Ordering::SeqCst) {
+            if self.lost.is_set() {
                 // Not this instance's partition any more: its state is the new owner's.
                 return;
             }

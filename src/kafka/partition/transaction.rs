@@ -26,9 +26,10 @@
 
 use super::*;
 use crate::internal_events::{TransactionAborted, TransactionCommitted, TransactionFenced};
+use crate::kafka::stats::ProducerSettings;
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::producer::Producer;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 
 /// How long `init_transactions`, `send_offsets_to_transaction` and `commit_transaction` may
 /// block (the first waits for a previous owner's open transaction to be aborted).
@@ -37,15 +38,13 @@ const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 /// What the partition tasks need to run transactions.
 #[derive(Clone)]
 pub struct TransactionSettings {
-    /// The producer's settings (the bridge's, with idempotence); the `transactional.id`
-    /// is added per partition.
-    pub producer_config: ClientConfig,
+    /// The producers' settings (the bridge's, with idempotence, and the transaction
+    /// timeouts); the `transactional.id` is added per partition.
+    pub producer: ProducerSettings,
     /// `watchbridge-<group>-<input topic>`; the partition number is appended.
     pub id_prefix: String,
     /// The input group, for `send_offsets_to_transaction`.
     pub group: Arc<ConsumerGroupMetadata>,
-    /// The producers' errors and log lines go to the bridge's broker health.
-    pub kafka: crate::kafka::health::KafkaContext,
 }
 
 /// Why a task ended.
@@ -127,21 +126,15 @@ impl Transaction {
     /// cannot be reached, until `give_up` says the partition is no longer wanted.
     pub(super) async fn start(
         settings: &TransactionSettings,
-        metrics: &Arc<Metrics>,
         input_topic: Arc<str>,
         partition: i32,
         give_up: impl Fn() -> bool,
     ) -> Result<Transaction, Failure> {
         let id = format!("{}-{partition}", settings.id_prefix);
         loop {
-            let producer: BridgeProducer = settings
-                .producer_config
-                .clone()
-                .set("transactional.id", &id)
-                .create_with_context(super::super::stats::ProducerStats::new(
-                    metrics.clone(),
-                    settings.kafka.clone(),
-                ))
+            let producer = settings
+                .producer
+                .create(Some(&id))
                 .map_err(|e| Failure::Aborted(format!("cannot create the producer: {e}")))?;
             let init = producer.clone();
             let result = blocking(move || init.init_transactions(TRANSACTION_TIMEOUT)).await;
