@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: setup build demo test test-kafka lint bench-smoke bench bench-peer-install broker broker-install chaos chaos-short
+.PHONY: setup build demo test test-kafka test-kafka3 lint bench-smoke bench bench-peer-install broker broker-install chaos chaos-short
 
 # Debian packages the build needs: rdkafka's `ssl` feature links OpenSSL, found by pkg-config;
 # and the tests': a Prometheus server (/usr/bin/prometheus) that tests/prometheus.rs starts on
@@ -150,6 +150,13 @@ test-kafka: setup
 	WATCHBRIDGE_TEST_BROKER=kafka3 $(CARGO) test --test ownership -- a_revocation_that_gives_up
 	WATCHBRIDGE_TEST_BROKER=kafka CHAOS_GUARANTEE=exactly_once $(CHAOS_SHORT)
 	WATCHBRIDGE_TEST_BROKER=kafka CHAOS_GUARANTEE=recovery $(CHAOS_SHORT)
+
+# Tests that take a node of the three-node cluster down (issue 46): an offline output
+# partition holds back only the recovery that reads it. ~30 s plus the cluster's start;
+# not in `make test` (CI time; `make chaos BROKER=kafka3` is by hand too).
+test-kafka3: setup
+	scripts/kafka.sh install
+	WATCHBRIDGE_TEST_BROKER=kafka3 $(CARGO) test --test offline_partition
 
 # The fault test (issue 6): SIGKILLs the bridge at random moments (CHAOS_KILLS, default 10)
 # while it watches CHAOS_USERS (default 20) growing HTTP feeds, runs two instances and kills

@@ -377,6 +377,7 @@ fn main() {
         state_topic: STATE.into(),
         output_topic: OUTPUT.into(),
         output_partitions: 1,
+        outputs_by_input_partition: true,
         read_outputs: true,
         output_keys: None,
         lookups,

@@ -358,6 +358,7 @@ pub async fn run_bridge<P: Resolve>(
                 state_topic: config.state_topic.as_str().into(),
                 output_topic: config.output_topic.as_str().into(),
                 output_partitions: layout.output_partitions,
+                outputs_by_input_partition: output_layout.by_input_partition,
                 read_outputs: guarantee != Guarantee::AtLeastOnce,
                 output_keys,
                 lookups: lookups.clone(),

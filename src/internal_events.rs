@@ -499,6 +499,106 @@ impl PartitionRestarting<'_> {
     }
 }
 
+/// A partition's recovery could not read what it needs (`what` names the topic partitions
+/// and the error: `kafka::recovery::Unreadable`); it tries again. The first failure of a
+/// wait raises `watchbridge_partitions_recovery_waiting` and is logged at WARN; later ones
+/// only when `log` says (the task logs them once a minute, not at every attempt).
+pub struct RecoveryReadFailed<'a> {
+    pub partition: i32,
+    pub what: &'a str,
+    /// Failed attempts of this wait so far, this one included.
+    pub attempts: u32,
+    pub waited: std::time::Duration,
+    pub log: bool,
+}
+
+impl RecoveryReadFailed<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        let (partition, what, attempts) = (self.partition, self.what, self.attempts);
+        let waited_ms = self.waited.as_millis() as u64;
+        if attempts == 1 {
+            m.partitions_recovery_waiting.inc();
+            tracing::warn!(
+                partition,
+                waiting_for = what,
+                "the partition's recovery cannot read what it needs; it waits for it, trying \
+                 again (the other partitions go on; /readyz names it)"
+            );
+        } else if self.log {
+            tracing::warn!(
+                partition,
+                waiting_for = what,
+                attempts,
+                waited_ms,
+                "the partition's recovery still waits"
+            );
+        } else {
+            tracing::debug!(
+                partition,
+                waiting_for = what,
+                attempts,
+                "recovery read failed"
+            );
+        }
+        m.recovery_read_failures
+            .with_label_values(&[&partition.to_string()])
+            .inc();
+    }
+}
+
+/// How a wait of a partition's recovery ([`RecoveryReadFailed`]) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryWaitOutcome {
+    /// What it waited for was read: the recovery goes on.
+    Read,
+    /// The partition was revoked (or the bridge stops) meanwhile.
+    Abandoned,
+    /// Past its limit (the watermark topic's end): it goes on without it.
+    GaveUp,
+}
+
+/// A wait of a partition's recovery that had failed at least once is over.
+pub struct RecoveryWaitEnded<'a> {
+    pub partition: i32,
+    pub what: &'a str,
+    pub attempts: u32,
+    pub waited: std::time::Duration,
+    pub outcome: RecoveryWaitOutcome,
+}
+
+impl RecoveryWaitEnded<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        let (partition, what, attempts) = (self.partition, self.what, self.attempts);
+        let waited_ms = self.waited.as_millis() as u64;
+        match self.outcome {
+            RecoveryWaitOutcome::Read => tracing::info!(
+                partition,
+                attempts,
+                waited_ms,
+                "the partition's recovery reads again; restoring it"
+            ),
+            RecoveryWaitOutcome::Abandoned => {
+                tracing::info!(
+                    partition,
+                    attempts,
+                    waited_ms,
+                    "the partition's recovery stopped waiting: revoked"
+                )
+            }
+            RecoveryWaitOutcome::GaveUp => tracing::warn!(
+                partition,
+                waiting_for = what,
+                attempts,
+                waited_ms,
+                "the end of the watermark topic could not be read within the transaction \
+                 timeout; the partition goes on without its previous owner's last watermark \
+                 (it may be published lower)"
+            ),
+        }
+        m.partitions_recovery_waiting.dec();
+    }
+}
+
 /// A partition's recovery was abandoned: it was revoked first.
 pub struct PartitionRecoveryAbandoned {
     pub partition: i32,

@@ -34,6 +34,8 @@ pub struct Metrics {
     pub late_outputs: IntCounter,
     pub watches_restored: IntCounter,
     pub partitions_recovering: IntGauge,
+    pub partitions_recovery_waiting: IntGauge,
+    pub recovery_read_failures: IntCounterVec,
     pub recovery_duration: Histogram,
     pub outputs_recovered: IntCounter,
     pub inputs_finished: IntCounter,
@@ -191,6 +193,17 @@ impl Metrics {
             "watchbridge_partitions_recovering",
             "Assigned input partitions whose state is still being restored (they neither read inputs nor poll yet)"
         ));
+        let partitions_recovery_waiting = reg!(IntGauge::new(
+            "watchbridge_partitions_recovery_waiting",
+            "Assigned input partitions whose recovery waits for a topic partition it cannot read (offline, no leader, timing out; /readyz names it)"
+        ));
+        let recovery_read_failures = reg!(IntCounterVec::new(
+            Opts::new(
+                "watchbridge_recovery_read_failures_total",
+                "Failed attempts of a partition's recovery to read what it needs (its state partition, the output partitions it writes to, the watermark topic), by input partition; each is tried again"
+            ),
+            &["partition"]
+        ));
         let recovery_duration = reg!(Histogram::with_opts(
             HistogramOpts::new(
                 "watchbridge_partition_recovery_seconds",
@@ -328,6 +341,8 @@ impl Metrics {
             late_outputs,
             watches_restored,
             partitions_recovering,
+            partitions_recovery_waiting,
+            recovery_read_failures,
             recovery_duration,
             outputs_recovered,
             inputs_finished,

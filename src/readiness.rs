@@ -3,7 +3,8 @@
 //! **Ready** = the start has reached the brokers, the consumer has received its first
 //! assignment from the group, no assigned partition is still restoring its state, nothing
 //! waits to read the watermark topic past a previous owner's last value, and the bridge is
-//! not stopping. A bounded run
+//! not stopping. A partition whose recovery waits for a topic partition it cannot read
+//! (offline, no leader) is named, with what it waits for. A bounded run
 //! (`WATCHBRIDGE_MODE=bounded`) assigns itself every partition; the same rule applies.
 //!
 //! An assignment may be empty: an instance with no partitions (more instances than input
@@ -18,7 +19,7 @@
 
 use crate::internal_events::ReadinessChanged;
 use crate::metrics::Metrics;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -50,6 +51,8 @@ pub enum NotReady {
     /// These wait to read the watermark topic past their previous owner's last value
     /// (behind a transaction still open on it, or the topic cannot be read).
     ReadingWatermarks(Vec<WatermarkWaiter>),
+    /// These input partitions' recoveries wait for what they cannot read (what, and why).
+    RecoveryWaiting(Vec<(i32, String)>),
     /// This many assigned partitions are still restoring their state.
     Recovering(i64),
     Stopping,
@@ -72,6 +75,16 @@ impl std::fmt::Display for NotReady {
                 }
                 write!(f, " (a transaction open on it ends within its timeout)")
             }
+            NotReady::RecoveryWaiting(waits) => {
+                for (i, (partition, what)) in waits.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { "; " };
+                    write!(
+                        f,
+                        "{sep}input partition {partition} cannot be restored: waiting to read {what}"
+                    )?;
+                }
+                Ok(())
+            }
             NotReady::Recovering(n) => write!(f, "{n} partition(s) restoring their state"),
             NotReady::Stopping => write!(f, "stopping"),
         }
@@ -85,6 +98,8 @@ pub struct Readiness {
     assigned: AtomicBool,
     /// Waits for the watermark topic's reader (`kafka::merged::ReadBackWait`).
     reading_watermarks: Mutex<BTreeSet<WatermarkWaiter>>,
+    /// Input partitions whose recovery waits for something it cannot read, and what.
+    recovery_waits: Mutex<BTreeMap<i32, String>>,
     stopping: AtomicBool,
     /// The last state reported through [`ReadinessChanged`] (`true`: ready); the lock also
     /// keeps two reporters from logging the same change twice or out of order.
@@ -104,6 +119,7 @@ impl Readiness {
             waiting_for: Mutex::new(None),
             assigned: AtomicBool::new(false),
             reading_watermarks: Mutex::new(BTreeSet::new()),
+            recovery_waits: Mutex::new(BTreeMap::new()),
             stopping: AtomicBool::new(false),
             reported: Mutex::new(false),
         }
@@ -139,6 +155,21 @@ impl Readiness {
         let _ = self.refresh(m);
     }
 
+    /// Input partition `partition`'s recovery waits to read `what` (`None`: no longer).
+    pub fn recovery_waits(&self, partition: i32, what: Option<&str>, m: &Metrics) {
+        {
+            let mut waits = self
+                .recovery_waits
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            match what {
+                Some(what) => waits.insert(partition, what.to_string()),
+                None => waits.remove(&partition),
+            };
+        }
+        let _ = self.refresh(m);
+    }
+
     /// The bridge is stopping: not ready again, whatever else holds.
     pub fn stopping(&self, m: &Metrics) {
         self.stopping.store(true, Ordering::SeqCst);
@@ -156,8 +187,18 @@ impl Readiness {
         if !self.assigned.load(Ordering::SeqCst) {
             return Err(NotReady::NoAssignment);
         }
-        // Before `Recovering`: a partition waiting for the topic is still restoring, and
-        // this says what for.
+        // Before `Recovering`: a partition waiting for a topic is still restoring, and
+        // these say what for.
+        {
+            let waits = self
+                .recovery_waits
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if !waits.is_empty() {
+                let waits = waits.iter().map(|(p, what)| (*p, what.clone())).collect();
+                return Err(NotReady::RecoveryWaiting(waits));
+            }
+        }
         {
             let waiters = self
                 .reading_watermarks
@@ -264,6 +305,33 @@ mod tests {
         r.reading_watermarks(WatermarkWaiter::Merged, false, &m);
         assert_eq!(r.check(&m), Ok(()));
         assert_eq!(m.ready.get(), 1);
+    }
+
+    #[test]
+    fn not_ready_while_a_recovery_waits_and_the_reason_names_it() {
+        let m = Metrics::new();
+        let r = Readiness::new();
+        m.partitions_recovering.add(2);
+        r.assignment_received(&m);
+        r.recovery_waits(3, Some("out/3 (Local: Timed out)"), &m);
+        r.recovery_waits(1, Some("st/1 (Broker: Leader not available)"), &m);
+        assert_eq!(
+            r.check(&m).unwrap_err().to_string(),
+            "input partition 1 cannot be restored: waiting to read st/1 (Broker: Leader not \
+             available); input partition 3 cannot be restored: waiting to read out/3 (Local: \
+             Timed out)"
+        );
+        r.recovery_waits(1, None, &m);
+        m.partitions_recovering.dec();
+        assert!(r
+            .check(&m)
+            .unwrap_err()
+            .to_string()
+            .starts_with("input partition 3"));
+        r.recovery_waits(3, None, &m);
+        assert_eq!(r.check(&m), Err(NotReady::Recovering(1)));
+        m.partitions_recovering.dec();
+        assert_eq!(r.refresh(&m), Ok(()));
     }
 
     #[test]

@@ -141,7 +141,7 @@ fn recorded_modes(
     });
     match read {
         Ok(()) => Ok(recorded),
-        Err(e) => Err((recorded, e)),
+        Err(e) => Err((recorded, e.to_string())),
     }
 }
 

@@ -3,9 +3,10 @@
 //! 1. read its state partition to the end, keeping the latest value per key (what
 //!    compaction would keep), and decode it: live watches with their seen chunks, finished
 //!    watches, and the output offsets of the last checkpoint;
-//! 2. read every output partition from those offsets to its end, and take the outputs whose
-//!    `wb-id` header names this partition (or, written before that header,
-//!    `watchbridge-input-partition`): outputs acknowledged (or written without an
+//! 2. read the output partitions this partition's task writes to from those offsets to their
+//!    end (outputs placed by input partition: its namesake alone; placed by key: every one),
+//!    and take the outputs whose `wb-id` header names this partition (or, written before that
+//!    header, `watchbridge-input-partition`): outputs acknowledged (or written without an
 //!    acknowledgement) after the last checkpoint;
 //! 3. rebuild each live watch (seen set = its chunks plus what step 2 found; input resolved
 //!    again from the saved input record) as a [`RestoreWatch`] for the engine, and the
@@ -14,6 +15,10 @@
 //! Steps 1 and 2 are blocking: the offsets are looked up on the instance's [`Lookups`]
 //! client, the records read on a consumer of the restore's own (assigned, never in the
 //! group: nothing is committed); the partition task runs them on a blocking thread.
+//! A partition none of whose replicas can serve it (offline, its leader away, a timeout)
+//! fails the read with [`Unreadable`], which names it: the task tries again and reports the
+//! wait (`partition/state.rs`). Only what the partition needs is asked, so one offline
+//! partition holds back the recoveries that read it, not every recovery of the group.
 
 use super::durable::DurableState;
 use super::health::KafkaContext;
@@ -41,6 +46,9 @@ use std::time::{Duration, Instant};
 /// the task tries again).
 const READ_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// How long a lookup of offsets may take.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Where to read from.
 #[derive(Clone)]
 pub struct RecoverySource {
@@ -55,6 +63,9 @@ pub struct RecoverySource {
     pub state_topic: Arc<str>,
     pub output_topic: Arc<str>,
     pub output_partitions: i32,
+    /// Outputs are placed by input partition (`records::OutputLayout`): input partition p's
+    /// task writes to output partition p alone, so its recovery reads that one only.
+    pub outputs_by_input_partition: bool,
     /// Whether to read the output topic back from the last checkpoint's offsets (not with
     /// `WATCHBRIDGE_GUARANTEE=at_least_once`: outputs written after it may come again).
     pub read_outputs: bool,
@@ -102,10 +113,66 @@ pub struct Found {
     pub input_end: Option<i64>,
     /// The watermark topic's end offset then, its high watermark: the partition's last
     /// published watermark is below it (the task waits until the watermark reader has read
-    /// that far; [`Lookups::watermark_end`]).
+    /// that far; [`Lookups::watermark_end`]). `None` with `watermark_unread`: it could not
+    /// be looked up (the task asks again).
     pub watermark_end: Option<i64>,
+    pub watermark_unread: Option<Unreadable>,
     /// The guarantee of the partition's last writer (its `~mode` record), if it wrote one.
     pub mode: Option<String>,
+}
+
+/// A recovery read that failed: the partitions it could not read (`topic/partition`: those
+/// the answer or the cluster's metadata name, else every one asked) and why. The partition
+/// task reports them as what its recovery waits for (log, metric, `/readyz`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    pub partitions: Vec<(String, i32)>,
+    pub error: String,
+}
+
+impl Unreadable {
+    fn new(partitions: Vec<(String, i32)>, error: impl Into<String>) -> Self {
+        Self {
+            partitions,
+            error: error.into(),
+        }
+    }
+
+    /// Not a partition's fault (no client could be made): nothing named.
+    fn client(error: String) -> Self {
+        Self::new(Vec::new(), error)
+    }
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (topic, partition)) in self.partitions.iter().enumerate() {
+            write!(f, "{}{topic}/{partition}", if i == 0 { "" } else { ", " })?;
+        }
+        match self.partitions.is_empty() {
+            true => write!(f, "{}", self.error),
+            false => write!(f, " ({})", self.error),
+        }
+    }
+}
+
+/// A partition as [`Unreadable`] names it.
+fn named(topic: &str, partition: i32) -> (String, i32) {
+    (topic.to_string(), partition)
+}
+
+/// After a failed read: the metadata of the topics of the partitions it names asked again.
+/// librdkafka answers a lookup of a partition it last saw without a leader from that
+/// metadata (`LeaderNotAvailable`, at once) until its periodic refresh
+/// (`topic.metadata.refresh.interval.ms`, 5 min by default): without this, a partition back
+/// online stayed unreadable to the lookup client for minutes.
+fn refresh_metadata(client: &BaseConsumer<KafkaContext>, failed: &Unreadable) {
+    let mut topics: Vec<&str> = failed.partitions.iter().map(|(t, _)| t.as_str()).collect();
+    topics.sort_unstable();
+    topics.dedup();
+    for topic in topics {
+        let _ = client.fetch_metadata(Some(topic), Duration::from_secs(5));
+    }
 }
 
 /// The client every restore of the instance looks its offsets up with (end offsets, the
@@ -203,11 +270,20 @@ impl Lookups {
     /// lower. A `read_committed` reader passes the high watermark once every transaction
     /// open across it has ended (committed or aborted), having read everything committed
     /// below it.
-    pub fn watermark_end(&self, topic: &str) -> Result<i64, String> {
-        let client = self.uncommitted.get()?;
-        list_offsets(client, &[(topic, 0)], Offset::End, Duration::from_secs(15))
-            .map_err(|e| format!("cannot read the end of the watermark topic: {e}"))?
-            .offset(topic, 0)
+    pub fn watermark_end(&self, topic: &str) -> Result<i64, Unreadable> {
+        let client = self.uncommitted.get().map_err(Unreadable::client)?;
+        let asked = [(topic, 0)];
+        let end = list_offsets(client, &asked, Offset::End, LOOKUP_TIMEOUT)
+            .map_err(|e| {
+                let error = format!("cannot read the end of the watermark topic: {e}");
+                unreadable(client, &asked, error)
+            })
+            .and_then(|listed| {
+                listed
+                    .offset(topic, 0)
+                    .map_err(|e| Unreadable::new(vec![named(topic, 0)], e))
+            });
+        end.inspect_err(|e| refresh_metadata(client, e))
     }
 }
 
@@ -236,20 +312,44 @@ fn reader(
         .map_err(|e| format!("cannot create the recovery's {what} consumer: {e}"))
 }
 
+/// The output partitions input partition `partition`'s task can have written outputs to,
+/// which its recovery reads back: its namesake alone where outputs are placed by input
+/// partition, every one of the output topic's `output_partitions` where they are placed by
+/// key, none where nothing is read back (`at_least_once`). A partition outside these is
+/// never asked, so an offline one holds back only the recoveries that need it.
+fn outputs_read_back(source: &RecoverySource, partition: i32) -> Vec<i32> {
+    match (source.read_outputs, source.outputs_by_input_partition) {
+        (false, _) => Vec::new(),
+        (true, true) => vec![partition],
+        (true, false) => (0..source.output_partitions).collect(),
+    }
+}
+
 /// Steps 1 and 2, blocking.
-pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
+pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, Unreadable> {
+    let lookups = source.lookups.committed.get().map_err(Unreadable::client)?;
+    read_with(source, lookups, partition).inspect_err(|e| refresh_metadata(lookups, e))
+}
+
+/// [`read`], its offsets looked up on `lookups`.
+fn read_with(
+    source: &RecoverySource,
+    lookups: &BaseConsumer<KafkaContext>,
+    partition: i32,
+) -> Result<Found, Unreadable> {
     // Every offset at once, in four requests (`list_offsets`): the latest offsets of the
     // input, state and output partitions in one `ListOffsets`, the first offsets of the
     // state and output partitions in another, the group's commit, and the watermark topic's
     // end (on a client of its own: `Lookups::watermark_end`). One lookup per offset (two
     // `ListOffsets` each), ~15 of them per restore on one connection that Tansu answers in
     // order, took 5–15 ms at a start.
-    let lookups = source.lookups.committed.get()?;
+    let outputs = outputs_read_back(source, partition);
     let (ends, firsts, committed, watermark_end) = std::thread::scope(|s| {
         let committed = s.spawn(|| committed_offset(lookups, &source.input_topic, partition));
-        let firsts = s.spawn(|| ask_offsets(source, lookups, partition, Offset::Beginning));
+        let firsts =
+            s.spawn(|| ask_offsets(source, lookups, partition, &outputs, Offset::Beginning));
         let watermark_end = s.spawn(|| source.lookups.watermark_end(&source.watermark_topic));
-        let ends = ask_offsets(source, lookups, partition, Offset::End);
+        let ends = ask_offsets(source, lookups, partition, &outputs, Offset::End);
         (
             ends,
             joined(firsts),
@@ -258,22 +358,32 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         )
     });
     let (ends, firsts) = (ends?, firsts?);
-    let range = |topic: &str, p: i32| -> Result<(i64, i64), String> {
-        Ok((firsts.offset(topic, p)?, ends.offset(topic, p)?))
+    let range = |topic: &str, p: i32| -> Result<(i64, i64), Unreadable> {
+        let offset = |listed: &Listed| {
+            listed
+                .offset(topic, p)
+                .map_err(|e| Unreadable::new(vec![named(topic, p)], e))
+        };
+        Ok((offset(&firsts)?, offset(&ends)?))
     };
     let state_range = range(&source.state_topic, partition)?;
-    let output_ranges = (0..source.output_partitions)
-        .map(|q| range(&source.output_topic, q))
-        .collect::<Result<Vec<_>, _>>()?;
+    let output_ranges = outputs
+        .iter()
+        .map(|&q| Ok((q, range(&source.output_topic, q)?)))
+        .collect::<Result<Vec<_>, Unreadable>>()?;
     // The input's end unless the group has committed up to it.
     let input_end = ends
         .offset(&source.input_topic, partition)
         .ok()
         .filter(|&end| committed.is_none_or(|c| c < end));
-    let watermark_end = watermark_end.ok();
+    let (watermark_end, watermark_unread) = match watermark_end {
+        Ok(end) => (Some(end), None),
+        Err(e) => (None, Some(e)),
+    };
     let mut found = Found {
         input_end,
         watermark_end,
+        watermark_unread,
         ..Found::default()
     };
 
@@ -302,41 +412,59 @@ pub fn read(source: &RecoverySource, partition: i32) -> Result<Found, String> {
         .as_ref()
         .map(|o| o.offsets.iter().copied().collect())
         .unwrap_or_default();
-    let wanted = partition.to_string();
-    found.read_to = output_ranges.iter().map(|&(_, end)| end).collect();
-    if source.read_outputs {
-        let ranges: Vec<(i32, i64, i64)> = (0..)
-            .zip(&output_ranges)
-            .map(|(q, &(low, end))| (q, offsets.get(&q).map_or(low, |&o| o.max(low)), end))
-            .collect();
-        // Every output partition at once: one after the other, each waited at least a
-        // fetch of its own (Tansu holds every fetch for `fetch.wait.max.ms`), seconds for
-        // a restore of 32 output partitions that sibling partitions had begun writing to.
-        read_to_ends(&mut reader, &source.output_topic, &ranges, |m| {
-            found.outputs_read += 1;
-            let Some(watch) = m.key() else { return };
-            // Outputs without `wb-id` are this partition's where they are in its namesake.
-            let keys = source
-                .output_keys
-                .as_deref()
-                .filter(|_| m.partition() == partition);
-            let headers = m.headers();
-            let header = |name: &str| {
-                let h = headers?;
-                h.iter().find(|h| h.key == name).and_then(|h| h.value)
-            };
-            match output_of(header, m.payload(), partition, &wanted, keys) {
-                Identified::Mine(hash) => found
-                    .outputs
-                    .entry(Bytes::copy_from_slice(watch))
-                    .or_default()
-                    .push(hash),
-                Identified::Unreadable => found.unidentified += 1,
-                Identified::NotMine => {}
-            }
-        })?;
+    found.read_to = read_to(source.output_partitions, &output_ranges, &offsets);
+    if output_ranges.is_empty() {
+        return Ok(found);
     }
+    let wanted = partition.to_string();
+    let ranges: Vec<(i32, i64, i64)> = output_ranges
+        .iter()
+        .map(|&(q, (low, end))| (q, offsets.get(&q).map_or(low, |&o| o.max(low)), end))
+        .collect();
+    // Every output partition at once: one after the other, each waited at least a
+    // fetch of its own (Tansu holds every fetch for `fetch.wait.max.ms`), seconds for
+    // a restore of 32 output partitions that sibling partitions had begun writing to.
+    read_to_ends(&mut reader, &source.output_topic, &ranges, |m| {
+        found.outputs_read += 1;
+        let Some(watch) = m.key() else { return };
+        // Outputs without `wb-id` are this partition's where they are in its namesake.
+        let keys = source
+            .output_keys
+            .as_deref()
+            .filter(|_| m.partition() == partition);
+        let headers = m.headers();
+        let header = |name: &str| {
+            let h = headers?;
+            h.iter().find(|h| h.key == name).and_then(|h| h.value)
+        };
+        match output_of(header, m.payload(), partition, &wanted, keys) {
+            Identified::Mine(hash) => found
+                .outputs
+                .entry(Bytes::copy_from_slice(watch))
+                .or_default()
+                .push(hash),
+            Identified::Unreadable => found.unidentified += 1,
+            Identified::NotMine => {}
+        }
+    })?;
     Ok(found)
+}
+
+/// Per output partition, where the offsets record may say the read-back stopped: the end
+/// read to for each partition in `read` (`(partition, (first, end))`), and for the others
+/// (never written by this partition's task) what the last checkpoint said, or 0 without one.
+/// The bridge's reads of the output topic's ends raise them later (`DurableState::output_ends`).
+fn read_to(
+    partitions: i32,
+    read: &[(i32, (i64, i64))],
+    checkpoint: &HashMap<i32, i64>,
+) -> Vec<i64> {
+    (0..partitions)
+        .map(|q| match read.iter().find(|(p, _)| *p == q) {
+            Some(&(_, (_, end))) => end,
+            None => checkpoint.get(&q).copied().unwrap_or(0),
+        })
+        .collect()
 }
 
 /// The restore's own consumer for its reads, made once a read has records to read.
@@ -516,21 +644,57 @@ fn joined<T>(lookup: std::thread::ScopedJoinHandle<'_, T>) -> T {
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-/// Every partition a restore reads or checks, asked at `at` in one request (`Offset::End`:
-/// also the input partition; `Offset::Beginning`: the state and output partitions only).
+/// Every partition a restore reads or checks, asked at `at` in one request: the state
+/// partition and the `outputs` partitions of the output topic, and with `Offset::End` the
+/// input partition.
 fn ask_offsets(
     source: &RecoverySource,
     client: &BaseConsumer<KafkaContext>,
     partition: i32,
+    outputs: &[i32],
     at: Offset,
-) -> Result<Listed, String> {
+) -> Result<Listed, Unreadable> {
     let mut asked: Vec<(&str, i32)> = vec![(&source.state_topic, partition)];
-    asked.extend((0..source.output_partitions).map(|q| (&*source.output_topic, q)));
+    asked.extend(outputs.iter().map(|&q| (&*source.output_topic, q)));
     if at == Offset::End {
         asked.push((&source.input_topic, partition));
     }
-    list_offsets(client, &asked, at, Duration::from_secs(15))
-        .map_err(|e| format!("cannot read the offsets of the state and output topics: {e}"))
+    list_offsets(client, &asked, at, LOOKUP_TIMEOUT).map_err(|e| {
+        let error = format!("cannot read the offsets of the state and output topics: {e}");
+        unreadable(client, &asked, error)
+    })
+}
+
+/// A lookup of `asked` that failed as a whole (a timeout: librdkafka waits for leaders that
+/// do not come): the partitions among them that the cluster's metadata shows without a
+/// leader, or with an error, are what it waits for; if metadata names none, all of them.
+fn unreadable(
+    client: &BaseConsumer<KafkaContext>,
+    asked: &[(&str, i32)],
+    error: String,
+) -> Unreadable {
+    let mut leaderless = Vec::new();
+    let mut topics: Vec<&str> = asked.iter().map(|&(t, _)| t).collect();
+    topics.dedup();
+    for topic in topics {
+        let Ok(metadata) = client.fetch_metadata(Some(topic), Duration::from_secs(5)) else {
+            continue;
+        };
+        let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
+            continue;
+        };
+        leaderless.extend(
+            t.partitions()
+                .iter()
+                .filter(|p| p.leader() < 0 || p.error().is_some())
+                .filter(|p| asked.contains(&(topic, p.id())))
+                .map(|p| named(topic, p.id())),
+        );
+    }
+    if leaderless.is_empty() {
+        leaderless = asked.iter().map(|&(t, p)| named(t, p)).collect();
+    }
+    Unreadable::new(leaderless, error)
 }
 
 /// The group's committed offset of the input partition (`None`: none, or not read).
@@ -559,7 +723,7 @@ fn read_to_end(
     start: i64,
     end: i64,
     each: impl FnMut(&BorrowedMessage<'_>),
-) -> Result<(), String> {
+) -> Result<(), Unreadable> {
     read_to_ends(reader, topic, &[(partition, start, end)], each)
 }
 
@@ -571,34 +735,43 @@ pub(super) fn read_to_ends(
     topic: &str,
     ranges: &[(i32, i64, i64)],
     mut each: impl FnMut(&BorrowedMessage<'_>),
-) -> Result<(), String> {
+) -> Result<(), Unreadable> {
     // Partition → its end, while it has records left to read.
     let mut left: HashMap<i32, i64> = HashMap::new();
     let mut tpl = TopicPartitionList::new();
     for &(partition, start, end) in ranges.iter().filter(|(_, start, end)| start < end) {
         left.insert(partition, end);
         tpl.add_partition_offset(topic, partition, Offset::Offset(start))
-            .map_err(|e| format!("cannot read {topic}/{partition}: {e}"))?;
+            .map_err(|e| Unreadable::new(vec![named(topic, partition)], e.to_string()))?;
     }
     if left.is_empty() {
         return Ok(());
     }
+    let all_left = |left: &HashMap<i32, i64>| {
+        let mut parts: Vec<i32> = left.keys().copied().collect();
+        parts.sort_unstable();
+        parts
+            .into_iter()
+            .map(|p| named(topic, p))
+            .collect::<Vec<_>>()
+    };
     let timeout = reader.timeout;
-    let consumer = reader.consumer()?;
+    let consumer = reader.consumer().map_err(Unreadable::client)?;
     consumer
         .assign(&tpl)
-        .map_err(|e| format!("cannot read {topic}: {e}"))?;
+        .map_err(|e| Unreadable::new(all_left(&left), format!("cannot read {topic}: {e}")))?;
     let deadline = Instant::now() + timeout;
     while !left.is_empty() {
         if Instant::now() > deadline {
-            let mut parts: Vec<String> = left
+            let mut ends: Vec<(i32, i64)> = left.iter().map(|(&p, &end)| (p, end)).collect();
+            ends.sort_unstable();
+            let ends: Vec<String> = ends
                 .iter()
                 .map(|(p, end)| format!("{topic}/{p} to offset {end}"))
                 .collect();
-            parts.sort();
-            return Err(format!(
-                "reading {} took longer than {timeout:?}",
-                parts.join(", ")
+            return Err(Unreadable::new(
+                all_left(&left),
+                format!("reading {} took longer than {timeout:?}", ends.join(", ")),
             ));
         }
         match consumer.poll(Duration::from_millis(100)) {
@@ -636,7 +809,7 @@ pub(super) fn read_to_ends(
     }
     consumer
         .unassign()
-        .map_err(|e| format!("cannot stop reading {topic}: {e}"))
+        .map_err(|e| Unreadable::client(format!("cannot stop reading {topic}: {e}")))
 }
 
 /// What the task starts from: the engine's restores and the partition's durable state.
@@ -923,6 +1096,27 @@ mod tests {
         assert_eq!(of(&readable, v, None), Identified::Mine(h("ev-9")));
         let theirs = [(INPUT_PARTITION, &b"1"[..]), (OUTPUT_KEY, b"ev-9")];
         assert_eq!(of(&theirs, v, Some(keys)), Identified::NotMine);
+    }
+
+    /// Placed by input partition, an output partition the read did not ask keeps the
+    /// checkpoint's offset (0 without one): the task never writes there.
+    #[test]
+    fn the_read_back_stops_at_the_ends_it_read_and_keeps_the_checkpoints_elsewhere() {
+        let checkpoint = HashMap::from([(0, 5), (1, 7), (2, 9)]);
+        assert_eq!(read_to(4, &[(2, (3, 40))], &checkpoint), vec![5, 7, 40, 0]);
+        let every: Vec<(i32, (i64, i64))> = (0..3).map(|q| (q, (0, 10 + q as i64))).collect();
+        assert_eq!(read_to(3, &every, &HashMap::new()), vec![10, 11, 12]);
+    }
+
+    #[test]
+    fn an_unreadable_read_names_its_partitions_then_why() {
+        let e = Unreadable::new(
+            vec![named("out", 3), named("st", 3)],
+            "Broker: Leader not available",
+        );
+        assert_eq!(e.to_string(), "out/3, st/3 (Broker: Leader not available)");
+        let e = Unreadable::client("cannot create the consumer".into());
+        assert_eq!(e.to_string(), "cannot create the consumer");
     }
 
     #[test]

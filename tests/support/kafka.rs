@@ -246,6 +246,18 @@ impl Broker {
         self.nodes.lock().unwrap()[id as usize - 1].restart();
     }
 
+    /// SIGKILLs node `id`, keeping its data: it is down until [`Broker::start_node`]. The
+    /// partitions whose only in-sync replica it was go offline (no unclean election).
+    pub fn kill_node(&self, id: i32) {
+        self.nodes.lock().unwrap()[id as usize - 1].kill();
+    }
+
+    /// Starts node `id` again after [`Broker::kill_node`], on its ports and data, and waits
+    /// until it answers; it rejoins the cluster.
+    pub fn start_node(&self, id: i32) {
+        self.nodes.lock().unwrap()[id as usize - 1].start_again();
+    }
+
     /// The last lines of the broker's log (every node's, on a cluster), for failure
     /// messages.
     pub fn log_tail(&self) -> String {

@@ -2,7 +2,10 @@
 //! bookkeeping is [`DurableState`]'s, the reads [`recovery`]'s).
 
 use super::*;
+use crate::internal_events::{RecoveryReadFailed, RecoveryWaitEnded, RecoveryWaitOutcome};
 use crate::kafka::merged::ReadBackWait;
+use crate::kafka::recovery::Unreadable;
+use crate::metrics::Metrics;
 use crate::readiness::WatermarkWaiter;
 
 impl<P: Resolve> PartitionTask<P> {
@@ -13,25 +16,36 @@ impl<P: Resolve> PartitionTask<P> {
     /// revoked meanwhile.
     pub(super) async fn recover(&mut self) -> Result<(), transaction::Ending> {
         let started = std::time::Instant::now();
-        let found = loop {
+        let found = {
             let source = self.shared.state.recovery.clone();
             let partition = self.partition;
-            match tokio::task::spawn_blocking(move || recovery::read(&source, partition)).await {
-                Ok(Ok(found)) => break found,
-                Ok(Err(e)) => {
-                    tracing::error!(partition, error = %e, "cannot recover the partition's state; trying again")
-                }
-                Err(e) => {
-                    tracing::error!(partition, error = %e, "the recovery failed; trying again")
-                }
-            }
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            // A closed input channel: revoked, or the bridge is stopping.
-            if self.inputs.is_closed() {
-                return Err(transaction::Ending::Done);
+            let wait = self.recovery_wait();
+            match retry_read(wait, &self.inputs, None, move || {
+                recovery::read(&source, partition)
+            })
+            .await
+            {
+                Some(found) => found,
+                None => return Err(transaction::Ending::Done),
             }
         };
-        if let Some(end) = found.watermark_end {
+        let watermark_end = match found.watermark_unread {
+            // The end could not be looked up: asked again, as long as a wait for the reader
+            // may last (the watermark topic's one partition may be offline).
+            Some(_) => {
+                let (lookups, topic) = (
+                    self.shared.state.recovery.lookups.clone(),
+                    self.shared.state.recovery.watermark_topic.clone(),
+                );
+                let (wait, limit) = (self.recovery_wait(), self.shared.watermarks.read_back_limit);
+                retry_read(wait, &self.inputs, Some(limit), move || {
+                    lookups.watermark_end(&topic)
+                })
+                .await
+            }
+            None => found.watermark_end,
+        };
+        if let Some(end) = watermark_end {
             // The floor must be the previous owner's last value before this partition
             // publishes one or judges an output, or its watermark could go back. `end` is
             // the topic's high watermark: the value can be behind a transaction another
@@ -119,6 +133,15 @@ impl<P: Resolve> PartitionTask<P> {
         }
         .emit(&self.shared.metrics);
         Ok(())
+    }
+
+    /// A wait of this partition's recovery, reported as [`RecoveryWait`] says.
+    fn recovery_wait(&self) -> RecoveryWait {
+        RecoveryWait::new(
+            self.partition,
+            self.shared.readiness.clone(),
+            self.shared.metrics.clone(),
+        )
     }
 
     /// Write what changed since the last checkpoint, unless the last one is still in flight
@@ -222,6 +245,150 @@ impl<P: Resolve> PartitionTask<P> {
             })
             .await;
         }
+    }
+}
+
+/// Run `read` on a blocking thread until it succeeds, waiting with backoff between attempts
+/// and reporting the wait (`wait`: log, metric, `/readyz`); `None` if the partition is
+/// revoked meanwhile (or the bridge stops: `inputs` closed), or once `limit` has passed.
+/// (Not a method: `&self` across the waits would make the task's future need `Sync`.)
+async fn retry_read<T: Send + 'static>(
+    mut wait: RecoveryWait,
+    inputs: &mpsc::Receiver<Feed>,
+    limit: Option<Duration>,
+    read: impl Fn() -> Result<T, Unreadable> + Send + Clone + 'static,
+) -> Option<T> {
+    loop {
+        let error = match tokio::task::spawn_blocking(read.clone()).await {
+            Ok(Ok(read)) => {
+                wait.over(RecoveryWaitOutcome::Read);
+                return Some(read);
+            }
+            Ok(Err(e)) => e,
+            Err(e) => Unreadable {
+                partitions: Vec::new(),
+                error: format!("the recovery failed: {e}"),
+            },
+        };
+        let backoff = wait.failed(&error);
+        if limit.is_some_and(|limit| wait.waited() + backoff > limit) {
+            wait.over(RecoveryWaitOutcome::GaveUp);
+            return None;
+        }
+        if !sleep_unless_closed(inputs, backoff).await {
+            wait.over(RecoveryWaitOutcome::Abandoned);
+            return None;
+        }
+    }
+}
+
+/// Sleep for `d`, or less if `inputs` closes meanwhile (the partition revoked, or the bridge
+/// stopping): whether it is still open.
+async fn sleep_unless_closed(inputs: &mpsc::Receiver<Feed>, d: Duration) -> bool {
+    let until = tokio::time::Instant::now() + d;
+    while tokio::time::Instant::now() < until && !inputs.is_closed() {
+        tokio::time::sleep_until(until.min(tokio::time::Instant::now() + REVOKED_CHECK)).await;
+    }
+    !inputs.is_closed()
+}
+
+/// The first wait between a recovery's failed read and the next attempt; it doubles up to
+/// [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_secs(2);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+/// How often a wait looks whether the partition was revoked.
+const REVOKED_CHECK: Duration = Duration::from_millis(200);
+/// A wait that goes on is logged again this often (every attempt is counted).
+const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// One wait of a partition's recovery for something it cannot read: each failed attempt is
+/// counted (`watchbridge_recovery_read_failures_total`), the first logged at WARN and the
+/// later ones once a [`LOG_EVERY`]; `/readyz` names what it waits for; its end is logged
+/// (and the partition leaves `watchbridge_partitions_recovery_waiting`), also when the wait
+/// is dropped unfinished.
+struct RecoveryWait {
+    partition: i32,
+    readiness: Arc<crate::readiness::Readiness>,
+    metrics: Arc<Metrics>,
+    since: std::time::Instant,
+    attempts: u32,
+    /// What the last failure named, and when the wait was last logged.
+    what: String,
+    logged: std::time::Instant,
+    over: bool,
+}
+
+impl RecoveryWait {
+    fn new(
+        partition: i32,
+        readiness: Arc<crate::readiness::Readiness>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let now = std::time::Instant::now();
+        Self {
+            partition,
+            readiness,
+            metrics,
+            since: now,
+            attempts: 0,
+            what: String::new(),
+            logged: now,
+            over: false,
+        }
+    }
+
+    fn waited(&self) -> Duration {
+        self.since.elapsed()
+    }
+
+    /// An attempt failed with `error`: reported; the backoff before the next.
+    fn failed(&mut self, error: &Unreadable) -> Duration {
+        self.attempts += 1;
+        let what = error.to_string();
+        let changed = what != self.what;
+        let log = changed || self.logged.elapsed() >= LOG_EVERY;
+        if log {
+            self.logged = std::time::Instant::now();
+        }
+        if changed {
+            self.readiness
+                .recovery_waits(self.partition, Some(&what), &self.metrics);
+            self.what = what;
+        }
+        RecoveryReadFailed {
+            partition: self.partition,
+            what: &self.what,
+            attempts: self.attempts,
+            waited: self.waited(),
+            log,
+        }
+        .emit(&self.metrics);
+        let doublings = self.attempts.saturating_sub(1).min(8);
+        (RETRY_FIRST * 2u32.pow(doublings)).min(RETRY_MAX)
+    }
+
+    /// The wait is over: reported if it had failed at all.
+    fn over(&mut self, outcome: RecoveryWaitOutcome) {
+        if std::mem::replace(&mut self.over, true) || self.attempts == 0 {
+            return;
+        }
+        self.readiness
+            .recovery_waits(self.partition, None, &self.metrics);
+        RecoveryWaitEnded {
+            partition: self.partition,
+            what: &self.what,
+            attempts: self.attempts,
+            waited: self.waited(),
+            outcome,
+        }
+        .emit(&self.metrics);
+    }
+}
+
+impl Drop for RecoveryWait {
+    /// A wait left unfinished (the task ended meanwhile) is no reason not to be ready.
+    fn drop(&mut self) {
+        self.over(RecoveryWaitOutcome::Abandoned);
     }
 }
 
