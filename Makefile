@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: setup build demo test test-kafka test-kafka3 lint bench-smoke bench bench-peer-install broker broker-install chaos chaos-short
+.PHONY: setup build demo test test-kafka lint bench-smoke bench bench-peer-install broker broker-install chaos chaos-short
 
 # Debian packages the build needs: rdkafka's `ssl` feature links OpenSSL, found by pkg-config;
 # and the tests': a Prometheus server (/usr/bin/prometheus) that tests/prometheus.rs starts on
@@ -135,7 +135,7 @@ test: lint broker-install bench-smoke
 # which picks exactly_once on Kafka), who owns a watch (ownership.rs: a zombie in the
 # recovery mode), the library examples (examples.rs, ~18 s), and the topics the bridge
 # creates (topics.rs; with WATCHBRIDGE_TEST_BROKER=kafka3 on a three-node cluster); then compaction.rs and exactly_once.rs, which only Kafka can run (its log
-# cleaner, its transactions), replicated.rs on three Kafka nodes (a follower paused: ~60 s), and the short fault test in both modes, each with a zombie
+# cleaner, its transactions), the tests that need three Kafka nodes, and the short fault test in both modes, each with a zombie
 # episode and a broker pause under load. (lifecycle.rs, the start and stop with the brokers
 # away, runs on Tansu only in `make test`: on Kafka each of its tests starts a Kafka of its
 # own, ~100 s; `WATCHBRIDGE_TEST_BROKER=kafka cargo test --test lifecycle` runs it there.)
@@ -144,19 +144,14 @@ test-kafka: setup
 	scripts/kafka.sh install
 	WATCHBRIDGE_TEST_BROKER=kafka $(CARGO) test $(KAFKA_TESTS:%=--test %)
 	WATCHBRIDGE_TEST_BROKER=kafka $(CARGO) test --test compaction --test exactly_once -- --ignored
-	WATCHBRIDGE_TEST_BROKER=kafka3 $(CARGO) test --test replicated -- --ignored
-	@# A revocation that gives up on a stalled output leader (issue 46, case 3): three nodes,
-	@# ~70 s with the cluster's start; on one node the test skips itself.
+	@# On three nodes (issue 46; ~10 s to start a cluster per binary): a follower paused
+	@# under a failed delivery (replicated.rs, ~60 s), an offline output partition
+	@# (offline_partition.rs, ~30 s), a revocation that gives up on a stalled output leader
+	@# (ownership.rs, ~60 s; on one node that test skips itself).
+	WATCHBRIDGE_TEST_BROKER=kafka3 $(CARGO) test --test replicated --test offline_partition -- --include-ignored
 	WATCHBRIDGE_TEST_BROKER=kafka3 $(CARGO) test --test ownership -- a_revocation_that_gives_up
 	WATCHBRIDGE_TEST_BROKER=kafka CHAOS_GUARANTEE=exactly_once $(CHAOS_SHORT)
 	WATCHBRIDGE_TEST_BROKER=kafka CHAOS_GUARANTEE=recovery $(CHAOS_SHORT)
-
-# Tests that take a node of the three-node cluster down (issue 46): an offline output
-# partition holds back only the recovery that reads it. ~30 s plus the cluster's start;
-# not in `make test` (CI time; `make chaos BROKER=kafka3` is by hand too).
-test-kafka3: setup
-	scripts/kafka.sh install
-	WATCHBRIDGE_TEST_BROKER=kafka3 $(CARGO) test --test offline_partition
 
 # The fault test (issue 6): SIGKILLs the bridge at random moments (CHAOS_KILLS, default 10)
 # while it watches CHAOS_USERS (default 20) growing HTTP feeds, runs two instances and kills

@@ -7,7 +7,7 @@
 //! the cluster up, and the test says so and passes.
 //!
 //! ~30 s on two cores after the cluster's start (two bridges, a node killed and started again):
-//! not part of `make test` (CI time); `make test-kafka3` runs it.
+//! `make test-kafka` runs it there.
 
 mod support;
 
