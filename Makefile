@@ -150,8 +150,10 @@ test-kafka: setup
 	@# (ownership.rs, ~60 s; on one node that test skips itself).
 	WATCHBRIDGE_TEST_BROKER=kafka3 $(CARGO) test --test replicated --test offline_partition -- --include-ignored
 	WATCHBRIDGE_TEST_BROKER=kafka3 $(CARGO) test --test ownership -- a_revocation_that_gives_up
-	WATCHBRIDGE_TEST_BROKER=kafka CHAOS_GUARANTEE=exactly_once $(CHAOS_SHORT)
-	WATCHBRIDGE_TEST_BROKER=kafka CHAOS_GUARANTEE=recovery $(CHAOS_SHORT)
+	@# The fault test's short form on one Kafka node, in both modes. (On three nodes,
+	@# `make chaos-short BROKER=kafka3`, not yet here: `recovery` still duplicated 1 of 456
+	@# outputs there; issue 46.)
+	$(MAKE) chaos-short BROKER=kafka
 
 # The fault test (issue 6): SIGKILLs the bridge at random moments (CHAOS_KILLS, default 10)
 # while it watches CHAOS_USERS (default 20) growing HTTP feeds, runs two instances and kills
@@ -164,14 +166,21 @@ test-kafka: setup
 # than the input's: outputs placed by key, with `wb-id`); BROKER=kafka runs either on
 # Apache Kafka, BROKER=kafka3 on three replicated Kafka nodes with node episodes (a node
 # killed, paused, its leadership moved; docs/brokers.md, "Replicated clusters").
+# On Apache Kafka (kafka, kafka3) each runs once per mode, exactly_once then recovery
+# (CHAOS_GUARANTEES); Tansu has no transactions, so there `auto` (it takes recovery).
 CHAOS_KILLS ?= 10
 CHAOS_USERS ?= 20
+CHAOS_GUARANTEES ?= $(if $(filter kafka kafka3,$(BROKER)),exactly_once recovery,auto)
 chaos: broker-install
-	WATCHBRIDGE_TEST_BROKER=$(BROKER) CHAOS_KILLS=$(CHAOS_KILLS) CHAOS_USERS=$(CHAOS_USERS) $(CARGO) test --test chaos -- --ignored --nocapture
+	for g in $(CHAOS_GUARANTEES); do \
+	  WATCHBRIDGE_TEST_BROKER=$(BROKER) CHAOS_GUARANTEE=$$g CHAOS_KILLS=$(CHAOS_KILLS) CHAOS_USERS=$(CHAOS_USERS) $(CARGO) test --test chaos -- --ignored --nocapture || exit 1; \
+	done
 
 CHAOS_SHORT = CHAOS_KILLS=3 CHAOS_USERS=8 $(CARGO) test --test chaos -- --ignored --nocapture
 chaos-short: broker-install
-	WATCHBRIDGE_TEST_BROKER=$(BROKER) $(CHAOS_SHORT)
+	for g in $(CHAOS_GUARANTEES); do \
+	  WATCHBRIDGE_TEST_BROKER=$(BROKER) CHAOS_GUARANTEE=$$g $(CHAOS_SHORT) || exit 1; \
+	done
 
 # The real figures, written to bench/RESULTS.md (one summary table of every target, then a
 # section per bench, kept in bench/results/) and the summary printed: the engine with
