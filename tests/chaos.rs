@@ -228,6 +228,20 @@ fn random_wait(rng: &mut fastrand::Rng) -> Duration {
 }
 
 /// Wait until the log says `text`; false (no panic) if it didn't within `within`.
+/// Assert that `second`, started beside `first`, got a partition `within` (each log shown
+/// otherwise): what an `episode` of two instances at once needs before it goes on.
+fn got_partitions(second: &Bridge, first: &Bridge, episode: &str, within: Duration) -> bool {
+    let joined = log_says(second, "partition assigned", within);
+    assert!(
+        joined,
+        "{episode} episode: the second instance got no partition within {within:?}; its \
+         log:\n{}\nthe first's:\n{}",
+        second.log(),
+        first.log()
+    );
+    joined
+}
+
 fn log_says(bridge: &Bridge, text: &str, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     loop {
@@ -440,19 +454,12 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
             // the new owner is SIGKILLed (and the zombie with it), and a third recovers.
             let mut successor = Bridge::start(&env);
             restarts += 1;
-            // The stall comes once the group has both members: a member stopped in the
-            // middle of the rebalance its successor's join started (so while it leads the
-            // assignment) left Tansu's group with no owner for minutes (1 of ~10 runs;
+            // The first stalls only once the second has partitions: stopped in the middle
+            // of the rebalance the second's join started (while it led the assignment), it
+            // left Tansu's group with no owner for minutes (1 of ~10 runs;
             // ../shared/notes/tansu-0.6.md, group membership). Kafka expires it after the
             // session timeout either way.
-            let joined = log_says(&successor, "partition assigned", Duration::from_secs(30));
-            assert!(
-                joined,
-                "zombie episode: the second instance got no partition within 30 s, before \
-                 any stall; its log:\n{}\nthe first's:\n{}",
-                successor.log(),
-                current.log()
-            );
+            got_partitions(&successor, &current, "zombie", Duration::from_secs(30));
             tokio::time::sleep(random_wait(&mut rng)).await;
             signal(&current, "-STOP");
             eprintln!(
@@ -493,15 +500,8 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
         if i == two_at {
             let mut second = Bridge::start(&env);
             restarts += 1;
-            let joined = log_says(&second, "partition assigned", Duration::from_secs(20));
             // Else the episode never ran two instances at once.
-            assert!(
-                joined,
-                "two-instance episode: the second instance got no partition within 20 s; its \
-                 log:\n{}\nthe first's:\n{}",
-                second.log(),
-                current.log()
-            );
+            let joined = got_partitions(&second, &current, "two-instance", Duration::from_secs(20));
             tokio::time::sleep(random_wait(&mut rng)).await;
             let kill_first = rng.bool();
             eprintln!(

@@ -141,7 +141,7 @@ impl DelayedRestarts {
 
 /// How long after a failed delivery its record may still commit (above): a paused leader
 /// may append it up to `broker.session.timeout.ms` later, and it may sit above the high
-/// watermark `replica.lag.time.max.ms` more; plus a 5 s margin. None on a
+/// watermark `replica.lag.time.max.ms` more; plus `MARGIN` (below). None on a
 /// single broker, which has no followers, no other leader, and whose pause stalls the
 /// read-back too.
 pub struct DeliveryWindow;

@@ -146,7 +146,8 @@ impl<P: Resolve> PartitionTask<P> {
 /// How long each partition waits before it makes a new idempotent producer: not at all,
 /// unless its last one met a fatal error soon after it was made (a fresh producer that goes
 /// fatal at once would otherwise restart the partition in a tight loop). The wait doubles
-/// from 1 s up to 60 s while each new producer fails within 60 s of being made;
+/// from `FIRST_WAIT` up to `MAX_WAIT` while each new producer fails within `FRESH` (the
+/// constants above);
 /// one that lived longer restarts at once.
 #[derive(Default)]
 pub struct ProducerRestarts {
