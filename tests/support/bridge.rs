@@ -24,8 +24,12 @@ impl Bridge {
     }
 
     /// Start it, without waiting for anything.
+    /// (`WATCHBRIDGE_TEST_BIN` names another build of the binary: to run a test against
+    /// the code of an earlier commit and see it fail.)
     pub fn spawn(env: &[(&str, String)]) -> Self {
-        Self::spawn_program(Path::new(env!("CARGO_BIN_EXE_watchbridge")), env)
+        let program = std::env::var_os("WATCHBRIDGE_TEST_BIN")
+            .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_watchbridge")), PathBuf::from);
+        Self::spawn_program(&program, env)
     }
 
     /// [`Bridge::start`] with another program that runs a bridge (an example built on the
@@ -190,5 +194,12 @@ impl Drop for Bridge {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // To trace a failed fault run afterwards: `WATCHBRIDGE_TEST_KEEP_LOGS=<dir>` keeps
+        // every bridge's log there, named by its process id.
+        if let Some(dir) = std::env::var_os("WATCHBRIDGE_TEST_KEEP_LOGS") {
+            let dir = PathBuf::from(dir);
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::copy(&self.log, dir.join(format!("bridge-{}.log", self.child.id())));
+        }
     }
 }

@@ -36,7 +36,9 @@ pub(super) enum Kind {
     /// A state-topic record: retried until delivered, never dead-lettered.
     State,
     DeadLetter,
-    Watermark,
+    /// A watermark record; on the watermark topic without transactions, the number of its
+    /// publication, whose in-band copies wait for it (`watermarks.rs`).
+    Watermark { on_topic: Option<u64> },
 }
 
 pub(super) enum Delivery {
@@ -350,7 +352,13 @@ impl<P: Resolve> PartitionTask<P> {
                             }
                         }
                     }
-                    Kind::DeadLetter | Kind::Watermark => {}
+                    Kind::Watermark {
+                        on_topic: Some(seq),
+                    } => {
+                        let seq = *seq;
+                        Box::pin(self.watermark_on_topic(seq)).await;
+                    }
+                    Kind::DeadLetter | Kind::Watermark { .. } => {}
                 }
                 self.tracker.acknowledged_all(&sent.origin);
             }
@@ -397,6 +405,9 @@ impl<P: Resolve> PartitionTask<P> {
                 return;
             }
             AfterProduceFailure::PublishAgain => {
+                if let Kind::Watermark { on_topic: Some(seq) } = sent.kind {
+                    self.in_band.failed(seq);
+                }
                 self.watermark.republish();
                 return;
             }
@@ -444,7 +455,7 @@ impl<P: Resolve> PartitionTask<P> {
                 record.map(|parts| *parts).unwrap_or_default()
             }
             // Never dead-lettered (`after_failure`).
-            (Kind::State | Kind::Watermark, _) => return,
+            (Kind::State | Kind::Watermark { .. }, _) => return,
         };
         let record = OutRecord::dead_letter(
             &self.shared.dlq_topic,
@@ -493,7 +504,7 @@ fn after_failure(
     match kind {
         Kind::Output { .. } if refused_for_good(error) => DeadLetter,
         Kind::Output { .. } => RestartPartition,
-        Kind::Watermark => PublishAgain,
+        Kind::Watermark { .. } => PublishAgain,
         Kind::State => Retry,
         Kind::DeadLetter if attempt >= DELIVERY_ATTEMPTS => DeadLetter,
         Kind::DeadLetter => Retry,

@@ -318,6 +318,9 @@ pub struct PartitionTask<P: Resolve> {
     /// watches whose input did not come again are forgotten.
     recovery_input_end: Option<i64>,
     deliveries: Deliveries,
+    /// Watermark copies for the output partitions, held until the watermark topic has
+    /// their value (`watermarks.rs`).
+    in_band: watermarks::InBandCopies,
     /// Outputs acknowledged since the last [`publish_position`](Self::publish_position),
     /// which counts them (`watchbridge_outputs_produced_total`).
     produced: u64,
@@ -453,6 +456,7 @@ impl<P: Resolve> PartitionTask<P> {
             unsent: HashMap::new(),
             recovery_input_end: None,
             deliveries: Deliveries::new(&own.producer),
+            in_band: watermarks::InBandCopies::default(),
             produced: 0,
             waiting: None,
             producer: own.producer,

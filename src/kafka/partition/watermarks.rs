@@ -1,5 +1,13 @@
 //! Publishing the partition's watermark: on the watermark topic and in every output
 //! partition, when it changed.
+//!
+//! Without transactions the in-band copies go out only once the watermark topic has
+//! acknowledged the value ([`InBandCopies`]). A delivery that fails may still land (on a
+//! replicated cluster, once a follower catches up), and the partition's next task takes its
+//! floor from the watermark topic: a copy that landed with no record on the topic to match
+//! it would stand above that floor, and the next task's markers would go back below it (seen
+//! on three nodes: in-band markers back by 2 s, outputs after them unflagged). In the
+//! exactly-once mode the transaction makes the topic record and its copies one.
 
 use super::*;
 
@@ -72,14 +80,99 @@ impl<P: Resolve> PartitionTask<P> {
             &self.shared.output_topic,
             settings.output_partitions,
         );
-        for record in records {
-            self.send(Pending {
-                record,
-                origin: Origins::None,
-                attempt: 1,
-                kind: Kind::Watermark,
-            })
-            .await;
+        let mut records = records.into_iter();
+        if self.txn.is_some() {
+            for record in records {
+                self.send_watermark(record, None).await;
+            }
+        } else if let Some(on_topic) = records.next() {
+            // The topic's record first (`watermark_copies`), its copies once it is there.
+            let seq = self.in_band.hold(records.collect());
+            self.send_watermark(on_topic, Some(seq)).await;
         }
+    }
+
+    /// The watermark topic acknowledged publication `seq`: send the in-band copies it
+    /// lets out.
+    pub(super) async fn watermark_on_topic(&mut self, seq: u64) {
+        for record in self.in_band.acknowledged(seq) {
+            self.send_watermark(record, None).await;
+        }
+    }
+
+    async fn send_watermark(&mut self, record: OutRecord, on_topic: Option<u64>) {
+        self.send(Pending {
+            record,
+            origin: Origins::None,
+            attempt: 1,
+            kind: Kind::Watermark { on_topic },
+        })
+        .await;
+    }
+}
+
+/// In-band copies of watermarks whose record on the watermark topic is not acknowledged
+/// yet, by publication. Watermarks only rise within a task, so the copies of the latest
+/// publication the topic holds supersede those of earlier ones.
+#[derive(Default)]
+pub(super) struct InBandCopies {
+    next: u64,
+    waiting: VecDeque<(u64, Vec<OutRecord>)>,
+}
+
+impl InBandCopies {
+    /// Hold a publication's copies; its number, for its topic record's report.
+    fn hold(&mut self, copies: Vec<OutRecord>) -> u64 {
+        self.next += 1;
+        self.waiting.push_back((self.next, copies));
+        self.next
+    }
+
+    /// The topic acknowledged publication `seq`: the copies of the latest publication up to
+    /// it that are still held (none if a later acknowledgement let them out already).
+    fn acknowledged(&mut self, seq: u64) -> Vec<OutRecord> {
+        let mut latest = Vec::new();
+        while self.waiting.front().is_some_and(|(s, _)| *s <= seq) {
+            latest = self.waiting.pop_front().map(|(_, c)| c).unwrap_or_default();
+        }
+        latest
+    }
+
+    /// Publication `seq`'s topic record failed: its copies never go out (the watermark is
+    /// published again).
+    pub(super) fn failed(&mut self, seq: u64) {
+        self.waiting.retain(|(s, _)| *s != seq);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copies(n: usize) -> Vec<OutRecord> {
+        let message = WatermarkMessage::Partition {
+            topic: "in".into(),
+            partition: 0,
+            watermark_ms: n as i64,
+            idle: false,
+        };
+        OutRecord::watermark_copies(&message, &Arc::from("wm"), &Arc::from("out"), n as i32)
+    }
+
+    #[test]
+    fn copies_wait_for_their_topic_record_and_the_latest_acknowledged_wins() {
+        let mut in_band = InBandCopies::default();
+        let first = in_band.hold(copies(1));
+        let second = in_band.hold(copies(2));
+        let third = in_band.hold(copies(3));
+        // The second's acknowledgement lets out the second's copies only (the first's are
+        // superseded), the first's late report nothing.
+        assert_eq!(in_band.acknowledged(second).len(), 3);
+        assert!(in_band.acknowledged(first).is_empty());
+        // A failed topic record's copies never go out.
+        in_band.failed(third);
+        assert!(in_band.acknowledged(third).is_empty());
+        let fourth = in_band.hold(copies(4));
+        assert_eq!(in_band.acknowledged(fourth).len(), 5);
     }
 }
