@@ -771,6 +771,7 @@ fn main() {
             // the bridge places outputs by input partition and reads partition 0 alone.)
             outputs_by_input_partition: false,
             read_outputs: true,
+            settle_outputs: false,
             output_keys: None,
             lookups,
         }

@@ -379,6 +379,7 @@ fn main() {
         output_partitions: 1,
         outputs_by_input_partition: true,
         read_outputs: true,
+        settle_outputs: false,
         output_keys: None,
         lookups,
     };

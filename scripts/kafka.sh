@@ -153,10 +153,14 @@ share.coordinator.state.topic.min.isr=$min_isr
 default.replication.factor=$replicas
 min.insync.replicas=$min_isr
 unclean.leader.election.enable=false
-# A follower that stops fetching leaves the in-sync set after 10 s (Kafka's default 30 s):
-# what a record may wait above the high watermark, and so part of how long a partition of
-# the bridge waits after a failed delivery (docs/brokers.md, "Replicated clusters").
-replica.lag.time.max.ms=10000
+# A follower that stops fetching leaves the in-sync set after 5 s (Kafka's default 30 s),
+# and the controller fences a node not heard from for 4 s (default 9 s): how long a record
+# may wait above the high watermark, or a paused leader append one, and so how long a
+# partition of the bridge waits after a failed delivery or at a takeover, without
+# transactions (docs/brokers.md, "Replicated clusters"): 4 + 5 + 5 s of margin.
+replica.lag.time.max.ms=5000
+broker.session.timeout.ms=4000
+broker.heartbeat.interval.ms=1000
 # A group's first member gets its partitions at once, not after 3 s.
 group.initial.rebalance.delay.ms=0
 # No topics created by producing to or fetching from a name: like Tansu, and like the

@@ -360,6 +360,8 @@ pub async fn run_bridge<P: Resolve>(
                 output_partitions: layout.output_partitions,
                 outputs_by_input_partition: output_layout.by_input_partition,
                 read_outputs: guarantee != Guarantee::AtLeastOnce,
+                // On one broker a record is committed once appended: nothing to settle.
+                settle_outputs: transactions.is_none() && !delivery_window.is_zero(),
                 output_keys,
                 lookups: lookups.clone(),
             },
@@ -378,6 +380,7 @@ pub async fn run_bridge<P: Resolve>(
         tokio::runtime::Handle::current(),
         no_commit,
         delivery_window,
+        takeover_wait(&consumer_settings, delivery_window),
     ));
     let bounded_incomplete = partitions.clone();
     let consumer: BaseConsumer<BridgeContext<P>> = consumer_settings
@@ -931,22 +934,53 @@ fn consumer_config(brokers: &str, config: &RunConfig, guarantee: Guarantee) -> C
     c
 }
 
+/// The consumer's group timeouts: `session.timeout.ms` and `heartbeat.interval.ms`
+/// (librdkafka's defaults unless `KAFKA_*` set them).
+struct GroupTimeouts {
+    session: Duration,
+    heartbeat: Duration,
+}
+
+impl GroupTimeouts {
+    fn of(consumer: &ClientConfig) -> Self {
+        let millis = |key: &str, default: u64| {
+            Duration::from_millis(
+                consumer
+                    .get(key)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(default),
+            )
+        };
+        Self {
+            session: millis("session.timeout.ms", 45_000),
+            heartbeat: millis("heartbeat.interval.ms", 3_000),
+        }
+    }
+}
+
 /// The lease that keeps a stalled instance from writing (`kafka::lease`), sized by the
-/// consumer's group timeouts (librdkafka's defaults unless `KAFKA_*` set them).
+/// consumer's group timeouts.
 fn group_lease(consumer: &ClientConfig, metrics: &Arc<Metrics>) -> Arc<Lease> {
-    let millis = |key: &str, default: u64| {
-        Duration::from_millis(
-            consumer
-                .get(key)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(default),
-        )
-    };
-    Lease::start(
-        millis("session.timeout.ms", 45_000),
-        millis("heartbeat.interval.ms", 3_000),
-        metrics.clone(),
-    )
+    let group = GroupTimeouts::of(consumer);
+    Lease::start(group.session, group.heartbeat, metrics.clone())
+}
+
+/// How long a partition the group assigns waits for its previous owner's records, logged
+/// when it waits at all (`DeliveryWindow::takeover`).
+fn takeover_wait(consumer: &ClientConfig, delivery_window: Duration) -> Duration {
+    let group = GroupTimeouts::of(consumer);
+    let wait = DeliveryWindow::takeover(delivery_window, group.session, group.heartbeat);
+    if !wait.is_zero() {
+        tracing::info!(
+            wait_ms = wait.as_millis() as u64,
+            session_timeout_ms = group.session.as_millis() as u64,
+            "a partition the group assigns waits this long before it reads its outputs back: \
+             a previous owner that died may have records still settling on the brokers (a \
+             session timeout of the delivery window plus a heartbeat or more, \
+             KAFKA_SESSION_TIMEOUT_MS, makes it none)"
+        );
+    }
+    wait
 }
 
 /// Apply `other`'s settings over `c` (the user's `KAFKA_*` over our defaults).

@@ -863,35 +863,54 @@ impl TransactionFenced<'_> {
 /// (`kafka::delayed_restart`).
 pub struct RestartDelayed {
     pub partition: i32,
-    pub fenced: bool,
+    pub reason: DelayReason,
     pub wait: Duration,
+}
+
+/// Why a partition waits before it starts (`kafka::delayed_restart`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DelayReason {
+    /// Its producer was fenced: for the group to say whether it is still this instance's.
+    Fenced,
+    /// Its delivery failed: for the record to settle before the read-back.
+    FailedDelivery,
+    /// The group assigned it while records sent for it (by this instance before, or by its
+    /// previous owner) may still commit.
+    Settling,
 }
 
 impl RestartDelayed {
     pub fn emit(&self, m: &Metrics) {
         let wait_ms = self.wait.as_millis() as u64;
-        if self.fenced {
-            tracing::warn!(
-                partition = self.partition,
+        let partition = self.partition;
+        match self.reason {
+            DelayReason::Fenced => tracing::warn!(
+                partition,
                 wait_ms,
                 "the partition's producer was fenced; unless the group takes the partition \
                  from this instance meanwhile (then another instance owns it), it starts again \
                  with a new producer (the broker aborted its transaction for its timeout, \
                  transaction.timeout.ms: a stall, or a commit that waited long)"
-            );
-        } else {
-            tracing::warn!(
-                partition = self.partition,
+            ),
+            DelayReason::FailedDelivery => tracing::warn!(
+                partition,
                 wait_ms,
                 "a delivery failed; the partition starts again once its record has settled on \
                  the brokers (committed or dropped), so that the read-back sees whether it is \
                  there (replica.lag.time.max.ms + broker.session.timeout.ms)"
-            );
+            ),
+            DelayReason::Settling => tracing::info!(
+                partition,
+                wait_ms,
+                "the partition was assigned while records sent for it before (by this instance \
+                 or its previous owner) may still commit; it starts once they have settled, so \
+                 that the read-back sees them"
+            ),
         }
-        let reason = if self.fenced {
-            "fenced"
-        } else {
-            "failed_delivery"
+        let reason = match self.reason {
+            DelayReason::Fenced => "fenced",
+            DelayReason::FailedDelivery => "failed_delivery",
+            DelayReason::Settling => "settling",
         };
         m.partition_restarts_delayed
             .with_label_values(&[reason])

@@ -874,6 +874,10 @@ impl Watermarks {
         let mut markers: HashMap<(i32, i32), Highest> = HashMap::new();
         for m in output_records {
             let (out, at) = (m.partition(), m.offset());
+            if header(m, "watchbridge-control").as_deref() == Some(b"settle".as_slice()) {
+                // A restoring task's settle record (`partition/settle.rs`): no watermark.
+                continue;
+            }
             if header(m, "watchbridge-control").is_some() {
                 let marker = match watermark_of(m, input) {
                     Ok(WatermarkMessage::Partition {

@@ -14,7 +14,7 @@ use super::list_offsets::list_offsets;
 use super::partition::{Bounds, Ending, Feed, Lost, PartitionTask, Shared, Stopped};
 use super::stats::consumer_lag;
 use crate::internal_events::{
-    KafkaStatistics, PartitionAssigned, PartitionRevoked, RestartDelayed,
+    DelayReason, KafkaStatistics, PartitionAssigned, PartitionRevoked, RestartDelayed,
 };
 use crate::pollers::Resolve;
 use rdkafka::config::RDKafkaLogLevel;
@@ -94,6 +94,9 @@ pub struct Partitions<P: Resolve> {
     /// How long a failed delivery's record may still commit (`DeliveryWindow`; zero in
     /// the exactly-once mode, whose aborted records never commit).
     delivery_window: Duration,
+    /// How long a partition the group assigns waits for its previous owner's records
+    /// (`DeliveryWindow::takeover`).
+    takeover_wait: Duration,
 }
 
 /// Where a partition the group has no commit for starts: librdkafka's
@@ -138,9 +141,11 @@ impl<P: Resolve> Partitions<P> {
         runtime: tokio::runtime::Handle,
         no_commit: NoCommitStart,
         delivery_window: Duration,
+        takeover_wait: Duration,
     ) -> Self {
         Self {
             delivery_window,
+            takeover_wait,
             no_commit,
             shared,
             runtime,
@@ -232,6 +237,13 @@ impl<P: Resolve> Partitions<P> {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             let report = stopped.recv_timeout(left).ok();
+            if (lost || report.is_none()) && !self.delivery_window.is_zero() {
+                // What it handed to librdkafka may still commit; should the partition come
+                // back here, it waits for that (`kafka::delayed_restart`).
+                let until = Instant::now() + self.delivery_window;
+                let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+                waiting.unsettled(partition, until);
+            }
             if report.is_none() {
                 // Its next owner may start now: from here on this task's writes would land
                 // on top of that owner's. Told, it stops waiting and purges its producer.
@@ -323,9 +335,14 @@ impl<P: Resolve> Partitions<P> {
             };
             // Nothing it fetched meanwhile would be used.
             let _ = consumer.pause(&self.one(partition));
+            let reason = if report.ending == Ending::Fenced {
+                DelayReason::Fenced
+            } else {
+                DelayReason::FailedDelivery
+            };
             RestartDelayed {
                 partition,
-                fenced: report.ending == Ending::Fenced,
+                reason,
                 wait,
             }
             .emit(&self.shared.metrics);
@@ -397,6 +414,26 @@ impl<P: Resolve> Partitions<P> {
             partition,
             committed: None,
             watches_stopped: 0,
+        }
+        .emit(&self.shared.metrics);
+    }
+
+    /// The group assigned `partition`: its task starts now, or once records sent for it
+    /// before may no longer commit (`kafka::delayed_restart`), paused until then.
+    fn assigned_by_group(&self, consumer: &BaseConsumer<BridgeContext<P>>, partition: i32) {
+        let wait = {
+            let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            waiting.assigned(partition, self.takeover_wait, Instant::now())
+        };
+        let Some(wait) = wait else {
+            self.assign(partition, None);
+            return;
+        };
+        let _ = consumer.pause(&self.one(partition));
+        RestartDelayed {
+            partition,
+            reason: DelayReason::Settling,
+            wait,
         }
         .emit(&self.shared.metrics);
     }
@@ -845,12 +882,13 @@ impl<P: Resolve> ConsumerContext for BridgeContext<P> {
         }
     }
 
-    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
                 self.partitions.shared.lease.confirmed();
                 for element in tpl.elements() {
-                    self.partitions.assign(element.partition(), None);
+                    self.partitions
+                        .assigned_by_group(consumer, element.partition());
                 }
                 // Also when empty: librdkafka reports every incremental assignment.
                 let shared = &self.partitions.shared;

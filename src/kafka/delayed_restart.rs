@@ -28,6 +28,21 @@
 //! emitted again: a duplicate. So the partition waits out that window
 //! ([`DeliveryWindow`]) after the failure before it starts again.
 //!
+//! **Records still in flight when the partition goes.** The window does not end when the
+//! partition leaves this instance: records handed to librdkafka before a lost assignment,
+//! or a failed delivery whose wait the loss cut short, may still commit. So the instance
+//! keeps, per partition, until when its records may land (`settling`), and a partition the
+//! group assigns to it again before then waits out the rest (seen on three nodes: a
+//! delivery failed, the assignment was lost 10 s later and came back 5 s after that; the
+//! read-back missed the record that committed later, and its output came twice). Another
+//! instance's records are out of sight: a partition whose owner died with deliveries in
+//! flight is assigned elsewhere a session timeout after the owner's last heartbeat, and its
+//! records may commit up to the window after the death. So every partition the group
+//! assigns waits the window less that (`DeliveryWindow::takeover`): 2 s with Kafka's and
+//! librdkafka's defaults (a 44 s window, a 45 s session, 3 s heartbeats), none with a
+//! session of 47 s or more, 8 s in the chaos test on the test cluster (a 13 s window, a 6 s
+//! session, 1 s heartbeats).
+//!
 //! A waiting partition is paused (nothing it fetched meanwhile would be used) and does not
 //! restart once the group has taken it away.
 
@@ -58,6 +73,10 @@ pub struct DelayedRestarts {
     waiting: HashMap<i32, Waiting>,
     /// Per partition: fencings in a row, and when the last was.
     history: HashMap<i32, (u32, Instant)>,
+    /// Per partition: until when records this instance sent for it may still commit (a
+    /// failed delivery's, a lost assignment's). Kept when the partition goes, for if it
+    /// comes back.
+    settling: HashMap<i32, Instant>,
 }
 
 impl DelayedRestarts {
@@ -98,6 +117,7 @@ impl DelayedRestarts {
         window: Duration,
         now: Instant,
     ) {
+        self.unsettled(partition, now + window);
         self.waiting.insert(
             partition,
             Waiting {
@@ -106,6 +126,42 @@ impl DelayedRestarts {
                 bounds,
             },
         );
+    }
+
+    /// Records sent for `partition` may still commit until `until` (it was lost with
+    /// deliveries in flight).
+    pub fn unsettled(&mut self, partition: i32, until: Instant) {
+        let settling = self.settling.entry(partition).or_insert(until);
+        *settling = (*settling).max(until);
+    }
+
+    /// The group assigned `partition` at `now`: how long it waits before it starts (from
+    /// the group's commit) — the rest of its own records' window, and at least `takeover`
+    /// for a previous owner's — if at all.
+    pub fn assigned(
+        &mut self,
+        partition: i32,
+        takeover: Duration,
+        now: Instant,
+    ) -> Option<Duration> {
+        let own = self
+            .settling
+            .remove(&partition)
+            .map_or(Duration::ZERO, |until| until.saturating_duration_since(now));
+        let wait = own.max(takeover);
+        if wait.is_zero() {
+            return None;
+        }
+        let due = now + wait;
+        self.waiting.insert(
+            partition,
+            Waiting {
+                due,
+                position: None,
+                bounds: None,
+            },
+        );
+        Some(wait)
     }
 
     /// The partitions whose wait is over at `now`, no longer waiting.
@@ -167,6 +223,16 @@ impl DeliveryWindow {
             .unwrap_or(Self::DEFAULT_REPLICA_LAG);
         session + lag + Self::MARGIN
     }
+
+    /// How long a partition the group assigns waits for its previous owner's records
+    /// (above): the group hears of a dead owner `session_timeout` after its last heartbeat,
+    /// at most `heartbeat` before it died; its records may commit up to `window` after.
+    pub fn takeover(window: Duration, session_timeout: Duration, heartbeat: Duration) -> Duration {
+        if window.is_zero() {
+            return Duration::ZERO;
+        }
+        (window + heartbeat).saturating_sub(session_timeout)
+    }
 }
 
 /// 1 s after the first fencing in a row, doubling, at most [`MAX_BACKOFF`].
@@ -207,6 +273,59 @@ mod tests {
         assert_eq!(DeliveryWindow::of(&silent), Duration::from_secs(44));
         let one = BrokerSettings::known(1, [(session, "6000"), (lag, "4000")]);
         assert_eq!(DeliveryWindow::of(&one), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_partition_assigned_again_waits_out_the_rest_of_its_records_window() {
+        let mut restarts = DelayedRestarts::default();
+        let t0 = Instant::now();
+        let window = Duration::from_secs(24);
+        // A delivery failed, the assignment was lost 10 s later (its wait forgotten), and
+        // the group gave the partition back 5 s after that: 9 s are left.
+        restarts.failed_delivery(1, Some(7), None, window, t0);
+        assert_eq!(restarts.forget_all().len(), 1);
+        let back = t0 + Duration::from_secs(15);
+        assert_eq!(
+            restarts.assigned(1, Duration::ZERO, back),
+            Some(Duration::from_secs(9))
+        );
+        let due = restarts.take_due(back + Duration::from_secs(9));
+        assert_eq!(
+            (due[0].0, due[0].1.position),
+            (1, None),
+            "from the group's commit"
+        );
+        // Once over, it is over; another partition waits only the takeover's share.
+        assert_eq!(restarts.assigned(1, Duration::ZERO, back + window), None);
+        restarts.unsettled(2, t0 + Duration::from_secs(3));
+        let takeover = Duration::from_secs(8);
+        assert_eq!(
+            restarts.assigned(2, takeover, t0 + Duration::from_secs(1)),
+            Some(takeover)
+        );
+    }
+
+    #[test]
+    fn a_takeover_waits_the_window_less_the_groups_session_timeout() {
+        let secs = Duration::from_secs;
+        assert_eq!(
+            DeliveryWindow::takeover(secs(13), secs(6), secs(1)),
+            secs(8)
+        );
+        // Kafka's and librdkafka's defaults: 44 s window, 45 s session, 3 s heartbeat.
+        assert_eq!(
+            DeliveryWindow::takeover(secs(44), secs(45), secs(3)),
+            secs(2)
+        );
+        assert_eq!(
+            DeliveryWindow::takeover(secs(44), secs(60), secs(3)),
+            Duration::ZERO
+        );
+        // One broker, or transactions: no window, no wait.
+        assert_eq!(
+            DeliveryWindow::takeover(Duration::ZERO, secs(6), secs(1)),
+            Duration::ZERO
+        );
     }
 
     #[test]

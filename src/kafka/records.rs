@@ -285,6 +285,32 @@ impl OutRecord {
         }
     }
 
+    /// A settle record (`partition/settle.rs`): a control record in output partition
+    /// `partition` that input partition `input_partition`'s task writes, and waits for, before
+    /// it reads the outputs back. Consumers skip it as every `watchbridge-control` record.
+    pub fn settle(
+        output_topic: &Arc<str>,
+        partition: i32,
+        input_topic: &str,
+        input_partition: i32,
+    ) -> Self {
+        let json = serde_json::json!({
+            "type": "settle",
+            "topic": input_topic,
+            "partition": input_partition,
+        });
+        Self {
+            topic: output_topic.clone(),
+            partition: Some(partition),
+            key: Some(Bytes::from(format!(
+                "settle:{input_topic}:{input_partition}"
+            ))),
+            value: Some(Bytes::from(json.to_string())),
+            timestamp: None,
+            headers: vec![(CONTROL.into(), Some(Bytes::from_static(b"settle")))],
+        }
+    }
+
     /// A partition's watermark as it is published: one record on the watermark topic and a
     /// copy in each of the output topic's `output_partitions` partitions (in-band).
     pub fn watermark_copies(

@@ -69,6 +69,9 @@ pub struct RecoverySource {
     /// Whether to read the output topic back from the last checkpoint's offsets (not with
     /// `WATCHBRIDGE_GUARANTEE=at_least_once`: outputs written after it may come again).
     pub read_outputs: bool,
+    /// Whether the partition settles the output partitions it reads back first
+    /// (`partition/settle.rs`): without transactions, on a cluster of several brokers.
+    pub settle_outputs: bool,
     /// Reads the identity of an output without `wb-id` from its value (the poller's, where
     /// it can and the values are its items as it gave them).
     pub output_keys: Option<OutputKeyReader>,
@@ -317,7 +320,7 @@ fn reader(
 /// partition, every one of the output topic's `output_partitions` where they are placed by
 /// key, none where nothing is read back (`at_least_once`). A partition outside these is
 /// never asked, so an offline one holds back only the recoveries that need it.
-fn outputs_read_back(source: &RecoverySource, partition: i32) -> Vec<i32> {
+pub fn outputs_read_back(source: &RecoverySource, partition: i32) -> Vec<i32> {
     match (source.read_outputs, source.outputs_by_input_partition) {
         (false, _) => Vec::new(),
         (true, true) => vec![partition],

@@ -27,8 +27,10 @@ impl Bridge {
     /// (`WATCHBRIDGE_TEST_BIN` names another build of the binary: to run a test against
     /// the code of an earlier commit and see it fail.)
     pub fn spawn(env: &[(&str, String)]) -> Self {
-        let program = std::env::var_os("WATCHBRIDGE_TEST_BIN")
-            .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_watchbridge")), PathBuf::from);
+        let program = std::env::var_os("WATCHBRIDGE_TEST_BIN").map_or_else(
+            || PathBuf::from(env!("CARGO_BIN_EXE_watchbridge")),
+            PathBuf::from,
+        );
         Self::spawn_program(&program, env)
     }
 
@@ -199,7 +201,10 @@ impl Drop for Bridge {
         if let Some(dir) = std::env::var_os("WATCHBRIDGE_TEST_KEEP_LOGS") {
             let dir = PathBuf::from(dir);
             let _ = std::fs::create_dir_all(&dir);
-            let _ = std::fs::copy(&self.log, dir.join(format!("bridge-{}.log", self.child.id())));
+            let _ = std::fs::copy(
+                &self.log,
+                dir.join(format!("bridge-{}.log", self.child.id())),
+            );
         }
     }
 }

@@ -38,7 +38,9 @@ pub(super) enum Kind {
     DeadLetter,
     /// A watermark record; on the watermark topic without transactions, the number of its
     /// publication, whose in-band copies wait for it (`watermarks.rs`).
-    Watermark { on_topic: Option<u64> },
+    Watermark {
+        on_topic: Option<u64>,
+    },
 }
 
 pub(super) enum Delivery {
@@ -405,7 +407,10 @@ impl<P: Resolve> PartitionTask<P> {
                 return;
             }
             AfterProduceFailure::PublishAgain => {
-                if let Kind::Watermark { on_topic: Some(seq) } = sent.kind {
+                if let Kind::Watermark {
+                    on_topic: Some(seq),
+                } = sent.kind
+                {
                     self.in_band.failed(seq);
                 }
                 self.watermark.republish();

@@ -26,6 +26,7 @@
 
 mod delivery;
 mod producer;
+mod settle;
 mod state;
 mod transaction;
 mod watermarks;

@@ -16,6 +16,9 @@ impl<P: Resolve> PartitionTask<P> {
     /// revoked meanwhile.
     pub(super) async fn recover(&mut self) -> Result<(), transaction::Ending> {
         let started = std::time::Instant::now();
+        if self.shared.state.recovery.settle_outputs {
+            self.settle_outputs().await?;
+        }
         let found = {
             let source = self.shared.state.recovery.clone();
             let partition = self.partition;
@@ -136,7 +139,7 @@ impl<P: Resolve> PartitionTask<P> {
     }
 
     /// A wait of this partition's recovery, reported as [`RecoveryWait`] says.
-    fn recovery_wait(&self) -> RecoveryWait {
+    pub(super) fn recovery_wait(&self) -> RecoveryWait {
         RecoveryWait::new(
             self.partition,
             self.shared.readiness.clone(),
@@ -284,7 +287,7 @@ async fn retry_read<T: Send + 'static>(
 
 /// Sleep for `d`, or less if `inputs` closes meanwhile (the partition revoked, or the bridge
 /// stopping): whether it is still open.
-async fn sleep_unless_closed(inputs: &mpsc::Receiver<Feed>, d: Duration) -> bool {
+pub(super) async fn sleep_unless_closed(inputs: &mpsc::Receiver<Feed>, d: Duration) -> bool {
     let until = tokio::time::Instant::now() + d;
     while tokio::time::Instant::now() < until && !inputs.is_closed() {
         tokio::time::sleep_until(until.min(tokio::time::Instant::now() + REVOKED_CHECK)).await;
@@ -306,7 +309,7 @@ const LOG_EVERY: Duration = Duration::from_secs(60);
 /// later ones once a [`LOG_EVERY`]; `/readyz` names what it waits for; its end is logged
 /// (and the partition leaves `watchbridge_partitions_recovery_waiting`), also when the wait
 /// is dropped unfinished.
-struct RecoveryWait {
+pub(super) struct RecoveryWait {
     partition: i32,
     readiness: Arc<crate::readiness::Readiness>,
     metrics: Arc<Metrics>,
@@ -342,7 +345,7 @@ impl RecoveryWait {
     }
 
     /// An attempt failed with `error`: reported; the backoff before the next.
-    fn failed(&mut self, error: &Unreadable) -> Duration {
+    pub(super) fn failed(&mut self, error: &Unreadable) -> Duration {
         self.attempts += 1;
         let what = error.to_string();
         let changed = what != self.what;
@@ -368,7 +371,7 @@ impl RecoveryWait {
     }
 
     /// The wait is over: reported if it had failed at all.
-    fn over(&mut self, outcome: RecoveryWaitOutcome) {
+    pub(super) fn over(&mut self, outcome: RecoveryWaitOutcome) {
         if std::mem::replace(&mut self.over, true) || self.attempts == 0 {
             return;
         }
