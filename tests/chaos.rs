@@ -874,7 +874,7 @@ impl Watermarks {
         let mut markers: HashMap<(i32, i32), Highest> = HashMap::new();
         for m in output_records {
             let (out, at) = (m.partition(), m.offset());
-            if header(m, "watchbridge-control").as_deref() == Some(b"settle".as_slice()) {
+            if header(m, "watchbridge-control") == Some(b"settle".as_slice()) {
                 // A restoring task's settle record (`partition/settle.rs`): no watermark.
                 continue;
             }
