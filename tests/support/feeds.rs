@@ -208,6 +208,9 @@ pub struct Tally<'a> {
     pub wrong_time: Vec<((String, String), i64, Option<i64>)>,
     /// Found, not expected.
     pub unexpected: Vec<(String, String)>,
+    /// Where the settle records of restoring partitions are (output partition, offset), in
+    /// offset order: which restore a duplicate's copies came after.
+    pub settles: Vec<(i32, i64)>,
 }
 
 impl<'a> Tally<'a> {
@@ -217,9 +220,13 @@ impl<'a> Tally<'a> {
             lost: Vec::new(),
             wrong_time: Vec::new(),
             unexpected: Vec::new(),
+            settles: Vec::new(),
         };
         for m in records {
-            if header(m, "watchbridge-control").is_some() {
+            if let Some(control) = header(m, "watchbridge-control") {
+                if control == b"settle" {
+                    tally.settles.push((m.partition(), m.offset()));
+                }
                 continue;
             }
             let key = (
@@ -280,7 +287,17 @@ impl<'a> Tally<'a> {
         for ((input_key, output_key), c) in self.duplicated().iter().take(5) {
             let at: Vec<String> = c
                 .iter()
-                .map(|m| format!("p{}@{}", m.partition(), m.offset()))
+                .map(|m| {
+                    let (p, at) = (m.partition(), m.offset());
+                    let settle = self
+                        .settles
+                        .iter()
+                        .filter(|(sp, so)| *sp == p && *so < at)
+                        .map(|(_, so)| *so)
+                        .max();
+                    let settle = settle.map_or(String::new(), |so| format!(" (after settle@{so})"));
+                    format!("p{p}@{at}{settle}")
+                })
                 .collect();
             lines.push(format!(
                 "{prefix} duplicated {input_key} {output_key} x{} at {}",
