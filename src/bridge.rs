@@ -247,8 +247,12 @@ pub async fn run_bridge<P: Resolve>(
             return Ok(());
         }
     };
+    let mut producer_client = producer_config(brokers, config);
+    if guarantee != Guarantee::ExactlyOnce {
+        one_request_in_flight(&mut producer_client);
+    }
     let producer_settings = ProducerSettings {
-        config: producer_config(brokers, config),
+        config: producer_client,
         metrics: metrics.clone(),
         kafka: kafka.clone(),
     };
@@ -703,6 +707,22 @@ fn producer_config(brokers: &str, config: &RunConfig) -> ClientConfig {
     c
 }
 
+/// Without transactions, one produce request in flight per broker connection, unless
+/// `KAFKA_*` says otherwise. With several, a failed first request (a leader that moved, a
+/// dropped connection: "possibly persisted") fails the ones behind it with
+/// `OUT_OF_ORDER_SEQUENCE_NUMBER`, and librdkafka (2.12) bumps the producer's epoch and
+/// sends all of them again: the first, if the broker had kept it, is then written twice,
+/// side by side, and no delivery report says so (librdkafka issue 4953; seen on three
+/// nodes: an output at two neighbouring offsets, both after the same restore). With one,
+/// the first is sent again under its own sequence number, and the broker drops the copy.
+/// In the exactly-once mode a bump aborts the transaction, copies included.
+fn one_request_in_flight(c: &mut ClientConfig) {
+    const IN_FLIGHT: [&str; 2] = ["max.in.flight.requests.per.connection", "max.in.flight"];
+    if IN_FLIGHT.iter().all(|key| c.get(key).is_none()) {
+        c.set(IN_FLIGHT[0], "1");
+    }
+}
+
 /// `WATCHBRIDGE_GUARANTEE`, with `auto` resolved against the broker (the embedded broker,
 /// librdkafka's mock cluster, accepts transactions but cannot keep their promise: `auto`
 /// picks `recovery` there without asking), and checked against the mode the group runs
@@ -1071,5 +1091,29 @@ mod tests {
         assert_eq!(consumer.get("enable.sparse.connections"), Some("true"));
         let producer = producer_config("b:9092", &told);
         assert_eq!(producer.get("reconnect.backoff.ms"), Some("100"));
+    }
+
+    /// Without transactions one produce request is in flight per connection (a resend
+    /// after an epoch bump writes a kept record twice otherwise), unless the operator says
+    /// otherwise.
+    #[test]
+    fn without_transactions_one_request_is_in_flight_unless_told_otherwise() {
+        let mut default = producer_config("b:9092", &config(&[]));
+        one_request_in_flight(&mut default);
+        assert_eq!(
+            default.get("max.in.flight.requests.per.connection"),
+            Some("1")
+        );
+        for (setting, key) in [
+            (
+                "KAFKA_PRODUCER_MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION",
+                "max.in.flight.requests.per.connection",
+            ),
+            ("KAFKA_PRODUCER_MAX_IN_FLIGHT", "max.in.flight"),
+        ] {
+            let mut told = producer_config("b:9092", &config(&[(setting, "5")]));
+            one_request_in_flight(&mut told);
+            assert_eq!(told.get(key), Some("5"), "{setting}");
+        }
     }
 }
