@@ -96,17 +96,12 @@ bench-peer-install: broker-install
 
 # Proves the benchmarks still run, with tiny sizes; not a performance measurement. The e2e
 # one runs against the test broker (Tansu), vs_java, guarantee and recovery_cost against
-# Apache Kafka, hence broker-install first.
+# Apache Kafka, hence broker-install first. Built in the dev profile, which the tests' build
+# shares: an optimised build of its own would cost `make test` a second compile of every
+# crate (`make bench` measures in the bench profile).
+BENCH_SMOKE_BENCHES = engine scale restore recovery_cost e2e vs_python vs_java guarantee object_store
 bench-smoke: setup broker-install bench-peer-install
-	BENCH_SMOKE=1 $(CARGO) bench --bench engine
-	BENCH_SMOKE=1 $(CARGO) bench --bench scale
-	BENCH_SMOKE=1 $(CARGO) bench --bench restore
-	BENCH_SMOKE=1 $(CARGO) bench --bench recovery_cost
-	BENCH_SMOKE=1 $(CARGO) bench --bench e2e
-	BENCH_SMOKE=1 $(CARGO) bench --bench vs_python
-	BENCH_SMOKE=1 $(CARGO) bench --bench vs_java
-	BENCH_SMOKE=1 $(CARGO) bench --bench guarantee
-	BENCH_SMOKE=1 $(CARGO) bench --bench object_store
+	for b in $(BENCH_SMOKE_BENCHES); do BENCH_SMOKE=1 $(CARGO) bench --profile dev --bench $$b || exit 1; done
 
 # Every test on Tansu (the default test broker), then the tests that use a broker again on
 # Apache Kafka (test-kafka; docs/brokers.md). How the time splits, measured on the 2-core

@@ -340,12 +340,7 @@ impl<P: Resolve> Partitions<P> {
             } else {
                 DelayReason::FailedDelivery
             };
-            RestartDelayed {
-                partition,
-                reason,
-                wait,
-            }
-            .emit(&self.shared.metrics);
+            self.delayed(partition, reason, wait);
         }
         self.restart_waiting(consumer);
         self.assigned.lock().map_or(true, |a| a.is_empty())
@@ -395,6 +390,7 @@ impl<P: Resolve> Partitions<P> {
             }
         };
         for (partition, waiting, ours) in due {
+            self.wait_over(partition);
             if ours {
                 self.restart_or_leave(consumer, partition, waiting.position, waiting.bounds);
             } else {
@@ -430,12 +426,36 @@ impl<P: Resolve> Partitions<P> {
             return;
         };
         let _ = consumer.pause(&self.one(partition));
+        self.delayed(partition, DelayReason::Settling, wait);
+    }
+
+    /// `partition` waits `wait` before its task starts: reported, and named by `/readyz`
+    /// until it starts or leaves ([`Self::wait_over`]).
+    fn delayed(&self, partition: i32, reason: DelayReason, wait: Duration) {
         RestartDelayed {
             partition,
-            reason: DelayReason::Settling,
+            reason,
             wait,
         }
         .emit(&self.shared.metrics);
+        let what = match reason {
+            DelayReason::Fenced => "its state again once the group has said whether the partition is still this instance's",
+            DelayReason::FailedDelivery => "its outputs back once a failed delivery's record has settled on the brokers",
+            DelayReason::Settling => "its outputs back once records sent for it before (by this instance or its previous owner) have settled on the brokers",
+        };
+        let what = format!("{what} (a wait of {} ms)", wait.as_millis());
+        let shared = &self.shared;
+        shared
+            .readiness
+            .recovery_waits(partition, Some(&what), &shared.metrics);
+    }
+
+    /// `partition` no longer waits to start: it started, or left.
+    fn wait_over(&self, partition: i32) {
+        let shared = &self.shared;
+        shared
+            .readiness
+            .recovery_waits(partition, None, &shared.metrics);
     }
 
     /// The group took `partitions` away: those waiting to restart do not.
@@ -449,6 +469,7 @@ impl<P: Resolve> Partitions<P> {
                 .collect()
         };
         for partition in forgotten {
+            self.wait_over(partition);
             self.leave_waiting(partition, None);
         }
     }
