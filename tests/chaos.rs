@@ -8,7 +8,8 @@
 //! all of it:
 //!
 //! - every record on the watermark topic is a watermark record (it parses, its key is its
-//!   value's, its topic the input topic), and there is at least one per input partition and
+//!   value's, its topic the input topic) but for restoring tasks' settle records
+//!   (`watchbridge-control: settle`, on a cluster in `recovery`), and there is at least one per input partition and
 //!   at least one `merged`; every output partition carries at least one in-band marker
 //!   (`watchbridge-control: watermark`) of each input partition, and each parses too;
 //! - on the watermark topic, in topic order, no input partition's watermark goes below one
@@ -826,6 +827,10 @@ impl Watermarks {
         let mut merged = Highest::default();
         for m in topic_records {
             let at = m.offset();
+            if header(m, "watchbridge-control") == Some(b"settle".as_slice()) {
+                // A restoring task's settle record (`partition/settle.rs`): no watermark.
+                continue;
+            }
             match watermark_of(m, input) {
                 Err(why) => w.unparseable.push(format!(
                     "unparseable record on the watermark topic at offset {at} (p{}): {why}; \

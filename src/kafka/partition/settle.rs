@@ -12,8 +12,14 @@
 //! another node paused 2 s later, the record committed after the read-back of the 14 s wait;
 //! `kafka::delayed_restart` waits out the single faults).
 //!
+//! The watermark topic likewise: the partition's floor is the last value the previous owner
+//! put there, and a value that commits after the floor was read makes the next task's
+//! watermarks go back below it (seen on three nodes: a topic record 1.2 s above the three
+//! after it, long chaos seed 6).
+//!
 //! So the task first writes a record of its own, a `watchbridge-control: settle` record,
-//! to each output partition it reads back, and waits until each is acknowledged (`acks=all`):
+//! to each output partition it reads back and to the watermark topic, and waits until each
+//! is acknowledged (`acks=all`):
 //! the high watermark is then past it, so every record the leader appended before it is
 //! committed and the read-back sees it; one the leader did not keep is gone for good (a
 //! leader that lost its leadership truncates what it appended alone). What is left: a
@@ -35,37 +41,40 @@ impl<P: Resolve> PartitionTask<P> {
     /// metric, `/readyz`). `Done` if the partition is given up meanwhile.
     pub(super) async fn settle_outputs(&mut self) -> Result<(), transaction::Ending> {
         let source = &self.shared.state.recovery;
-        let mut left = recovery::outputs_read_back(source, self.partition);
+        // The output partitions it reads back, and the watermark topic's one partition,
+        // whose last value is the partition's floor.
+        let mut left: Vec<(Arc<str>, i32)> = recovery::outputs_read_back(source, self.partition)
+            .into_iter()
+            .map(|p| (source.output_topic.clone(), p))
+            .chain([(source.watermark_topic.clone(), 0)])
+            .collect();
         let mut wait: Option<RecoveryWait> = None;
         while !left.is_empty() {
-            let sends = left.iter().map(|&p| {
-                let record = OutRecord::settle(
-                    &source.output_topic,
-                    p,
-                    &self.shared.input_topic,
-                    self.partition,
-                );
+            let sends = left.iter().map(|(topic, p)| {
+                let record = OutRecord::settle(topic, *p, &self.shared.input_topic, self.partition);
                 let producer = &self.producer;
-                async move { (p, send_and_wait(producer, &record, QUEUE_WAIT).await) }
+                async move {
+                    (
+                        (topic.clone(), *p),
+                        send_and_wait(producer, &record, QUEUE_WAIT).await,
+                    )
+                }
             });
             let mut failed = Vec::new();
             let mut error = String::new();
-            for (p, outcome) in futures::future::join_all(sends).await {
+            for (target, outcome) in futures::future::join_all(sends).await {
                 if let Err(e) = outcome {
-                    failed.push((source.output_topic.to_string(), p));
-                    error =
-                        format!("cannot settle the output partitions before the read-back: {e}");
+                    failed.push(target);
+                    error = format!("cannot settle the partitions before the read-back: {e}");
                 }
             }
             if failed.is_empty() {
                 break;
             }
-            left = failed.iter().map(|(_, p)| *p).collect();
+            let partitions = failed.iter().map(|(t, p)| (t.to_string(), *p)).collect();
+            left = failed;
             let wait = wait.get_or_insert_with(|| self.recovery_wait());
-            let backoff = wait.failed(&Unreadable {
-                partitions: failed,
-                error,
-            });
+            let backoff = wait.failed(&Unreadable { partitions, error });
             if !sleep_unless_closed(&self.inputs, backoff).await {
                 wait.over(RecoveryWaitOutcome::Abandoned);
                 return Err(transaction::Ending::Done);
