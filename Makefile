@@ -111,11 +111,13 @@ bench-smoke: setup broker-install bench-peer-install
 #              prometheus 14 s, avro 13 s, unit tests 11 s, brokers 11 s, cli 11 s,
 #              avro_interop 10 s, ops 7 s, kafka_broker 3 s, the rest < 1 s; the Avro
 #              tests' Python venv is made once, ~30 s), chaos-short 38 s [39]
-#   on Kafka   ~4 min [5]: the six broker test binaries 135 s [166] (each starts its own
-#              Kafka: 8-20 s of JVM start), compaction 50 s [62], chaos-short 59 s [66] (a
-#              broker restart takes ~15 s)
-# plus lint and bench-smoke, and once per machine the installs: Tansu ~10 min (a cargo
-# build; ~60 min beside other builds), Kafka ~25 s (jars from Maven Central).
+#   on Kafka   ~3 min [4]: the six broker test binaries 135 s [166] (each starts its own
+#              Kafka: 8-20 s of JVM start), compaction 50 s [62]
+#   on three Kafka nodes ~8.5 min: replicated ~60 s, offline_partition ~30 s, ownership
+#              ~60 s, chaos-short ~165 s per mode (node kills and pauses; a partition the
+#              group assigns waits 9 s there for records to settle)
+# plus lint and bench-smoke (dev profile), and once per machine the installs: Tansu ~10 min
+# (a cargo build; ~60 min beside other builds), Kafka ~25 s (jars from Maven Central).
 test: lint broker-install bench-smoke
 	WATCHBRIDGE_TEST_BROKER=tansu $(CARGO) test
 	$(MAKE) chaos-short BROKER=tansu

@@ -248,6 +248,14 @@ fn got_partitions(second: &Bridge, first: &Bridge, episode: &str, within: Durati
     joined
 }
 
+/// Whether the last readiness change in a bridge's log is to ready (`internal_events`'
+/// `ready: …` / `not ready reason=…` lines).
+fn says_ready(log: &str) -> bool {
+    let ready = log.rfind("ready: partitions assigned");
+    let not_ready = log.rfind("not ready reason=");
+    ready.is_some() && ready > not_ready
+}
+
 /// Wait until the log says one of `texts`; false (no panic) if it didn't within `within`.
 fn log_says(bridge: &Bridge, texts: &[&str], within: Duration) -> bool {
     let deadline = Instant::now() + within;
@@ -555,7 +563,18 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     // then until the resource has had no request for 3 s (a final watch is not polled again;
     // polls are 250 ms apart), at most 60 s.
     current.wait_for_log("partition assigned", Duration::from_secs(60));
-    if let Err(polled) = served.wait_until_quiet(&feeds, now_ms()).await {
+    let mut quiet = served.wait_until_quiet(&feeds, now_ms()).await;
+    // Quiet is not done: a partition waiting to start (after a failed delivery, for its
+    // records to settle: up to the delivery window) polls nothing. So once the bridge says
+    // it is ready again (every partition restored, none waiting), quiet once more.
+    let ready_by = Instant::now() + Duration::from_secs(90);
+    while !says_ready(&current.log()) && Instant::now() < ready_by {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if says_ready(&current.log()) {
+            quiet = served.wait_until_quiet(&feeds, now_ms()).await;
+        }
+    }
+    if let Err(polled) = quiet {
         let log = current.log();
         let lines: Vec<&str> = log.lines().collect();
         eprintln!(

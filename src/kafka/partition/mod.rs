@@ -638,11 +638,17 @@ impl<P: Resolve> PartitionTask<P> {
     /// A delivery failed and the record may or may not be on the topic, or the producer
     /// met a fatal error (not in the exactly-once mode, where the transaction decides):
     /// stop the watches, write nothing more (no checkpoint: it would vouch for what this
-    /// task believes), and wait until every record in flight has landed or failed, so that
-    /// the partition's next recovery, which starts right after with a new producer, reads
-    /// every record of this task that reached a topic. (Each ends within librdkafka's
-    /// `message.timeout.ms`; a fatal producer fails them at once.) Not once the partition
-    /// is lost: then what is left is purged at once (`run`).
+    /// task believes), purge what the producer still holds, and take the reports of what
+    /// was in flight, so that the partition's next recovery, which starts with a new
+    /// producer once they have settled (`kafka::delayed_restart`, `settle.rs`), reads
+    /// every record of this task that reached a topic.
+    ///
+    /// Purged, not waited for: after a failed delivery librdkafka (2.12) bumps the
+    /// producer's epoch and sends the records behind it again under the new one, and one
+    /// the broker had kept from its first send is then written twice, side by side (seen on
+    /// three nodes: a batch of five outputs twice in a row, with one request in flight per
+    /// connection; librdkafka issue 4953). A purged record that had landed is found by the
+    /// read-back like any other.
     async fn abandon(&mut self) -> Ending {
         if let Some(commands) = self.commands.take() {
             tokio::spawn(async move {
@@ -650,6 +656,7 @@ impl<P: Resolve> PartitionTask<P> {
             });
         }
         let waiting = self.deliveries.len();
+        self.purge_producer();
         let lost = self.lost.clone();
         loop {
             let delivery = tokio::select! {
