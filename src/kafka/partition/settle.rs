@@ -36,10 +36,14 @@ use crate::kafka::reports::send_and_wait;
 const QUEUE_WAIT: Duration = Duration::from_secs(10);
 
 impl<P: Resolve> PartitionTask<P> {
-    /// Write a settle record to each output partition the read-back reads and wait until
-    /// each is acknowledged, trying again while it fails (reported as a recovery wait: log,
-    /// metric, `/readyz`). `Done` if the partition is given up meanwhile.
-    pub(super) async fn settle_outputs(&mut self) -> Result<(), transaction::Ending> {
+    /// Write a settle record to each output partition the read-back reads (and the
+    /// watermark topic) and wait until each is acknowledged, trying again while it fails:
+    /// reported as part of the recovery's `wait` (log, metric, `/readyz`), which the read
+    /// goes on with. `Done` if the partition is given up meanwhile.
+    pub(super) async fn settle_outputs(
+        &mut self,
+        wait: &mut RecoveryWait,
+    ) -> Result<(), transaction::Ending> {
         let source = &self.shared.state.recovery;
         // The output partitions it reads back, and the watermark topic's one partition,
         // whose last value is the partition's floor.
@@ -48,7 +52,6 @@ impl<P: Resolve> PartitionTask<P> {
             .map(|p| (source.output_topic.clone(), p))
             .chain([(source.watermark_topic.clone(), 0)])
             .collect();
-        let mut wait: Option<RecoveryWait> = None;
         while !left.is_empty() {
             let sends = left.iter().map(|(topic, p)| {
                 let record = OutRecord::settle(topic, *p, &self.shared.input_topic, self.partition);
@@ -73,15 +76,11 @@ impl<P: Resolve> PartitionTask<P> {
             }
             let partitions = failed.iter().map(|(t, p)| (t.to_string(), *p)).collect();
             left = failed;
-            let wait = wait.get_or_insert_with(|| self.recovery_wait());
             let backoff = wait.failed(&Unreadable { partitions, error });
             if !sleep_unless_closed(&self.inputs, backoff).await {
                 wait.over(RecoveryWaitOutcome::Abandoned);
                 return Err(transaction::Ending::Done);
             }
-        }
-        if let Some(mut wait) = wait {
-            wait.over(RecoveryWaitOutcome::Read);
         }
         Ok(())
     }

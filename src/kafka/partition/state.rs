@@ -16,13 +16,15 @@ impl<P: Resolve> PartitionTask<P> {
     /// revoked meanwhile.
     pub(super) async fn recover(&mut self) -> Result<(), transaction::Ending> {
         let started = std::time::Instant::now();
+        // One wait for the settling and the read: reported once as it begins (and as what
+        // it waits for changes), once as it ends.
+        let mut wait = self.recovery_wait();
         if self.shared.state.recovery.settle_outputs {
-            self.settle_outputs().await?;
+            self.settle_outputs(&mut wait).await?;
         }
         let found = {
             let source = self.shared.state.recovery.clone();
             let partition = self.partition;
-            let wait = self.recovery_wait();
             match retry_read(wait, &self.inputs, None, move || {
                 recovery::read(&source, partition)
             })
