@@ -9,8 +9,8 @@
 //!
 //! - every record on the watermark topic is a watermark record (it parses, its key is its
 //!   value's, its topic the input topic) but for restoring tasks' settle records
-//!   (`watchbridge-control: settle`, on a cluster in `recovery`), and there is at least one per input partition and
-//!   at least one `merged`; every output partition carries at least one in-band marker
+//!   (`watchbridge-control: settle`, on a cluster in `recovery`), and there is at least
+//!   one per input partition and at least one `merged`; every output partition carries at least one in-band marker
 //!   (`watchbridge-control: watermark`) of each input partition, and each parses too;
 //! - on the watermark topic, in topic order, no input partition's watermark goes below one
 //!   published before it, nor does the `merged` one;
@@ -77,7 +77,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::bridge::Bridge;
 use support::feeds::{input_key, now_ms, Feeds, Tally};
-use support::kafka::{broker, header, BrokerKind};
+use support::kafka::{broker, header, is_settle, BrokerKind};
 use watchbridge::watermark::WatermarkMessage;
 
 /// The bridge's `session.timeout.ms`; a killed member is replaced only after it has passed.
@@ -846,7 +846,7 @@ impl Watermarks {
         let mut merged = Highest::default();
         for m in topic_records {
             let at = m.offset();
-            if header(m, "watchbridge-control") == Some(b"settle".as_slice()) {
+            if is_settle(m) {
                 // A restoring task's settle record (`partition/settle.rs`): no watermark.
                 continue;
             }
@@ -905,7 +905,7 @@ impl Watermarks {
         let mut markers: HashMap<(i32, i32), Highest> = HashMap::new();
         for m in output_records {
             let (out, at) = (m.partition(), m.offset());
-            if header(m, "watchbridge-control") == Some(b"settle".as_slice()) {
+            if is_settle(m) {
                 // A restoring task's settle record (`partition/settle.rs`): no watermark.
                 continue;
             }

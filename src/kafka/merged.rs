@@ -131,7 +131,7 @@ impl MergedPublisher {
                 message = consumer.recv() => match message {
                     Ok(m) => {
                         self.read_upto.fetch_max(m.offset() + 1, Ordering::SeqCst);
-                        if is_settle_record(&m) {
+                        if OutRecord::is_settle(&m) {
                             // A restoring partition's (`partition/settle.rs`): no value.
                             continue;
                         }
@@ -426,16 +426,6 @@ pub struct EndOfTimeTopics {
     pub watermark_topic: Arc<str>,
     pub output_topic: Arc<str>,
     pub output_partitions: i32,
-}
-
-/// Whether `m` is a settle record (`watchbridge-control: settle`), which carries no value.
-fn is_settle_record(m: &impl Message) -> bool {
-    use rdkafka::message::Headers;
-    m.headers().is_some_and(|headers| {
-        headers
-            .iter()
-            .any(|h| h.key == super::records::CONTROL && h.value == Some(b"settle".as_slice()))
-    })
 }
 
 #[cfg(test)]

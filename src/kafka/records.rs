@@ -39,6 +39,8 @@ pub const SOURCE_OFFSET: &str = "watchbridge-source-offset";
 pub const LATE: &str = "watchbridge-late";
 pub const VALUE_DROPPED: &str = "watchbridge-value-dropped";
 pub const CONTROL: &str = "watchbridge-control";
+/// The `CONTROL` value of a settle record ([`OutRecord::settle`]).
+const SETTLE: &[u8] = b"settle";
 
 /// The headers each output carries: the readable ones `WATCHBRIDGE_OUTPUT_HEADERS` asks
 /// for, and `wb-id` where a recovery reads outputs back.
@@ -307,8 +309,18 @@ impl OutRecord {
             ))),
             value: Some(Bytes::from(json.to_string())),
             timestamp: None,
-            headers: vec![(CONTROL.into(), Some(Bytes::from_static(b"settle")))],
+            headers: vec![(CONTROL.into(), Some(Bytes::from_static(SETTLE)))],
         }
+    }
+
+    /// Whether `message` is a settle record ([`OutRecord::settle`]): it carries no value
+    /// for a reader of the watermark topic.
+    pub fn is_settle(message: &impl rdkafka::Message) -> bool {
+        message.headers().is_some_and(|headers| {
+            headers
+                .iter()
+                .any(|h| h.key == CONTROL && h.value == Some(SETTLE))
+        })
     }
 
     /// A partition's watermark as it is published: one record on the watermark topic and a

@@ -3,7 +3,7 @@
 //! running bridge (chaos.rs, compaction.rs).
 
 use super::http_server::{Reply, TestServer};
-use super::kafka::header;
+use super::kafka::{header, is_settle};
 use rdkafka::message::OwnedMessage;
 use rdkafka::Message;
 use serde_json::{json, Value};
@@ -223,10 +223,10 @@ impl<'a> Tally<'a> {
             settles: Vec::new(),
         };
         for m in records {
-            if let Some(control) = header(m, "watchbridge-control") {
-                if control == b"settle" {
-                    tally.settles.push((m.partition(), m.offset()));
-                }
+            if is_settle(m) {
+                tally.settles.push((m.partition(), m.offset()));
+            }
+            if header(m, "watchbridge-control").is_some() {
                 continue;
             }
             let key = (

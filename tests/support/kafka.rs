@@ -824,6 +824,12 @@ impl Broker {
     }
 }
 
+/// Whether `message` is a restoring partition's settle record (`watchbridge-control:
+/// settle`, `partition/settle.rs`): no output, no watermark.
+pub fn is_settle(message: &OwnedMessage) -> bool {
+    header(message, "watchbridge-control") == Some(b"settle".as_slice())
+}
+
 /// The value of the first header called `name`; a header with a null value reads as empty.
 pub fn header<'m>(message: &'m OwnedMessage, name: &str) -> Option<&'m [u8]> {
     message
