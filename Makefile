@@ -114,8 +114,8 @@ bench-smoke: setup broker-install bench-peer-install
 #   on Kafka   ~3 min [4]: the six broker test binaries 135 s [166] (each starts its own
 #              Kafka: 8-20 s of JVM start), compaction 50 s [62]
 #   on three Kafka nodes ~5 min: replicated ~60 s, offline_partition ~30 s, ownership
-#              ~60 s, chaos-short in exactly_once ~150 s (node kills and pauses); then
-#              chaos-short in recovery on one node ~60 s
+#              ~60 s, chaos-short in exactly_once and in recovery ~150 s each (node
+#              kills and pauses)
 # (make test took 25 min in all on 2026-12-06, bench-smoke's benches built in the dev
 # profile)
 # plus lint and bench-smoke (dev profile), and once per machine the installs: Tansu ~10 min
@@ -134,7 +134,7 @@ test: lint broker-install bench-smoke
 # which picks exactly_once on Kafka), who owns a watch (ownership.rs: a zombie in the
 # recovery mode), the library examples (examples.rs, ~18 s), and the topics the bridge
 # creates (topics.rs; with WATCHBRIDGE_TEST_BROKER=kafka3 on a three-node cluster); then compaction.rs and exactly_once.rs, which only Kafka can run (its log
-# cleaner, its transactions), the tests that need three Kafka nodes, and the short fault test in both modes, each with a zombie
+# cleaner, its transactions), the tests that need three Kafka nodes, and the short fault test on three nodes in both modes, each with a zombie
 # episode and a broker pause under load. (lifecycle.rs, the start and stop with the brokers
 # away, runs on Tansu only in `make test`: on Kafka each of its tests starts a Kafka of its
 # own, ~100 s; `WATCHBRIDGE_TEST_BROKER=kafka cargo test --test lifecycle` runs it there.)
@@ -150,12 +150,8 @@ test-kafka: setup
 	WATCHBRIDGE_TEST_BROKER=kafka3 $(CARGO) test --test replicated --test offline_partition -- --include-ignored
 	WATCHBRIDGE_TEST_BROKER=kafka3 $(CARGO) test --test ownership -- a_revocation_that_gives_up
 	@# The fault test's short form on three Kafka nodes with node episodes (a node killed,
-	@# paused, its leadership moved) in exactly_once (~2.5 min), and on one Kafka node in
-	@# recovery (~1 min). (recovery on three nodes, `make chaos-short BROKER=kafka3
-	@# CHAOS_GUARANTEES=recovery`, is not here yet: a run under make test's load duplicated
-	@# 2 of 456 outputs and moved 2 watermark records back; docs/brokers.md, issue 46.)
-	$(MAKE) chaos-short BROKER=kafka3 CHAOS_GUARANTEES=exactly_once
-	$(MAKE) chaos-short BROKER=kafka CHAOS_GUARANTEES=recovery
+	@# paused, its leadership moved), in exactly_once then recovery (~2.5 min each).
+	$(MAKE) chaos-short BROKER=kafka3
 
 # The fault test (issue 6): SIGKILLs the bridge at random moments (CHAOS_KILLS, default 10)
 # while it watches CHAOS_USERS (default 20) growing HTTP feeds, runs two instances and kills

@@ -377,7 +377,9 @@ pub async fn run_bridge<P: Resolve>(
         transactions,
         kafka: kafka.clone(),
         controls,
+        merged_writer: Default::default(),
     });
+    let (merged_writer, lease) = (shared.merged_writer.clone(), shared.lease.clone());
     let no_commit = NoCommitStart::from_reset(consumer_settings.get("auto.offset.reset"));
     let partitions = Arc::new(Partitions::new(
         shared,
@@ -414,7 +416,8 @@ pub async fn run_bridge<P: Resolve>(
             input_topic: config.input_topic.as_str().into(),
             watermark_topic: config.watermark_topic.as_str().into(),
             interval: config.watermark_interval,
-            owns_first: partitions.owns_first.clone(),
+            claim: merged_writer,
+            lease,
             publishes: !bounded,
             metrics: metrics.clone(),
             clock,

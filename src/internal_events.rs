@@ -477,6 +477,24 @@ impl InstanceStalled {
     }
 }
 
+/// This instance began or stopped writing the merged watermark record (`kafka::merged`).
+pub struct MergedWriterChanged {
+    pub writing: bool,
+}
+
+impl MergedWriterChanged {
+    pub fn emit(&self, m: &Metrics) {
+        if self.writing {
+            tracing::info!(
+                "this instance writes the merged watermark (input partition 0 restored here)"
+            );
+        } else {
+            tracing::info!("this instance no longer writes the merged watermark (input partition 0 stopped here)");
+        }
+        m.merged_watermark_writer.set(i64::from(self.writing));
+    }
+}
+
 /// A partition task gave up after a delivery whose outcome is unknown; the partition starts
 /// again from its durable state.
 pub struct PartitionRestarting<'a> {

@@ -35,6 +35,7 @@ pub struct Metrics {
     pub watches_restored: IntCounter,
     pub partitions_recovering: IntGauge,
     pub partitions_recovery_waiting: IntGauge,
+    pub merged_watermark_writer: IntGauge,
     pub recovery_read_failures: IntCounterVec,
     pub recovery_duration: Histogram,
     pub outputs_recovered: IntCounter,
@@ -197,6 +198,10 @@ impl Metrics {
             "watchbridge_partitions_recovery_waiting",
             "Assigned input partitions whose recovery waits for a topic partition it cannot read (offline, no leader, timing out; /readyz names it)"
         ));
+        let merged_watermark_writer = reg!(IntGauge::new(
+            "watchbridge_merged_watermark_writer",
+            "1 while this instance writes the merged watermark record (its task for input partition 0 runs with its state restored), else 0"
+        ));
         let recovery_read_failures = reg!(IntCounterVec::new(
             Opts::new(
                 "watchbridge_recovery_read_failures_total",
@@ -342,6 +347,7 @@ impl Metrics {
             watches_restored,
             partitions_recovering,
             partitions_recovery_waiting,
+            merged_watermark_writer,
             recovery_read_failures,
             recovery_duration,
             outputs_recovered,

@@ -280,7 +280,8 @@ async fn probes_metrics_and_json_logs_follow_the_bridge_through_its_life() {
     );
 }
 
-/// More instances than partitions: the one without a partition is a healthy standby, ready.
+/// More instances than partitions: the one without a partition is a healthy standby, ready,
+/// and writes no merged watermark.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_without_partitions_is_ready() {
     let server = TestServer::start(finished_feeds).await;
@@ -319,6 +320,23 @@ async fn an_instance_without_partitions_is_ready() {
     assert_eq!(
         first_ops.get("/readyz").await,
         Some((200, "ready\n".into()))
+    );
+    // One writer of the merged watermark: the owner of input partition 0, restored.
+    first_ops
+        .wait_for_metric(
+            &first,
+            "watchbridge_merged_watermark_writer",
+            Duration::from_secs(10),
+            |v| v == 1.0,
+        )
+        .await;
+    assert_eq!(
+        second_ops
+            .metric("watchbridge_merged_watermark_writer")
+            .await,
+        Some(0.0),
+        "{}",
+        second.log()
     );
 }
 

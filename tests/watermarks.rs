@@ -794,7 +794,7 @@ struct WatermarkReader {
 
 impl WatermarkReader {
     fn start(b: &support::kafka::Broker, topic: &str) -> WatermarkReader {
-        use std::sync::atomic::{AtomicBool, AtomicI64};
+        use std::sync::atomic::AtomicI64;
         use watchbridge::kafka::health::{BrokerHealth, KafkaContext};
         use watchbridge::kafka::merged::MergedPublisher;
         use watchbridge::kafka::recovery::Lookups;
@@ -803,7 +803,7 @@ impl WatermarkReader {
         let metrics = Arc::new(watchbridge::metrics::Metrics::new());
         let read_upto = Arc::new(AtomicI64::new(0));
         let kafka = KafkaContext::new(BrokerHealth::new(b.bootstrap(), metrics.clone()));
-        // Used by a writer of `merged` records only (`owns_first` stays false).
+        // Used by a writer of `merged` records only (nothing claims it here).
         let lookups = Lookups::start(&b.config(), "watchbridge-test-lookups", &kafka, topic);
         let publisher = MergedPublisher {
             consumer_config: b.config(),
@@ -815,7 +815,12 @@ impl WatermarkReader {
             input_topic: "in".into(),
             watermark_topic: topic.into(),
             interval: Duration::from_millis(100),
-            owns_first: Arc::new(AtomicBool::new(false)),
+            claim: Default::default(),
+            lease: watchbridge::kafka::lease::Lease::start(
+                Duration::from_secs(45),
+                Duration::from_secs(3),
+                metrics.clone(),
+            ),
             publishes: true,
             metrics,
             clock: watchbridge::clock::Clock::system(),

@@ -74,9 +74,6 @@ pub struct Partitions<P: Resolve> {
     shared: Arc<Shared<P>>,
     runtime: tokio::runtime::Handle,
     assigned: Mutex<HashMap<i32, Assigned>>,
-    /// Whether this instance owns input partition 0, whose owner publishes the merged
-    /// watermark.
-    pub owns_first: Arc<AtomicBool>,
     /// The bridge is stopping: the final commit is the consumer thread's (a revocation
     /// during it commits nothing itself), and commit results are kept for it.
     stopping: AtomicBool,
@@ -150,7 +147,6 @@ impl<P: Resolve> Partitions<P> {
             shared,
             runtime,
             assigned: Mutex::new(HashMap::new()),
-            owns_first: Arc::new(AtomicBool::new(false)),
             stopping: AtomicBool::new(false),
             commit_failures: Mutex::new(Vec::new()),
             incomplete: Mutex::new(Vec::new()),
@@ -176,9 +172,6 @@ impl<P: Resolve> Partitions<P> {
             bounds,
             lost.clone(),
         );
-        if partition == 0 {
-            self.owns_first.store(true, Ordering::SeqCst);
-        }
         self.runtime.spawn(async move {
             let _ = stopped_tx.send(task.await);
         });
@@ -233,7 +226,8 @@ impl<P: Resolve> Partitions<P> {
         let mut reports = Vec::with_capacity(waiting.len());
         for (partition, stopped, task_lost) in waiting {
             if partition == 0 {
-                self.owns_first.store(false, Ordering::SeqCst);
+                // Its task may outlive the wait below; the next owner's writes from now on.
+                self.shared.merged_writer.release_any(&self.shared.metrics);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             let report = stopped.recv_timeout(left).ok();

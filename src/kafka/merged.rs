@@ -6,7 +6,8 @@
 //! (min over the non-idle ones, never backwards, never below the last `merged` record; see
 //! `watermark::topic`). Every instance exports that value as `watchbridge_watermark_ms`;
 //! the owner of input partition 0 also publishes it, as the `merged` record, so there is one
-//! writer however the partitions move.
+//! writer however the partitions move ([`MergedWriterClaim`]: only while that partition's
+//! task runs with its state restored, and only while the instance's lease lets it write).
 //!
 //! Nothing is published while the reader replays the topic (until it reaches the end it
 //! found at its start: the last `merged` record may still come), nor by a new owner of
@@ -17,7 +18,7 @@
 
 use crate::clock::Clock;
 use crate::internal_events::{
-    MergedWatermarkChanged, ReadBackOutcome, WatermarkLag, WatermarkReadBack,
+    MergedWatermarkChanged, MergedWriterChanged, ReadBackOutcome, WatermarkLag, WatermarkReadBack,
 };
 use crate::kafka::health::KafkaContext;
 use crate::kafka::records::OutRecord;
@@ -30,7 +31,7 @@ use crate::watermark::{SharedWatermarkTopic, WatermarkMessage, WatermarkTopic, E
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,7 +43,12 @@ pub struct MergedPublisher {
     pub input_topic: Arc<str>,
     pub watermark_topic: Arc<str>,
     pub interval: Duration,
-    pub owns_first: Arc<AtomicBool>,
+    /// Whether this instance writes the `merged` record now, and since which claim.
+    pub claim: Arc<MergedWriterClaim>,
+    /// Whether this instance may write at all (not after a stall, until the group confirms
+    /// its partitions): a stalled writer that runs again must not publish what it derived
+    /// before the stall on top of the next writer's values.
+    pub lease: Arc<crate::kafka::lease::Lease>,
     /// Whether it publishes the merged value (record and metric) at all: not in a bounded
     /// run, which only reads the topic (for its partitions' floors) and publishes its final
     /// value itself.
@@ -120,7 +126,7 @@ impl MergedPublisher {
         // While this instance owns input partition 0 (it writes the `merged` records): from
         // which offset of the watermark topic on it may, i.e. once it has read every record
         // the previous writer wrote (`None`: not the writer, or not known yet).
-        let mut writer_from: Option<ReadBackWait> = None;
+        let mut writer_from: Option<(u64, ReadBackWait)> = None;
         let mut ticks = tokio::time::interval(self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut published = None;
@@ -168,11 +174,11 @@ impl MergedPublisher {
                     }
                     let watermark = current.unwrap_or_default();
                     if writer {
-                        if !self.publish(watermark).await {
+                        if !self.lease.may_write() || !self.publish(watermark).await {
                             // Not on the topic: try again at the next tick.
                             continue;
                         }
-                    } else if self.owns_first.load(Ordering::SeqCst) {
+                    } else if self.claim.current().is_some() {
                         // Not the writer yet: neither record nor metric until it is.
                         continue;
                     }
@@ -191,28 +197,33 @@ impl MergedPublisher {
     /// Whether this instance writes the `merged` record now: it owns input partition 0 and
     /// has read the topic up to where it stood when it became the owner (so it has seen the
     /// last value the previous writer published; a value derived before could be below it).
-    async fn writer(&self, writer_from: &mut Option<ReadBackWait>) -> bool {
-        if !self.owns_first.load(Ordering::SeqCst) {
+    async fn writer(&self, writer_from: &mut Option<(u64, ReadBackWait)>) -> bool {
+        let Some(claim) = self.claim.current() else {
             *writer_from = None;
             return false;
-        }
-        if writer_from.is_none() {
+        };
+        // A new claim (partition 0 restored again, here or after a takeover): what another
+        // writer published meanwhile is read first.
+        if writer_from.as_ref().is_none_or(|(from, _)| *from != claim) {
             let (lookups, topic) = (self.lookups.clone(), self.watermark_topic.clone());
             let end = tokio::task::spawn_blocking(move || lookups.watermark_end(&topic)).await;
             let Ok(Ok(end)) = end else {
                 return false;
             };
-            *writer_from = Some(ReadBackWait::new(
-                WatermarkWaiter::Merged,
-                end,
-                self.read_back_limit,
-                self.readiness.clone(),
-                self.metrics.clone(),
+            *writer_from = Some((
+                claim,
+                ReadBackWait::new(
+                    WatermarkWaiter::Merged,
+                    end,
+                    self.read_back_limit,
+                    self.readiness.clone(),
+                    self.metrics.clone(),
+                ),
             ));
         }
         writer_from
             .as_mut()
-            .is_some_and(|wait| wait.passed(self.read_upto.load(Ordering::SeqCst)))
+            .is_some_and(|(_, wait)| wait.passed(self.read_upto.load(Ordering::SeqCst)))
     }
 
     /// The reader's position on the watermark topic (the offset it reads next).
@@ -232,6 +243,54 @@ impl MergedPublisher {
             watermark,
         )
         .await
+    }
+}
+
+/// Which instance writes the `merged` record: the one whose task for input partition 0 runs
+/// with its state restored. Not from the partition's assignment on: a task that waits to
+/// start (its previous owner's records may still land, `kafka::delayed_restart`) has not
+/// read them yet, and a task that ended (a failed delivery, a fencing) leaves the partition
+/// waiting or to another instance; a claim kept through either made two writers, and the
+/// stale one published a merged value below the other's (three nodes, `recovery`, chaos
+/// seed 27: 5.7 s back). Each claim has its own number, so that the publisher reads what
+/// was published before every new claim, even one that follows its own release at once.
+#[derive(Debug, Default)]
+pub struct MergedWriterClaim {
+    /// The claim in force; 0: none.
+    current: std::sync::atomic::AtomicU64,
+    last: std::sync::atomic::AtomicU64,
+}
+
+impl MergedWriterClaim {
+    /// Partition 0's task has restored its state: this instance writes from now on.
+    pub fn claim(&self, metrics: &Metrics) -> u64 {
+        let claim = self.last.fetch_add(1, Ordering::SeqCst) + 1;
+        self.current.store(claim, Ordering::SeqCst);
+        MergedWriterChanged { writing: true }.emit(metrics);
+        claim
+    }
+
+    /// That task ended: its claim is over (a newer one is left alone).
+    pub fn release(&self, claim: u64, metrics: &Metrics) {
+        if self
+            .current
+            .compare_exchange(claim, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            MergedWriterChanged { writing: false }.emit(metrics);
+        }
+    }
+
+    /// Partition 0 was taken from this instance: no claim holds, whichever task made it.
+    pub fn release_any(&self, metrics: &Metrics) {
+        if self.current.swap(0, Ordering::SeqCst) != 0 {
+            MergedWriterChanged { writing: false }.emit(metrics);
+        }
+    }
+
+    /// The claim in force, if any.
+    pub fn current(&self) -> Option<u64> {
+        Some(self.current.load(Ordering::SeqCst)).filter(|&c| c != 0)
     }
 }
 
@@ -431,6 +490,32 @@ pub struct EndOfTimeTopics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One writer of the merged record however partition 0 moves: a claim ends with its
+    /// own task or with the partition's revocation, never with an older task's end, and
+    /// every claim is new (the publisher reads what was published before each).
+    #[test]
+    fn a_claim_ends_with_its_own_task_or_the_revocation() {
+        let metrics = Metrics::new();
+        let claims = MergedWriterClaim::default();
+        assert_eq!(claims.current(), None);
+        let first = claims.claim(&metrics);
+        assert_eq!(metrics.merged_watermark_writer.get(), 1);
+        claims.release_any(&metrics);
+        assert_eq!(claims.current(), None, "revoked: no writer here");
+        assert_eq!(metrics.merged_watermark_writer.get(), 0);
+        let second = claims.claim(&metrics);
+        assert_ne!(first, second);
+        claims.release(first, &metrics);
+        assert_eq!(
+            claims.current(),
+            Some(second),
+            "an older task's end leaves it"
+        );
+        claims.release(second, &metrics);
+        assert_eq!(claims.current(), None);
+        assert_eq!(metrics.merged_watermark_writer.get(), 0);
+    }
 
     #[test]
     fn the_limit_is_the_transaction_timeout_and_a_margin() {

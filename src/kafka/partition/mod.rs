@@ -134,6 +134,9 @@ pub struct Shared<P: Resolve> {
     pub kafka: crate::kafka::health::KafkaContext,
     /// The operations API's view of this instance's partitions (`control.rs`).
     pub controls: Arc<crate::control::Controls>,
+    /// Whether this instance writes the merged watermark: claimed by partition 0's task
+    /// once restored, released as it ends.
+    pub merged_writer: Arc<crate::kafka::merged::MergedWriterClaim>,
 }
 
 /// What the partition tasks need to keep their watches durable.
@@ -472,12 +475,18 @@ impl<P: Resolve> PartitionTask<P> {
     /// Run the task; as it ends, purge what its producer still holds (records of a task
     /// that was given up must never land once the partition's next owner writes).
     async fn run(mut self) -> Stopped {
-        let stopped = self.work().await;
+        let mut merged_claim = None;
+        let stopped = self.work(&mut merged_claim).await;
+        if let Some(claim) = merged_claim {
+            self.shared
+                .merged_writer
+                .release(claim, &self.shared.metrics);
+        }
         self.purge_producer();
         stopped
     }
 
-    async fn work(&mut self) -> Stopped {
+    async fn work(&mut self, merged_claim: &mut Option<u64>) -> Stopped {
         let recovered = self.recover().await;
         recovery_over(
             &self.shared,
@@ -489,6 +498,12 @@ impl<P: Resolve> PartitionTask<P> {
             // Revoked (or stopping) before the partition could be recovered: nothing
             // started.
             return Stopped::before_start(self.partition, ending);
+        }
+        // Input partition 0's owner writes the merged watermark, from its restore on (not
+        // from the assignment: the previous writer's records are read by now); not a task
+        // already told to stop.
+        if self.partition == 0 && !self.inputs.is_closed() && !self.lost.is_set() {
+            *merged_claim = Some(self.shared.merged_writer.claim(&self.shared.metrics));
         }
         let mut accepting = true;
         if self.bounds.is_some_and(|b| b.start >= b.end) {
