@@ -262,16 +262,21 @@ pub struct MergedWriterClaim {
 }
 
 impl MergedWriterClaim {
-    /// Partition 0's task has restored its state: this instance writes from now on.
-    pub fn claim(&self, metrics: &Metrics) -> u64 {
-        let claim = self.last.fetch_add(1, Ordering::SeqCst) + 1;
-        self.current.store(claim, Ordering::SeqCst);
+    /// Partition 0's task has restored its state: this instance writes until the task drops
+    /// what this returns (it ended) or the partition is revoked ([`Self::release_any`]).
+    pub fn claim(self: &Arc<Self>, metrics: &Arc<Metrics>) -> Claimed {
+        let number = self.last.fetch_add(1, Ordering::SeqCst) + 1;
+        self.current.store(number, Ordering::SeqCst);
         MergedWriterChanged { writing: true }.emit(metrics);
-        claim
+        Claimed {
+            claims: self.clone(),
+            number,
+            metrics: metrics.clone(),
+        }
     }
 
-    /// That task ended: its claim is over (a newer one is left alone).
-    pub fn release(&self, claim: u64, metrics: &Metrics) {
+    /// A task's claim is over (a newer one is left alone).
+    fn release(&self, claim: u64, metrics: &Metrics) {
         if self
             .current
             .compare_exchange(claim, 0, Ordering::SeqCst, Ordering::SeqCst)
@@ -291,6 +296,19 @@ impl MergedWriterClaim {
     /// The claim in force, if any.
     pub fn current(&self) -> Option<u64> {
         Some(self.current.load(Ordering::SeqCst)).filter(|&c| c != 0)
+    }
+}
+
+/// A task's claim to write the merged record, released when the task drops it.
+pub struct Claimed {
+    claims: Arc<MergedWriterClaim>,
+    number: u64,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        self.claims.release(self.number, &self.metrics);
     }
 }
 
@@ -496,8 +514,8 @@ mod tests {
     /// every claim is new (the publisher reads what was published before each).
     #[test]
     fn a_claim_ends_with_its_own_task_or_the_revocation() {
-        let metrics = Metrics::new();
-        let claims = MergedWriterClaim::default();
+        let metrics = Arc::new(Metrics::new());
+        let claims = Arc::new(MergedWriterClaim::default());
         assert_eq!(claims.current(), None);
         let first = claims.claim(&metrics);
         assert_eq!(metrics.merged_watermark_writer.get(), 1);
@@ -505,14 +523,14 @@ mod tests {
         assert_eq!(claims.current(), None, "revoked: no writer here");
         assert_eq!(metrics.merged_watermark_writer.get(), 0);
         let second = claims.claim(&metrics);
-        assert_ne!(first, second);
-        claims.release(first, &metrics);
+        assert_ne!(first.number, second.number);
+        drop(first);
         assert_eq!(
             claims.current(),
-            Some(second),
+            Some(second.number),
             "an older task's end leaves it"
         );
-        claims.release(second, &metrics);
+        drop(second);
         assert_eq!(claims.current(), None);
         assert_eq!(metrics.merged_watermark_writer.get(), 0);
     }

@@ -475,18 +475,12 @@ impl<P: Resolve> PartitionTask<P> {
     /// Run the task; as it ends, purge what its producer still holds (records of a task
     /// that was given up must never land once the partition's next owner writes).
     async fn run(mut self) -> Stopped {
-        let mut merged_claim = None;
-        let stopped = self.work(&mut merged_claim).await;
-        if let Some(claim) = merged_claim {
-            self.shared
-                .merged_writer
-                .release(claim, &self.shared.metrics);
-        }
+        let stopped = self.work().await;
         self.purge_producer();
         stopped
     }
 
-    async fn work(&mut self, merged_claim: &mut Option<u64>) -> Stopped {
+    async fn work(&mut self) -> Stopped {
         let recovered = self.recover().await;
         recovery_over(
             &self.shared,
@@ -501,10 +495,10 @@ impl<P: Resolve> PartitionTask<P> {
         }
         // Input partition 0's owner writes the merged watermark, from its restore on (not
         // from the assignment: the previous writer's records are read by now); not a task
-        // already told to stop.
-        if self.partition == 0 && !self.inputs.is_closed() && !self.lost.is_set() {
-            *merged_claim = Some(self.shared.merged_writer.claim(&self.shared.metrics));
-        }
+        // already told to stop. Released as this returns.
+        let _merged_claim =
+            (self.partition == 0 && !self.inputs.is_closed() && !self.lost.is_set())
+                .then(|| self.shared.merged_writer.claim(&self.shared.metrics));
         let mut accepting = true;
         if self.bounds.is_some_and(|b| b.start >= b.end) {
             // Nothing to read in this bounded run.
