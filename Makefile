@@ -5,13 +5,14 @@ CARGO ?= cargo
 
 .PHONY: setup build demo test test-kafka lint bench-smoke bench bench-peer-install broker broker-install chaos chaos-short
 
-# Debian packages the build needs: rdkafka's `ssl` feature links OpenSSL, found by pkg-config;
-# and the tests': a Prometheus server (/usr/bin/prometheus) that tests/prometheus.rs starts on
-# a free loopback port (where services may start, the package also starts its own daemon on
-# :9090; the tests never use it), and a Compose client, `docker-compose` (1.29), whose
+# Debian packages the build needs: rdkafka's `ssl` feature links OpenSSL, `gssapi` Cyrus SASL
+# and `curl` libcurl (OAUTHBEARER/OIDC), each found by pkg-config; and the tests': a
+# Prometheus server (/usr/bin/prometheus) that tests/prometheus.rs starts on a free loopback
+# port (where services may start, the package also starts its own daemon on :9090; the tests
+# never use it), and a Compose client, `docker-compose` (1.29), whose
 # `config -q` validates deploy/docker-compose.yml in tests/ops_files.rs (no Docker engine
 # needed; that test fails where no Compose client is installed).
-DEB_PACKAGES = libssl-dev pkg-config prometheus docker-compose
+DEB_PACKAGES = libssl-dev libsasl2-dev libcurl4-openssl-dev pkg-config prometheus docker-compose
 
 # The Rust toolchain comes with the machine; rustfmt and clippy are rustup components.
 # Missing Debian packages are installed with apt-get (as root, else through sudo), without

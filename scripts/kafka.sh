@@ -21,6 +21,20 @@
 #                               node): one node of a cluster of as many nodes as VOTERS
 #                               names, whose topics get replication factor min(3, nodes) and
 #                               min.insync.replicas min(2, nodes), the internal ones too
+#   scripts/kafka.sh serve-secured DIR PORT CONTROLLER_PORT SSL MTLS SASL_SSL SASL_PLAINTEXT
+#                               `serve`, for a node secured as a production cluster is: the
+#                               standard authorizer (no ACL, no access) and a listener for
+#                               each kind of client security: PLAINTEXT on PORT (the tests'
+#                               own admin door: its anonymous principal is a super user),
+#                               SSL (TLS with a private CA), MTLS (TLS with client
+#                               certificates; the principal is the certificate's CN),
+#                               SASL_SSL and SASL_PLAINTEXT (SCRAM-SHA-512 and PLAIN, and
+#                               OAUTHBEARER where KAFKA_OIDC_JWKS_URL names the keys that
+#                               sign the JWTs). TLS files: DIR/pki/{ca.pem,server.pem,
+#                               server.key} (PEM; the key PKCS#8, unencrypted). SASL users
+#                               (SCRAM ones made at format time): admin (a super user) and
+#                               bridge, passwords admin-secret and bridge-secret; bridge has
+#                               no ACL: a test grants what it means to test
 #   scripts/kafka.sh start-cluster DIR N
 #                               start N nodes (DIR/node-1 ...) on free loopback ports; prints
 #                               the bootstrap list `127.0.0.1:P1,127.0.0.1:P2,...` once each
@@ -33,6 +47,11 @@
 # installs wait for the first (flock on a file in the cache). The Rust test fixture
 # (tests/support/broker_process.rs) starts its own broker with `serve`.
 set -euo pipefail
+# Filled for serve-secured: its four ports, and extra arguments of the storage tool's format
+# and of the JVM.
+SECURED=()
+FORMAT_EXTRA=()
+JVM_EXTRA=()
 
 KAFKA_VERSION=4.1.1
 # Kafka 4.1's slf4j-api is 1.7.36: a 2.x binding would not bind (and it would log nothing).
@@ -178,17 +197,85 @@ num.network.threads=2
 num.io.threads=2
 num.partitions=1
 EOF
+    [ "${#SECURED[@]}" = 0 ] || secured_config "$dir" "$port" "$cport" "${SECURED[@]}"
     if [ ! -f "$dir/data/meta.properties" ]; then
         # The cluster's id, or a new one (below) for a node of its own.
         local id="${cluster_id:-$(cluster_id)}"
         # With controller.quorum.voters set, format without --standalone.
         # `--cluster-id=` form: an id may begin with `-`, which would read as an option.
         java -cp "$(classpath)" kafka.tools.StorageTool format --cluster-id="$id" \
-            -c "$dir/server.properties" >"$dir/format.log" 2>&1 || {
+            -c "$dir/server.properties" "${FORMAT_EXTRA[@]}" >"$dir/format.log" 2>&1 || {
             echo "formatting $dir/data failed:" >&2
             cat "$dir/format.log" >&2
             exit 1
         }
+    fi
+}
+
+# The users of a secured node (`serve-secured`), for SCRAM-SHA-512 and PLAIN alike.
+SECURED_USERS=(admin:admin-secret bridge:bridge-secret)
+
+# Appended to DIR/server.properties for `serve-secured` (a later line wins in a Java
+# properties file): a listener for each kind of client security on ports SSL MTLS SASL_SSL
+# SASL_PLAINTEXT beside PLAINTEXT's PORT and the controller's CPORT, the authorizer, and the
+# SASL users; SCRAM's are added at format time (FORMAT_EXTRA).
+secured_config() {
+    local dir="$1" port="$2" cport="$3" ssl="$4" mtls="$5" sasl_ssl="$6" sasl_plaintext="$7"
+    local pki="$dir/pki" user plain_users="" mechanisms="SCRAM-SHA-512,PLAIN" listener
+    for user in ca.pem server.pem server.key; do
+        [ -f "$pki/$user" ] || { echo "serve-secured: $pki/$user is missing" >&2; exit 1; }
+    done
+    for user in "${SECURED_USERS[@]}"; do
+        plain_users="$plain_users user_${user%%:*}=\"${user#*:}\""
+        FORMAT_EXTRA+=(--add-scram "SCRAM-SHA-512=[name=${user%%:*},password=${user#*:}]")
+    done
+    [ -z "${KAFKA_OIDC_JWKS_URL:-}" ] || mechanisms="$mechanisms,OAUTHBEARER"
+    # One PEM keystore file: the key, then the certificate chain.
+    cat "$pki/server.key" "$pki/server.pem" >"$pki/server.keystore.pem"
+    cat >>"$dir/server.properties" <<EOF
+
+# --- secured (scripts/kafka.sh serve-secured): a listener per kind of client security ---
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport,SSL://127.0.0.1:$ssl,MTLS://127.0.0.1:$mtls,SASL_SSL://127.0.0.1:$sasl_ssl,SASL_PLAINTEXT://127.0.0.1:$sasl_plaintext
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SSL://127.0.0.1:$ssl,MTLS://127.0.0.1:$mtls,SASL_SSL://127.0.0.1:$sasl_ssl,SASL_PLAINTEXT://127.0.0.1:$sasl_plaintext
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,MTLS:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT
+# The standard authorizer: nothing is allowed that no ACL allows. The anonymous principal
+# (PLAINTEXT, CONTROLLER, and SSL without a client certificate) is a super user, as is admin.
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS;User:admin
+allow.everyone.if.no.acl.found=false
+# TLS: the server's certificate, signed by the test's private CA, in PEM.
+ssl.keystore.type=PEM
+ssl.keystore.location=$pki/server.keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$pki/ca.pem
+# MTLS: a client certificate is required; the principal is its CN.
+listener.name.mtls.ssl.client.auth=required
+ssl.principal.mapping.rules=RULE:^CN=([^,]*).*\$/\$1/,DEFAULT
+# SASL, over TLS and over plain TCP.
+listener.name.sasl_ssl.sasl.enabled.mechanisms=$mechanisms
+listener.name.sasl_plaintext.sasl.enabled.mechanisms=$mechanisms
+EOF
+    for listener in sasl_ssl sasl_plaintext; do
+        cat >>"$dir/server.properties" <<EOF
+listener.name.$listener.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.$listener.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required$plain_users;
+EOF
+        if [ -n "${KAFKA_OIDC_JWKS_URL:-}" ]; then
+            cat >>"$dir/server.properties" <<EOF
+listener.name.$listener.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+listener.name.$listener.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
+EOF
+        fi
+    done
+    if [ -n "${KAFKA_OIDC_JWKS_URL:-}" ]; then
+        cat >>"$dir/server.properties" <<EOF
+# OAUTHBEARER: a JWT is valid if the keys at this endpoint signed it and its audience is
+# kafka; its sub names the principal. (Kafka 4 fetches only the URLs that the JVM property
+# org.apache.kafka.sasl.oauthbearer.allowed.urls allows: serve sets it.)
+sasl.oauthbearer.jwks.endpoint.url=$KAFKA_OIDC_JWKS_URL
+sasl.oauthbearer.expected.audience=kafka
+EOF
+        JVM_EXTRA+=("-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=$KAFKA_OIDC_JWKS_URL")
     fi
 }
 
@@ -199,7 +286,7 @@ serve() {
     config "$@"
     cd "$dir"
     # Serial GC and C1 only: fewer threads and less JIT work on a 2-core machine.
-    exec java "-Xmx$KAFKA_HEAP" -Xms64m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    exec java "-Xmx$KAFKA_HEAP" -Xms64m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "${JVM_EXTRA[@]}" \
         -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$(classpath)" \
         kafka.Kafka "$dir/server.properties"
 }
@@ -280,6 +367,9 @@ case "${1:-}" in
     install) install ;;
     path) install; echo "$LIBS" ;;
     classpath) install; classpath ;;
+    serve-secured)
+        SECURED=("${5:?SSL port}" "${6:?MTLS port}" "${7:?SASL_SSL port}" "${8:?SASL_PLAINTEXT port}")
+        serve "${2:?usage: $0 serve-secured DIR PORT CONTROLLER_PORT SSL MTLS SASL_SSL SASL_PLAINTEXT}" "${3:?port}" "${4:?controller port}" ;;
     serve) serve "${2:?usage: $0 serve DIR PORT CONTROLLER_PORT [NODE VOTERS CLUSTER_ID]}" "${3:?port}" "${4:?controller port}" "${@:5}" ;;
     start) start "${2:?usage: $0 start DIR}" ;;
     start-cluster) start_cluster "${2:?usage: $0 start-cluster DIR N}" "${3:?number of nodes}" ;;

@@ -354,7 +354,7 @@ pub async fn run_bridge<P: Resolve>(
         },
         state: StateSettings {
             recovery: RecoverySource {
-                consumer_config: client_config(brokers, config, ClientKind::Consumer),
+                consumer_config: reader_config(brokers, config),
                 kafka: kafka.clone(),
                 input_topic: config.input_topic.as_str().into(),
                 group_id: config.group_id.clone(),
@@ -410,7 +410,7 @@ pub async fn run_bridge<P: Resolve>(
     let stop_merged = Arc::new(StopSignal::default());
     let merged = {
         let publisher = MergedPublisher {
-            consumer_config: client_config(brokers, config, ClientKind::Consumer),
+            consumer_config: reader_config(brokers, config),
             kafka: kafka.clone(),
             producer: producer.clone(),
             input_topic: config.input_topic.as_str().into(),
@@ -750,7 +750,7 @@ async fn choose_guarantee(
                 .is_none_or(|(_, v)| v.eq_ignore_ascii_case("plaintext"));
             let brokers = brokers.to_string();
             let producer = producer_config(&brokers, config);
-            let consumer = client_config(&brokers, config, ClientKind::Consumer);
+            let consumer = reader_config(&brokers, config);
             let id = format!(
                 "watchbridge-{}-probe-{}-{}",
                 config.group_id,
@@ -924,6 +924,18 @@ async fn delivery_window(brokers: &str, config: &RunConfig, kafka: &KafkaContext
     window
 }
 
+/// The settings of the bridge's readers that are not the input consumer (the recovery's,
+/// the watermark topic's, the guarantee probe's): assigned partitions, never subscribed,
+/// nothing committed. librdkafka wants a group id even then (it finds the group's
+/// coordinator): the bridge's own, so that an ACL on `WATCHBRIDGE_GROUP_ID` covers every
+/// group the bridge names (docs/brokers.md, "Least privilege").
+fn reader_config(brokers: &str, config: &RunConfig) -> ClientConfig {
+    let mut c = client_config(brokers, config, ClientKind::Consumer);
+    c.set("group.id", &config.group_id);
+    c.set("enable.auto.commit", "false");
+    c
+}
+
 fn consumer_config(brokers: &str, config: &RunConfig, guarantee: Guarantee) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("auto.offset.reset", "earliest");
@@ -1006,10 +1018,14 @@ fn takeover_wait(consumer: &ClientConfig, delivery_window: Duration) -> Duration
     wait
 }
 
-/// Apply `other`'s settings over `c` (the user's `KAFKA_*` over our defaults).
+/// Apply `other`'s settings over `c` (the user's `KAFKA_*` over our defaults). Each value
+/// is read with `get`: `config_map()` shows secrets (`sasl.password`, …) as a placeholder,
+/// and a copy made from it logged in with that placeholder.
 fn override_with(c: &mut ClientConfig, other: ClientConfig) {
-    for (key, value) in other.config_map() {
-        c.set(key, value);
+    for key in other.config_map().into_keys() {
+        if let Some(value) = other.get(key) {
+            c.set(key, value);
+        }
     }
 }
 
@@ -1048,6 +1064,42 @@ mod tests {
             .unwrap()
             .check(env)
             .unwrap()
+    }
+
+    /// Every client the bridge makes logs in as the user said, secrets included: rdkafka's
+    /// `config_map()` shows `sasl.password` as a placeholder, and a copy made through it
+    /// sent that placeholder (issue 47: SCRAM and PLAIN refused for the input consumer and
+    /// the producers, while the start's admin client, made without a copy, logged in).
+    #[test]
+    fn every_client_gets_the_users_security_settings_secrets_included() {
+        let security = [
+            ("KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
+            ("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"),
+            ("KAFKA_SASL_USERNAME", "alice"),
+            ("KAFKA_SASL_PASSWORD", "alice-secret"),
+            ("KAFKA_SSL_KEY_PASSWORD", "key-secret"),
+            ("KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET", "oidc-secret"),
+        ];
+        let config = config(&security);
+        let clients = [
+            ("producer", producer_config("b:9092", &config)),
+            (
+                "consumer",
+                consumer_config("b:9092", &config, Guarantee::Recovery),
+            ),
+            (
+                "other",
+                client_config("b:9092", &config, ClientKind::Other),
+            ),
+        ];
+        for (name, client) in &clients {
+            for (variable, value) in security {
+                let key = variable["KAFKA_".len()..]
+                    .to_ascii_lowercase()
+                    .replace('_', ".");
+                assert_eq!(client.get(&key), Some(value), "{name}: {key}");
+            }
+        }
     }
 
     /// The producer connects to every broker at once (its producer id without the PID

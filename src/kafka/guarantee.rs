@@ -16,8 +16,8 @@
 //!
 //! Whether it does is asked twice. First one ApiVersions request (v0, which every broker
 //! answers) over plain TCP: no `EndTxn` in it, no transactions (where `security.protocol`
-//! is TLS or SASL this cannot be asked, and `auto` picks `recovery` and says so: set
-//! `exactly_once` explicitly there). Listing `EndTxn` is not enough: Tansu 0.6 lists it,
+//! is TLS or SASL this step is skipped: the probe below, made with the bridge's own security
+//! settings, answers for both, so a secured cluster gets the mode a plaintext one gets). Listing `EndTxn` is not enough: Tansu 0.6 lists it,
 //! yet its transactions never complete (`init_transactions` hangs on its memory storage,
 //! `EndTxn` is refused on SQLite, and where an abort completes it still hands the aborted
 //! record to `read_committed` readers, as librdkafka's mock cluster does). So then one real
@@ -30,7 +30,9 @@
 //! A question that fails for a transient reason ([`transient_code`]: a coordinator loading
 //! or moving, a leader election, a timeout, brokers away; or ApiVersions unanswered) is
 //! asked again with backoff until `WATCHBRIDGE_START_TIMEOUT`, then fails the start: it is
-//! never taken for "no transactions". On a fresh three-node cluster the first instance's
+//! never taken for "no transactions"; nor is a refusal by the authorizer (a missing ACL on
+//! the transactional ids), which fails the start naming the ACL. A fallback to `recovery`
+//! is said at WARN, with why. On a fresh three-node cluster the first instance's
 //! probe met a transaction coordinator still loading, chose `recovery`, and the instances
 //! after it `exactly_once` (issue 46). Before any of this, the mode the group runs is read
 //! from its state topic (`group_mode.rs`): `auto` takes it, a fixed setting of the other
@@ -195,12 +197,18 @@ pub enum ProbeError {
     /// The broker answered, and does not keep the promise (it hands the aborted record to
     /// a `read_committed` reader, refuses the requests, or the settings are refused).
     Refused(String),
+    /// The broker keeps transactions but this principal may not use them (an ACL is
+    /// missing): not a reason to run another mode than the user's cluster allows; the
+    /// start fails, naming the ACL.
+    Denied(String),
 }
 
 impl fmt::Display for ProbeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ProbeError::Transient(e) | ProbeError::Refused(e) => f.write_str(e),
+            ProbeError::Transient(e) | ProbeError::Refused(e) | ProbeError::Denied(e) => {
+                f.write_str(e)
+            }
         }
     }
 }
@@ -254,7 +262,9 @@ pub fn transient_code(code: RDKafkaErrorCode) -> bool {
 fn probe_error(what: &str, e: &KafkaError) -> ProbeError {
     let retriable = matches!(e, KafkaError::Transaction(t) if t.is_retriable());
     let message = format!("{what}: {e}");
-    if retriable || e.rdkafka_error_code().is_some_and(transient_code) {
+    if e.rdkafka_error_code().is_some_and(super::refusal::is_authorization) {
+        ProbeError::Denied(message)
+    } else if retriable || e.rdkafka_error_code().is_some_and(transient_code) {
         ProbeError::Transient(message)
     } else {
         ProbeError::Refused(message)
@@ -263,7 +273,8 @@ fn probe_error(what: &str, e: &KafkaError) -> ProbeError {
 
 /// One real transaction, aborted, then read back: `Ok` if the broker completed the abort
 /// and a `read_committed` reader does not see the record. `producer_config` is the
-/// bridge's producer settings, `consumer_config` its client settings; the record goes to
+/// bridge's producer settings, `consumer_config` its readers' (the bridge's group id, whose
+/// ACL covers it; nothing is committed); the record goes to
 /// partition 0 of `topic` (the state topic). `transactional_id` must be this process's
 /// own: two instances starting at once must not fence each other's probe. The reader's
 /// errors and log lines go to `context` (its end of partition is no error).
@@ -276,7 +287,6 @@ pub fn probe_transaction(
 ) -> Result<(), ProbeError> {
     let consumer: BaseConsumer<super::health::KafkaContext> = consumer_config
         .clone()
-        .set("group.id", "watchbridge-transaction-probe")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
@@ -337,34 +347,47 @@ pub fn probe_transaction(
 const RETRY_BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(8));
 
 /// Resolve `auto` against the broker (blocking). `plaintext` says whether the configured
-/// `security.protocol` lets the ApiVersions request speak to the broker; `probe` runs the
-/// probe transaction ([`probe_transaction`]). A question that fails for a transient reason
-/// (the broker not answering ApiVersions, a [`ProbeError::Transient`]) is asked again with
-/// backoff until `deadline` (`WATCHBRIDGE_START_TIMEOUT`), and then fails the start: it is
-/// never taken for "no transactions".
+/// `security.protocol` lets the ApiVersions request speak to the broker: on a TLS or SASL
+/// listener only the probe transaction is asked, with the bridge's own security settings
+/// (`probe`, [`probe_transaction`]), so a secured cluster gets the mode a plaintext one
+/// gets. A question that fails for a transient reason (the broker not answering
+/// ApiVersions, a [`ProbeError::Transient`]) is asked again with backoff until `deadline`
+/// (`WATCHBRIDGE_START_TIMEOUT`), and then fails the start: it is never taken for "no
+/// transactions"; nor is a missing ACL ([`ProbeError::Denied`]), which fails the start
+/// naming it. A fallback to `recovery` is said at WARN, with why.
 pub fn choose_auto(
     brokers: &str,
     plaintext: bool,
     deadline: std::time::Instant,
     mut probe: impl FnMut() -> Result<(), ProbeError>,
 ) -> Result<Guarantee, String> {
-    if !plaintext {
-        tracing::warn!(
-            "WATCHBRIDGE_GUARANTEE=auto: cannot ask a TLS or SASL listener whether it supports \
-             transactions; using `recovery` (set WATCHBRIDGE_GUARANTEE=exactly_once to use them)"
-        );
-        return Ok(Guarantee::Recovery);
-    }
     let (mut backoff, mut attempt) = (RETRY_BACKOFF.0, 0u32);
     loop {
         attempt += 1;
-        let transient = match broker_supports_transactions(brokers, Duration::from_secs(5)) {
-            Ok(false) => return Ok(Guarantee::Recovery),
+        let lists_end_txn = if plaintext {
+            broker_supports_transactions(brokers, Duration::from_secs(5))
+        } else {
+            Ok(true)
+        };
+        let transient = match lists_end_txn {
+            Ok(false) => {
+                tracing::warn!("WATCHBRIDGE_GUARANTEE=auto: the brokers do not offer transactions (no EndTxn in ApiVersions); using `recovery`");
+                return Ok(Guarantee::Recovery);
+            }
             Ok(true) => match probe() {
                 Ok(()) => return Ok(Guarantee::ExactlyOnce),
                 Err(ProbeError::Refused(e)) => {
-                    tracing::info!(error = %e, "WATCHBRIDGE_GUARANTEE=auto: the broker lists EndTxn but did not complete a probe transaction; using `recovery`");
+                    tracing::warn!(error = %e, "WATCHBRIDGE_GUARANTEE=auto: the brokers did not complete a probe transaction; using `recovery`");
                     return Ok(Guarantee::Recovery);
+                }
+                Err(ProbeError::Denied(e)) => {
+                    return Err(format!(
+                        "WATCHBRIDGE_GUARANTEE=auto: the probe transaction was refused: {e}. \
+                         The exactly-once mode needs WRITE and DESCRIBE on the transactional \
+                         ids prefixed `watchbridge-<WATCHBRIDGE_GROUP_ID>-` (docs/brokers.md, \
+                         \"Least privilege\"): grant them, or set \
+                         WATCHBRIDGE_GUARANTEE=recovery"
+                    ))
                 }
                 Err(ProbeError::Transient(e)) => e,
             },
@@ -473,8 +496,6 @@ mod tests {
         }
         for code in [
             C::UnsupportedVersion,
-            C::TransactionalIdAuthorizationFailed,
-            C::ClusterAuthorizationFailed,
             C::InvalidTransactionTimeout,
             C::InvalidConfig,
             C::ProducerFenced,
@@ -484,6 +505,15 @@ mod tests {
             assert!(!transient_code(code), "{code:?}");
             let e = probe_error("abort_transaction", &KafkaError::Flush(code));
             assert!(matches!(e, ProbeError::Refused(_)), "{code:?}: {e:?}");
+        }
+        // A missing ACL is neither: it fails the start, naming it.
+        for code in [
+            C::TransactionalIdAuthorizationFailed,
+            C::ClusterAuthorizationFailed,
+            C::TopicAuthorizationFailed,
+        ] {
+            let e = probe_error("init_transactions", &KafkaError::Flush(code));
+            assert!(matches!(e, ProbeError::Denied(_)), "{code:?}: {e:?}");
         }
         let e = probe_error(
             "end offset of s/0",
@@ -559,6 +589,31 @@ mod tests {
             ))
         });
         assert_eq!((chosen, tries), (Ok(Guarantee::Recovery), 1));
+    }
+
+    /// On a TLS or SASL listener the probe alone answers (issue 47: `auto` took `recovery`
+    /// there without asking); a missing ACL fails the start rather than pick a mode.
+    #[test]
+    fn a_secured_listener_is_asked_by_the_probe_and_a_denial_is_no_choice() {
+        // No broker at this address: the ApiVersions request must not be sent.
+        let nowhere = "127.0.0.1:1";
+        let later = std::time::Instant::now() + Duration::from_secs(30);
+        assert_eq!(
+            choose_auto(nowhere, false, later, || Ok(())),
+            Ok(Guarantee::ExactlyOnce)
+        );
+        let e = choose_auto(nowhere, false, later, || {
+            Err(ProbeError::Denied(
+                "init_transactions: Broker: Transactional Id authorization failed".into(),
+            ))
+        })
+        .unwrap_err();
+        assert!(
+            e.contains("Transactional Id authorization failed")
+                && e.contains("watchbridge-<WATCHBRIDGE_GROUP_ID>-")
+                && e.contains("WATCHBRIDGE_GUARANTEE=recovery"),
+            "{e}"
+        );
     }
 
     #[test]

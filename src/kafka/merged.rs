@@ -87,9 +87,7 @@ impl MergedPublisher {
         let consumer: Arc<StreamConsumer<KafkaContext>> = match self
             .consumer_config
             .clone()
-            // librdkafka wants a group id even for an assigned (not subscribed) consumer;
-            // nothing is committed under it.
-            .set("group.id", "watchbridge-watermark-reader")
+            // (Its group id is the bridge's: `bridge::reader_config`; nothing is committed.)
             .set("enable.auto.commit", "false")
             // Only committed watermarks (the exactly-once mode's are transactional).
             .set("isolation.level", "read_committed")

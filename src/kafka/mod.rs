@@ -29,6 +29,7 @@ pub mod partition;
 pub mod produce;
 pub mod properties;
 pub mod records;
+pub mod refusal;
 pub mod recovery;
 pub mod reports;
 pub mod stats;

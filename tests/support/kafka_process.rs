@@ -137,3 +137,84 @@ fn cluster_id() -> String {
     }
     id
 }
+
+/// The listeners of a secured node ([`BrokerProcess::kafka_secured`]), each a `host:port`.
+#[derive(Debug, Clone)]
+pub struct SecuredListeners {
+    /// The tests' own admin door: its anonymous principal is a super user.
+    pub plaintext: String,
+    /// TLS with the test's private CA, no client certificate.
+    pub ssl: String,
+    /// TLS with a client certificate required; the principal is its CN.
+    pub mtls: String,
+    /// SASL (SCRAM-SHA-512, PLAIN, and OAUTHBEARER where a JWKS URL was given) over TLS.
+    pub sasl_ssl: String,
+    /// The same mechanisms over plain TCP.
+    pub sasl_plaintext: String,
+}
+
+impl BrokerProcess {
+    /// One Kafka node secured as a production cluster is (`scripts/kafka.sh serve-secured`):
+    /// the standard authorizer and a listener per kind of client security. `pki` is the
+    /// CA's, the server certificate's and its key's PEM text; with `jwks_url`, OAUTHBEARER
+    /// tokens signed by the keys there are accepted (the endpoint must answer before the
+    /// node starts).
+    pub fn kafka_secured(
+        prefix: &str,
+        pki: [String; 3],
+        jwks_url: Option<&str>,
+    ) -> Result<(BrokerProcess, SecuredListeners), String> {
+        installed_path("kafka.sh", "or set KAFKA_LIBS to a dir of Kafka's jars");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka.sh");
+        let jwks_url = jwks_url.map(str::to_string);
+        let command = move |dir: &Path, ports: &[u16]| -> Vec<OsString> {
+            // The TLS files, where serve-secured looks for them.
+            let files = dir.join("pki");
+            std::fs::create_dir_all(&files).expect("create the node's pki dir");
+            for (name, text) in ["ca.pem", "server.pem", "server.key"].iter().zip(&pki) {
+                std::fs::write(files.join(name), text).expect("write a pki file");
+            }
+            let mut command: Vec<OsString> = vec!["env".into()];
+            if let Some(url) = &jwks_url {
+                command.push(format!("KAFKA_OIDC_JWKS_URL={url}").into());
+            }
+            command.extend(["bash".into(), script.clone().into(), "serve-secured".into()]);
+            command.push(dir.into());
+            command.extend(ports.iter().map(|p| p.to_string().into()));
+            command
+        };
+        let launch = Launch {
+            name: "kafka",
+            prefix,
+            ports: 6,
+            start_timeout: Duration::from_secs(90),
+            command: &command,
+            on: None,
+        };
+        let process = BrokerProcess::start(&launch)?;
+        let port = |i: usize| -> String {
+            let ports = std::fs::read_to_string(process.dir.join("server.properties"))
+                .expect("the node's server.properties");
+            // advertised.listeners names every client listener with its port.
+            let name = ["PLAINTEXT", "", "SSL", "MTLS", "SASL_SSL", "SASL_PLAINTEXT"][i];
+            ports
+                .lines()
+                .filter(|l| l.starts_with("advertised.listeners="))
+                .last()
+                .and_then(|l| {
+                    l.split(['=', ','])
+                        .find_map(|e| e.strip_prefix(&format!("{name}://")))
+                })
+                .unwrap_or_else(|| panic!("no {name} listener in server.properties"))
+                .to_string()
+        };
+        let listeners = SecuredListeners {
+            plaintext: port(0),
+            ssl: port(2),
+            mtls: port(3),
+            sasl_ssl: port(4),
+            sasl_plaintext: port(5),
+        };
+        Ok((process, listeners))
+    }
+}

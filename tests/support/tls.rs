@@ -18,11 +18,21 @@ pub struct Pki {
     server: (CertificateDer<'static>, Vec<u8>),
     pub client_cert_pem: String,
     pub client_key_pem: String,
+    /// The server certificate and its key (PKCS#8) in PEM, for a server of another kind
+    /// (a Kafka node).
+    pub server_cert_pem: String,
+    pub server_key_pem: String,
 }
 
 impl Pki {
     /// A CA called `name`, with its server and client certificates.
     pub fn new(name: &str) -> Self {
+        Self::with_client(name, "watchbridge test")
+    }
+
+    /// [`Pki::new`] with a client certificate whose common name is `client` (a Kafka node
+    /// takes it for the principal's name).
+    pub fn with_client(name: &str, client: &str) -> Self {
         let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca.distinguished_name.push(DnType::CommonName, name);
@@ -34,11 +44,11 @@ impl Pki {
         let ca_cert = ca.self_signed(&ca_key).unwrap();
         let issuer = Issuer::new(ca, ca_key);
 
-        let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
+        let leaf = |names: Vec<String>, common_name: &str, usage: ExtendedKeyUsagePurpose| {
             let mut params = CertificateParams::new(names).unwrap();
             params
                 .distinguished_name
-                .push(DnType::CommonName, "watchbridge test");
+                .push(DnType::CommonName, common_name);
             params.use_authority_key_identifier_extension = true;
             params.key_usages.push(KeyUsagePurpose::DigitalSignature);
             params.extended_key_usages.push(usage);
@@ -48,10 +58,12 @@ impl Pki {
         };
         let (server_cert, server_key) = leaf(
             vec!["localhost".into(), "127.0.0.1".into(), "api.test".into()],
+            "watchbridge test",
             ExtendedKeyUsagePurpose::ServerAuth,
         );
         let (client_cert, client_key) = leaf(
             vec!["client.test".into()],
+            client,
             ExtendedKeyUsagePurpose::ClientAuth,
         );
         Self {
@@ -59,6 +71,8 @@ impl Pki {
             ca_pem: ca_cert.pem(),
             ca_der: ca_cert.der().clone(),
             server: (server_cert.der().clone(), server_key.serialize_der()),
+            server_cert_pem: server_cert.pem(),
+            server_key_pem: server_key.serialize_pem(),
             client_cert_pem: client_cert.pem(),
             client_key_pem: client_key.serialize_pem(),
         }
