@@ -1087,10 +1087,7 @@ mod tests {
                 "consumer",
                 consumer_config("b:9092", &config, Guarantee::Recovery),
             ),
-            (
-                "other",
-                client_config("b:9092", &config, ClientKind::Other),
-            ),
+            ("other", client_config("b:9092", &config, ClientKind::Other)),
         ];
         for (name, client) in &clients {
             for (variable, value) in security {

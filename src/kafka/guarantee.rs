@@ -262,7 +262,9 @@ pub fn transient_code(code: RDKafkaErrorCode) -> bool {
 fn probe_error(what: &str, e: &KafkaError) -> ProbeError {
     let retriable = matches!(e, KafkaError::Transaction(t) if t.is_retriable());
     let message = format!("{what}: {e}");
-    if e.rdkafka_error_code().is_some_and(super::refusal::is_authorization) {
+    if e.rdkafka_error_code()
+        .is_some_and(super::refusal::is_authorization)
+    {
         ProbeError::Denied(message)
     } else if retriable || e.rdkafka_error_code().is_some_and(transient_code) {
         ProbeError::Transient(message)

@@ -61,7 +61,9 @@ mod tests {
         assert!(is_authorization(
             RDKafkaErrorCode::TransactionalIdAuthorizationFailed
         ));
-        assert!(is_authentication(RDKafkaErrorCode::SaslAuthenticationFailed));
+        assert!(is_authentication(
+            RDKafkaErrorCode::SaslAuthenticationFailed
+        ));
         assert!(is_refusal(RDKafkaErrorCode::TopicAuthorizationFailed));
         assert!(!is_refusal(RDKafkaErrorCode::NotLeaderForPartition));
         let said = what_to_grant(
@@ -69,6 +71,9 @@ mod tests {
             "WRITE",
             "topic `out`",
         );
-        assert!(said.contains("WRITE") && said.contains("topic `out`"), "{said}");
+        assert!(
+            said.contains("WRITE") && said.contains("topic `out`"),
+            "{said}"
+        );
     }
 }
