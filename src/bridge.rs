@@ -949,6 +949,10 @@ fn consumer_config(brokers: &str, config: &RunConfig, guarantee: Guarantee) -> C
     // ready, with 100 ms ~0.1 s, with 20 ms ~25 ms.
     c.set("fetch.wait.max.ms", "20");
     override_with(&mut c, client_config(brokers, config, ClientKind::Consumer));
+    if uses_the_consumer_protocol(&c) {
+        // KIP-848: the broker assigns, and librdkafka refuses a client-side assignor.
+        c.remove("partition.assignment.strategy");
+    }
     stats::enable(&mut c, &config.kafka);
     c.set("group.id", &config.group_id);
     // Offsets are stored by us, only once what an input caused is acknowledged; in the
@@ -967,6 +971,14 @@ fn consumer_config(brokers: &str, config: &RunConfig, guarantee: Guarantee) -> C
     // last offsets hold no record a consumer is handed (a transaction marker).
     c.set("enable.partition.eof", "true");
     c
+}
+
+/// `KAFKA_GROUP_PROTOCOL=consumer`: the group protocol of KIP-848, where the broker assigns
+/// partitions and owns the group's timeouts (`group.consumer.session.timeout.ms`, …).
+fn uses_the_consumer_protocol(consumer: &ClientConfig) -> bool {
+    consumer
+        .get("group.protocol")
+        .is_some_and(|p| p.eq_ignore_ascii_case("consumer"))
 }
 
 /// The consumer's group timeouts: `session.timeout.ms` and `heartbeat.interval.ms`
@@ -988,7 +1000,15 @@ impl GroupTimeouts {
         };
         Self {
             session: millis("session.timeout.ms", 45_000),
-            heartbeat: millis("heartbeat.interval.ms", 3_000),
+            // KIP-848's broker default (`group.consumer.heartbeat.interval.ms`).
+            heartbeat: millis(
+                "heartbeat.interval.ms",
+                if uses_the_consumer_protocol(consumer) {
+                    5_000
+                } else {
+                    3_000
+                },
+            ),
         }
     }
 }
@@ -1097,6 +1117,26 @@ mod tests {
                 assert_eq!(client.get(&key), Some(value), "{name}: {key}");
             }
         }
+    }
+
+    /// `KAFKA_GROUP_PROTOCOL=consumer` (KIP-848) leaves the assignor to the broker:
+    /// librdkafka refuses `partition.assignment.strategy` beside it.
+    #[test]
+    fn the_consumer_group_protocol_leaves_the_assignor_to_the_broker() {
+        let classic = consumer_config("b:9092", &config(&[]), Guarantee::Recovery);
+        assert_eq!(
+            classic.get("partition.assignment.strategy"),
+            Some("cooperative-sticky")
+        );
+        let kip848 = consumer_config(
+            "b:9092",
+            &config(&[("KAFKA_GROUP_PROTOCOL", "consumer")]),
+            Guarantee::Recovery,
+        );
+        assert_eq!(kip848.get("partition.assignment.strategy"), None);
+        assert_eq!(kip848.get("group.protocol"), Some("consumer"));
+        let made: Result<rdkafka::consumer::BaseConsumer, _> = kip848.create();
+        assert!(made.is_ok(), "{:?}", made.err());
     }
 
     /// The producer connects to every broker at once (its producer id without the PID

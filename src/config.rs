@@ -3,6 +3,10 @@
 //! (a missing or unparsable value) name the variable too; the checks clap cannot do are in
 //! [`RunArgs::check`], whose errors do the same.
 
+mod kafka_env;
+
+pub use kafka_env::{kafka_properties, KafkaProperties};
+
 use crate::kafka::guarantee::GuaranteeSetting;
 use crate::kafka::records::OutputHeaders;
 use crate::limits::HostRate;
@@ -475,13 +479,11 @@ impl RunArgs {
         }
         let metrics_addr = metrics_addr(&self.metrics_addr)?;
         let brokers = self.brokers.clone().filter(|b| !b.trim().is_empty());
-        let env: Vec<(String, String)> = env.into_iter().collect();
-        let kafka = kafka_properties(env.iter().cloned());
-        let kafka_consumer = kafka_properties_for("CONSUMER", env.iter().cloned());
-        let kafka_producer = kafka_properties_for("PRODUCER", env.iter().cloned());
-        check_kafka_properties("KAFKA", &kafka)?;
-        check_kafka_properties("KAFKA_CONSUMER", &kafka_consumer)?;
-        check_kafka_properties("KAFKA_PRODUCER", &kafka_producer)?;
+        let KafkaProperties {
+            all: kafka,
+            consumer: kafka_consumer,
+            producer: kafka_producer,
+        } = kafka_properties(env)?;
         let guarantee = GuaranteeSetting::parse(&self.guarantee)
             .map_err(|e| ConfigError::new("WATCHBRIDGE_GUARANTEE", e))?;
         let output_headers = OutputHeaders::parse(&self.output_headers)
@@ -658,62 +660,6 @@ fn metrics_addr(value: &str) -> Result<Option<SocketAddr>, ConfigError> {
             ),
         )
     })
-}
-
-/// `KAFKA_SECURITY_PROTOCOL=SASL_SSL` → (`security.protocol`, `SASL_SSL`): every `KAFKA_*`
-/// variable becomes a librdkafka property (lower case, `_` → `.`), except
-/// `KAFKA_CONSUMER_*` and `KAFKA_PRODUCER_*` ([`kafka_properties_for`]).
-pub fn kafka_properties(env: impl IntoIterator<Item = (String, String)>) -> Vec<(String, String)> {
-    properties_with_prefix("KAFKA_", env)
-        .into_iter()
-        .filter(|(key, _)| !key.starts_with("consumer.") && !key.starts_with("producer."))
-        .collect()
-}
-
-/// `KAFKA_CONSUMER_FETCH_MAX_BYTES` → (`fetch.max.bytes`, …) for `kind` `CONSUMER` (or
-/// `PRODUCER`): properties for the clients of one kind only.
-pub fn kafka_properties_for(
-    kind: &str,
-    env: impl IntoIterator<Item = (String, String)>,
-) -> Vec<(String, String)> {
-    properties_with_prefix(&format!("KAFKA_{kind}_"), env)
-}
-
-fn properties_with_prefix(
-    prefix: &str,
-    env: impl IntoIterator<Item = (String, String)>,
-) -> Vec<(String, String)> {
-    let mut props: Vec<(String, String)> = env
-        .into_iter()
-        .filter_map(|(name, value)| {
-            let rest = name.strip_prefix(prefix)?;
-            (!rest.is_empty()).then(|| (rest.to_ascii_lowercase().replace('_', "."), value))
-        })
-        .collect();
-    props.sort();
-    props
-}
-
-/// librdkafka refuses unknown properties and bad values; say which variable it was.
-fn check_kafka_properties(prefix: &str, props: &[(String, String)]) -> Result<(), ConfigError> {
-    for (key, value) in props {
-        let mut one = rdkafka::ClientConfig::new();
-        one.set(key, value);
-        if let Err(e) = one.create_native_config() {
-            let var = format!("{prefix}_{}", key.to_ascii_uppercase().replace('.', "_"));
-            // librdkafka's message may quote the value: not for secrets.
-            let why = if is_secret(key) {
-                "the value is refused".to_string()
-            } else {
-                e.to_string()
-            };
-            return Err(ConfigError::new(
-                var,
-                format!("librdkafka property `{key}`: {why}"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The one rule for names whose values are secrets, never logged or shown: `KAFKA_*`
@@ -905,34 +851,7 @@ mod tests {
     }
 
     #[test]
-    fn kafka_variables_become_librdkafka_properties() {
-        let env = [
-            ("KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
-            ("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"),
-            ("KAFKA_SASL_PASSWORD", "pw"),
-            ("KAFKA_", "ignored"),
-            ("PATH", "/bin"),
-            ("KAFKA_CONSUMER_FETCH_MAX_BYTES", "1000000"),
-            ("KAFKA_PRODUCER_LINGER_MS", "20"),
-        ]
-        .map(|(a, b)| (a.to_string(), b.to_string()));
-        assert_eq!(
-            kafka_properties_for("CONSUMER", env.clone()),
-            [("fetch.max.bytes".to_string(), "1000000".to_string())]
-        );
-        assert_eq!(
-            kafka_properties_for("PRODUCER", env.clone()),
-            [("linger.ms".to_string(), "20".to_string())]
-        );
-        let props = kafka_properties(env);
-        assert_eq!(
-            props,
-            [
-                ("sasl.mechanism".to_string(), "SCRAM-SHA-512".to_string()),
-                ("sasl.password".into(), "pw".into()),
-                ("security.protocol".into(), "SASL_SSL".into()),
-            ]
-        );
+    fn secret_names_are_known() {
         assert!(is_secret("sasl.password"));
         assert!(is_secret("sasl.oauthbearer.config"));
         assert!(is_secret(

@@ -13,7 +13,7 @@ fn watchbridge(args: &[&str]) -> (i32, String, String) {
 fn watchbridge_with_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_watchbridge"));
     for (name, _) in std::env::vars() {
-        if name.starts_with("WATCHBRIDGE_") {
+        if name.starts_with("WATCHBRIDGE_") || name.starts_with("KAFKA_") {
             command.env_remove(name);
         }
     }
@@ -506,6 +506,92 @@ fn kafka_properties_reach_only_the_clients_they_are_for() {
             "{property} logged as taken: {text}"
         );
     }
+}
+
+/// Kubernetes gives every pod of a namespace with a Service named `kafka` the service-link
+/// variables `KAFKA_PORT`, `KAFKA_PORT_9092_TCP…` and `KAFKA_SERVICE_HOST/PORT`: they are
+/// not librdkafka properties, and the start goes on without them, saying so once.
+#[test]
+fn kubernetes_service_link_variables_do_not_stop_the_start() {
+    let (mut running, text) = embedded_bridge(
+        &[
+            ("KAFKA_PORT", "tcp://10.0.0.1:9092"),
+            ("KAFKA_PORT_9092_TCP", "tcp://10.0.0.1:9092"),
+            ("KAFKA_PORT_9092_TCP_ADDR", "10.0.0.1"),
+            ("KAFKA_PORT_9092_TCP_PORT", "9092"),
+            ("KAFKA_PORT_9092_TCP_PROTO", "tcp"),
+            ("KAFKA_SERVICE_HOST", "10.0.0.1"),
+            ("KAFKA_SERVICE_PORT", "9092"),
+            ("KAFKA_SERVICE_PORT_BROKER", "9092"),
+        ],
+        "partition state restored",
+    );
+    assert!(text.contains("partition state restored"), "{text}");
+    assert_eq!(sigterm(&mut running.0), Some(0));
+    let said: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("service-link"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once: {text}");
+    assert!(
+        said[0].contains("KAFKA_PORT") && said[0].contains("KAFKA_SERVICE_HOST"),
+        "{said:?}"
+    );
+}
+
+/// The brokers have one setting: `KAFKA_BOOTSTRAP_SERVERS` beside `WATCHBRIDGE_BROKERS`
+/// would silently win over it in some clients and not others.
+#[test]
+fn kafka_bootstrap_servers_is_refused_naming_watchbridge_brokers() {
+    for extra in [
+        &[("KAFKA_BOOTSTRAP_SERVERS", "a:9092")][..],
+        &[
+            ("KAFKA_BOOTSTRAP_SERVERS", "a:9092"),
+            ("WATCHBRIDGE_BROKERS", "b:9092"),
+        ][..],
+    ] {
+        let mut env = vec![
+            ("WATCHBRIDGE_INPUT_TOPIC", "users"),
+            ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
+            ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
+        ];
+        env.extend_from_slice(extra);
+        let (code, _, err) = watchbridge_with_env(&["run"], &env);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("KAFKA_BOOTSTRAP_SERVERS") && err.contains("WATCHBRIDGE_BROKERS"),
+            "{err}"
+        );
+    }
+}
+
+/// A secret can come from a file (`KAFKA_SASL_PASSWORD_FILE`, as Kubernetes and Docker
+/// mount them); a file that cannot be read, or both forms at once, is named at start.
+#[test]
+fn a_kafka_secret_from_a_file_that_cannot_be_read_is_named_at_start() {
+    let base = [
+        ("WATCHBRIDGE_INPUT_TOPIC", "users"),
+        ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
+        ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
+    ];
+    let mut env = base.to_vec();
+    env.push(("KAFKA_SASL_PASSWORD_FILE", "/nonexistent/password"));
+    let (code, _, err) = watchbridge_with_env(&["run"], &env);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("KAFKA_SASL_PASSWORD_FILE") && err.contains("/nonexistent/password"),
+        "{err}"
+    );
+    let mut env = base.to_vec();
+    env.push(("KAFKA_SASL_PASSWORD_FILE", "/etc/hostname"));
+    env.push(("KAFKA_SASL_PASSWORD", "inline-secret"));
+    let (code, _, err) = watchbridge_with_env(&["run"], &env);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("KAFKA_SASL_PASSWORD") && err.contains("both"),
+        "{err}"
+    );
+    assert!(!err.contains("inline-secret"), "{err}");
 }
 
 /// A port already taken is a start error naming the variable, before anything else runs.

@@ -4,6 +4,7 @@
 //! [`read_topic`], under `consume`, also reads the state topic for `watchbridge state
 //! inspect` (`crate::state::inspect`).
 
+use crate::kafka::properties::ClientKind;
 use crate::pollers::event_time::format_rfc3339;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -15,13 +16,20 @@ use std::collections::HashMap;
 use std::io::BufRead;
 use std::time::Duration;
 
-fn client(brokers: &str) -> ClientConfig {
+/// A client of `kind` with the `KAFKA_*` settings of `run` (security above all).
+fn client(brokers: &str, kind: ClientKind) -> Result<ClientConfig, String> {
+    let props = crate::config::kafka_properties(std::env::vars()).map_err(|e| e.to_string())?;
+    let own = match kind {
+        ClientKind::Consumer => props.consumer,
+        ClientKind::Producer => props.producer,
+        ClientKind::Other => Vec::new(),
+    };
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", brokers);
-    for (key, value) in crate::config::kafka_properties(std::env::vars()) {
+    for (key, value) in props.all.into_iter().chain(own) {
         c.set(key, value);
     }
-    c
+    Ok(c)
 }
 
 /// Produce `values` (or, if none, stdin's lines), each with `key`, or split at
@@ -33,7 +41,7 @@ pub async fn produce(
     key_delimiter: Option<&str>,
     values: &[String],
 ) -> Result<usize, String> {
-    let producer: FutureProducer = client(brokers)
+    let producer: FutureProducer = client(brokers, ClientKind::Producer)?
         .set("enable.idempotence", "true")
         .set("message.timeout.ms", "15000")
         .create()
@@ -109,7 +117,8 @@ pub fn read_topic(
     mut each: impl FnMut(&BorrowedMessage<'_>) -> std::io::Result<()>,
 ) -> Result<usize, ReadError> {
     let kafka = ReadError::Kafka;
-    let consumer: BaseConsumer = client(brokers)
+    let consumer: BaseConsumer = client(brokers, ClientKind::Consumer)
+        .map_err(kafka)?
         .set("group.id", "watchbridge-consume")
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "50")
