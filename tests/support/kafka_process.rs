@@ -199,8 +199,7 @@ impl BrokerProcess {
             let name = ["PLAINTEXT", "", "SSL", "MTLS", "SASL_SSL", "SASL_PLAINTEXT"][i];
             ports
                 .lines()
-                .filter(|l| l.starts_with("advertised.listeners="))
-                .last()
+                .rfind(|l| l.starts_with("advertised.listeners="))
                 .and_then(|l| {
                     l.split(['=', ','])
                         .find_map(|e| e.strip_prefix(&format!("{name}://")))
