@@ -809,9 +809,13 @@ async fn transaction_settings(
     producer: &ProducerSettings,
 ) -> Result<TransactionSettings, BridgeError> {
     // Group metadata without a generation: fencing rests on the transactional id of the
-    // input partition (see `kafka/partition/transaction.rs`).
+    // input partition (see `kafka/partition/transaction.rs`). Made by the classic protocol's
+    // rules whatever KAFKA_GROUP_PROTOCOL says: under KIP-848's, librdkafka's metadata of a
+    // consumer that never joined made every transactional offset commit fail with
+    // UNKNOWN_MEMBER_ID (tests/secured.rs).
     let group: BaseConsumer = client_config(brokers, config, ClientKind::Consumer)
         .set("group.id", &config.group_id)
+        .remove("group.protocol")
         .create()
         .map_err(|e| BridgeError::Start(format!("cannot create a client: {e}")))?;
     let group = group.group_metadata().ok_or_else(|| {

@@ -60,7 +60,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(401, {"error": "invalid_client"})
         now = int(time.time())
         claims = {"sub": client, "aud": "kafka", "iss": "watchbridge-test", "iat": now,
-                  "exp": now + 300, "scope": form.get("scope", [""])[0]}
+                  "exp": now + 300}
+        # Kafka refuses an empty scope claim ("scope value must be non-empty"): only a
+        # scope asked for is given.
+        if form.get("scope", [""])[0]:
+            claims["scope"] = form["scope"][0]
         token = jwt.encode({"alg": "RS256", "kid": "watchbridge-test"}, claims, KEY)
         TOKENS_ISSUED += 1
         self.answer(200, {"access_token": token, "token_type": "Bearer", "expires_in": 300})

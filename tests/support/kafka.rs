@@ -101,8 +101,30 @@ pub struct Broker {
 /// The broker shared by every test in this binary, started on first use. If it can't start,
 /// every test panics with the same message (rather than each trying again).
 pub fn broker() -> &'static Broker {
-    static BROKER: OnceLock<Result<Broker, String>> = OnceLock::new();
     match BROKER.get_or_init(Broker::start) {
+        Ok(broker) => broker,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+static BROKER: OnceLock<Result<Broker, String>> = OnceLock::new();
+
+/// Make the Apache Kafka node `start` gives (its first listener the bootstrap) this
+/// binary's [`broker()`], unless one is already: a binary whose broker is special (the
+/// secured node of `support::secured`) calls this before anything else asks for it.
+pub fn broker_from(start: impl FnOnce() -> Result<BrokerProcess, String>) -> &'static Broker {
+    let made = BROKER.get_or_init(|| {
+        let process = start()?;
+        Ok(Broker {
+            bootstrap: process.bootstrap.clone(),
+            dir: process.dir.clone(),
+            nodes: Mutex::new(vec![process]),
+            kind: BrokerKind::Kafka,
+            producer: OnceLock::new(),
+            admin: OnceLock::new(),
+        })
+    });
+    match made {
         Ok(broker) => broker,
         Err(e) => panic!("{e}"),
     }

@@ -35,3 +35,5 @@ pub mod moto_process;
 pub mod s3_proxy;
 #[allow(dead_code)]
 pub mod scenario;
+#[allow(dead_code)]
+pub mod secured;
