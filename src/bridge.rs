@@ -314,6 +314,7 @@ pub async fn run_bridge<P: Resolve>(
     // The input consumer's settings: its lease reads the session timeout from them.
     let consumer_settings = consumer_config(brokers, config, guarantee);
     let shared = Arc::new(Shared {
+        group_id: config.group_id.as_str().into(),
         poller,
         producer: producer_settings,
         producer_restarts: Default::default(),

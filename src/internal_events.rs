@@ -895,6 +895,8 @@ pub enum DelayReason {
     /// The group assigned it while records sent for it (by this instance before, or by its
     /// previous owner) may still commit.
     Settling,
+    /// The brokers refused it a write or a read (an ACL missing): a backoff.
+    Refused,
 }
 
 impl RestartDelayed {
@@ -924,11 +926,20 @@ impl RestartDelayed {
                  or its previous owner) may still commit; it starts once they have settled, so \
                  that the read-back sees them"
             ),
+            DelayReason::Refused => tracing::error!(
+                partition,
+                wait_ms,
+                "the brokers refused the partition a write or a read (an ACL missing: the \
+                 error above names the topic, group or transactional id); nothing was \
+                 dead-lettered and its inputs are not committed; it tries again after this \
+                 backoff (docs/brokers.md, \"Least privilege\")"
+            ),
         }
         let reason = match self.reason {
             DelayReason::Fenced => "fenced",
             DelayReason::FailedDelivery => "failed_delivery",
             DelayReason::Settling => "settling",
+            DelayReason::Refused => "refused",
         };
         m.partition_restarts_delayed
             .with_label_values(&[reason])
@@ -985,6 +996,48 @@ impl WatermarkReadBack {
                  publishing without the previous owner's last value (it may be published lower)"
             ),
         }
+    }
+}
+
+/// The input consumer met an error other than a lost connection: an ACL missing on the
+/// input topic or the group, a batch it cannot decode. Counted each time; logged when
+/// `log` (the caller logs a lasting error once every [`ConsumerFailed::LOG_EVERY`]), and
+/// `/readyz` says so until the consumer reads again.
+pub struct ConsumerFailed<'a> {
+    pub error: &'a rdkafka::error::KafkaError,
+    pub topic: &'a str,
+    pub group: &'a str,
+    pub log: bool,
+}
+
+impl ConsumerFailed<'_> {
+    pub const LOG_EVERY: Duration = Duration::from_secs(30);
+
+    pub fn emit(&self, m: &Metrics) {
+        let code = self.error.rdkafka_error_code();
+        if self.log {
+            let refused = code.is_some_and(crate::kafka::refusal::is_refusal);
+            if refused {
+                tracing::error!(
+                    error = %self.error,
+                    topic = self.topic,
+                    group = self.group,
+                    "the brokers refused the input consumer (an ACL missing: READ and DESCRIBE \
+                     on topic `{}`, READ on group `{}`; docs/brokers.md, \"Least privilege\"); \
+                     nothing is read or committed until it is granted",
+                    self.topic,
+                    self.group
+                );
+            } else {
+                tracing::error!(
+                    error = %self.error,
+                    "the input consumer cannot read; nothing is committed past it, and /readyz \
+                     says not ready until it reads again"
+                );
+            }
+        }
+        let label = code.map_or_else(|| "other".to_string(), |c| format!("{c:?}"));
+        m.consumer_errors.with_label_values(&[&label]).inc();
     }
 }
 

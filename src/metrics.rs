@@ -27,6 +27,7 @@ pub struct Metrics {
     pub inputs_dead_lettered: IntCounterVec,
     pub outputs_produced: IntCounter,
     pub produce_failures: IntCounterVec,
+    pub consumer_errors: IntCounterVec,
     pub partitions_assigned: IntGauge,
     pub partition_watermark: IntGaugeVec,
     pub watermark: IntGauge,
@@ -159,7 +160,14 @@ impl Metrics {
         let produce_failures = reg!(IntCounterVec::new(
             Opts::new(
                 "watchbridge_produce_failures_total",
-                "Records the broker did not take (each is retried, then dead-lettered), by error"
+                "Records the broker did not take, by error (what follows depends on the error: a record refused for itself is dead-lettered, a refusal of the principal restarts the partition after a backoff, anything else restarts it from its durable state)"
+            ),
+            &["error"]
+        ));
+        let consumer_errors = reg!(IntCounterVec::new(
+            Opts::new(
+                "watchbridge_consumer_errors_total",
+                "Errors the input consumer met other than a lost connection, by error (an ACL missing on the input topic or the group, a batch it cannot decode); /readyz says not ready until it reads again"
             ),
             &["error"]
         ));
@@ -269,7 +277,7 @@ impl Metrics {
         let partition_restarts_delayed = reg!(IntCounterVec::new(
             Opts::new(
                 "watchbridge_partition_restarts_delayed_total",
-                "Partition restarts that waited, by reason: fenced (for the group to say whether the partition is still this instance's), failed_delivery (for the record to settle on a replicated cluster before the read-back), settling (assigned while records sent for it before may still commit)"
+                "Partition restarts that waited, by reason: fenced (for the group to say whether the partition is still this instance's), failed_delivery (for the record to settle on a replicated cluster before the read-back), settling (assigned while records sent for it before may still commit), refused (the brokers refused it a write or a read: an ACL missing)"
             ),
             &["reason"]
         ));
@@ -339,6 +347,7 @@ impl Metrics {
             inputs_dead_lettered,
             outputs_produced,
             produce_failures,
+            consumer_errors,
             partitions_assigned,
             partition_watermark,
             watermark,

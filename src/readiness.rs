@@ -53,6 +53,9 @@ pub enum NotReady {
     ReadingWatermarks(Vec<WatermarkWaiter>),
     /// These input partitions' recoveries wait for what they cannot read (what, and why).
     RecoveryWaiting(Vec<(i32, String)>),
+    /// The input consumer's last poll failed with this (an ACL missing, a batch it cannot
+    /// decode), and it has not read since.
+    ConsumerFailing(String),
     /// This many assigned partitions are still restoring their state.
     Recovering(i64),
     Stopping,
@@ -85,6 +88,9 @@ impl std::fmt::Display for NotReady {
                 }
                 Ok(())
             }
+            NotReady::ConsumerFailing(error) => {
+                write!(f, "the input consumer cannot read: {error}")
+            }
             NotReady::Recovering(n) => write!(f, "{n} partition(s) restoring their state"),
             NotReady::Stopping => write!(f, "stopping"),
         }
@@ -100,6 +106,8 @@ pub struct Readiness {
     reading_watermarks: Mutex<BTreeSet<WatermarkWaiter>>,
     /// Input partitions whose recovery waits for something it cannot read, and what.
     recovery_waits: Mutex<BTreeMap<i32, String>>,
+    /// The input consumer's error, while it has not read since.
+    consumer_error: Mutex<Option<String>>,
     stopping: AtomicBool,
     /// The last state reported through [`ReadinessChanged`] (`true`: ready); the lock also
     /// keeps two reporters from logging the same change twice or out of order.
@@ -120,6 +128,7 @@ impl Readiness {
             assigned: AtomicBool::new(false),
             reading_watermarks: Mutex::new(BTreeSet::new()),
             recovery_waits: Mutex::new(BTreeMap::new()),
+            consumer_error: Mutex::new(None),
             stopping: AtomicBool::new(false),
             reported: Mutex::new(false),
         }
@@ -170,6 +179,15 @@ impl Readiness {
         let _ = self.refresh(m);
     }
 
+    /// The input consumer failed with `error` (`None`: it reads again).
+    pub fn consumer_failing(&self, error: Option<&str>, m: &Metrics) {
+        *self
+            .consumer_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = error.map(str::to_string);
+        let _ = self.refresh(m);
+    }
+
     /// The bridge is stopping: not ready again, whatever else holds.
     pub fn stopping(&self, m: &Metrics) {
         self.stopping.store(true, Ordering::SeqCst);
@@ -198,6 +216,13 @@ impl Readiness {
                 let waits = waits.iter().map(|(p, what)| (*p, what.clone())).collect();
                 return Err(NotReady::RecoveryWaiting(waits));
             }
+        }
+        if let Some(error) = &*self
+            .consumer_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+        {
+            return Err(NotReady::ConsumerFailing(error.clone()));
         }
         {
             let waiters = self

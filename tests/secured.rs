@@ -105,3 +105,123 @@ async fn the_consumer_group_protocol_of_kip_848() {
     )
     .await;
 }
+
+/// The ACLs docs/brokers.md ("Least privilege") lists for the bridge's principal, on the
+/// names of `s`: exactly these, nothing prefixed but the transactional ids.
+fn least_privilege(s: &Setup, exactly_once: bool) -> Vec<String> {
+    let state = format!("{}.state", s.group);
+    let watermarks = format!("{}.watermarks", s.output);
+    let mut acls: Vec<String> = [
+        (s.input.as_str(), "read"),
+        (s.input.as_str(), "describe"),
+        (s.output.as_str(), "write"),
+        (s.output.as_str(), "describe"),
+        (s.output.as_str(), "read"),
+        (s.dlq.as_str(), "write"),
+        (s.dlq.as_str(), "describe"),
+        (state.as_str(), "read"),
+        (state.as_str(), "write"),
+        (state.as_str(), "describe"),
+        (watermarks.as_str(), "read"),
+        (watermarks.as_str(), "write"),
+        (watermarks.as_str(), "describe"),
+    ]
+    .iter()
+    .map(|(topic, operation)| format!("topic {topic} literal {operation}"))
+    .collect();
+    acls.push(format!("group {} literal read", s.group));
+    if exactly_once {
+        for operation in ["write", "describe"] {
+            acls.push(format!(
+                "transactional_id watchbridge-{}- prefixed {operation}",
+                s.group
+            ));
+        }
+    }
+    acls
+}
+
+/// Topics made by the test (the bridge is not granted CREATE), ACLs granted but `left_out`,
+/// one input produced: the bridge's settings for `mode`, and its operations port.
+async fn least_privilege_run(
+    name: &str,
+    mode: &str,
+    left_out: Option<&str>,
+    server: &TestServer,
+) -> (Setup, Vec<(&'static str, String)>, u16) {
+    let c = secured();
+    let s = Setup::new(name, 1).await;
+    for topic in [
+        s.output.clone(),
+        s.dlq.clone(),
+        format!("{}.watermarks", s.output),
+        format!("{}.state", s.group),
+    ] {
+        c.broker.create_topic(&topic, 1).await;
+    }
+    let acls: Vec<String> = least_privilege(&s, mode == "exactly_once")
+        .into_iter()
+        .filter(|a| Some(a.as_str()) != left_out)
+        .collect();
+    c.acls("add", &Login::Scram.principal(), &acls);
+    produce_user(&s.input, 1).await;
+    let port = support::scenario::free_port();
+    let mut env = s.env(server);
+    env.extend(c.env(Login::Scram));
+    env.extend([
+        ("WATCHBRIDGE_GUARANTEE", mode.to_string()),
+        ("WATCHBRIDGE_CREATE_TOPICS", "false".to_string()),
+        ("WATCHBRIDGE_METRICS_ADDR", format!("127.0.0.1:{port}")),
+    ]);
+    (s, env, port)
+}
+
+/// The documented ACLs are enough in both modes: outputs in, each once, no refusal.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_documented_acls_are_enough_in_both_modes() {
+    let server = TestServer::start(finished_feeds).await;
+    for mode in ["recovery", "exactly_once"] {
+        let (s, env, _) = least_privilege_run(&format!("acl-{mode}"), mode, None, &server).await;
+        let mut bridge = Bridge::start(&env);
+        produce_user(&s.input, 2).await;
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while outputs_to_end(&s.output).await.len() < 4 {
+            assert!(Instant::now() < deadline, "{mode}: {}", bridge.log());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let (code, _) = bridge.terminate();
+        let log = bridge.log();
+        assert_eq!(code, Some(0), "{mode}: {log}");
+        assert!(
+            log.contains(&format!("WATCHBRIDGE_GUARANTEE guarantee={mode}")),
+            "{log}"
+        );
+        let outputs = outputs_to_end(&s.output).await;
+        assert_each_once(&output_key_counts(&outputs), user_output_keys(1..=2), &log);
+        for refused in ["authorization failed", "refused", "Authorization"] {
+            assert!(!log.contains(refused), "{mode}: {refused}: {log}");
+        }
+    }
+}
+
+/// The login refused: the start fails at once saying so, not "cannot reach the brokers"
+/// after WATCHBRIDGE_START_TIMEOUT.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_login_fails_the_start_saying_so() {
+    let c = secured();
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("badlogin", 1).await;
+    let mut env = s.env(&server);
+    env.extend(c.env(Login::Scram));
+    env.retain(|(k, _)| *k != "KAFKA_SASL_PASSWORD");
+    env.push(("KAFKA_SASL_PASSWORD", "not-the-password".into()));
+    let started = Instant::now();
+    let mut bridge = Bridge::spawn(&env);
+    let code = bridge.exit_code(Duration::from_secs(60));
+    let log = bridge.log();
+    assert!(matches!(code, Some(c) if c != 0), "{code:?}: {log}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(log.contains("refused the login"), "{log}");
+    assert!(!log.contains("cannot reach the brokers"), "{log}");
+    assert!(!log.contains("not-the-password"), "{log}");
+}

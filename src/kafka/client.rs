@@ -21,6 +21,13 @@ pub enum KafkaSetupError {
     #[error("cannot reach the brokers at {brokers} (WATCHBRIDGE_BROKERS): {error}")]
     Unreachable { brokers: String, error: String },
     #[error(
+        "the brokers at {brokers} (WATCHBRIDGE_BROKERS) refused the login: {error}; check \
+         KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_MECHANISM, the credentials (KAFKA_SASL_USERNAME, \
+         KAFKA_SASL_PASSWORD or its _FILE, the OAUTHBEARER client) and the certificates \
+         (KAFKA_SSL_CA_LOCATION, KAFKA_SSL_CERTIFICATE_LOCATION, KAFKA_SSL_KEY_LOCATION)"
+    )]
+    LoginRefused { brokers: String, error: String },
+    #[error(
         "cannot reach the brokers at {brokers} (WATCHBRIDGE_BROKERS) within {} \
          (WATCHBRIDGE_START_TIMEOUT): {error}",
         humantime::format_duration(*timeout)
@@ -42,6 +49,21 @@ pub enum KafkaSetupError {
     Missing {
         /// Every missing topic, with the variable that names it.
         missing: Vec<(&'static str, String)>,
+    },
+    #[error(
+        "{}: the brokers' authorizer does not let this principal DESCRIBE {} (a topic it cannot \
+         describe looks missing); grant DESCRIBE and the operations of docs/brokers.md, \
+         \"Least privilege\"",
+        .refused
+            .iter()
+            .map(|(var, topic)| format!("{var}: topic `{topic}`"))
+            .collect::<Vec<_>>()
+            .join("; "),
+        if .refused.len() == 1 { "it" } else { "them" }
+    )]
+    DescribeRefused {
+        /// Every topic the principal may not describe, with the variable that names it.
+        refused: Vec<(&'static str, String)>,
     },
     #[error("cannot create topic `{topic}`: {error}")]
     Create { topic: String, error: String },
@@ -201,6 +223,31 @@ impl StartClient {
         .map_err(|e| e.to_string())?
     }
 
+    /// Which of `topics` the brokers' authorizer does not let this principal describe.
+    async fn refused_describe(&self, topics: Vec<String>) -> Vec<String> {
+        let admin = self.admin().clone();
+        tokio::task::spawn_blocking(move || {
+            topics
+                .into_iter()
+                .filter(|topic| {
+                    admin
+                        .inner()
+                        .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+                        .is_ok_and(|m| {
+                            m.topics().iter().any(|t| {
+                                t.error().is_some_and(|e| {
+                                    RDKafkaErrorCode::from(e)
+                                        == RDKafkaErrorCode::TopicAuthorizationFailed
+                                })
+                            })
+                        })
+                })
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+    }
+
     fn admin(&self) -> &Arc<AdminClient<KafkaContext>> {
         self.admin.as_ref().expect("taken only when dropped")
     }
@@ -216,6 +263,52 @@ impl Drop for StartClient {
                 .spawn(move || drop(admin));
         }
     }
+}
+
+/// Whether the brokers refused the login (TLS, SASL) of a client with the bridge's settings:
+/// librdkafka's reason. A failed login looks like a broker that does not answer to a
+/// metadata request ("transport failure"); it says why only in its log, which an admin
+/// client never serves (rdkafka polls its log queue only for consumers and producers). So
+/// a consumer (of no group) asks again, and its log is read.
+async fn login_refused(
+    brokers: &str,
+    config: &RunConfig,
+    context: &KafkaContext,
+) -> Option<String> {
+    if let Some(refused) = context.health.login_refused() {
+        return Some(refused);
+    }
+    let secured = config
+        .kafka
+        .iter()
+        .any(|(k, v)| k == "security.protocol" && !v.eq_ignore_ascii_case("plaintext"));
+    if !secured {
+        return None;
+    }
+    let consumer: rdkafka::consumer::BaseConsumer<KafkaContext> =
+        client_config(brokers, config, ClientKind::Other)
+            .create_with_context(context.clone())
+            .ok()?;
+    let context = context.clone();
+    tokio::task::spawn_blocking(move || {
+        use rdkafka::consumer::Consumer;
+        if consumer
+            .fetch_metadata(None, Duration::from_secs(2))
+            .is_ok()
+        {
+            return None;
+        }
+        for _ in 0..10 {
+            let _ = consumer.poll(Duration::from_millis(50));
+            if let Some(refused) = context.health.login_refused() {
+                return Some(refused);
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 /// Wait until the brokers answer a metadata request, trying again with backoff (each try a
@@ -262,6 +355,13 @@ pub async fn wait_for_brokers(
             }
             Err(error) => error,
         };
+        // Not a broker that does not answer: one that answered no. Waiting changes nothing.
+        if let Some(error) = login_refused(brokers, config, context).await {
+            return Err(KafkaSetupError::LoginRefused {
+                brokers: brokers.to_string(),
+                error,
+            });
+        }
         if std::time::Instant::now() >= deadline {
             return Err(KafkaSetupError::StartTimeout {
                 brokers: brokers.to_string(),
@@ -341,6 +441,24 @@ pub async fn ensure_topics(
             name: &config.state_topic,
         },
     ];
+    // A topic the principal may not DESCRIBE is left out of the listing as if it were
+    // missing: asked for by name, the broker says which it is.
+    let unlisted: Vec<&NeededTopic> = needed
+        .iter()
+        .filter(|t| existing.partitions(t.name).is_none())
+        .collect();
+    if !unlisted.is_empty() && embedded.is_none() {
+        let names: Vec<String> = unlisted.iter().map(|t| t.name.to_string()).collect();
+        let refused = client.refused_describe(names).await;
+        let refused: Vec<(&'static str, String)> = unlisted
+            .iter()
+            .filter(|t| refused.iter().any(|r| r == t.name))
+            .map(|t| (t.var, t.name.to_string()))
+            .collect();
+        if !refused.is_empty() {
+            return Err(KafkaSetupError::DescribeRefused { refused });
+        }
+    }
     if !config.create_topics {
         // Every missing topic at once, so that one start names all an operator must create.
         let missing: Vec<(&'static str, String)> = needed

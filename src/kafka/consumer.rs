@@ -14,7 +14,8 @@ use super::list_offsets::list_offsets;
 use super::partition::{Bounds, Ending, Feed, Lost, PartitionTask, Shared, Stopped};
 use super::stats::consumer_lag;
 use crate::internal_events::{
-    DelayReason, KafkaStatistics, PartitionAssigned, PartitionRevoked, RestartDelayed,
+    ConsumerFailed, DelayReason, KafkaStatistics, PartitionAssigned, PartitionRevoked,
+    RestartDelayed,
 };
 use crate::pollers::Resolve;
 use rdkafka::config::RDKafkaLogLevel;
@@ -316,6 +317,19 @@ impl<P: Resolve> Partitions<P> {
                     let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
                     waiting.fenced(partition, report.position, bounds, confirm, now)
                 }
+                Ending::Refused => {
+                    let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+                    let backoff = waiting.refused(partition, report.position, bounds, now);
+                    // What it sent before the refusal may still commit (a replicated
+                    // cluster's window, as after a failed delivery).
+                    if self.shared.transactions.is_none() && !self.delivery_window.is_zero() {
+                        let window = self.delivery_window.max(backoff);
+                        waiting.failed_delivery(partition, report.position, bounds, window, now);
+                        window
+                    } else {
+                        backoff
+                    }
+                }
                 _ if self.shared.transactions.is_none() && !self.delivery_window.is_zero() => {
                     let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
                     let window = self.delivery_window;
@@ -329,10 +343,10 @@ impl<P: Resolve> Partitions<P> {
             };
             // Nothing it fetched meanwhile would be used.
             let _ = consumer.pause(&self.one(partition));
-            let reason = if report.ending == Ending::Fenced {
-                DelayReason::Fenced
-            } else {
-                DelayReason::FailedDelivery
+            let reason = match report.ending {
+                Ending::Fenced => DelayReason::Fenced,
+                Ending::Refused => DelayReason::Refused,
+                _ => DelayReason::FailedDelivery,
             };
             self.delayed(partition, reason, wait);
         }
@@ -436,6 +450,7 @@ impl<P: Resolve> Partitions<P> {
             DelayReason::Fenced => "its state again once the group has said whether the partition is still this instance's",
             DelayReason::FailedDelivery => "its outputs back once a failed delivery's record has settled on the brokers",
             DelayReason::Settling => "its outputs back once records sent for it before (by this instance or its previous owner) have settled on the brokers",
+            DelayReason::Refused => "its inputs again after a backoff: the brokers refused it a write or a read (an ACL missing; the error is logged, docs/brokers.md \"Least privilege\"); nothing was dead-lettered or committed",
         };
         let what = format!("{what} (a wait of {} ms)", wait.as_millis());
         let shared = &self.shared;
@@ -915,6 +930,47 @@ impl<P: Resolve> ConsumerContext for BridgeContext<P> {
     }
 }
 
+/// The input consumer's errors other than a lost connection (an ACL missing on the input
+/// topic or the group, a batch it cannot decode): never a silent loop. Each is counted;
+/// logged at ERROR when it is new or every `ConsumerFailed::LOG_EVERY` while it lasts; and
+/// `/readyz` says not ready, naming it, until the consumer hands over a record or an end
+/// of partition again.
+#[derive(Default)]
+struct ConsumerFailing {
+    /// The error and when it was last logged.
+    last: Option<(String, Instant)>,
+}
+
+impl ConsumerFailing {
+    fn failed<P: Resolve>(&mut self, error: &KafkaError, shared: &Shared<P>) {
+        let text = error.to_string();
+        let log = match &self.last {
+            Some((last, at)) => *last != text || at.elapsed() >= ConsumerFailed::LOG_EVERY,
+            None => true,
+        };
+        ConsumerFailed {
+            error,
+            topic: &shared.input_topic,
+            group: &shared.group_id,
+            log,
+        }
+        .emit(&shared.metrics);
+        if log {
+            shared
+                .readiness
+                .consumer_failing(Some(&text), &shared.metrics);
+            self.last = Some((text, Instant::now()));
+        }
+    }
+
+    fn reads<P: Resolve>(&mut self, shared: &Shared<P>) {
+        if self.last.take().is_some() {
+            tracing::info!("the input consumer reads again");
+            shared.readiness.consumer_failing(None, &shared.metrics);
+        }
+    }
+}
+
 /// Run the consumer until `stop` is set (or, in a bounded run, every partition finished);
 /// then stop every partition, commit, and leave the group, all by `deadline` (set before
 /// `stop`; else the stop timeout from then) plus at most 1.5 s: a commit gets at least 1 s,
@@ -928,6 +984,7 @@ pub fn consume<P: Resolve>(
     deadline: Arc<OnceLock<Instant>>,
     bounded: bool,
 ) -> ConsumerStopped {
+    let mut failing = ConsumerFailing::default();
     while !stop.load(Ordering::Relaxed) {
         partitions
             .shared
@@ -945,12 +1002,16 @@ pub fn consume<P: Resolve>(
         };
         match consumer.poll(wait) {
             None => {}
-            Some(Ok(message)) => partitions.route(
-                &consumer,
-                message.partition(),
-                Feed::Record(message.detach()),
-            ),
+            Some(Ok(message)) => {
+                failing.reads(&partitions.shared);
+                partitions.route(
+                    &consumer,
+                    message.partition(),
+                    Feed::Record(message.detach()),
+                )
+            }
             Some(Err(KafkaError::PartitionEOF(partition))) => {
+                failing.reads(&partitions.shared);
                 partitions.end_of_partition(&consumer, partition)
             }
             // A lost connection is the broker health's to report (once per outage); the
@@ -958,7 +1019,7 @@ pub fn consume<P: Resolve>(
             Some(Err(e)) if e.rdkafka_error_code().is_some_and(is_connection_error) => {
                 tracing::trace!(error = %e, "consumer connection error")
             }
-            Some(Err(e)) => tracing::warn!(error = %e, "consumer error"),
+            Some(Err(e)) => failing.failed(&e, &partitions.shared),
         }
     }
     let deadline = *deadline.get_or_init(|| Instant::now() + partitions.shared.stop_timeout);

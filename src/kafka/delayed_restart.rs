@@ -43,6 +43,10 @@
 //! session of 47 s or more, 8 s in the chaos test on the test cluster (a 13 s window, a 6 s
 //! session, 1 s heartbeats).
 //!
+//! **Refused** (an ACL missing, `kafka::refusal`): nothing passes by waiting a moment, so the
+//! partition waits a backoff (1 s doubling to a minute) before it tries again, its input not
+//! committed and nothing dead-lettered; `/readyz` says why meanwhile.
+//!
 //! A waiting partition is paused (nothing it fetched meanwhile would be used) and does not
 //! restart once the group has taken it away.
 
@@ -90,13 +94,39 @@ impl DelayedRestarts {
         confirm: Duration,
         now: Instant,
     ) -> Duration {
+        self.backoff(partition, position, bounds, confirm, now)
+    }
+
+    /// The brokers refused `partition` a write or a read at `now` (an ACL missing,
+    /// `kafka::refusal`): it waits its backoff, 1 s doubling to a minute, so that a refusal
+    /// that lasts costs a request a minute, and a grant is taken up within one.
+    pub fn refused(
+        &mut self,
+        partition: i32,
+        position: Option<i64>,
+        bounds: Option<Bounds>,
+        now: Instant,
+    ) -> Duration {
+        self.backoff(partition, position, bounds, Duration::ZERO, now)
+    }
+
+    /// The wait after a failure that repeats (fenced, refused): at least `floor`, and the
+    /// partition's backoff for failures in a row.
+    fn backoff(
+        &mut self,
+        partition: i32,
+        position: Option<i64>,
+        bounds: Option<Bounds>,
+        floor: Duration,
+        now: Instant,
+    ) -> Duration {
         let (times, last) = self.history.entry(partition).or_insert((0, now));
         if now.saturating_duration_since(*last) > QUIET {
             *times = 0;
         }
         *times += 1;
         *last = now;
-        let wait = confirm.max(backoff(*times));
+        let wait = floor.max(backoff(*times));
         self.waiting.insert(
             partition,
             Waiting {

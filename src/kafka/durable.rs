@@ -1291,6 +1291,17 @@ pub struct SendTicket {
     watch: WatchSlot,
 }
 
+#[cfg(test)]
+impl SendTicket {
+    /// A ticket of no watch, for tests of what happens to an output.
+    pub(crate) fn of_no_watch() -> Self {
+        SendTicket {
+            order: 0,
+            watch: WatchSlot(WatchSlot::NONE),
+        }
+    }
+}
+
 /// A live watch's slot in the partition task's slab, which its outputs in flight carry to
 /// find it again when their reports come back (an output costs no lookup by key). No other
 /// watch takes the slot while one of them is in flight: a watch leaves the slab only once

@@ -54,6 +54,8 @@ struct State {
     suspected: Option<String>,
     /// Per kind of connection trouble: when it was last logged, and how many since.
     logged: HashMap<String, (Instant, u64)>,
+    /// The last login the brokers refused (TLS handshake, SASL), librdkafka's reason.
+    login_refused: Option<String>,
 }
 
 /// The brokers' reachability, shared by every client of one bridge.
@@ -74,6 +76,7 @@ impl BrokerHealth {
                 phase: Phase::Starting,
                 suspected: None,
                 logged: HashMap::new(),
+                login_refused: None,
             }),
             suspect: Notify::new(),
         })
@@ -98,6 +101,12 @@ impl BrokerHealth {
         if state.phase == Phase::Starting {
             state.phase = Phase::Up;
         }
+    }
+
+    /// The last login the brokers refused, if any (`kafka::refusal`): the start fails on it
+    /// rather than waiting for brokers that answer.
+    pub fn login_refused(&self) -> Option<String> {
+        self.state().login_refused.clone()
     }
 
     /// Whether the brokers are known to be unreachable (an outage, or a start still
@@ -197,6 +206,11 @@ impl BrokerHealth {
 
     /// librdkafka's log callback, for every client of the bridge.
     pub fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        if fac == "FAIL" && is_login_refused(message) {
+            // The error callback may never say so: a client that failed its login is
+            // often dropped before librdkafka hands it the error (the start's admin).
+            self.state().login_refused = Some(message.to_string());
+        }
         if is_connection_facility(fac) {
             match self.connection_line(fac) {
                 Some(left_out) => log_at(level, fac, message, left_out),
@@ -213,6 +227,10 @@ impl BrokerHealth {
             Some(RDKafkaErrorCode::AllBrokersDown) => {
                 tracing::debug!(target: "librdkafka", error = %error, reason, "librdkafka: every broker down");
                 self.all_down(reason);
+            }
+            Some(code) if super::refusal::is_authentication(code) => {
+                tracing::error!(target: "librdkafka", error = %error, reason, "the brokers refused the login");
+                self.state().login_refused = Some(reason.to_string());
             }
             Some(RDKafkaErrorCode::PartitionEOF) => {
                 tracing::trace!(target: "librdkafka", reason, "librdkafka: end of partition");
@@ -234,6 +252,14 @@ impl BrokerHealth {
             _ => tracing::error!(target: "librdkafka", error = %error, reason, "librdkafka error"),
         }
     }
+}
+
+/// A connection's failure that is the brokers refusing the login (librdkafka's `FAIL` line):
+/// SASL's answer, or a TLS handshake the broker (or our check of its certificate) refused.
+fn is_login_refused(message: &str) -> bool {
+    message.contains("SASL authentication error")
+        || message.contains("SSL handshake failed")
+        || message.contains("SASL handshake failed")
 }
 
 /// librdkafka's log facilities about one connection failing or timing out.

@@ -12,6 +12,7 @@
 use super::*;
 use crate::kafka::durable::SendTicket;
 use crate::kafka::produce::Sender;
+use crate::kafka::refusal;
 use crate::kafka::reports::{Outcome, Report, Route, Undelivered};
 
 /// Attempts to deliver one record before it goes to the dead-letter topic instead.
@@ -496,6 +497,9 @@ impl<P: Resolve> PartitionTask<P> {
 /// - A state record is never given up: a watch whose record is lost could not be restored.
 ///   (Its checkpoint stays in flight, so no later one overtakes it.)
 /// - A dead letter is retried with backoff, up to [`DELIVERY_ATTEMPTS`].
+/// - A refusal of the principal (an ACL missing: `kafka::refusal`), whatever the record:
+///   the partition starts again after a backoff, its input not committed, nothing
+///   dead-lettered (the dead-letter topic may be refused too) or given up.
 fn after_failure(
     kind: &Kind,
     attempt: u32,
@@ -505,6 +509,9 @@ fn after_failure(
     use AfterProduceFailure::*;
     if in_transaction {
         return AbortTransaction;
+    }
+    if error.rdkafka_error_code().is_some_and(refusal::is_refusal) {
+        return RestartPartition;
     }
     match kind {
         Kind::Output { .. } if refused_for_good(error) => DeadLetter,
@@ -534,8 +541,9 @@ async fn may_write(lease: Arc<crate::kafka::lease::Lease>, lost: Arc<Lost>) -> b
 
 /// Whether the broker (or librdkafka, before sending) refused the record itself, so that it
 /// is certainly not on the topic and never will be, however often it is sent: too large, or
-/// invalid, or not allowed. Any other failure (a timeout, a lost connection, a broker
-/// error) may have left it written.
+/// invalid, or against a policy. Any other failure (a timeout, a lost connection, a broker
+/// error) may have left it written. Not a refusal of the principal (an ACL): that is about
+/// the bridge's rights, not the record, and passes once the ACL is granted.
 fn refused_for_good(error: &KafkaError) -> bool {
     use RDKafkaErrorCode::*;
     matches!(
@@ -547,7 +555,6 @@ fn refused_for_good(error: &KafkaError) -> bool {
                 | InvalidRecord
                 | InvalidTimestamp
                 | PolicyViolation
-                | TopicAuthorizationFailed
                 | UnsupportedForMessageFormat
         )
     )
@@ -577,6 +584,38 @@ fn failure_label(error: &KafkaError) -> String {
 mod tests {
     use super::*;
     use crate::kafka::health::{BrokerHealth, KafkaContext};
+
+    /// An ACL missing is about the bridge's rights, not the record: never a dead letter
+    /// (issue 47: an output refused `TopicAuthorizationFailed` was dead-lettered and its
+    /// input committed), whatever was refused; a record too large still is.
+    #[test]
+    fn a_refusal_restarts_the_partition_and_dead_letters_nothing() {
+        let refused = KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed);
+        let output = || Kind::Output {
+            hash: 1,
+            ticket: SendTicket::of_no_watch(),
+        };
+        for kind in [
+            output(),
+            Kind::DeadLetter,
+            Kind::State,
+            Kind::Watermark { on_topic: None },
+        ] {
+            assert_eq!(
+                after_failure(&kind, DELIVERY_ATTEMPTS, &refused, false),
+                AfterProduceFailure::RestartPartition
+            );
+            assert_eq!(
+                after_failure(&kind, 1, &refused, true),
+                AfterProduceFailure::AbortTransaction
+            );
+        }
+        let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        assert_eq!(
+            after_failure(&output(), 1, &too_large, false),
+            AfterProduceFailure::DeadLetter
+        );
+    }
     use crate::kafka::stats::ProducerStats;
     use rdkafka::config::ClientConfig;
     use rdkafka::producer::Producer;

@@ -93,6 +93,8 @@ pub struct Shared<P: Resolve> {
     /// Each partition's wait before a new producer after its last one went fatal.
     pub producer_restarts: ProducerRestarts,
     pub input_topic: Arc<str>,
+    /// `WATCHBRIDGE_GROUP_ID`, for errors that name it.
+    pub group_id: Arc<str>,
     pub output_topic: Arc<str>,
     pub dlq_topic: Arc<str>,
     /// Reads input records in their format (`crate::formats`).
@@ -692,7 +694,16 @@ impl<P: Resolve> PartitionTask<P> {
             in_flight: waiting,
         }
         .emit(&self.shared.metrics);
-        Ending::Restart
+        let refused = self
+            .abandoned
+            .as_ref()
+            .and_then(KafkaError::rdkafka_error_code)
+            .is_some_and(crate::kafka::refusal::is_refusal);
+        if refused {
+            Ending::Refused
+        } else {
+            Ending::Restart
+        }
     }
 
     /// Count the outputs acknowledged since the last call, and hand the commit position to

@@ -22,10 +22,15 @@
 //! the new task recovers from the state topic like any new owner. Being fenced ends it with
 //! [`Ending::Fenced`]: the partition is someone else's, or its transaction outlived
 //! `transaction.timeout.ms` and the broker aborted it; the consumer thread tells the two
-//! apart by what the group says (`kafka::fenced`).
+//! apart by what the group says (`kafka::fenced`). A refusal by the brokers' authorizer (an
+//! ACL missing on a topic, the group or the transactional id) ends it with
+//! [`Ending::Refused`]: nothing of the transaction is visible, nothing is dead-lettered, and
+//! the partition starts again after a backoff (`kafka::delayed_restart`), until the ACL is
+//! granted.
 
 use super::*;
 use crate::internal_events::{TransactionAborted, TransactionCommitted, TransactionFenced};
+use crate::kafka::refusal;
 use crate::kafka::stats::ProducerSettings;
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::producer::Producer;
@@ -59,6 +64,9 @@ pub enum Ending {
     /// The producer was fenced: another instance owns the partition now, or the broker
     /// aborted a transaction that outlived its timeout (`kafka::fenced` waits to know).
     Fenced,
+    /// The brokers refused a write or a read (an ACL missing, `kafka::refusal`): start
+    /// again after a backoff, nothing dead-lettered nor committed.
+    Refused,
 }
 
 /// A transaction that could not be committed.
@@ -67,6 +75,8 @@ pub(super) enum Failure {
     Aborted(String),
     /// This producer was fenced by the partition's next owner.
     Fenced(String),
+    /// The brokers' authorizer refused something the transaction needs.
+    Refused(String),
 }
 
 impl Failure {
@@ -74,6 +84,7 @@ impl Failure {
         match self {
             Failure::Aborted(_) => Ending::Restart,
             Failure::Fenced(_) => Ending::Fenced,
+            Failure::Refused(_) => Ending::Refused,
         }
     }
 
@@ -86,7 +97,18 @@ impl Failure {
     /// What `error` means for the partition, given the state of `producer`: once librdkafka
     /// has raised a fatal error (fenced, above all) every later error is a consequence of
     /// it (records purged from the queue, say), and the producer is done for.
+    /// A refusal first: librdkafka makes a refused transactional id fatal, and it is not a
+    /// fencing.
     fn of(error: KafkaError, producer: &BridgeProducer) -> Failure {
+        let fatal_code = producer.client().fatal_error().map(|(code, _)| code);
+        if error
+            .rdkafka_error_code()
+            .into_iter()
+            .chain(fatal_code)
+            .any(refusal::is_refusal)
+        {
+            return Failure::Refused(error.to_string());
+        }
         if let Some(fatal) = Failure::fatal(producer) {
             return fatal;
         }
@@ -153,7 +175,17 @@ impl Transaction {
                 }
                 Err(e) => {
                     tracing::error!(partition, transactional_id = %id, error = %e, "cannot initialise the transactional producer; trying again");
-                    if matches!(Failure::of(e, &producer), Failure::Fenced(_)) || give_up() {
+                    match Failure::of(e, &producer) {
+                        // Not again at once: the partition waits out its backoff.
+                        refused @ Failure::Refused(_) => return Err(refused),
+                        Failure::Fenced(_) => {
+                            return Err(Failure::Aborted(
+                                "the transactional producer could not be initialised".into(),
+                            ))
+                        }
+                        Failure::Aborted(_) => {}
+                    }
+                    if give_up() {
                         return Err(Failure::Aborted(
                             "the transactional producer could not be initialised".into(),
                         ));
@@ -237,7 +269,7 @@ impl Transaction {
                 error,
             }
             .emit(metrics),
-            Failure::Aborted(error) => {
+            Failure::Aborted(error) | Failure::Refused(error) => {
                 TransactionAborted {
                     partition: self.partition,
                     error,
