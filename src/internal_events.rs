@@ -282,6 +282,8 @@ pub struct ProduceFailed<'a> {
     pub error: &'a str,
     pub attempt: u32,
     pub then: AfterProduceFailure,
+    /// The brokers' authorizer refused it (an ACL missing: `kafka::refusal`).
+    pub refused: bool,
 }
 
 /// What happens to a record the producer could not deliver.
@@ -303,6 +305,18 @@ pub enum AfterProduceFailure {
 
 impl ProduceFailed<'_> {
     pub fn emit(&self, m: &Metrics, label: &str) {
+        if self.refused {
+            tracing::error!(
+                topic = self.topic,
+                error = self.error,
+                "the brokers' authorizer refused WRITE on topic `{}`: grant the principal WRITE \
+                 on it (docs/brokers.md, \"Least privilege\"); nothing is dead-lettered or \
+                 committed, and the partition tries again after a backoff",
+                self.topic
+            );
+            m.produce_failures.with_label_values(&[label]).inc();
+            return;
+        }
         match self.then {
             AfterProduceFailure::DeadLetter => tracing::error!(
                 topic = self.topic,
@@ -897,6 +911,8 @@ pub enum DelayReason {
     Settling,
     /// The brokers refused it a write or a read (an ACL missing): a backoff.
     Refused,
+    /// Its transactions aborted more than once in a row: a backoff.
+    Aborted,
 }
 
 impl RestartDelayed {
@@ -926,6 +942,14 @@ impl RestartDelayed {
                  or its previous owner) may still commit; it starts once they have settled, so \
                  that the read-back sees them"
             ),
+            DelayReason::Aborted => tracing::error!(
+                partition,
+                wait_ms,
+                "the partition's transactions abort again and again (the errors above say why: \
+                 a topic the authorizer refuses to the transaction is one cause, docs/brokers.md \
+                 \"Least privilege\"); nothing was dead-lettered and its inputs are not \
+                 committed; it tries again after this backoff"
+            ),
             DelayReason::Refused => tracing::error!(
                 partition,
                 wait_ms,
@@ -940,6 +964,7 @@ impl RestartDelayed {
             DelayReason::FailedDelivery => "failed_delivery",
             DelayReason::Settling => "settling",
             DelayReason::Refused => "refused",
+            DelayReason::Aborted => "aborted",
         };
         m.partition_restarts_delayed
             .with_label_values(&[reason])

@@ -277,7 +277,7 @@ impl Metrics {
         let partition_restarts_delayed = reg!(IntCounterVec::new(
             Opts::new(
                 "watchbridge_partition_restarts_delayed_total",
-                "Partition restarts that waited, by reason: fenced (for the group to say whether the partition is still this instance's), failed_delivery (for the record to settle on a replicated cluster before the read-back), settling (assigned while records sent for it before may still commit), refused (the brokers refused it a write or a read: an ACL missing)"
+                "Partition restarts that waited, by reason: fenced (for the group to say whether the partition is still this instance's), failed_delivery (for the record to settle on a replicated cluster before the read-back), settling (assigned while records sent for it before may still commit), refused (the brokers refused it a write or a read: an ACL missing), aborted (its transactions aborted again and again)"
             ),
             &["reason"]
         ));

@@ -330,6 +330,17 @@ impl<P: Resolve> Partitions<P> {
                         backoff
                     }
                 }
+                Ending::Restart if self.shared.transactions.is_some() => {
+                    let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+                    match waiting.aborted(partition, report.position, bounds, now) {
+                        Some(wait) => wait,
+                        None => {
+                            drop(waiting);
+                            self.restart_or_leave(consumer, partition, report.position, bounds);
+                            continue;
+                        }
+                    }
+                }
                 _ if self.shared.transactions.is_none() && !self.delivery_window.is_zero() => {
                     let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
                     let window = self.delivery_window;
@@ -346,6 +357,7 @@ impl<P: Resolve> Partitions<P> {
             let reason = match report.ending {
                 Ending::Fenced => DelayReason::Fenced,
                 Ending::Refused => DelayReason::Refused,
+                Ending::Restart if self.shared.transactions.is_some() => DelayReason::Aborted,
                 _ => DelayReason::FailedDelivery,
             };
             self.delayed(partition, reason, wait);
@@ -450,6 +462,7 @@ impl<P: Resolve> Partitions<P> {
             DelayReason::Fenced => "its state again once the group has said whether the partition is still this instance's",
             DelayReason::FailedDelivery => "its outputs back once a failed delivery's record has settled on the brokers",
             DelayReason::Settling => "its outputs back once records sent for it before (by this instance or its previous owner) have settled on the brokers",
+            DelayReason::Aborted => "its inputs again after a backoff: its transactions abort again and again (the errors are logged; a topic the authorizer refuses to the transaction is one cause); nothing was dead-lettered or committed",
             DelayReason::Refused => "its inputs again after a backoff: the brokers refused it a write or a read (an ACL missing; the error is logged, docs/brokers.md \"Least privilege\"); nothing was dead-lettered or committed",
         };
         let what = format!("{what} (a wait of {} ms)", wait.as_millis());

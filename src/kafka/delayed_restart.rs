@@ -58,6 +58,9 @@ use std::time::{Duration, Instant};
 /// The longest wait between a fencing and the partition's restart.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
+/// An abort this soon after the previous one of the partition is one in a row.
+const ABORTS_IN_A_ROW: Duration = Duration::from_secs(10);
+
 /// A fencing this long after the previous one of the partition starts the backoff over.
 const QUIET: Duration = Duration::from_secs(300);
 
@@ -75,8 +78,10 @@ pub struct Waiting {
 #[derive(Debug, Default)]
 pub struct DelayedRestarts {
     waiting: HashMap<i32, Waiting>,
-    /// Per partition: fencings in a row, and when the last was.
+    /// Per partition: fencings (or refusals) in a row, and when the last was.
     history: HashMap<i32, (u32, Instant)>,
+    /// Per partition: transaction aborts in a row, and when the last was.
+    aborts: HashMap<i32, (u32, Instant)>,
     /// Per partition: until when records this instance sent for it may still commit (a
     /// failed delivery's, a lost assignment's). Kept when the partition goes, for if it
     /// comes back.
@@ -108,6 +113,36 @@ impl DelayedRestarts {
         now: Instant,
     ) -> Duration {
         self.backoff(partition, position, bounds, Duration::ZERO, now)
+    }
+
+    /// `partition`'s transaction was aborted at `now`: it restarts at once, unless its last
+    /// abort was less than [`ABORTS_IN_A_ROW`] ago; then after a backoff, 1 s doubling to a
+    /// minute (a cause that lasts — an output topic refused to the transaction shows only as
+    /// records purged from it — restarted it several times a second). `None`: no wait.
+    pub fn aborted(
+        &mut self,
+        partition: i32,
+        position: Option<i64>,
+        bounds: Option<Bounds>,
+        now: Instant,
+    ) -> Option<Duration> {
+        let (times, last) = self.aborts.entry(partition).or_insert((0, now));
+        let in_a_row = *times > 0 && now.saturating_duration_since(*last) < ABORTS_IN_A_ROW;
+        *times = if in_a_row { *times + 1 } else { 1 };
+        *last = now;
+        if !in_a_row {
+            return None;
+        }
+        let wait = backoff(*times - 1);
+        self.waiting.insert(
+            partition,
+            Waiting {
+                due: now + wait,
+                position,
+                bounds,
+            },
+        );
+        Some(wait)
     }
 
     /// The wait after a failure that repeats (fenced, refused): at least `floor`, and the
@@ -211,12 +246,14 @@ impl DelayedRestarts {
     /// Returns whether it was waiting.
     pub fn forget(&mut self, partition: i32) -> bool {
         self.history.remove(&partition);
+        self.aborts.remove(&partition);
         self.waiting.remove(&partition).is_some()
     }
 
     /// Every waiting partition goes: the assignment was lost.
     pub fn forget_all(&mut self) -> Vec<(i32, Waiting)> {
         self.history.clear();
+        self.aborts.clear();
         self.waiting.drain().collect()
     }
 

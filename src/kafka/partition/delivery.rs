@@ -391,6 +391,9 @@ impl<P: Resolve> PartitionTask<P> {
             error: &error.to_string(),
             attempt: sent.attempt,
             then,
+            refused: error
+                .rdkafka_error_code()
+                .is_some_and(refusal::is_authorization),
         }
         .emit(&self.shared.metrics, &failure_label(&error));
         match then {
