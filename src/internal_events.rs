@@ -955,7 +955,7 @@ impl RestartDelayed {
                 wait_ms,
                 "the brokers refused the partition a write or a read (an ACL missing: the \
                  error above names the topic, group or transactional id); nothing was \
-                 dead-lettered and its inputs are not committed; it tries again after this \
+                 dead-lettered or given up (its watch still owes it); it tries again after this \
                  backoff (docs/brokers.md, \"Least privilege\")"
             ),
         }

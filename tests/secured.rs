@@ -225,8 +225,8 @@ async fn a_refused_login_fails_the_start_saying_so() {
 /// One ACL of the documented set left out (`index` into [`least_privilege`]) of a bridge
 /// in `mode`. A start that can check it fails naming the topic; else the partition or the
 /// consumer stops with an error naming the resource, `/readyz` says not ready, nothing is
-/// dead-lettered, and (where the refused write is an output's, or the read the group's)
-/// nothing is committed; once the ACL is granted, the outputs arrive, each once.
+/// dead-lettered (nor, the group refused, committed); once the ACL is granted, the outputs
+/// arrive, each once: none was given up.
 async fn remove_one(mode: &'static str, index: usize, server: &TestServer) {
     let c = secured();
     let name = format!("rm{index}-{mode}");
@@ -270,8 +270,11 @@ async fn remove_one(mode: &'static str, index: usize, server: &TestServer) {
         0,
         "{acl}: dead letters: {log}"
     );
-    let committed = c.broker.committed(&s.group, &s.input, 1)[0];
-    if !acl.contains(".state") && !acl.contains(".watermarks") {
+    // An input is committed once its watch is durable (its outputs are owed by the watch,
+    // restored live), so a refused output may leave its input committed: what must hold is
+    // that every output arrives once granted (below). A group refused commits nothing.
+    if acl.starts_with("group") {
+        let committed = c.broker.committed(&s.group, &s.input, 1)[0];
         assert!(
             committed <= 0,
             "{acl}: input committed to {committed}: {log}"

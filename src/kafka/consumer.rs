@@ -462,8 +462,8 @@ impl<P: Resolve> Partitions<P> {
             DelayReason::Fenced => "its state again once the group has said whether the partition is still this instance's",
             DelayReason::FailedDelivery => "its outputs back once a failed delivery's record has settled on the brokers",
             DelayReason::Settling => "its outputs back once records sent for it before (by this instance or its previous owner) have settled on the brokers",
-            DelayReason::Aborted => "its inputs again after a backoff: its transactions abort again and again (the errors are logged; a topic the authorizer refuses to the transaction is one cause); nothing was dead-lettered or committed",
-            DelayReason::Refused => "its inputs again after a backoff: the brokers refused it a write or a read (an ACL missing; the error is logged, docs/brokers.md \"Least privilege\"); nothing was dead-lettered or committed",
+            DelayReason::Aborted => "its inputs again after a backoff: its transactions abort again and again (the errors are logged; a topic the authorizer refuses to the transaction is one cause); nothing was dead-lettered or given up",
+            DelayReason::Refused => "its inputs again after a backoff: the brokers refused it a write or a read (an ACL missing; the error is logged, docs/brokers.md \"Least privilege\"); nothing was dead-lettered or given up",
         };
         let what = format!("{what} (a wait of {} ms)", wait.as_millis());
         let shared = &self.shared;

@@ -1,7 +1,7 @@
 //! Refusals by the cluster: a login that failed (authentication) or a principal that may not
 //! do something (authorization, an ACL missing). Neither passes by waiting a moment as a
 //! leader election does, and neither says anything about the data: a refused write is not a
-//! bad output (it is never dead-lettered, its input never committed), a refused read is not
+//! bad output (it is never dead-lettered nor given up: its watch still owes it), a refused read is not
 //! an empty topic. Where the bridge meets one, it says which resource and operation, and
 //! what to grant (docs/brokers.md, "Least privilege").
 

@@ -501,7 +501,7 @@ impl<P: Resolve> PartitionTask<P> {
 ///   (Its checkpoint stays in flight, so no later one overtakes it.)
 /// - A dead letter is retried with backoff, up to [`DELIVERY_ATTEMPTS`].
 /// - A refusal of the principal (an ACL missing: `kafka::refusal`), whatever the record:
-///   the partition starts again after a backoff, its input not committed, nothing
+///   the partition starts again after a backoff, its watch still owing it, nothing
 ///   dead-lettered (the dead-letter topic may be refused too) or given up.
 fn after_failure(
     kind: &Kind,

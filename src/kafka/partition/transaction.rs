@@ -65,7 +65,7 @@ pub enum Ending {
     /// aborted a transaction that outlived its timeout (`kafka::fenced` waits to know).
     Fenced,
     /// The brokers refused a write or a read (an ACL missing, `kafka::refusal`): start
-    /// again after a backoff, nothing dead-lettered nor committed.
+    /// again after a backoff, nothing dead-lettered nor given up.
     Refused,
 }
 
