@@ -947,8 +947,8 @@ impl RestartDelayed {
                 wait_ms,
                 "the partition's transactions abort again and again (the errors above say why: \
                  a topic the authorizer refuses to the transaction is one cause, docs/brokers.md \
-                 \"Least privilege\"); nothing was dead-lettered and its inputs are not \
-                 committed; it tries again after this backoff"
+                 \"Least privilege\"); nothing was dead-lettered or given up; it tries \
+                 again after this backoff"
             ),
             DelayReason::Refused => tracing::error!(
                 partition,
