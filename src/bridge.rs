@@ -233,7 +233,7 @@ pub async fn run_bridge<P: Resolve>(
         "bridge starting"
     );
     // `auto` may wait for a transaction coordinator still loading: a stop ends that too.
-    let guarantee = tokio::select! {
+    let (guarantee, fallback) = tokio::select! {
         chosen = choose_guarantee(
             brokers,
             embedded.is_some(),
@@ -247,6 +247,21 @@ pub async fn run_bridge<P: Resolve>(
             return Ok(());
         }
     };
+    if let Some(why) = &fallback {
+        readiness.guarantee_fell_back(why);
+    }
+    let setting = match config.guarantee {
+        GuaranteeSetting::Auto => "auto".to_string(),
+        GuaranteeSetting::Fixed(g) => g.to_string(),
+    };
+    metrics
+        .guarantee_info
+        .with_label_values(&[
+            &guarantee.to_string(),
+            &setting,
+            fallback.as_deref().unwrap_or(""),
+        ])
+        .set(1);
     let mut producer_client = producer_config(brokers, config);
     if guarantee != Guarantee::ExactlyOnce {
         one_request_in_flight(&mut producer_client);
@@ -739,7 +754,8 @@ async fn choose_guarantee(
     kafka: &KafkaContext,
     state_partitions: i32,
     deadline: Instant,
-) -> Result<Guarantee, BridgeError> {
+) -> Result<(Guarantee, Option<String>), BridgeError> {
+    let fallback = Arc::new(Mutex::new(None));
     let chosen = match config.guarantee {
         GuaranteeSetting::Auto if embedded => Guarantee::Recovery,
         GuaranteeSetting::Fixed(g) if embedded => g,
@@ -760,19 +776,23 @@ async fn choose_guarantee(
             );
             let (group, state_topic) = (config.group_id.clone(), config.state_topic.clone());
             let kafka = kafka.clone();
+            let why = fallback.clone();
             let settled = tokio::task::spawn_blocking(move || {
                 let runs =
                     group_mode::read(&consumer, &kafka, &group, &state_topic, state_partitions);
                 group_mode::settle(setting, &runs, &group, &state_topic, || {
-                    guarantee::choose_auto(&brokers, plaintext, deadline, || {
-                        guarantee::probe_transaction(
-                            &producer,
-                            &consumer,
-                            kafka.clone(),
-                            &id,
-                            &state_topic,
-                        )
-                    })
+                    let (chosen, fell_back) =
+                        guarantee::choose_auto(&brokers, plaintext, deadline, || {
+                            guarantee::probe_transaction(
+                                &producer,
+                                &consumer,
+                                kafka.clone(),
+                                &id,
+                                &state_topic,
+                            )
+                        })?;
+                    *why.lock().unwrap_or_else(|p| p.into_inner()) = fell_back;
+                    Ok(chosen)
                 })
             })
             .await
@@ -799,7 +819,8 @@ async fn choose_guarantee(
         setting = ?config.guarantee,
         "WATCHBRIDGE_GUARANTEE"
     );
-    Ok(chosen)
+    let fallback = fallback.lock().unwrap_or_else(|p| p.into_inner()).take();
+    Ok((chosen, fallback))
 }
 
 /// The exactly-once mode's producer settings (the bridge's `producer`'s, with the

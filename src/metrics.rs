@@ -55,6 +55,7 @@ pub struct Metrics {
     pub producer_queue_messages: IntGauge,
     pub consumer_lag: IntGaugeVec,
     pub ready: IntGauge,
+    pub guarantee_info: IntGaugeVec,
     pub brokers_reachable: IntGauge,
     pub broker_outages: IntCounter,
     pub schema_registry_requests: IntCounterVec,
@@ -303,6 +304,13 @@ impl Metrics {
             "watchbridge_ready",
             "1 while /readyz answers ready (assignment received, every assigned partition restored, not stopping), else 0"
         ));
+        let guarantee_info = reg!(IntGaugeVec::new(
+            Opts::new(
+                "watchbridge_guarantee_info",
+                "1, labelled with the guarantee this instance runs, WATCHBRIDGE_GUARANTEE's setting, and why auto fell back to recovery (empty when it did not)"
+            ),
+            &["guarantee", "setting", "fallback"]
+        ));
         let brokers_reachable = reg!(IntGauge::new(
             "watchbridge_brokers_reachable",
             "1 while the brokers answer, 0 while the start waits for them and during an outage (every broker unreachable)"
@@ -375,6 +383,7 @@ impl Metrics {
             producer_queue_messages,
             consumer_lag,
             ready,
+            guarantee_info,
             brokers_reachable,
             broker_outages,
             schema_registry_requests,

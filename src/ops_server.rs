@@ -383,7 +383,10 @@ fn answer(
     match path {
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
         "/readyz" => match readiness.refresh(metrics) {
-            Ok(()) => text(StatusCode::OK, "ready\n".into()),
+            Ok(()) => match readiness.note() {
+                Some(note) => text(StatusCode::OK, format!("ready\n{note}\n")),
+                None => text(StatusCode::OK, "ready\n".into()),
+            },
             Err(reason) => text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("not ready: {reason}\n"),

@@ -108,6 +108,9 @@ pub struct Readiness {
     recovery_waits: Mutex<BTreeMap<i32, String>>,
     /// The input consumer's error, while it has not read since.
     consumer_error: Mutex<Option<String>>,
+    /// Why `WATCHBRIDGE_GUARANTEE=auto` fell back to `recovery`, if it did: said beside
+    /// "ready" (it is no reason not to be).
+    guarantee_fallback: Mutex<Option<String>>,
     stopping: AtomicBool,
     /// The last state reported through [`ReadinessChanged`] (`true`: ready); the lock also
     /// keeps two reporters from logging the same change twice or out of order.
@@ -129,6 +132,7 @@ impl Readiness {
             reading_watermarks: Mutex::new(BTreeSet::new()),
             recovery_waits: Mutex::new(BTreeMap::new()),
             consumer_error: Mutex::new(None),
+            guarantee_fallback: Mutex::new(None),
             stopping: AtomicBool::new(false),
             reported: Mutex::new(false),
         }
@@ -186,6 +190,23 @@ impl Readiness {
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = error.map(str::to_string);
         let _ = self.refresh(m);
+    }
+
+    /// `auto` fell back to `recovery`, for this reason.
+    pub fn guarantee_fell_back(&self, why: &str) {
+        *self
+            .guarantee_fallback
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(why.to_string());
+    }
+
+    /// What `/readyz` adds to "ready": `auto`'s fallback, if any.
+    pub fn note(&self) -> Option<String> {
+        self.guarantee_fallback
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|why| format!("guarantee: recovery (WATCHBRIDGE_GUARANTEE=auto fell back: {why})"))
     }
 
     /// The bridge is stopping: not ready again, whatever else holds.

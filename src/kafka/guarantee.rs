@@ -356,13 +356,14 @@ const RETRY_BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::f
 /// ApiVersions, a [`ProbeError::Transient`]) is asked again with backoff until `deadline`
 /// (`WATCHBRIDGE_START_TIMEOUT`), and then fails the start: it is never taken for "no
 /// transactions"; nor is a missing ACL ([`ProbeError::Denied`]), which fails the start
-/// naming it. A fallback to `recovery` is said at WARN, with why.
+/// naming it. A fallback to `recovery` is said at WARN, with why, and the why is returned
+/// too (for `/readyz` and `watchbridge_guarantee_info`).
 pub fn choose_auto(
     brokers: &str,
     plaintext: bool,
     deadline: std::time::Instant,
     mut probe: impl FnMut() -> Result<(), ProbeError>,
-) -> Result<Guarantee, String> {
+) -> Result<(Guarantee, Option<String>), String> {
     let (mut backoff, mut attempt) = (RETRY_BACKOFF.0, 0u32);
     loop {
         attempt += 1;
@@ -373,14 +374,16 @@ pub fn choose_auto(
         };
         let transient = match lists_end_txn {
             Ok(false) => {
-                tracing::warn!("WATCHBRIDGE_GUARANTEE=auto: the brokers do not offer transactions (no EndTxn in ApiVersions); using `recovery`");
-                return Ok(Guarantee::Recovery);
+                let why = "the brokers do not offer transactions (no EndTxn in ApiVersions)";
+                tracing::warn!("WATCHBRIDGE_GUARANTEE=auto: {why}; using `recovery`");
+                return Ok((Guarantee::Recovery, Some(why.to_string())));
             }
             Ok(true) => match probe() {
-                Ok(()) => return Ok(Guarantee::ExactlyOnce),
+                Ok(()) => return Ok((Guarantee::ExactlyOnce, None)),
                 Err(ProbeError::Refused(e)) => {
                     tracing::warn!(error = %e, "WATCHBRIDGE_GUARANTEE=auto: the brokers did not complete a probe transaction; using `recovery`");
-                    return Ok(Guarantee::Recovery);
+                    let why = format!("the brokers did not complete a probe transaction: {e}");
+                    return Ok((Guarantee::Recovery, Some(why)));
                 }
                 Err(ProbeError::Denied(e)) => {
                     return Err(format!(
@@ -567,7 +570,10 @@ mod tests {
                 _ => Ok(()),
             }
         });
-        assert_eq!((chosen, tries), (Ok(Guarantee::ExactlyOnce), 2));
+        assert_eq!(
+            (chosen.map(|c| c.0), tries),
+            (Ok(Guarantee::ExactlyOnce), 2)
+        );
 
         let started = std::time::Instant::now();
         let deadline = started + Duration::from_millis(1500);
@@ -590,7 +596,9 @@ mod tests {
                 "the broker hands an aborted record to a read_committed reader".into(),
             ))
         });
-        assert_eq!((chosen, tries), (Ok(Guarantee::Recovery), 1));
+        let (chosen, why) = chosen.unwrap();
+        assert_eq!((chosen, tries), (Guarantee::Recovery, 1));
+        assert!(why.unwrap().contains("aborted record"));
     }
 
     /// On a TLS or SASL listener the probe alone answers (issue 47: `auto` took `recovery`
@@ -602,7 +610,7 @@ mod tests {
         let later = std::time::Instant::now() + Duration::from_secs(30);
         assert_eq!(
             choose_auto(nowhere, false, later, || Ok(())),
-            Ok(Guarantee::ExactlyOnce)
+            Ok((Guarantee::ExactlyOnce, None))
         );
         let e = choose_auto(nowhere, false, later, || {
             Err(ProbeError::Denied(
