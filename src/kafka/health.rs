@@ -206,6 +206,14 @@ impl BrokerHealth {
 
     /// librdkafka's log callback, for every client of the bridge.
     pub fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        if fac == "FAIL"
+            && message.contains("SaslAuthenticateRequest failed: Local: Broker transport failure")
+        {
+            // librdkafka's group coordinator handle closing its connection while it logs
+            // in (every secured start, once): no refusal and no outage.
+            tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}");
+            return;
+        }
         if fac == "FAIL" && is_login_refused(message) {
             // The error callback may never say so: a client that failed its login is
             // often dropped before librdkafka hands it the error (the start's admin).
@@ -257,9 +265,14 @@ impl BrokerHealth {
 /// A connection's failure that is the brokers refusing the login (librdkafka's `FAIL` line):
 /// SASL's answer, or a TLS handshake the broker (or our check of its certificate) refused.
 fn is_login_refused(message: &str) -> bool {
-    message.contains("SASL authentication error")
-        || message.contains("SSL handshake failed")
-        || message.contains("SASL handshake failed")
+    // Not a connection that dropped while it logged in ("SaslAuthenticateRequest failed:
+    // Local: Broker transport failure", librdkafka's line when it closes the group
+    // coordinator's connection mid-login): that is no answer.
+    let dropped = message.contains("Local: Broker transport failure");
+    !dropped
+        && (message.contains("SASL authentication error")
+            || message.contains("SSL handshake failed")
+            || message.contains("SASL handshake failed"))
 }
 
 /// librdkafka's log facilities about one connection failing or timing out.
@@ -332,6 +345,23 @@ impl ConsumerContext for KafkaContext {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refused login is told from a connection dropped during one (issue 47).
+    #[test]
+    fn a_refused_login_is_told_from_a_dropped_connection() {
+        assert!(is_login_refused(
+            "sasl_ssl://127.0.0.1:9093/bootstrap: SASL authentication error: Authentication \
+             failed during authentication due to invalid credentials with SASL mechanism \
+             SCRAM-SHA-512 (after 3ms in state AUTH_REQ)"
+        ));
+        assert!(is_login_refused(
+            "ssl://127.0.0.1:9093/bootstrap: SSL handshake failed: certificate verify failed"
+        ));
+        assert!(!is_login_refused(
+            "GroupCoordinator: SASL authentication error: SaslAuthenticateRequest failed: \
+             Local: Broker transport failure (after 0ms in state DOWN)"
+        ));
+    }
 
     #[test]
     fn connection_trouble_is_logged_once_a_minute_while_up_and_never_while_down() {
