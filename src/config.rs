@@ -662,6 +662,43 @@ fn metrics_addr(value: &str) -> Result<Option<SocketAddr>, ConfigError> {
     })
 }
 
+/// The secrets of `watchbridge run` besides `KAFKA_*` that may come from a file
+/// (`WATCHBRIDGE_ADMIN_TOKEN_FILE=/run/secrets/admin-token`), as Kubernetes and Docker mount
+/// them. (`WATCHBRIDGE_HTTP_TOKEN_FILE` is the HTTP poller's own: read again as it changes.)
+pub const SECRETS_FROM_FILES: &[&str] = &[
+    "WATCHBRIDGE_ADMIN_TOKEN",
+    "WATCHBRIDGE_HTTP_PASSWORD",
+    "WATCHBRIDGE_SCHEMA_REGISTRY_PASSWORD",
+    "WATCHBRIDGE_SCHEMA_REGISTRY_TOKEN",
+];
+
+/// `NAME_FILE=path` for each of [`SECRETS_FROM_FILES`] → (`NAME`, the file's contents), read
+/// once at start; both forms at once, or a file that cannot be read, is an error naming the
+/// variable.
+pub fn secrets_from_files(
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let env: std::collections::HashMap<String, String> = env.into_iter().collect();
+    let mut read = Vec::new();
+    for name in SECRETS_FROM_FILES {
+        let file_var = format!("{name}_FILE");
+        let Some(path) = env.get(&file_var) else {
+            continue;
+        };
+        if env.contains_key(*name) {
+            return Err(ConfigError::new(
+                file_var,
+                format!("both {name} and {name}_FILE are set: keep one"),
+            ));
+        }
+        read.push((
+            name.to_string(),
+            kafka_env::read_secret_file(&file_var, path)?,
+        ));
+    }
+    Ok(read)
+}
+
 /// The one rule for names whose values are secrets, never logged or shown: `KAFKA_*`
 /// librdkafka properties and the query parameters of URLs ([`crate::logging::redact_url`]).
 /// Compared in lower case with only letters and digits kept (`API-Key`, `api_key` and
@@ -848,6 +885,38 @@ mod tests {
         assert_eq!(addr("OFF"), None);
         assert_eq!(addr("127.0.0.1:0"), Some("127.0.0.1:0".parse().unwrap()));
         assert_eq!(addr("[::1]:9898"), Some("[::1]:9898".parse().unwrap()));
+    }
+
+    #[test]
+    fn watchbridge_secrets_come_from_their_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "t0ken\n").unwrap();
+        let path = file.to_str().unwrap().to_string();
+        let env = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            secrets_from_files(env(&[("WATCHBRIDGE_ADMIN_TOKEN_FILE", &path)])).unwrap(),
+            [("WATCHBRIDGE_ADMIN_TOKEN".to_string(), "t0ken".to_string())]
+        );
+        let e = secrets_from_files(env(&[
+            ("WATCHBRIDGE_SCHEMA_REGISTRY_PASSWORD_FILE", &path),
+            ("WATCHBRIDGE_SCHEMA_REGISTRY_PASSWORD", "inline"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.var, "WATCHBRIDGE_SCHEMA_REGISTRY_PASSWORD_FILE");
+        let e = secrets_from_files(env(&[("WATCHBRIDGE_HTTP_PASSWORD_FILE", "/nonexistent")]))
+            .unwrap_err();
+        assert!(e.message.contains("/nonexistent"), "{e}");
+        assert!(
+            secrets_from_files(env(&[("WATCHBRIDGE_HTTP_TOKEN_FILE", &path)]))
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

@@ -119,6 +119,19 @@ enum StateCommand {
 static GLOBAL: watchbridge::Allocator = watchbridge::Allocator;
 
 fn main() -> ExitCode {
+    // `WATCHBRIDGE_ADMIN_TOKEN_FILE` and the like, before the settings are read (once, at
+    // start, while this is the only thread).
+    match watchbridge::config::secrets_from_files(std::env::vars()) {
+        Ok(secrets) => {
+            for (name, value) in secrets {
+                std::env::set_var(name, value);
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let cli = Cli::parse_from(with_default_subcommand(std::env::args_os()));
     let endings = Endings::default();
     logging::init(

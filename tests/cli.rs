@@ -592,6 +592,15 @@ fn a_kafka_secret_from_a_file_that_cannot_be_read_is_named_at_start() {
         "{err}"
     );
     assert!(!err.contains("inline-secret"), "{err}");
+    // The bridge's own secrets too (`WATCHBRIDGE_ADMIN_TOKEN_FILE`, …).
+    let mut env = base.to_vec();
+    env.push(("WATCHBRIDGE_ADMIN_TOKEN_FILE", "/nonexistent/admin-token"));
+    let (code, _, err) = watchbridge_with_env(&["run"], &env);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("WATCHBRIDGE_ADMIN_TOKEN_FILE") && err.contains("/nonexistent/admin-token"),
+        "{err}"
+    );
 }
 
 /// A port already taken is a start error naming the variable, before anything else runs.

@@ -99,15 +99,21 @@ fn read_secret_files(
                 format!("both {base} and {name} are set: keep one"),
             ));
         }
-        let contents = std::fs::read_to_string(value)
-            .map_err(|e| ConfigError::new(name.clone(), format!("cannot read `{value}`: {e}")))?;
-        let contents = contents
-            .strip_suffix('\n')
-            .map(|c| c.strip_suffix('\r').unwrap_or(c))
-            .unwrap_or(&contents);
-        read.insert(base.to_string(), contents.to_string());
+        read.insert(base.to_string(), read_secret_file(name, value)?);
     }
     Ok(read)
+}
+
+/// The secret in the file `path` that the variable `var` names: its contents, one trailing
+/// line end dropped (what `echo` and most secret stores leave).
+pub(super) fn read_secret_file(var: &str, path: &str) -> Result<String, ConfigError> {
+    let contents = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(var.to_string(), format!("cannot read `{path}`: {e}")))?;
+    let trimmed = contents
+        .strip_suffix('\n')
+        .map(|c| c.strip_suffix('\r').unwrap_or(c))
+        .unwrap_or(&contents);
+    Ok(trimmed.to_string())
 }
 
 /// librdkafka refuses unknown properties and bad values; say which variable it was. The
