@@ -12,7 +12,11 @@ CARGO ?= cargo
 # never use it), and a Compose client, `docker-compose` (1.29), whose
 # `config -q` validates deploy/docker-compose.yml in tests/ops_files.rs (no Docker engine
 # needed; that test fails where no Compose client is installed).
-DEB_PACKAGES = libssl-dev libsasl2-dev libcurl4-openssl-dev pkg-config prometheus docker-compose
+# MIT Kerberos for tests/secured.rs's GSSAPI login: a KDC of the test's own (krb5kdc,
+# kdb5_util: krb5-kdc; kadmin.local: krb5-admin-server), kinit, which librdkafka runs for its
+# tickets (krb5-user), and Cyrus SASL's GSSAPI plugin (libsasl2-modules-gssapi-mit).
+DEB_PACKAGES = libssl-dev libsasl2-dev libcurl4-openssl-dev pkg-config prometheus docker-compose \
+	krb5-kdc krb5-admin-server krb5-user libsasl2-modules-gssapi-mit
 
 # The Rust toolchain comes with the machine; rustfmt and clippy are rustup components.
 # Missing Debian packages are installed with apt-get (as root, else through sudo), without

@@ -30,7 +30,8 @@
 #                               certificates; the principal is the certificate's CN),
 #                               SASL_SSL and SASL_PLAINTEXT (SCRAM-SHA-512 and PLAIN, and
 #                               OAUTHBEARER where KAFKA_OIDC_JWKS_URL names the keys that
-#                               sign the JWTs). TLS files: DIR/pki/{ca.pem,server.pem,
+#                               sign the JWTs, GSSAPI where KAFKA_KRB5_KEYTAB holds the key
+#                               of KAFKA_KRB5_PRINCIPAL of KAFKA_KRB5_CONF's realm). TLS files: DIR/pki/{ca.pem,server.pem,
 #                               server.key} (PEM; the key PKCS#8, unencrypted). SASL users
 #                               (SCRAM ones made at format time): admin (a super user) and
 #                               bridge, passwords admin-secret and bridge-secret; bridge has
@@ -230,6 +231,7 @@ secured_config() {
         FORMAT_EXTRA+=(--add-scram "SCRAM-SHA-512=[name=${user%%:*},password=${user#*:}]")
     done
     [ -z "${KAFKA_OIDC_JWKS_URL:-}" ] || mechanisms="$mechanisms,OAUTHBEARER"
+    [ -z "${KAFKA_KRB5_KEYTAB:-}" ] || mechanisms="$mechanisms,GSSAPI"
     # One PEM keystore file: the key, then the certificate chain.
     cat "$pki/server.key" "$pki/server.pem" >"$pki/server.keystore.pem"
     cat >>"$dir/server.properties" <<EOF
@@ -260,6 +262,11 @@ EOF
 listener.name.$listener.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.$listener.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required$plain_users;
 EOF
+        if [ -n "${KAFKA_KRB5_KEYTAB:-}" ]; then
+            cat >>"$dir/server.properties" <<EOF
+listener.name.$listener.gssapi.sasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true keyTab="$KAFKA_KRB5_KEYTAB" principal="$KAFKA_KRB5_PRINCIPAL";
+EOF
+        fi
         if [ -n "${KAFKA_OIDC_JWKS_URL:-}" ]; then
             cat >>"$dir/server.properties" <<EOF
 listener.name.$listener.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
@@ -267,6 +274,15 @@ listener.name.$listener.oauthbearer.sasl.server.callback.handler.class=org.apach
 EOF
         fi
     done
+    if [ -n "${KAFKA_KRB5_KEYTAB:-}" ]; then
+        cat >>"$dir/server.properties" <<EOF
+# GSSAPI (Kerberos): the node is KAFKA_KRB5_PRINCIPAL (service name kafka) of the realm
+# KAFKA_KRB5_CONF describes, its key in KAFKA_KRB5_KEYTAB; a client's principal
+# name@REALM is User:name.
+sasl.kerberos.service.name=kafka
+EOF
+        JVM_EXTRA+=("-Djava.security.krb5.conf=$KAFKA_KRB5_CONF")
+    fi
     if [ -n "${KAFKA_OIDC_JWKS_URL:-}" ]; then
         cat >>"$dir/server.properties" <<EOF
 # OAUTHBEARER: a JWT is valid if the keys at this endpoint signed it and its audience is

@@ -90,6 +90,13 @@ async fn plain_over_tls_with_the_password_in_a_file() {
     round_trip("plain", Login::Plain, &[]).await;
 }
 
+/// Kerberos: the bridge's key in a keytab, its tickets from a local KDC (librdkafka runs
+/// `kinit` with them).
+#[tokio::test(flavor = "multi_thread")]
+async fn gssapi_kerberos_with_a_keytab() {
+    round_trip("krb", Login::Kerberos, &[]).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn oauthbearer_with_oidc_client_credentials() {
     round_trip("oauth", Login::OAuth, &[]).await;

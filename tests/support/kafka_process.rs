@@ -158,15 +158,17 @@ impl BrokerProcess {
     /// the standard authorizer and a listener per kind of client security. `pki` is the
     /// CA's, the server certificate's and its key's PEM text; with `jwks_url`, OAUTHBEARER
     /// tokens signed by the keys there are accepted (the endpoint must answer before the
-    /// node starts).
+    /// node starts); `env`, more of the script's settings (`KAFKA_KRB5_*` for GSSAPI).
     pub fn kafka_secured(
         prefix: &str,
         pki: [String; 3],
         jwks_url: Option<&str>,
+        env: &[(&str, String)],
     ) -> Result<(BrokerProcess, SecuredListeners), String> {
         installed_path("kafka.sh", "or set KAFKA_LIBS to a dir of Kafka's jars");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka.sh");
         let jwks_url = jwks_url.map(str::to_string);
+        let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let command = move |dir: &Path, ports: &[u16]| -> Vec<OsString> {
             // The TLS files, where serve-secured looks for them.
             let files = dir.join("pki");
@@ -178,6 +180,7 @@ impl BrokerProcess {
             if let Some(url) = &jwks_url {
                 command.push(format!("KAFKA_OIDC_JWKS_URL={url}").into());
             }
+            command.extend(env.iter().map(Into::into));
             command.extend(["bash".into(), script.clone().into(), "serve-secured".into()]);
             command.push(dir.into());
             command.extend(ports.iter().map(|p| p.to_string().into()));

@@ -13,6 +13,8 @@ pub mod kafka;
 #[allow(dead_code)]
 pub mod kafka_process;
 #[allow(dead_code)]
+pub mod kerberos;
+#[allow(dead_code)]
 pub mod ops_client;
 #[allow(dead_code)]
 pub mod prometheus;

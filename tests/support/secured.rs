@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use super::broker_process::BrokerProcess;
 use super::kafka::{broker_from, Broker};
 use super::kafka_process::SecuredListeners;
+use super::kerberos::{Kdc, REALM};
 use super::python::venv_python;
 use super::tls::Pki;
 use super::watchdog;
@@ -42,6 +43,9 @@ pub enum Login {
     Plain,
     /// SASL/OAUTHBEARER over TLS, tokens from the OIDC endpoint (client credentials).
     OAuth,
+    /// SASL/GSSAPI (Kerberos) over plain TCP, the bridge's key in a keytab; the local KDC
+    /// ([`Kdc`]) issues the tickets.
+    Kerberos,
 }
 
 impl Login {
@@ -50,7 +54,7 @@ impl Login {
         match self {
             Login::Tls => "User:ANONYMOUS".into(),
             Login::MutualTls => format!("User:{MTLS_USER}"),
-            Login::Scram | Login::Plain => format!("User:{}", SASL_USER.0),
+            Login::Scram | Login::Plain | Login::Kerberos => format!("User:{}", SASL_USER.0),
             Login::OAuth => format!("User:{}", OIDC_CLIENT.0),
         }
     }
@@ -68,6 +72,9 @@ pub struct Secured {
     pub password_file: PathBuf,
     /// The token endpoint's base URL (`/token`, `/jwks`).
     pub oidc_url: String,
+    /// The realm, and the bridge's keytab in it (`bridge@WATCHBRIDGE.TEST`).
+    pub kdc: Kdc,
+    pub bridge_keytab: PathBuf,
     _pki: Pki,
     _oidc: Mutex<Child>,
 }
@@ -79,6 +86,15 @@ pub fn secured() -> &'static Secured {
         let pki = Pki::with_client("watchbridge secured test CA", MTLS_USER);
         let (oidc, oidc_url) = start_oidc();
         let jwks = format!("{oidc_url}/jwks");
+        // The node's service principal is named for the host clients reach it by.
+        let kdc = Kdc::start();
+        let kafka_keytab = kdc.principal("kafka/127.0.0.1");
+        let bridge_keytab = kdc.principal(SASL_USER.0);
+        let krb5 = [
+            ("KAFKA_KRB5_CONF", kdc.krb5_conf.display().to_string()),
+            ("KAFKA_KRB5_KEYTAB", kafka_keytab.display().to_string()),
+            ("KAFKA_KRB5_PRINCIPAL", format!("kafka/127.0.0.1@{REALM}")),
+        ];
         let pem = [
             pki.ca_pem.clone(),
             pki.server_cert_pem.clone(),
@@ -87,7 +103,7 @@ pub fn secured() -> &'static Secured {
         let listeners = OnceLock::new();
         let broker = broker_from(|| {
             let (process, l) =
-                BrokerProcess::kafka_secured("watchbridge-secured-", pem, Some(&jwks))?;
+                BrokerProcess::kafka_secured("watchbridge-secured-", pem, Some(&jwks), &krb5)?;
             let _ = listeners.set(l);
             Ok(process)
         });
@@ -101,6 +117,8 @@ pub fn secured() -> &'static Secured {
             client_key: pki.file("client.key", &pki.client_key_pem),
             password_file: pki.file("password", &format!("{}\n", SASL_USER.1)),
             oidc_url,
+            kdc,
+            bridge_keytab,
             _pki: pki,
             _oidc: Mutex::new(oidc),
         }
@@ -145,12 +163,16 @@ impl Secured {
     pub fn env(&self, login: Login) -> Vec<(&'static str, String)> {
         let path = |p: &Path| p.display().to_string();
         let l = &self.listeners;
-        let mut env = vec![("KAFKA_SSL_CA_LOCATION", path(&self.ca))];
+        let mut env = Vec::new();
         let (brokers, protocol) = match login {
             Login::Tls => (&l.ssl, "SSL"),
             Login::MutualTls => (&l.mtls, "SSL"),
             Login::Scram | Login::Plain | Login::OAuth => (&l.sasl_ssl, "SASL_SSL"),
+            Login::Kerberos => (&l.sasl_plaintext, "SASL_PLAINTEXT"),
         };
+        if login != Login::Kerberos {
+            env.push(("KAFKA_SSL_CA_LOCATION", path(&self.ca)));
+        }
         env.push(("WATCHBRIDGE_BROKERS", brokers.clone()));
         env.push(("KAFKA_SECURITY_PROTOCOL", protocol.into()));
         match login {
@@ -168,6 +190,21 @@ impl Secured {
                 ("KAFKA_SASL_MECHANISM", "PLAIN".into()),
                 ("KAFKA_SASL_USERNAME", SASL_USER.0.into()),
                 ("KAFKA_SASL_PASSWORD_FILE", path(&self.password_file)),
+            ]),
+            Login::Kerberos => env.extend([
+                ("KAFKA_SASL_MECHANISM", "GSSAPI".into()),
+                ("KAFKA_SASL_KERBEROS_SERVICE_NAME", "kafka".into()),
+                ("KAFKA_SASL_KERBEROS_KEYTAB", path(&self.bridge_keytab)),
+                (
+                    "KAFKA_SASL_KERBEROS_PRINCIPAL",
+                    format!("{}@{REALM}", SASL_USER.0),
+                ),
+                // kinit's and libsasl2's view of the realm, and a ticket cache of its own.
+                ("KRB5_CONFIG", path(&self.kdc.krb5_conf)),
+                (
+                    "KRB5CCNAME",
+                    format!("FILE:{}", self.kdc.dir.join("bridge.ccache").display()),
+                ),
             ]),
             Login::OAuth => env.extend([
                 ("KAFKA_SASL_MECHANISM", "OAUTHBEARER".into()),
