@@ -128,6 +128,7 @@ impl MergedPublisher {
         let mut ticks = tokio::time::interval(self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut published = None;
+        let mut refusal_logged = None;
         tokio::pin!(stop);
         loop {
             tokio::select! {
@@ -150,6 +151,21 @@ impl MergedPublisher {
                             self.read_upto.fetch_max(position, Ordering::SeqCst);
                         }
                         reading = Reading::CaughtUp;
+                    }
+                    // An ACL missing is no passing trouble: said at ERROR, once a minute.
+                    Err(e) if e.rdkafka_error_code().is_some_and(super::refusal::is_refusal) => {
+                        if refusal_logged.is_none_or(|at: std::time::Instant| at.elapsed() >= Duration::from_secs(60)) {
+                            refusal_logged = Some(std::time::Instant::now());
+                            tracing::error!(
+                                error = %e,
+                                topic = %self.watermark_topic,
+                                "the brokers' authorizer refused READ on topic `{}` (the watermark \
+                                 topic): no merged watermark, and a partition taken over cannot \
+                                 read its previous owner's floor; grant READ on it (docs/brokers.md, \
+                                 \"Least privilege\")",
+                                self.watermark_topic
+                            );
+                        }
                     }
                     Err(e) => tracing::debug!(error = %e, "reading the watermark topic"),
                 },
