@@ -471,7 +471,12 @@ fn variables_in(text: &str) -> Vec<String> {
 
 /// The variables `text` names that neither --help nor [`ENV_ONLY`] knows.
 fn unknown_variables(text: &str, help: &BTreeMap<String, Option<String>>) -> Vec<String> {
-    let known = |name: &str| help.contains_key(name) || ENV_ONLY.contains(&name);
+    // `NAME_FILE` of a secret read from a file (`config::SECRETS_FROM_FILES`) is real too.
+    let from_file = |name: &str| {
+        name.strip_suffix("_FILE")
+            .is_some_and(|base| watchbridge::config::SECRETS_FROM_FILES.contains(&base))
+    };
+    let known = |name: &str| help.contains_key(name) || ENV_ONLY.contains(&name) || from_file(name);
     variables_in(text)
         .into_iter()
         .filter(|name| match name.strip_suffix('*') {
