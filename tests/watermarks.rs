@@ -805,8 +805,12 @@ impl WatermarkReader {
         let kafka = KafkaContext::new(BrokerHealth::new(b.bootstrap(), metrics.clone()));
         // Used by a writer of `merged` records only (nothing claims it here).
         let lookups = Lookups::start(&b.config(), "watchbridge-test-lookups", &kafka, topic);
+        // The bridge's readers carry its group id (`bridge::reader_config`); nothing is
+        // committed with it.
+        let mut consumer_config = b.config();
+        consumer_config.set("group.id", "watchbridge-test-watermark-reader");
         let publisher = MergedPublisher {
-            consumer_config: b.config(),
+            consumer_config,
             kafka: kafka.clone(),
             producer: b
                 .config()

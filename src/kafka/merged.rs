@@ -36,6 +36,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub struct MergedPublisher {
+    /// The reader's settings, `group.id` included (`bridge::reader_config`: the bridge's
+    /// group, so that an ACL on it covers this reader; nothing is committed with it).
     pub consumer_config: ClientConfig,
     /// The reader's context (its errors and log lines go to the bridge's broker health).
     pub kafka: KafkaContext,
