@@ -539,6 +539,20 @@ fn kubernetes_service_link_variables_do_not_stop_the_start() {
     );
 }
 
+/// `run` with its three required settings and `extra`, refused at start (exit 2): its
+/// stderr.
+fn run_refused(extra: &[(&str, &str)]) -> String {
+    let mut env = vec![
+        ("WATCHBRIDGE_INPUT_TOPIC", "users"),
+        ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
+        ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
+    ];
+    env.extend_from_slice(extra);
+    let (code, _, err) = watchbridge_with_env(&["run"], &env);
+    assert_eq!(code, 2, "{extra:?}: {err}");
+    err
+}
+
 /// The brokers have one setting: `KAFKA_BOOTSTRAP_SERVERS` beside `WATCHBRIDGE_BROKERS`
 /// would silently win over it in some clients and not others.
 #[test]
@@ -550,14 +564,7 @@ fn kafka_bootstrap_servers_is_refused_naming_watchbridge_brokers() {
             ("WATCHBRIDGE_BROKERS", "b:9092"),
         ][..],
     ] {
-        let mut env = vec![
-            ("WATCHBRIDGE_INPUT_TOPIC", "users"),
-            ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
-            ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
-        ];
-        env.extend_from_slice(extra);
-        let (code, _, err) = watchbridge_with_env(&["run"], &env);
-        assert_eq!(code, 2, "{err}");
+        let err = run_refused(extra);
         assert!(
             err.contains("KAFKA_BOOTSTRAP_SERVERS") && err.contains("WATCHBRIDGE_BROKERS"),
             "{err}"
@@ -569,34 +576,22 @@ fn kafka_bootstrap_servers_is_refused_naming_watchbridge_brokers() {
 /// mount them); a file that cannot be read, or both forms at once, is named at start.
 #[test]
 fn a_kafka_secret_from_a_file_that_cannot_be_read_is_named_at_start() {
-    let base = [
-        ("WATCHBRIDGE_INPUT_TOPIC", "users"),
-        ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
-        ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
-    ];
-    let mut env = base.to_vec();
-    env.push(("KAFKA_SASL_PASSWORD_FILE", "/nonexistent/password"));
-    let (code, _, err) = watchbridge_with_env(&["run"], &env);
-    assert_eq!(code, 2, "{err}");
+    let err = run_refused(&[("KAFKA_SASL_PASSWORD_FILE", "/nonexistent/password")]);
     assert!(
         err.contains("KAFKA_SASL_PASSWORD_FILE") && err.contains("/nonexistent/password"),
         "{err}"
     );
-    let mut env = base.to_vec();
-    env.push(("KAFKA_SASL_PASSWORD_FILE", "/etc/hostname"));
-    env.push(("KAFKA_SASL_PASSWORD", "inline-secret"));
-    let (code, _, err) = watchbridge_with_env(&["run"], &env);
-    assert_eq!(code, 2, "{err}");
+    let err = run_refused(&[
+        ("KAFKA_SASL_PASSWORD_FILE", "/etc/hostname"),
+        ("KAFKA_SASL_PASSWORD", "inline-secret"),
+    ]);
     assert!(
         err.contains("KAFKA_SASL_PASSWORD") && err.contains("both"),
         "{err}"
     );
     assert!(!err.contains("inline-secret"), "{err}");
     // The bridge's own secrets too (`WATCHBRIDGE_ADMIN_TOKEN_FILE`, …).
-    let mut env = base.to_vec();
-    env.push(("WATCHBRIDGE_ADMIN_TOKEN_FILE", "/nonexistent/admin-token"));
-    let (code, _, err) = watchbridge_with_env(&["run"], &env);
-    assert_eq!(code, 2, "{err}");
+    let err = run_refused(&[("WATCHBRIDGE_ADMIN_TOKEN_FILE", "/nonexistent/admin-token")]);
     assert!(
         err.contains("WATCHBRIDGE_ADMIN_TOKEN_FILE") && err.contains("/nonexistent/admin-token"),
         "{err}"

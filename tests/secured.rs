@@ -25,6 +25,34 @@ fn everything_on(s: &Setup) -> Vec<String> {
     ]
 }
 
+/// Wait (90 s at most) until each of `users`' two outputs can be on `output`, stop the
+/// bridge, and check it stopped cleanly and wrote each output once: its log. `what` names
+/// the run in a failure.
+async fn stop_once_all_arrived(
+    bridge: &mut Bridge,
+    output: &str,
+    users: std::ops::RangeInclusive<i64>,
+    what: &str,
+) -> String {
+    let expected = user_output_keys(users);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while outputs_to_end(output).await.len() < expected.len() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not {} outputs within 90 s: {}",
+            expected.len(),
+            bridge.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (code, _) = bridge.terminate();
+    let log = bridge.log();
+    assert_eq!(code, Some(0), "{what}: {log}");
+    let outputs = outputs_to_end(output).await;
+    assert_each_once(&output_key_counts(&outputs), expected, &log);
+    log
+}
+
 /// Three users' inputs in, each output once, read back over the super user's listener;
 /// `auto` chose `exactly_once`; the bridge stopped cleanly.
 async fn round_trip(name: &str, login: Login, extra: &[(&'static str, &str)]) {
@@ -41,24 +69,11 @@ async fn round_trip(name: &str, login: Login, extra: &[(&'static str, &str)]) {
     for user in 1..=3 {
         produce_user(&s.input, user).await;
     }
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while outputs_to_end(&s.output).await.len() < 6 {
-        assert!(
-            Instant::now() < deadline,
-            "not 6 outputs within 90 s: {}",
-            bridge.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let (code, _) = bridge.terminate();
-    let log = bridge.log();
-    assert_eq!(code, Some(0), "{log}");
+    let log = stop_once_all_arrived(&mut bridge, &s.output, 1..=3, name).await;
     assert!(
         log.contains("WATCHBRIDGE_GUARANTEE guarantee=exactly_once"),
         "auto chose exactly_once: {log}"
     );
-    let outputs = outputs_to_end(&s.output).await;
-    assert_each_once(&output_key_counts(&outputs), user_output_keys(1..=3), &log);
     for refused in [
         "Authentication failed",
         "authorization failed",
@@ -187,20 +202,11 @@ async fn the_documented_acls_are_enough_in_both_modes() {
         let (s, env, _) = least_privilege_run(&format!("acl-{mode}"), mode, None, &server).await;
         let mut bridge = Bridge::start(&env);
         produce_user(&s.input, 2).await;
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while outputs_to_end(&s.output).await.len() < 4 {
-            assert!(Instant::now() < deadline, "{mode}: {}", bridge.log());
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        let (code, _) = bridge.terminate();
-        let log = bridge.log();
-        assert_eq!(code, Some(0), "{mode}: {log}");
+        let log = stop_once_all_arrived(&mut bridge, &s.output, 1..=2, mode).await;
         assert!(
             log.contains(&format!("WATCHBRIDGE_GUARANTEE guarantee={mode}")),
             "{log}"
         );
-        let outputs = outputs_to_end(&s.output).await;
-        assert_each_once(&output_key_counts(&outputs), user_output_keys(1..=2), &log);
         for refused in ["authorization failed", "refused", "Authorization"] {
             assert!(!log.contains(refused), "{mode}: {refused}: {log}");
         }
@@ -293,20 +299,8 @@ async fn remove_one(mode: &'static str, index: usize, server: &TestServer) {
     }
     // Granted: the partition's next try goes through.
     c.acls("add", &Login::Scram.principal(), std::slice::from_ref(&acl));
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while outputs_to_end(&s.output).await.len() < 4 {
-        assert!(
-            Instant::now() < deadline,
-            "{acl}: no outputs once granted: {}",
-            bridge.log()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    let (code, _) = bridge.terminate();
-    let log = bridge.log();
-    assert_eq!(code, Some(0), "{acl}: {log}");
-    let outputs = outputs_to_end(&s.output).await;
-    assert_each_once(&output_key_counts(&outputs), user_output_keys(1..=2), &log);
+    let log =
+        stop_once_all_arrived(&mut bridge, &s.output, 1..=2, &format!("{acl}, granted")).await;
     assert_eq!(
         outputs_to_end(&s.dlq).await.len(),
         0,
@@ -416,16 +410,7 @@ async fn inputs_and_outputs_in_every_codec() {
             let mut env = s.env(server);
             env.push(("KAFKA_COMPRESSION_TYPE", out_codec.to_string()));
             let mut bridge = Bridge::start(&env);
-            let deadline = Instant::now() + Duration::from_secs(90);
-            while outputs_to_end(&s.output).await.len() < 8 {
-                assert!(Instant::now() < deadline, "{out_codec}: {}", bridge.log());
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            let (code, _) = bridge.terminate();
-            let log = bridge.log();
-            assert_eq!(code, Some(0), "{log}");
-            let outputs = outputs_to_end(&s.output).await;
-            assert_each_once(&output_key_counts(&outputs), user_output_keys(1..=4), &log);
+            stop_once_all_arrived(&mut bridge, &s.output, 1..=4, out_codec).await;
             let mut inputs = codecs.map(str::to_string).to_vec();
             inputs.sort();
             assert_eq!(codecs_on_disk(&s.input), inputs, "the inputs' codecs");

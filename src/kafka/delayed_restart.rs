@@ -134,14 +134,7 @@ impl DelayedRestarts {
             return None;
         }
         let wait = backoff(*times - 1);
-        self.waiting.insert(
-            partition,
-            Waiting {
-                due: now + wait,
-                position,
-                bounds,
-            },
-        );
+        self.wait(partition, now + wait, position, bounds);
         Some(wait)
     }
 
@@ -162,15 +155,26 @@ impl DelayedRestarts {
         *times += 1;
         *last = now;
         let wait = floor.max(backoff(*times));
+        self.wait(partition, now + wait, position, bounds);
+        wait
+    }
+
+    /// `partition` starts again at `due`, from `position` (`None`: the group's commit).
+    fn wait(
+        &mut self,
+        partition: i32,
+        due: Instant,
+        position: Option<i64>,
+        bounds: Option<Bounds>,
+    ) {
         self.waiting.insert(
             partition,
             Waiting {
-                due: now + wait,
+                due,
                 position,
                 bounds,
             },
         );
-        wait
     }
 
     /// `partition`'s delivery failed at `now`: it waits out `window`.
@@ -183,14 +187,7 @@ impl DelayedRestarts {
         now: Instant,
     ) {
         self.unsettled(partition, now + window);
-        self.waiting.insert(
-            partition,
-            Waiting {
-                due: now + window,
-                position,
-                bounds,
-            },
-        );
+        self.wait(partition, now + window, position, bounds);
     }
 
     /// Records sent for `partition` may still commit until `until` (it was lost with
@@ -218,14 +215,7 @@ impl DelayedRestarts {
             return None;
         }
         let due = now + wait;
-        self.waiting.insert(
-            partition,
-            Waiting {
-                due,
-                position: None,
-                bounds: None,
-            },
-        );
+        self.wait(partition, due, None, None);
         Some(wait)
     }
 

@@ -174,37 +174,33 @@ impl Transaction {
                     });
                 }
                 Err(e) => {
-                    let refused = e.rdkafka_error_code().is_some_and(refusal::is_refusal)
-                        || producer
-                            .client()
-                            .fatal_error()
-                            .is_some_and(|(code, _)| refusal::is_refusal(code));
-                    if refused {
-                        tracing::error!(
-                            partition,
-                            transactional_id = %id,
-                            error = %e,
-                            "the brokers' authorizer refused WRITE on transactional id `{id}`: \
-                             grant the principal WRITE on the transactional ids prefixed \
-                             `{}` (docs/brokers.md, \"Least privilege\"); the partition tries \
-                             again after a backoff",
-                            settings
-                                .id_prefix
-                                .strip_suffix(&*input_topic)
-                                .unwrap_or(&settings.id_prefix)
-                        );
-                    } else {
-                        tracing::error!(partition, transactional_id = %id, error = %e, "cannot initialise the transactional producer; trying again");
-                    }
+                    let error = e.to_string();
                     match Failure::of(e, &producer) {
                         // Not again at once: the partition waits out its backoff.
-                        refused @ Failure::Refused(_) => return Err(refused),
-                        Failure::Fenced(_) => {
-                            return Err(Failure::Aborted(
-                                "the transactional producer could not be initialised".into(),
-                            ))
+                        refused @ Failure::Refused(_) => {
+                            tracing::error!(
+                                partition,
+                                transactional_id = %id,
+                                error,
+                                "the brokers' authorizer refused WRITE on transactional id `{id}`: \
+                                 grant the principal WRITE on the transactional ids prefixed \
+                                 `{}` (docs/brokers.md, \"Least privilege\"); the partition tries \
+                                 again after a backoff",
+                                settings
+                                    .id_prefix
+                                    .strip_suffix(&*input_topic)
+                                    .unwrap_or(&settings.id_prefix)
+                            );
+                            return Err(refused);
                         }
-                        Failure::Aborted(_) => {}
+                        failure => {
+                            tracing::error!(partition, transactional_id = %id, error, "cannot initialise the transactional producer; trying again");
+                            if matches!(failure, Failure::Fenced(_)) {
+                                return Err(Failure::Aborted(
+                                    "the transactional producer could not be initialised".into(),
+                                ));
+                            }
+                        }
                     }
                     if give_up() {
                         return Err(Failure::Aborted(
