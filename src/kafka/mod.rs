@@ -1,4 +1,4 @@
-//! The Kafka side of the bridge: the consumer thread and its rebalance callbacks
+//! The Kafka side of the bridge: the group's standing orders ([`control_topic`]), the consumer thread and its rebalance callbacks
 //! ([`consumer`]), one task per assigned input partition ([`partition`]), input decoding
 //! ([`input`]), the records written ([`records`]) and their delivery reports
 //! ([`reports`]), commit discipline ([`offsets`]), first and end offsets
@@ -13,6 +13,7 @@
 
 pub mod client;
 pub mod consumer;
+pub mod control_topic;
 pub mod delayed_restart;
 pub mod durable;
 pub mod embedded;

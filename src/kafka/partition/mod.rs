@@ -400,6 +400,7 @@ impl<P: Resolve> PartitionTask<P> {
             messages: control_messages,
             input_queries,
             status,
+            heartbeat,
         } = controls;
         let engine = Engine::new(
             shared.poller.clone(),
@@ -414,7 +415,12 @@ impl<P: Resolve> PartitionTask<P> {
             shared.clock,
             shared.metrics.clone(),
         )
-        .with_controls(control_messages, shared.controls.pause.clone(), partition);
+        .with_controls(
+            control_messages,
+            shared.controls.pause.clone(),
+            partition,
+            heartbeat,
+        );
         let (commands, engine_commands) = mpsc::channel(256);
         let (engine_events, events) = mpsc::channel(256);
         tokio::spawn(engine.run(engine_commands, engine_events));
