@@ -22,6 +22,9 @@ const TOKEN: &str = "s3cret-admin";
 fn env(s: &Setup, server: &TestServer, port: u16) -> Vec<(&'static str, String)> {
     let mut env = s.env(server);
     env.push(("WATCHBRIDGE_METRICS_ADDR", format!("127.0.0.1:{port}")));
+    // The control API on the same port (it is on loopback apart from the metrics unless
+    // told), with its token.
+    env.push(("WATCHBRIDGE_CONTROL_ADDR", format!("127.0.0.1:{port}")));
     env.push(("WATCHBRIDGE_ADMIN_TOKEN", TOKEN.into()));
     // A takeover after a SIGKILL waits for the session to expire.
     env.push(("KAFKA_SESSION_TIMEOUT_MS", "6000".into()));
@@ -69,7 +72,7 @@ async fn status_stop_and_pause_of_the_watches_of_one_instance() {
     let server = TestServer::start(|seen| feeds(seen, false)).await;
     let port = free_port();
     let bridge = Bridge::start(&env(&s, &server, port));
-    let ops = Ops::new(port);
+    let ops = Ops::with_token(port, TOKEN);
     produce_user_to(&s.input, Some(0), 1).await;
     produce_user_to(&s.input, Some(1), 2).await;
     wait_for_outputs(&s.output, 4, Duration::from_secs(60)).await;
@@ -84,7 +87,12 @@ async fn status_stop_and_pause_of_the_watches_of_one_instance() {
     assert_eq!(w["last_error"], Value::Null);
     assert_eq!(w["termination"], "never");
     assert_eq!(w["input"]["key"], "user-1", "{w}");
-    assert_eq!(w["input"]["value"], serde_json::json!({"id": 1}), "{w}");
+    // The input's value (often personal data) only with WATCHBRIDGE_CONTROL_SHOW_INPUTS.
+    assert_eq!(w["input"]["value"], Value::Null, "{w}");
+    assert!(w["input"]["value_hidden"].is_string(), "{w}");
+    assert_eq!(w["paused"], false, "{w}");
+    // Reads of the control API need the token too.
+    assert_eq!(Ops::new(port).get("/watches").await.unwrap().0, 401);
     assert_eq!(w["last_poll_result"], "ok", "{w}");
     let last_poll = w["last_poll_ms"].as_i64().expect("a last poll time");
     let started = w["started_ms"].as_i64().unwrap();
@@ -216,7 +224,7 @@ async fn two_instances_answer_where_a_watch_lives_and_a_stop_survives_a_takeover
     let (port_a, port_b) = (free_port(), free_port());
     let a = Bridge::start(&env(&s, &server, port_a));
     let b = Bridge::start(&env(&s, &server, port_b));
-    let (ops_a, ops_b) = (Ops::new(port_a), Ops::new(port_b));
+    let (ops_a, ops_b) = (Ops::with_token(port_a, TOKEN), Ops::with_token(port_b, TOKEN));
     // Each owns one partition once the group has settled.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -316,7 +324,7 @@ async fn a_poll_now_moves_a_waiting_watch_up() {
     // Without a poll-now, the second poll would be an hour away.
     settings.push(("WATCHBRIDGE_POLL_INTERVAL", "1h".into()));
     let bridge = Bridge::start(&settings);
-    let ops = Ops::new(port);
+    let ops = Ops::with_token(port, TOKEN);
     produce_user_to(&s.input, Some(0), 4).await;
     wait_for_outputs(&s.output, 2, Duration::from_secs(60)).await;
     let w = wait_for_status(&ops, &bridge, "/watches/user-4", 200).await;
@@ -351,5 +359,123 @@ async fn a_poll_now_moves_a_waiting_watch_up() {
             .unwrap()
             .0,
         404
+    );
+}
+
+/// Polls of each of `users` made so far.
+fn polls(server: &TestServer, users: &[i64]) -> Vec<usize> {
+    users.iter().map(|u| polls_of(server, *u)).collect()
+}
+
+/// Wait until both instances own one partition each and neither is recovering.
+async fn settled(a: &Ops, b: &Ops, logs: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let ready = |v: &Value| {
+            v.as_array()
+                .is_some_and(|p| p.len() == 1 && p[0]["recovering"] == false)
+        };
+        let (_, pa) = json(a, "/partitions").await;
+        let (_, pb) = json(b, "/partitions").await;
+        if ready(&pa) && ready(&pb) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{}", logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A pause given to one instance stops the watches of every instance, and holds through a
+/// restart of every instance until a resume given to another; a pause of one watch, given
+/// to the instance that does not own it, stops that watch only. Nothing is lost meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pause_given_to_any_instance_holds_on_all_and_survives_their_restarts() {
+    let s = Setup::new("control-group-pause", 2).await;
+    let server = TestServer::start(|seen| feeds(seen, false)).await;
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut a = Bridge::start(&env(&s, &server, port_a));
+    let mut b = Bridge::start(&env(&s, &server, port_b));
+    let (ops_a, ops_b) = (Ops::with_token(port_a, TOKEN), Ops::with_token(port_b, TOKEN));
+    settled(&ops_a, &ops_b, || format!("{}\n{}", a.log(), b.log())).await;
+    produce_user_to(&s.input, Some(0), 1).await;
+    produce_user_to(&s.input, Some(1), 2).await;
+    wait_for_outputs(&s.output, 4, Duration::from_secs(60)).await;
+
+    // Paused through A: neither instance polls.
+    let (status, body) = ops_a.post("/pause", Some(TOKEN)).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let before = polls(&server, &[1, 2]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(polls(&server, &[1, 2]), before, "polled while the group was paused");
+    let (_, orders) = json(&ops_b, "/orders").await;
+    assert_eq!(orders["paused"], true, "B does not know the pause: {orders}");
+
+    // Every instance restarted (a rollout): still paused, and the watches are back.
+    a.terminate();
+    b.terminate();
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut a = Bridge::start(&env(&s, &server, port_a));
+    let mut b = Bridge::start(&env(&s, &server, port_b));
+    let (ops_a, ops_b) = (Ops::with_token(port_a, TOKEN), Ops::with_token(port_b, TOKEN));
+    settled(&ops_a, &ops_b, || format!("{}\n{}", a.log(), b.log())).await;
+    let polled = polls(&server, &[1, 2]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(polls(&server, &[1, 2]), polled, "polled after the restarts: the pause was lost");
+    for key in ["user-1", "user-2"] {
+        let on_a = json(&ops_a, &format!("/watches/{key}")).await;
+        let on_b = json(&ops_b, &format!("/watches/{key}")).await;
+        let status = if on_a.0 == 200 { on_a.1 } else { on_b.1 };
+        assert_eq!(status["paused"], true, "{status}");
+    }
+
+    // Resumed through B: both poll again.
+    assert_eq!(ops_b.post("/resume", Some(TOKEN)).await.unwrap().0, 200);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while polls(&server, &[1, 2]).iter().zip(&polled).any(|(now, then)| now <= then) {
+        assert!(Instant::now() < deadline, "not polled after the resume:\n{}", a.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // One watch paused, through the instance that does not own it: it alone stops.
+    let (_, pa) = json(&ops_a, "/partitions").await;
+    let not_owner_of_user_1 = if pa[0]["partition"] == 0 { &ops_b } else { &ops_a };
+    let (status, body) = not_owner_of_user_1
+        .post("/watches/user-1/pause", Some(TOKEN))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let one = polls(&server, &[1, 2]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let later = polls(&server, &[1, 2]);
+    assert_eq!(later[0], one[0], "the paused watch polled");
+    assert!(later[1] > one[1], "the other watch stopped polling too");
+    assert_eq!(
+        not_owner_of_user_1
+            .post("/watches/user-1/resume", Some(TOKEN))
+            .await
+            .unwrap()
+            .0,
+        200
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while polls_of(&server, 1) <= later[0] {
+        assert!(Instant::now() < deadline, "user-1 not polled after its resume");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A wrong method is told which to use.
+    let (status, _) = ops_a.get("/pause").await.unwrap();
+    assert_eq!(status, 405);
+
+    produce_user_to(&s.input, Some(0), 3).await;
+    wait_for_outputs(&s.output, 6, Duration::from_secs(60)).await;
+    a.terminate();
+    b.terminate();
+    let counts = output_key_counts(&outputs_to_end(&s.output).await);
+    assert_each_once(
+        &counts,
+        user_output_keys([1, 2, 3]),
+        &format!("{}\n{}", a.log(), b.log()),
     );
 }

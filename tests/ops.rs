@@ -258,7 +258,7 @@ async fn probes_metrics_and_json_logs_follow_the_bridge_through_its_life() {
         .iter()
         .find(|l| {
             l["message"]
-                == "serving /metrics, /healthz, /readyz, /watches and /partitions (WATCHBRIDGE_METRICS_ADDR)"
+                == "serving /metrics, /healthz, /readyz and /version (WATCHBRIDGE_METRICS_ADDR)"
         })
         .unwrap();
     assert_eq!(serving["address"], format!("127.0.0.1:{port}"));
