@@ -27,6 +27,7 @@ use crate::kafka::client::{
     BrokerSettings, KafkaSetupError,
 };
 use crate::kafka::consumer::{consume, BridgeContext, ConsumerStopped, NoCommitStart, Partitions};
+use crate::kafka::control_topic::ControlTopic;
 use crate::kafka::delayed_restart::DeliveryWindow;
 use crate::kafka::embedded::EmbeddedBroker;
 use crate::kafka::group_mode;
@@ -42,11 +43,11 @@ use crate::kafka::partition::{
 use crate::kafka::properties::ClientKind;
 use crate::kafka::records::OutputLayout;
 use crate::kafka::recovery::{Lookups, RecoverySource};
+use crate::kafka::state_lookup::StateLookup;
 use crate::kafka::stats::{self, BridgeProducer, ProducerSettings};
 use crate::kafka::transaction_timeout::TransactionTimeouts;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
-use crate::kafka::control_topic::ControlTopic;
 use crate::ops_server::{OpsApi, OpsServer, Serves};
 use crate::pollers::Resolve;
 use crate::readiness::Readiness;
@@ -171,8 +172,16 @@ pub async fn run_bridge<P: Resolve>(
     );
     let controls = Arc::new(Controls::default());
     // (Its input partition count is set once the start has read it, below.)
-    let orders = Arc::new(OnceLock::new());
-    let ops_servers = start_ops_servers(config, &metrics, &readiness, &controls, &orders).await?;
+    let (orders, state_lookup) = (Arc::new(OnceLock::new()), Arc::new(OnceLock::new()));
+    let ops_servers = start_ops_servers(
+        config,
+        &metrics,
+        &readiness,
+        &controls,
+        &orders,
+        &state_lookup,
+    )
+    .await?;
     // Wait for the brokers (a broker still starting or restarting), then check the topics;
     // if the brokers go away meanwhile, wait again, all within WATCHBRIDGE_START_TIMEOUT.
     let start_deadline = started + config.start_timeout;
@@ -335,11 +344,25 @@ pub async fn run_bridge<P: Resolve>(
         producer_config(brokers, config),
         &kafka,
         controls.pause.clone(),
+        metrics.clone(),
         start_deadline,
     )
     .await
     .map_err(BridgeError::Start)?;
     let _ = orders.set(control_topic);
+    let _ = state_lookup.set(
+        StateLookup::new(
+            reader_config(brokers, config),
+            producer_config(brokers, config),
+            &kafka,
+            brokers,
+            &config.state_topic,
+            &config.input_topic,
+            layout.input_partitions,
+            config.watch_key.is_none(),
+        )
+        .map_err(BridgeError::Start)?,
+    );
     // The input consumer's settings: its lease reads the session timeout from them.
     let consumer_settings = consumer_config(brokers, config, guarantee);
     let shared = Arc::new(Shared {
@@ -667,6 +690,7 @@ async fn start_ops_servers(
     readiness: &Arc<Readiness>,
     controls: &Arc<Controls>,
     orders: &Arc<OnceLock<ControlTopic>>,
+    state: &Arc<OnceLock<StateLookup>>,
 ) -> Result<Vec<OpsServer>, BridgeError> {
     let api = Arc::new(OpsApi {
         metrics: metrics.clone(),
@@ -674,6 +698,7 @@ async fn start_ops_servers(
         controls: controls.clone(),
         admin_token: config.admin_token.as_ref().map(|t| t.0.clone()),
         orders: orders.clone(),
+        state: state.clone(),
         show_inputs: config.operations.show_inputs,
         stall_timeout: config.operations.stall_timeout,
     });

@@ -128,7 +128,9 @@ impl WatchView {
                 if input.remove("value").is_some() {
                     input.insert(
                         "value_hidden".into(),
-                        serde_json::Value::from("set WATCHBRIDGE_CONTROL_SHOW_INPUTS=true to show it"),
+                        serde_json::Value::from(
+                            "set WATCHBRIDGE_CONTROL_SHOW_INPUTS=true to show it",
+                        ),
                     );
                 }
             }

@@ -794,9 +794,10 @@ impl<P: Poller> Engine<P> {
             seen_outputs: watch.seen().len(),
             hold_ms: progress.hold,
             termination: termination.describe(watch.termination(), self.clock.now_ms()),
-            paused: self.controls_pause.as_ref().is_some_and(|p| {
-                p.is_paused() || p.is_key_paused(watch.key())
-            }),
+            paused: self
+                .controls_pause
+                .as_ref()
+                .is_some_and(|p| p.is_paused() || p.is_key_paused(watch.key())),
         })
     }
 

@@ -21,8 +21,9 @@
 //! (out of file descriptors) is retried with backoff rather than in a busy loop.
 
 use crate::control::{partition_of_key, Controls, ListQuery, Lookup};
-use crate::internal_events::{ControlRefused, PollingPaused};
+use crate::internal_events::{ControlAction, ControlRefused};
 use crate::kafka::control_topic::{ControlTopic, Order};
+use crate::kafka::state_lookup::{Again, StateLookup};
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
 use bytes::Bytes;
@@ -129,6 +130,9 @@ pub struct OpsApi {
     pub admin_token: Option<String>,
     /// Where orders go (set once the start has read the control topic).
     pub orders: Arc<OnceLock<ControlTopic>>,
+    /// What the state topic remembers, and the way to produce an input again (set once the
+    /// start has checked the topics).
+    pub state: Arc<OnceLock<StateLookup>>,
     /// `WATCHBRIDGE_CONTROL_SHOW_INPUTS`.
     pub show_inputs: bool,
     /// `WATCHBRIDGE_STALL_TIMEOUT` (`None`: never).
@@ -145,6 +149,7 @@ impl OpsApi {
             controls: Arc::new(Controls::default()),
             admin_token: None,
             orders: Arc::default(),
+            state: Arc::default(),
             show_inputs: false,
             stall_timeout: None,
         }
@@ -257,7 +262,7 @@ const POST: &[Method] = &[Method::POST];
 fn control_route(path: &str) -> Option<&'static [Method]> {
     match path {
         "/watches" | "/watches/" | "/partitions" | "/orders" => Some(GET),
-        "/pause" | "/resume" => Some(POST),
+        "/pause" | "/resume" | "/restart" => Some(POST),
         _ => match path.strip_prefix("/watches/") {
             Some(rest) => Some(match watch_action(rest).1 {
                 None => GET,
@@ -270,7 +275,7 @@ fn control_route(path: &str) -> Option<&'static [Method]> {
 
 /// What follows `/watches/`: the (percent-encoded) key and the action, if any.
 fn watch_action(rest: &str) -> (&str, Option<&'static str>) {
-    for action in ["stop", "poll", "pause", "resume"] {
+    for action in ["stop", "poll", "pause", "resume", "restart", "reset"] {
         if let Some(key) = rest.strip_suffix(action).and_then(|k| k.strip_suffix('/')) {
             if !key.is_empty() {
                 return (key, Some(action));
@@ -301,7 +306,11 @@ async fn control<B>(api: &OpsApi, req: &Request<B>) -> Response<Full<Bytes>> {
             let paused = path == "/pause";
             match give(api, Order::PauseAll(paused)).await {
                 Ok(offset) => {
-                    PollingPaused { paused }.emit(&api.metrics);
+                    ControlAction {
+                        action: if paused { "pause" } else { "resume" },
+                        key: None,
+                    }
+                    .emit(&api.metrics);
                     json(
                         StatusCode::OK,
                         &serde_json::json!({ "paused": paused, "scope": "group", "order_offset": offset }),
@@ -311,9 +320,10 @@ async fn control<B>(api: &OpsApi, req: &Request<B>) -> Response<Full<Bytes>> {
             }
         }
         "/watches" | "/watches/" => list(api, req).await,
+        "/restart" => restart_failed(api).await,
         _ => {
             let rest = path.strip_prefix("/watches/").unwrap_or_default();
-            watch(api, rest).await
+            watch(api, rest, req.uri().query().unwrap_or_default()).await
         }
     }
 }
@@ -353,8 +363,128 @@ async fn list<B>(api: &OpsApi, req: &Request<B>) -> Response<Full<Bytes>> {
     )
 }
 
+/// The state topic's reader, or the answer to send while there is none yet.
+fn state(api: &OpsApi) -> Result<&StateLookup, Response<Full<Bytes>>> {
+    api.state.get().ok_or_else(|| {
+        json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({ "error": "the bridge is still starting: it reads the state topic once it has checked its topics" }),
+        )
+    })
+}
+
+/// `POST /restart`: every watch that ended `failed` (as the state topic says) starts again,
+/// knowing what it had found, on whichever instance owns it.
+async fn restart_failed(api: &OpsApi) -> Response<Full<Bytes>> {
+    let state = match state(api) {
+        Ok(s) => s,
+        Err(refused) => return refused,
+    };
+    let failed = match state.failed().await {
+        Ok(f) => f,
+        Err(e) => {
+            return json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &serde_json::json!({ "error": e }),
+            )
+        }
+    };
+    let mut restarted = Vec::new();
+    for watch in &failed {
+        if let Err(e) = state.produce_again(watch, Again::Restart).await {
+            return json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &serde_json::json!({ "error": e, "restarted": restarted }),
+            );
+        }
+        restarted.push(String::from_utf8_lossy(&watch.record.watch_key).into_owned());
+    }
+    ControlAction {
+        action: "restart",
+        key: None,
+    }
+    .emit(&api.metrics);
+    json(
+        StatusCode::ACCEPTED,
+        &serde_json::json!({ "restarting": restarted.len(), "watches": restarted }),
+    )
+}
+
+/// `POST /watches/{key}/restart` and `…/reset?confirm={key}`: an ended watch's input is
+/// produced again (`kafka/state_lookup.rs`).
+async fn again(api: &OpsApi, key: &[u8], again: Again, query: &str) -> Response<Full<Bytes>> {
+    let shown = String::from_utf8_lossy(key).into_owned();
+    if again == Again::Reset {
+        let confirmed = url::form_urlencoded::parse(query.as_bytes())
+            .any(|(name, value)| name == "confirm" && value.as_bytes() == key);
+        if !confirmed {
+            return json(
+                StatusCode::BAD_REQUEST,
+                &serde_json::json!({
+                    "error": "a reset forgets every output the watch found, and emits them all again: confirm with `?confirm=<the watch key>`",
+                    "key": shown,
+                }),
+            );
+        }
+    }
+    let state = match state(api) {
+        Ok(s) => s,
+        Err(refused) => return refused,
+    };
+    let watch = match state.find(key).await {
+        Ok(Some(w)) => w,
+        Ok(None) => {
+            return json(
+                StatusCode::NOT_FOUND,
+                &serde_json::json!({ "error": "the state topic has no record of this watch (never started, or ended longer ago than WATCHBRIDGE_FINISHED_RETENTION)", "key": shown }),
+            )
+        }
+        Err(e) => {
+            return json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &serde_json::json!({ "error": e }),
+            )
+        }
+    };
+    let refusal = match (&watch.record.finished, again) {
+        (None, Again::Restart) => Some("it is live: only an ended watch restarts"),
+        (None, Again::Reset) => Some("it is live: stop it first (POST /watches/{key}/stop), then reset it"),
+        (Some(_), Again::Restart) if !watch.failed() => Some(
+            "it ended, but not `failed`: a restart keeps what a watch found and so only suits a failed one; a reset starts it over (POST /watches/{key}/reset?confirm={key})",
+        ),
+        _ => None,
+    };
+    if let Some(why) = refusal {
+        let mut body = watch.view();
+        body["error"] = why.into();
+        return json(StatusCode::CONFLICT, &body);
+    }
+    match state.produce_again(&watch, again).await {
+        Ok(offset) => {
+            ControlAction {
+                action: again.as_str(),
+                key: Some(key),
+            }
+            .emit(&api.metrics);
+            json(
+                StatusCode::ACCEPTED,
+                &serde_json::json!({
+                    "key": shown,
+                    "partition": watch.partition,
+                    again.as_str(): "its input is produced again; its owner starts it",
+                    "input_offset": offset,
+                }),
+            )
+        }
+        Err(e) => json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({ "error": e }),
+        ),
+    }
+}
+
 /// `/watches/{key}` and its actions (`rest`: what follows `/watches/`).
-async fn watch(api: &OpsApi, rest: &str) -> Response<Full<Bytes>> {
+async fn watch(api: &OpsApi, rest: &str, query: &str) -> Response<Full<Bytes>> {
     let (key, action) = watch_action(rest);
     let key = percent_encoding::percent_decode_str(key).collect::<Vec<u8>>();
     let shown = String::from_utf8_lossy(&key).into_owned();
@@ -378,8 +508,22 @@ async fn watch(api: &OpsApi, rest: &str) -> Response<Full<Bytes>> {
                 }
                 json(StatusCode::OK, &status)
             }
-            Lookup::NotHere(owned) => not_here(owned),
+            Lookup::NotHere(owned) => match api.state.get() {
+                // Another instance's: its last checkpoint, from the state topic.
+                Some(state) => match state.find(&key).await {
+                    Ok(Some(remembered)) => {
+                        let mut view = remembered.view();
+                        let pause = &api.controls.pause;
+                        view["paused"] = (pause.is_paused() || pause.is_key_paused(&key)).into();
+                        json(StatusCode::OK, &view)
+                    }
+                    _ => not_here(owned),
+                },
+                None => not_here(owned),
+            },
         },
+        Some("restart") => again(api, &key, Again::Restart, query).await,
+        Some("reset") => again(api, &key, Again::Reset, query).await,
         Some("stop") => match api.controls.stop(&key).await {
             Lookup::Here(partition, ()) => json(
                 StatusCode::OK,
@@ -401,10 +545,17 @@ async fn watch(api: &OpsApi, rest: &str) -> Response<Full<Bytes>> {
         Some(pause_or_resume) => {
             let paused = pause_or_resume == "pause";
             match give(api, Order::PauseOne(Bytes::from(key.clone()), paused)).await {
-                Ok(offset) => json(
-                    StatusCode::OK,
-                    &serde_json::json!({ "key": shown, "paused": paused, "scope": "watch", "order_offset": offset }),
-                ),
+                Ok(offset) => {
+                    ControlAction {
+                        action: if paused { "pause" } else { "resume" },
+                        key: Some(&key),
+                    }
+                    .emit(&api.metrics);
+                    json(
+                        StatusCode::OK,
+                        &serde_json::json!({ "key": shown, "paused": paused, "scope": "watch", "order_offset": offset }),
+                    )
+                }
                 Err(refused) => refused,
             }
         }
@@ -687,11 +838,10 @@ mod tests {
             .unwrap();
         let response = futures::executor::block_on(respond(api, serves, &req));
         let status = response.status();
-        let bytes = futures::executor::block_on(http_body_util::BodyExt::collect(
-            response.into_body(),
-        ))
-        .unwrap()
-        .to_bytes();
+        let bytes =
+            futures::executor::block_on(http_body_util::BodyExt::collect(response.into_body()))
+                .unwrap()
+                .to_bytes();
         (status, String::from_utf8(bytes.to_vec()).unwrap())
     }
 
@@ -720,9 +870,18 @@ mod tests {
         // A known path with another method: 405 naming the one it takes.
         let (status, body) = ask(&api, BOTH, Method::POST, "/healthz");
         assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{body}");
-        assert_eq!(ask(&api, BOTH, Method::DELETE, "/pause").0, StatusCode::METHOD_NOT_ALLOWED);
-        assert_eq!(ask(&api, BOTH, Method::GET, "/watches/k/stop").0, StatusCode::METHOD_NOT_ALLOWED);
-        assert_eq!(ask(&api, BOTH, Method::POST, "/watches").0, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(
+            ask(&api, BOTH, Method::DELETE, "/pause").0,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(
+            ask(&api, BOTH, Method::GET, "/watches/k/stop").0,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(
+            ask(&api, BOTH, Method::POST, "/watches").0,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
         // Without WATCHBRIDGE_ADMIN_TOKEN the control API takes nothing, reads included.
         assert_eq!(get("/watches").0, StatusCode::FORBIDDEN);
     }
@@ -731,13 +890,31 @@ mod tests {
     fn each_surface_serves_only_its_own_paths() {
         let mut api = OpsApi::basic(Arc::new(Metrics::new()), Arc::new(Readiness::new()));
         api.admin_token = Some("t".into());
-        let probes = Serves { probes: true, control: false };
-        let control = Serves { probes: false, control: true };
-        assert_eq!(ask(&api, probes, Method::GET, "/watches").0, StatusCode::NOT_FOUND);
-        assert_eq!(ask(&api, probes, Method::POST, "/pause").0, StatusCode::NOT_FOUND);
-        assert_eq!(ask(&api, control, Method::GET, "/metrics").0, StatusCode::NOT_FOUND);
+        let probes = Serves {
+            probes: true,
+            control: false,
+        };
+        let control = Serves {
+            probes: false,
+            control: true,
+        };
+        assert_eq!(
+            ask(&api, probes, Method::GET, "/watches").0,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            ask(&api, probes, Method::POST, "/pause").0,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            ask(&api, control, Method::GET, "/metrics").0,
+            StatusCode::NOT_FOUND
+        );
         // The control API asks for the token on reads too.
-        assert_eq!(ask(&api, control, Method::GET, "/watches").0, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            ask(&api, control, Method::GET, "/watches").0,
+            StatusCode::UNAUTHORIZED
+        );
         let req = Request::builder()
             .uri("/watches")
             .header("authorization", "Bearer t")

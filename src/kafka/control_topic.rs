@@ -16,7 +16,9 @@
 //! skipped: an order from a newer version does not stop this one.
 
 use crate::control::Pause;
+use crate::internal_events::PollingPaused;
 use crate::kafka::health::KafkaContext;
+use crate::metrics::Metrics;
 use bytes::Bytes;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -89,9 +91,16 @@ impl Order {
         Ok(None)
     }
 
-    fn apply(&self, pause: &Pause) {
+    fn apply(&self, pause: &Pause, metrics: Option<&Metrics>) {
         match self {
-            Self::PauseAll(paused) => pause.set(*paused),
+            Self::PauseAll(paused) => {
+                if pause.is_paused() != *paused {
+                    if let Some(m) = metrics {
+                        PollingPaused { paused: *paused }.emit(m);
+                    }
+                }
+                pause.set(*paused)
+            }
             Self::PauseOne(key, paused) => pause.set_key(key.clone(), *paused),
         }
     }
@@ -152,6 +161,7 @@ impl ControlTopic {
         writer: ClientConfig,
         kafka: &KafkaContext,
         pause: Arc<Pause>,
+        metrics: Arc<Metrics>,
         deadline: Instant,
     ) -> Result<Self, String> {
         let mut reader = reader;
@@ -192,6 +202,7 @@ impl ControlTopic {
             consumer,
             topic.to_string(),
             pause,
+            metrics,
             applied.clone(),
         ));
         let this = Self {
@@ -251,6 +262,7 @@ async fn follow(
     consumer: Arc<StreamConsumer<KafkaContext>>,
     topic: String,
     pause: Arc<Pause>,
+    metrics: Arc<Metrics>,
     applied: Arc<Applied>,
 ) {
     let mut last_error: Option<Instant> = None;
@@ -265,7 +277,7 @@ async fn follow(
                             order = ?order,
                             "applied an order of the control topic"
                         );
-                        order.apply(&pause);
+                        order.apply(&pause, Some(&metrics));
                     }
                     Ok(None) => tracing::warn!(
                         topic,
@@ -337,12 +349,12 @@ mod tests {
     #[test]
     fn applied_orders_set_the_pause() {
         let pause = Pause::default();
-        Order::PauseOne(Bytes::from_static(b"a"), true).apply(&pause);
+        Order::PauseOne(Bytes::from_static(b"a"), true).apply(&pause, None);
         assert!(pause.is_key_paused(b"a") && !pause.is_key_paused(b"b") && !pause.is_paused());
-        Order::PauseAll(true).apply(&pause);
+        Order::PauseAll(true).apply(&pause, None);
         assert!(pause.is_paused());
-        Order::PauseOne(Bytes::from_static(b"a"), false).apply(&pause);
-        Order::PauseAll(false).apply(&pause);
+        Order::PauseOne(Bytes::from_static(b"a"), false).apply(&pause, None);
+        Order::PauseAll(false).apply(&pause, None);
         assert!(!pause.is_key_paused(b"a") && !pause.is_paused());
     }
 }

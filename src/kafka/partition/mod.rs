@@ -39,6 +39,7 @@ use super::input::Rejected;
 use super::offsets::{OffsetTracker, Origins};
 use super::records::{OutRecord, OutRecordParts, Source};
 use super::recovery::{self, RecoverySource};
+use super::state_lookup::{Again, CONTROL_HEADER};
 use super::stats::{BridgeProducer, ProducerSettings};
 use crate::clock::Clock;
 use crate::clock::Millis;
@@ -837,6 +838,22 @@ impl<P: Resolve> PartitionTask<P> {
                 .emit(&self.shared.metrics);
             }
         }
+        // An operator's order (`kafka/state_lookup.rs`): this input was produced again to
+        // restart its ended watch, or to reset it (start it knowing no output).
+        let again = message
+            .headers()
+            .and_then(|h| rdkafka::message::Headers::iter(h).find(|h| h.key == CONTROL_HEADER))
+            .and_then(|h| Again::of_header(h.value.unwrap_or_default()));
+        if let (Some(Again::Reset), Ok((input, ..))) = (again, &decoded) {
+            if self.durable.forget_finished(&input.key) {
+                tracing::info!(
+                    partition = self.partition,
+                    offset,
+                    key = %String::from_utf8_lossy(&input.key),
+                    "a finished watch is reset by an operator: it starts again knowing no output"
+                );
+            }
+        }
         match decoded {
             Ok((input, _, _)) if self.durable.is_finished(&input.key) => {
                 InputForFinishedWatch {
@@ -854,7 +871,19 @@ impl<P: Resolve> PartitionTask<P> {
                 let mut seen = self.durable.take_preseen(&input.key).unwrap_or_default();
                 let restart = self.durable.take_failed(&input.key);
                 let stale_chunks = restart.as_ref().map_or(0, |r| r.chunks);
-                if let Some(restart) = restart {
+                if again == Some(Again::Reset) {
+                    // Reset: what its earlier runs found is forgotten (their chunks are
+                    // still deleted after its first record).
+                    seen.clear();
+                    if restart.is_some() {
+                        tracing::info!(
+                            partition = self.partition,
+                            offset,
+                            key = %String::from_utf8_lossy(&input.key),
+                            "a failed watch is reset by an operator: it starts again knowing no output"
+                        );
+                    }
+                } else if let Some(restart) = restart {
                     FailedWatchRestarted {
                         key: &input.key,
                         partition: self.partition,
