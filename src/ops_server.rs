@@ -316,7 +316,7 @@ async fn control<B>(api: &OpsApi, req: &Request<B>) -> Response<Full<Bytes>> {
                         &serde_json::json!({ "paused": paused, "scope": "group", "order_offset": offset }),
                     )
                 }
-                Err(refused) => refused,
+                Err(refused) => *refused,
             }
         }
         "/watches" | "/watches/" => list(api, req).await,
@@ -329,19 +329,19 @@ async fn control<B>(api: &OpsApi, req: &Request<B>) -> Response<Full<Bytes>> {
 }
 
 /// Write `order` to the control topic; the answer to send if it could not be.
-async fn give(api: &OpsApi, order: Order) -> Result<i64, Response<Full<Bytes>>> {
+async fn give(api: &OpsApi, order: Order) -> Result<i64, Box<Response<Full<Bytes>>>> {
     let Some(orders) = api.orders.get() else {
-        return Err(json(
+        return Err(Box::new(json(
             StatusCode::SERVICE_UNAVAILABLE,
             &serde_json::json!({ "error": "the bridge is still starting: it takes orders once it has read its control topic" }),
-        ));
+        )));
     };
     orders.give(&order).await.map_err(|e| {
         tracing::error!(error = %e, "an order of the operations API was not given");
-        json(
+        Box::new(json(
             StatusCode::SERVICE_UNAVAILABLE,
             &serde_json::json!({ "error": e }),
-        )
+        ))
     })
 }
 
@@ -364,12 +364,12 @@ async fn list<B>(api: &OpsApi, req: &Request<B>) -> Response<Full<Bytes>> {
 }
 
 /// The state topic's reader, or the answer to send while there is none yet.
-fn state(api: &OpsApi) -> Result<&StateLookup, Response<Full<Bytes>>> {
+fn state(api: &OpsApi) -> Result<&StateLookup, Box<Response<Full<Bytes>>>> {
     api.state.get().ok_or_else(|| {
-        json(
+        Box::new(json(
             StatusCode::SERVICE_UNAVAILABLE,
             &serde_json::json!({ "error": "the bridge is still starting: it reads the state topic once it has checked its topics" }),
-        )
+        ))
     })
 }
 
@@ -378,7 +378,7 @@ fn state(api: &OpsApi) -> Result<&StateLookup, Response<Full<Bytes>>> {
 async fn restart_failed(api: &OpsApi) -> Response<Full<Bytes>> {
     let state = match state(api) {
         Ok(s) => s,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let failed = match state.failed().await {
         Ok(f) => f,
@@ -429,7 +429,7 @@ async fn again(api: &OpsApi, key: &[u8], again: Again, query: &str) -> Response<
     }
     let state = match state(api) {
         Ok(s) => s,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let watch = match state.find(key).await {
         Ok(Some(w)) => w,
@@ -556,7 +556,7 @@ async fn watch(api: &OpsApi, rest: &str, query: &str) -> Response<Full<Bytes>> {
                         &serde_json::json!({ "key": shown, "paused": paused, "scope": "watch", "order_offset": offset }),
                     )
                 }
-                Err(refused) => refused,
+                Err(refused) => *refused,
             }
         }
     }

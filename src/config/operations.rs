@@ -61,6 +61,16 @@ pub struct OperationsConfig {
 }
 
 impl OperationsArgs {
+    /// No control API and no stall check (the demo, the benchmarks: nobody operates them).
+    pub fn off() -> Self {
+        Self {
+            control_addr: "off".into(),
+            control_show_inputs: false,
+            control_topic: None,
+            stall_timeout: Duration::ZERO,
+        }
+    }
+
     /// Checked, for the group `group_id`.
     pub fn check(&self, group_id: &str) -> Result<OperationsConfig, ConfigError> {
         let control_topic = match &self.control_topic {
