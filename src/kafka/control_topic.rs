@@ -18,6 +18,7 @@
 use crate::control::Pause;
 use crate::internal_events::PollingPaused;
 use crate::kafka::health::KafkaContext;
+use crate::kafka::refusal;
 use crate::metrics::Metrics;
 use bytes::Bytes;
 use rdkafka::config::ClientConfig;
@@ -112,6 +113,8 @@ struct Applied {
     /// The next offset to read: every order before it is applied.
     next: AtomicI64,
     moved: Notify,
+    /// The brokers' refusal to let it read (what to grant), if they refused.
+    refused: std::sync::Mutex<Option<String>>,
 }
 
 impl Applied {
@@ -121,16 +124,29 @@ impl Applied {
         }
     }
 
-    /// Wait until the orders before `offset` are applied, at most until `deadline`.
-    async fn reached(&self, offset: i64, deadline: Instant) -> bool {
+    fn refuse(&self, what_to_grant: String) {
+        *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(what_to_grant);
+        self.moved.notify_waiters();
+    }
+
+    fn refusal(&self) -> Option<String> {
+        self.refused.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Wait until the orders before `offset` are applied, at most until `deadline`; `Err`
+    /// with what to grant if the brokers refuse the reading.
+    async fn reached(&self, offset: i64, deadline: Instant) -> Result<bool, String> {
         loop {
             let moved = self.moved.notified();
             if self.next.load(Ordering::SeqCst) >= offset {
-                return true;
+                return Ok(true);
+            }
+            if let Some(refused) = self.refusal() {
+                return Err(refused);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || tokio::time::timeout(left, moved).await.is_err() {
-                return self.next.load(Ordering::SeqCst) >= offset;
+                return Ok(self.next.load(Ordering::SeqCst) >= offset);
             }
         }
     }
@@ -211,7 +227,7 @@ impl ControlTopic {
             applied,
             reader,
         };
-        if !this.applied.reached(end, deadline).await {
+        if !this.applied.reached(end, deadline).await? {
             return Err(format!(
                 "the control topic {topic} (WATCHBRIDGE_CONTROL_TOPIC) was not read to its end \
                  (offset {end}) within the start timeout"
@@ -244,7 +260,7 @@ impl ControlTopic {
         if !self
             .applied
             .reached(offset + 1, Instant::now() + APPLIED_WITHIN)
-            .await
+            .await?
         {
             return Err(format!(
                 "the order is on the control topic {} (offset {offset}) but this instance \
@@ -308,6 +324,13 @@ async fn follow(
                 }
             }
             Err(e) => {
+                if let Some(code) = e.rdkafka_error_code().filter(|c| refusal::is_refusal(*c)) {
+                    applied.refuse(refusal::what_to_grant(
+                        code,
+                        "READ",
+                        &format!("topic `{topic}` (WATCHBRIDGE_CONTROL_TOPIC)"),
+                    ));
+                }
                 // Logged once a minute at most; librdkafka retries by itself.
                 if last_error.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
                     tracing::error!(topic, error = %e, "cannot read the control topic");
