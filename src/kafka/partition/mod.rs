@@ -377,7 +377,7 @@ impl<P: Resolve> PartitionTask<P> {
                 }
                 Err(ending) => {
                     // Revoked (or stopping) before its producer could start, or it could not.
-                    recovery_over(&shared, &status, partition, false);
+                    recovery_over(&shared, &status, partition, Some(ending));
                     Stopped::before_start(partition, ending)
                 }
             };
@@ -488,7 +488,7 @@ impl<P: Resolve> PartitionTask<P> {
             &self.shared,
             &self.status,
             self.partition,
-            recovered.is_ok(),
+            recovered.err(),
         );
         if let Err(ending) = recovered {
             // Revoked (or stopping) before the partition could be recovered: nothing
@@ -1213,16 +1213,19 @@ impl Stopped {
     }
 }
 
-/// The recovery of `partition` is over (`recovered`, or given up): one partition fewer
-/// recovering, so the instance may be ready now.
+/// The recovery of `partition` is over (recovered: `None`, or given up, and why): one
+/// partition fewer recovering, so the instance may be ready now.
 fn recovery_over<P: Resolve>(
     shared: &Shared<P>,
     status: &Mutex<crate::control::PartitionStatus>,
     partition: i32,
-    recovered: bool,
+    ended: Option<Ending>,
 ) {
-    if !recovered {
-        PartitionRecoveryAbandoned { partition }.emit(&shared.metrics);
+    match ended {
+        None => {}
+        // Its error is logged, and `/readyz` names it (`state.rs`): not "revoked".
+        Some(Ending::NewerState) => shared.metrics.partitions_recovering.dec(),
+        Some(_) => PartitionRecoveryAbandoned { partition }.emit(&shared.metrics),
     }
     let _ = shared.readiness.refresh(&shared.metrics);
     lock_status(status).recovering = false;
