@@ -538,7 +538,8 @@ mod tests {
         assert_eq!((&l["kind"], &l["version"]), (&json!("newer_version"), &json!(3)));
     }
 
-
+    #[test]
+    fn the_key_filter_keeps_a_watchs_records_and_the_starts_listing_it() {
         let only = Options {
             key: Some(b"a".to_vec()),
             ..Options::default()
