@@ -352,7 +352,9 @@ mod tests {
         assert_eq!(secs, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
         let due = restarts.take_due(t0 + Duration::from_secs(8 + 60));
         assert_eq!(
-            due.iter().map(|(p, w)| (*p, w.position)).collect::<Vec<_>>(),
+            due.iter()
+                .map(|(p, w)| (*p, w.position))
+                .collect::<Vec<_>>(),
             [(1, None)],
             "from the group's commit, which it never moved"
         );

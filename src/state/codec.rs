@@ -59,9 +59,7 @@ pub enum DecodeError {
     Version { found: u8 },
     /// Written by a newer build: not damage, but state this build cannot read. A recovery
     /// stops the partition on it rather than skip it ([`super::versions`]).
-    #[error(
-        "written by state format version {found}; this build reads version {FORMAT_VERSION}"
-    )]
+    #[error("written by state format version {found}; this build reads version {FORMAT_VERSION}")]
     NewerVersion { found: u8 },
     #[error("unknown state record type {found}")]
     UnknownType { found: u8 },
@@ -1137,6 +1135,45 @@ mod tests {
         assert_eq!(e.to_string(), "unknown state record type 9");
     }
 
+    /// The records a real bridge wrote in format version 1 (`tests/fixtures/state-v1.json`,
+    /// which `tests/upgrades.rs` restores on a broker) decode under their keys and encode
+    /// back to the same bytes: a change to the format that would misread them fails here.
+    #[test]
+    fn the_golden_records_of_version_1_decode_and_encode_back_to_the_same_bytes() {
+        let fixture: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/state-v1.json")).unwrap();
+        assert_eq!(fixture["format_version"], 1);
+        let unhex = |v: &serde_json::Value| -> Option<Vec<u8>> {
+            let text = v.as_str()?;
+            Some(
+                (0..text.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+                    .collect(),
+            )
+        };
+        let mut kinds = std::collections::BTreeSet::new();
+        for r in fixture["records"].as_array().unwrap() {
+            let key = unhex(&r["key_hex"]).unwrap();
+            let value = unhex(&r["value_hex"]);
+            let entry = decode_entry(&key, value.as_deref());
+            assert!(entry.is_ok(), "{r}: {entry:?}");
+            if let Some(value) = value {
+                assert_eq!(Record::decode(&value).unwrap().encode(), value, "{r}");
+            }
+            kinds.insert(r["kind"].as_str().unwrap().to_string());
+        }
+        for kind in [
+            "live watch",
+            "finished watch",
+            "seen chunk",
+            "output offsets",
+            "mode",
+        ] {
+            assert!(kinds.contains(kind), "{kind} not in the fixture: {kinds:?}");
+        }
+    }
+
     /// A record of a newer version is named as such under any key of the format's (a digit
     /// or `~` first), even one this build cannot parse (a later format may spell keys
     /// otherwise), and never as damage; under a foreign key, or inside a version-1 starts
@@ -1194,7 +1231,13 @@ mod tests {
         starts[14] = FORMAT_VERSION + 1; // the member's own version byte
         let e = decode_entry(b"~starts/1", Some(&starts)).unwrap_err();
         assert!(
-            matches!(e, DecodeError::Invalid { field: "member", .. }),
+            matches!(
+                e,
+                DecodeError::Invalid {
+                    field: "member",
+                    ..
+                }
+            ),
             "{e}"
         );
     }

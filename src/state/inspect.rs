@@ -535,7 +535,10 @@ mod tests {
         );
         assert_eq!(l["value_base64"], BASE64.encode(&v));
         let l = line(b"~mode", Some(&[3, 5]), &Options::default()).unwrap();
-        assert_eq!((&l["kind"], &l["version"]), (&json!("newer_version"), &json!(3)));
+        assert_eq!(
+            (&l["kind"], &l["version"]),
+            (&json!("newer_version"), &json!(3))
+        );
     }
 
     #[test]

@@ -484,12 +484,7 @@ impl<P: Resolve> PartitionTask<P> {
 
     async fn work(&mut self) -> Stopped {
         let recovered = self.recover().await;
-        recovery_over(
-            &self.shared,
-            &self.status,
-            self.partition,
-            recovered.err(),
-        );
+        recovery_over(&self.shared, &self.status, self.partition, recovered.err());
         if let Err(ending) = recovered {
             // Revoked (or stopping) before the partition could be recovered: nothing
             // started.
