@@ -16,7 +16,7 @@
 //!
 //! A future format change (version 2) rolls out in two steps, as Kafka Streams'
 //! `upgrade.from` does: the release that brings it reads versions 1 and 2 but still writes
-//! 1 until told otherwise (a setting such as `WATCHBRIDGE_STATE_WRITE_VERSION=2`); once
+//! 1 until told otherwise (a setting of the version to write, defaulting to the old one); once
 //! every instance runs it, a second rolling restart sets that setting, and only then are
 //! version-2 records written. A rollback to the previous release stays possible until that
 //! second step. No such setting exists yet: with one version there is nothing to choose.
