@@ -930,6 +930,9 @@ pub enum DelayReason {
     Refused,
     /// Its transactions aborted more than once in a row: a backoff.
     Aborted,
+    /// Its state holds records of a newer format version than this build reads
+    /// (`state::versions`): a backoff.
+    NewerState,
 }
 
 impl RestartDelayed {
@@ -975,6 +978,12 @@ impl RestartDelayed {
                  dead-lettered or given up (its watch still owes it); it tries again after this \
                  backoff (docs/brokers.md, \"Least privilege\")"
             ),
+            DelayReason::NewerState => tracing::warn!(
+                partition,
+                wait_ms,
+                "the partition reads its state again after this backoff (a record of a newer \
+                 state format: the error above)"
+            ),
         }
         let reason = match self.reason {
             DelayReason::Fenced => "fenced",
@@ -982,6 +991,7 @@ impl RestartDelayed {
             DelayReason::Settling => "settling",
             DelayReason::Refused => "refused",
             DelayReason::Aborted => "aborted",
+            DelayReason::NewerState => "newer_state",
         };
         m.partition_restarts_delayed
             .with_label_values(&[reason])

@@ -378,7 +378,7 @@ impl<P: Resolve> PartitionTask<P> {
                 }
                 Err(ending) => {
                     // Revoked (or stopping) before its producer could start, or it could not.
-                    recovery_over(&shared, &status, partition, false);
+                    recovery_over(&shared, &status, partition, Some(ending));
                     Stopped::before_start(partition, ending)
                 }
             };
@@ -491,12 +491,7 @@ impl<P: Resolve> PartitionTask<P> {
 
     async fn work(&mut self) -> Stopped {
         let recovered = self.recover().await;
-        recovery_over(
-            &self.shared,
-            &self.status,
-            self.partition,
-            recovered.is_ok(),
-        );
+        recovery_over(&self.shared, &self.status, self.partition, recovered.err());
         if let Err(ending) = recovered {
             // Revoked (or stopping) before the partition could be recovered: nothing
             // started.
@@ -1248,16 +1243,19 @@ impl Stopped {
     }
 }
 
-/// The recovery of `partition` is over (`recovered`, or given up): one partition fewer
-/// recovering, so the instance may be ready now.
+/// The recovery of `partition` is over (recovered: `None`, or given up, and why): one
+/// partition fewer recovering, so the instance may be ready now.
 fn recovery_over<P: Resolve>(
     shared: &Shared<P>,
     status: &Mutex<crate::control::PartitionStatus>,
     partition: i32,
-    recovered: bool,
+    ended: Option<Ending>,
 ) {
-    if !recovered {
-        PartitionRecoveryAbandoned { partition }.emit(&shared.metrics);
+    match ended {
+        None => {}
+        // Its error is logged, and `/readyz` names it (`state.rs`): not "revoked".
+        Some(Ending::NewerState) => shared.metrics.partitions_recovering.dec(),
+        Some(_) => PartitionRecoveryAbandoned { partition }.emit(&shared.metrics),
     }
     let _ = shared.readiness.refresh(&shared.metrics);
     lock_status(status).recovering = false;
