@@ -1156,3 +1156,41 @@ fn config_check_passes_a_good_configuration_and_names_every_error_of_a_bad_one()
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("WATCHBRIDGE_POLL_INTERVAL"), "{err}");
 }
+
+/// `run --help` lists its hundred-odd settings by topic: every flag but `--help` under a
+/// heading of its own section (the sections of docs/configuration.md), none left under
+/// the catch-all `Options:`.
+#[test]
+fn run_help_groups_every_setting_under_a_heading() {
+    let (code, out, err) = watchbridge_with_env(&["run", "--help"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let mut heading = "";
+    let mut under: std::collections::BTreeMap<&str, usize> = Default::default();
+    for line in out.lines() {
+        if !line.starts_with(' ') && line.ends_with(':') {
+            heading = line;
+        } else if let Some(flag) = line.trim_start().strip_prefix("--") {
+            if !flag.starts_with("help") {
+                assert_ne!(heading, "Options:", "--{flag} has no heading");
+                *under.entry(heading).or_default() += 1;
+            }
+        }
+    }
+    for expected in [
+        "Kafka and topics:",
+        "Formats (docs/formats.md):",
+        "Watches and polling:",
+        "Termination:",
+        "HTTP poller (WATCHBRIDGE_POLLER=http):",
+        "File and object-store pollers (glob, sharded, object_store):",
+        "Watermarks:",
+        "Durable state:",
+        "Operations:",
+    ] {
+        assert!(
+            under.get(expected).is_some_and(|n| *n > 0),
+            "{expected} in {under:?}"
+        );
+    }
+    assert_eq!(under.len(), 9, "{under:?}");
+}
