@@ -410,4 +410,25 @@ mod tests {
             "waiting for the consumer group's assignment"
         );
     }
+
+    /// What `/readyz` says beside "ready": a line for the embedded broker, one for `auto`'s
+    /// fallback, in that order; nothing without either.
+    #[test]
+    fn the_note_says_embedded_and_the_fallback_a_line_each() {
+        let r = Readiness::new();
+        assert_eq!(r.note(), None);
+        r.on_embedded_broker();
+        assert_eq!(
+            r.note().as_deref(),
+            Some("broker: embedded (WATCHBRIDGE_BROKERS=embedded): in memory, it keeps nothing")
+        );
+        r.guarantee_fell_back("no EndTxn");
+        assert_eq!(
+            r.note().unwrap().lines().collect::<Vec<_>>(),
+            [
+                "broker: embedded (WATCHBRIDGE_BROKERS=embedded): in memory, it keeps nothing",
+                "guarantee: recovery (WATCHBRIDGE_GUARANTEE=auto fell back: no EndTxn)"
+            ]
+        );
+    }
 }
