@@ -152,6 +152,9 @@ pub async fn run_bridge<P: Resolve>(
     let started = Instant::now();
     log_properties(config);
     let readiness = Arc::new(Readiness::new());
+    if embedded.is_some() {
+        readiness.on_embedded_broker();
+    }
     let health = BrokerHealth::new(brokers, metrics.clone());
     let kafka = KafkaContext::new(health.clone());
     // Tasks that end with this function (the set aborts them when dropped).

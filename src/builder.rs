@@ -12,7 +12,7 @@
 use crate::bridge::{
     exit_past_the_stop_deadline, run_bridge, stop_on_signals, BridgeError, StopSignal,
 };
-use crate::config::{parse_run_args, RunConfig};
+use crate::config::{parse_run_args, RunConfig, EMBEDDED};
 use crate::formats::time::TimestampAssigner;
 use crate::kafka::embedded::EmbeddedBroker;
 use crate::kafka::input::Input;
@@ -70,8 +70,9 @@ impl BridgeBuilder {
         })
     }
 
-    /// The Kafka bootstrap servers (`WATCHBRIDGE_BROKERS`; unset, an embedded in-memory
-    /// broker that keeps nothing).
+    /// The Kafka bootstrap servers (`WATCHBRIDGE_BROKERS`), or [`EMBEDDED`]: an embedded
+    /// in-memory broker that keeps nothing. Required: a bridge without brokers refuses to
+    /// start.
     pub fn brokers(mut self, brokers: &str) -> Self {
         self.config.brokers = Some(brokers.to_string());
         self
@@ -201,25 +202,27 @@ impl<P: Resolve> Bridge<P> {
     }
 
     /// Run on the current tokio runtime until `stop` (or, with `WATCHBRIDGE_MODE=bounded`,
-    /// until the inputs present at the start are done). Without brokers configured, an
-    /// embedded in-memory broker runs for as long.
+    /// until the inputs present at the start are done). With `WATCHBRIDGE_BROKERS=embedded`
+    /// an embedded in-memory broker runs for as long; without brokers, it refuses to start.
     pub async fn run(self, stop: Arc<StopSignal>) -> Result<(), BridgeError> {
-        let embedded = match &self.config.brokers {
-            Some(_) => None,
-            None => Some(EmbeddedBroker::start().map_err(BridgeError::Start)?),
+        crate::config::require_brokers(self.config.brokers.as_deref())
+            .map_err(|e| BridgeError::Start(e.to_string()))?;
+        let brokers = self.config.brokers.clone().unwrap_or_default();
+        let embedded = match brokers.as_str() {
+            EMBEDDED => Some(EmbeddedBroker::start().map_err(BridgeError::Start)?),
+            _ => None,
         };
-        let brokers = match (&self.config.brokers, &embedded) {
-            (Some(b), _) => b.clone(),
-            (None, Some(e)) => {
+        let brokers = match &embedded {
+            Some(e) => {
                 let b = e.bootstrap();
                 tracing::warn!(
                     bootstrap = %b,
-                    "WATCHBRIDGE_BROKERS is unset: using an EMBEDDED in-memory broker that keeps nothing \
+                    "WATCHBRIDGE_BROKERS=embedded: using an EMBEDDED in-memory broker that keeps nothing \
                      when this process ends; point WATCHBRIDGE_BROKERS at a Kafka cluster for real use"
                 );
                 b
             }
-            (None, None) => unreachable!("an embedded broker was started above"),
+            None => brokers,
         };
         run_bridge(
             &brokers,

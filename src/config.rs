@@ -3,7 +3,11 @@
 //! (a missing or unparsable value) name the variable too; the checks clap cannot do are in
 //! [`RunArgs::check`], whose errors do the same.
 
+pub mod check;
+pub mod effective;
+pub mod help;
 mod kafka_env;
+pub mod known;
 mod operations;
 
 pub use kafka_env::{kafka_properties, KafkaProperties};
@@ -24,8 +28,9 @@ use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Kafka bootstrap servers (host:port,…). Unset: an embedded in-process broker that
-    /// keeps nothing (for trying watchbridge out).
+    /// Kafka bootstrap servers (host:port,…), or `embedded`: an in-process broker that keeps
+    /// nothing, for trying watchbridge out. Required: unset fails the start, so a
+    /// deployment that lost the variable cannot run on a broker that forgets everything.
     #[arg(long, env = "WATCHBRIDGE_BROKERS", value_name = "WATCHBRIDGE_BROKERS")]
     pub brokers: Option<String>,
     /// Consumer group of the input topic; instances in one group share its partitions.
@@ -72,12 +77,13 @@ pub struct RunArgs {
     pub poll_interval: Duration,
     /// Failed polls in a row that are retried before a watch ends `failed`: a number (`0`:
     /// fail on the first error), a duration (as many retries as the backoff takes to span
-    /// it, e.g. `10m`), or `unlimited`.
+    /// it, e.g. `10m`), or `unlimited`. The default, an hour, outlasts an ordinary outage
+    /// of the resource.
     #[arg(
         long,
         env = "WATCHBRIDGE_RETRY_LIMIT",
         value_name = "WATCHBRIDGE_RETRY_LIMIT",
-        default_value = "5"
+        default_value = "1h"
     )]
     pub retry_limit: String,
     /// Delay before the first retry of a failed poll; it doubles with each further failure
@@ -221,8 +227,9 @@ pub struct RunArgs {
     )]
     pub state_topic: Option<String>,
     /// How long a finished watch is remembered, so that its input, delivered again, does not
-    /// start it again.
-    #[arg(long, env = "WATCHBRIDGE_FINISHED_RETENTION", value_name = "WATCHBRIDGE_FINISHED_RETENTION", default_value = "24h", value_parser = humantime::parse_duration)]
+    /// start it again (a week, Kafka's default topic retention: an input replayed from the input topic does
+    /// not start its finished watch again).
+    #[arg(long, env = "WATCHBRIDGE_FINISHED_RETENTION", value_name = "WATCHBRIDGE_FINISHED_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
     pub finished_retention: Duration,
     /// How often each partition writes what changed to the state topic. Shorter: inputs are
     /// committed sooner, and a recovery reads back fewer outputs; longer: fewer, larger
@@ -298,6 +305,8 @@ pub enum Mode {
 /// `RunArgs`, checked.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
+    /// The bootstrap servers, or [`EMBEDDED`] for the embedded broker; `None`: unset, which
+    /// `watchbridge run` and a [`crate::builder::Bridge`] refuse ([`require_brokers`]).
     pub brokers: Option<String>,
     pub group_id: String,
     pub input_topic: String,
@@ -499,7 +508,6 @@ impl RunArgs {
                 "must differ from the input, output, dead-letter, watermark and state topics",
             ));
         }
-        let brokers = self.brokers.clone().filter(|b| !b.trim().is_empty());
         let KafkaProperties {
             all: kafka,
             consumer: kafka_consumer,
@@ -509,6 +517,8 @@ impl RunArgs {
             .map_err(|e| ConfigError::new("WATCHBRIDGE_GUARANTEE", e))?;
         let output_headers = OutputHeaders::parse(&self.output_headers)
             .map_err(|e| ConfigError::new("WATCHBRIDGE_OUTPUT_HEADERS", e))?;
+        let formats = self.formats.check()?;
+        let brokers = brokers(self.brokers.as_deref());
         Ok(RunConfig {
             brokers,
             group_id: self.group_id.clone(),
@@ -516,7 +526,7 @@ impl RunArgs {
             output_topic,
             dlq_topic,
             watch_key: self.watch_key.clone(),
-            formats: self.formats.check()?,
+            formats,
             rules: WatchRules {
                 termination,
                 schedule,
@@ -580,6 +590,36 @@ impl RunArgs {
         // Only now: a limit given as a duration is counted in delays checked above.
         schedule.retry.limit = retry_limit(&self.retry_limit, initial, max)?;
         Ok(schedule)
+    }
+}
+
+/// `WATCHBRIDGE_BROKERS=embedded`: an in-process broker that keeps nothing, for trying
+/// watchbridge out. Only ever when said: unset is an error ([`require_brokers`]).
+pub const EMBEDDED: &str = "embedded";
+
+/// `WATCHBRIDGE_BROKERS`, trimmed (`None`: unset or blank; [`EMBEDDED`] in any case as
+/// [`EMBEDDED`]).
+fn brokers(value: Option<&str>) -> Option<String> {
+    let value = value.map(str::trim).filter(|b| !b.is_empty())?;
+    Some(if value.eq_ignore_ascii_case(EMBEDDED) {
+        EMBEDDED.to_string()
+    } else {
+        value.to_string()
+    })
+}
+
+/// `WATCHBRIDGE_BROKERS` must be set: an embedded broker keeps nothing, and a deployment
+/// whose variable went missing must not run on one. Checked by `watchbridge run` (and
+/// `config --check`) with the other settings, and again when a bridge starts, for a
+/// library user's settings.
+pub fn require_brokers(brokers: Option<&str>) -> Result<(), ConfigError> {
+    match brokers.map(str::trim) {
+        Some(b) if !b.is_empty() => Ok(()),
+        _ => Err(ConfigError::new(
+            "WATCHBRIDGE_BROKERS",
+            "is required: the Kafka bootstrap servers (host:port,…), or `embedded` to try \
+             watchbridge out on an in-process broker that keeps nothing",
+        )),
     }
 }
 
@@ -778,7 +818,14 @@ mod tests {
     use super::*;
 
     fn base() -> Vec<&'static str> {
-        vec!["--input-topic", "users", "--output-topic", "events"]
+        vec![
+            "--input-topic",
+            "users",
+            "--output-topic",
+            "events",
+            "--brokers",
+            "kafka:9092",
+        ]
     }
 
     #[test]
@@ -788,7 +835,7 @@ mod tests {
         assert_eq!(c.group_id, "watchbridge");
         assert_eq!(c.rules.schedule.interval, Duration::from_secs(10));
         assert_eq!(c.rules.termination, Termination::Never);
-        assert_eq!(c.brokers, None);
+        assert_eq!(c.brokers.as_deref(), Some("kafka:9092"));
         assert_eq!(c.watermark_topic, "events.watermarks");
         assert_eq!(
             c.watermark_strategy,
@@ -799,6 +846,36 @@ mod tests {
         assert_eq!(c.metrics_addr, Some("0.0.0.0:9898".parse().unwrap()));
         let e = parse(&["--output-topic", "x"]).unwrap_err().to_string();
         assert!(e.contains("WATCHBRIDGE_INPUT_TOPIC"), "{e}");
+    }
+
+    /// The brokers must be said: unset (or blank) is refused, naming the variable and both
+    /// ways to set it; `embedded` (any case) is the in-process broker.
+    #[test]
+    fn the_brokers_are_required_and_embedded_only_when_asked() {
+        let check = |brokers: Option<&str>| {
+            let mut a = vec!["--input-topic", "users", "--output-topic", "events"];
+            if let Some(b) = brokers {
+                a.extend_from_slice(&["--brokers", b]);
+            }
+            parse(&a).unwrap().check([]).unwrap().brokers
+        };
+        for unset in [None, Some(""), Some("  ")] {
+            let brokers = check(unset);
+            assert_eq!(brokers, None, "{unset:?}");
+            let e = require_brokers(brokers.as_deref()).unwrap_err();
+            assert_eq!(e.var, "WATCHBRIDGE_BROKERS", "{unset:?}");
+            assert!(
+                e.message.contains("`embedded`") && e.message.contains("host:port"),
+                "{e}"
+            );
+        }
+        assert_eq!(check(Some("embedded")).as_deref(), Some(EMBEDDED));
+        assert_eq!(check(Some(" Embedded ")).as_deref(), Some(EMBEDDED));
+        assert_eq!(
+            check(Some("a:9092,b:9092")).as_deref(),
+            Some("a:9092,b:9092")
+        );
+        assert!(require_brokers(Some(EMBEDDED)).is_ok());
     }
 
     #[test]
@@ -975,8 +1052,8 @@ mod tests {
         let d = retry(&[]).unwrap();
         assert_eq!(
             (d.retry.limit, d.retry.initial, d.retry.max, d.jitter),
-            (5, Duration::from_secs(1), Duration::from_secs(60), 0.1),
-            "the defaults: about 31 s of retries"
+            (65, Duration::from_secs(1), Duration::from_secs(60), 0.1),
+            "the defaults: an hour of retries (1 + 2 + … + 32 s, then 59 of 60 s)"
         );
         assert_eq!(
             d.retry.retry_after_cap(),

@@ -1,7 +1,7 @@
 //! The `watchbridge` command: `run` (the default) is the bridge; the other subcommands help
 //! set it up and try it out.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 use std::process::ExitCode;
 use watchbridge::bridge::{BridgeError, STOP_GAVE_UP_EXIT_CODE};
 use watchbridge::builder::BridgeBuilder;
@@ -12,7 +12,7 @@ use watchbridge::pollers::builtin::PollerArgs;
 use watchbridge::pollers::once::{output_line, PollOnce};
 use watchbridge::termination::Termination;
 
-#[derive(Parser)]
+#[derive(clap::Parser)]
 #[command(
     version,
     about = "For every record of an input topic, watch an external resource and emit each new output with its event time"
@@ -82,11 +82,35 @@ enum Command {
         #[command(flatten)]
         poller: Box<PollerArgs>,
     },
+    /// Print the effective configuration of `run`: every setting, its value (secrets
+    /// redacted) and where it came from (`flag`, `env`, `file` for NAME_FILE, `default`);
+    /// with `--check`, check it as `run` would, without contacting anything. Takes the same
+    /// flags and variables as `run`.
+    Config(Box<ConfigArgs>),
     /// Check a termination expression: print its normal form, or point at the error.
     CheckTermination {
         /// e.g. `any(total(5m), stable(1m))`
         expression: String,
     },
+}
+
+#[derive(clap::Args)]
+struct ConfigArgs {
+    /// Check the configuration as `run` does before it starts (no broker or resource is
+    /// contacted): print `configuration OK`, or every error, each naming its variable (exit 2).
+    #[arg(long = "check")]
+    config_check: bool,
+    /// `text` (one `NAME=value  (source)` line per setting) or `json`.
+    #[arg(long = "format", value_name = "FORMAT", value_enum, default_value_t = ConfigFormat::Text)]
+    config_format: ConfigFormat,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+enum ConfigFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -132,7 +156,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let cli = Cli::parse_from(with_default_subcommand(std::env::args_os()));
+    // `run --help` groups its settings under headings (config/help.rs).
+    let mut command = watchbridge::config::help::with_headings(Cli::command());
+    let matches = command
+        .try_get_matches_from_mut(with_default_subcommand(std::env::args_os()))
+        .unwrap_or_else(|e| e.exit());
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let endings = Endings::default();
     logging::init(
         cli.log_format,
@@ -140,12 +169,9 @@ fn main() -> ExitCode {
     );
     match cli.command {
         Command::Run(args) => {
-            let config = match args.check(std::env::vars()) {
+            let config = match check_run(&args) {
                 Ok(c) => c,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(2);
-                }
+                Err(code) => return code,
             };
             match args.poller.build(BridgeBuilder::from_config(config)) {
                 Err(e) => {
@@ -255,6 +281,15 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Config(args) => {
+            let (Some(config_command), Some(config_matches)) = (
+                command.find_subcommand("config"),
+                matches.subcommand_matches("config"),
+            ) else {
+                unreachable!("the `config` subcommand was parsed")
+            };
+            config(&args, config_command, config_matches)
+        }
         Command::CheckTermination { expression } => match expression.parse::<Termination>() {
             Ok(t) => {
                 println!("{t}");
@@ -279,6 +314,43 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// Everything `run` checks before it starts ([`watchbridge::config::check`]): the settings,
+/// or exit code 2 once every error is printed.
+fn check_run(args: &RunArgs) -> Result<watchbridge::config::RunConfig, ExitCode> {
+    watchbridge::config::check::check_run(args, std::env::vars()).map_err(|errors| {
+        for e in &errors {
+            eprintln!("error: {e}");
+        }
+        ExitCode::from(2)
+    })
+}
+
+/// `watchbridge config [--check] [--format json]`.
+fn config(args: &ConfigArgs, command: &clap::Command, matches: &clap::ArgMatches) -> ExitCode {
+    use watchbridge::config::effective;
+    if args.config_check {
+        return match check_run(&args.run) {
+            Ok(_) => {
+                println!("configuration OK");
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        };
+    }
+    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let settings = effective::grouped(effective::settings(command, matches, &env));
+    match args.config_format {
+        ConfigFormat::Text => print!("{}", effective::to_text(&settings)),
+        ConfigFormat::Json => print!("{}", effective::to_json(&settings)),
+    }
+    // Shown, not refused: `--check` refuses them.
+    let known = watchbridge::config::known::known_names();
+    for e in watchbridge::config::known::unknown_variables(env, &known) {
+        eprintln!("warning: {e}");
+    }
+    ExitCode::SUCCESS
 }
 
 /// `watchbridge` alone, or with only flags, means `watchbridge run`.

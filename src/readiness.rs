@@ -111,6 +111,9 @@ pub struct Readiness {
     /// Why `WATCHBRIDGE_GUARANTEE=auto` fell back to `recovery`, if it did: said beside
     /// "ready" (it is no reason not to be).
     guarantee_fallback: Mutex<Option<String>>,
+    /// Running on the embedded broker (`WATCHBRIDGE_BROKERS=embedded`): said beside "ready"
+    /// too, so a probe or a person reading it cannot take it for a real cluster.
+    embedded_broker: AtomicBool,
     stopping: AtomicBool,
     /// The last state reported through [`ReadinessChanged`] (`true`: ready); the lock also
     /// keeps two reporters from logging the same change twice or out of order.
@@ -133,6 +136,7 @@ impl Readiness {
             recovery_waits: Mutex::new(BTreeMap::new()),
             consumer_error: Mutex::new(None),
             guarantee_fallback: Mutex::new(None),
+            embedded_broker: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             reported: Mutex::new(false),
         }
@@ -200,13 +204,28 @@ impl Readiness {
             .unwrap_or_else(|p| p.into_inner()) = Some(why.to_string());
     }
 
-    /// What `/readyz` adds to "ready": `auto`'s fallback, if any.
+    /// The bridge runs on the embedded broker.
+    pub fn on_embedded_broker(&self) {
+        self.embedded_broker.store(true, Ordering::SeqCst);
+    }
+
+    /// What `/readyz` adds to "ready", a line each: that the broker is the embedded one,
+    /// `auto`'s fallback; `None` when neither.
     pub fn note(&self) -> Option<String> {
-        self.guarantee_fallback
+        let embedded = self.embedded_broker.load(Ordering::SeqCst).then(|| {
+            "broker: embedded (WATCHBRIDGE_BROKERS=embedded): in memory, it keeps nothing"
+                .to_string()
+        });
+        let fallback = self
+            .guarantee_fallback
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .map(|why| format!("guarantee: recovery (WATCHBRIDGE_GUARANTEE=auto fell back: {why})"))
+            .map(|why| {
+                format!("guarantee: recovery (WATCHBRIDGE_GUARANTEE=auto fell back: {why})")
+            });
+        let lines: Vec<String> = embedded.into_iter().chain(fallback).collect();
+        (!lines.is_empty()).then(|| lines.join("\n"))
     }
 
     /// The bridge is stopping: not ready again, whatever else holds.
@@ -389,6 +408,27 @@ mod tests {
         assert_eq!(
             NotReady::NoAssignment.to_string(),
             "waiting for the consumer group's assignment"
+        );
+    }
+
+    /// What `/readyz` says beside "ready": a line for the embedded broker, one for `auto`'s
+    /// fallback, in that order; nothing without either.
+    #[test]
+    fn the_note_says_embedded_and_the_fallback_a_line_each() {
+        let r = Readiness::new();
+        assert_eq!(r.note(), None);
+        r.on_embedded_broker();
+        assert_eq!(
+            r.note().as_deref(),
+            Some("broker: embedded (WATCHBRIDGE_BROKERS=embedded): in memory, it keeps nothing")
+        );
+        r.guarantee_fell_back("no EndTxn");
+        assert_eq!(
+            r.note().unwrap().lines().collect::<Vec<_>>(),
+            [
+                "broker: embedded (WATCHBRIDGE_BROKERS=embedded): in memory, it keeps nothing",
+                "guarantee: recovery (WATCHBRIDGE_GUARANTEE=auto fell back: no EndTxn)"
+            ]
         );
     }
 }

@@ -345,6 +345,7 @@ fn run_names_a_missing_or_bad_setting() {
     assert_eq!(code, 2);
     assert!(err.contains("WATCHBRIDGE_INPUT_TOPIC"), "{err}");
     let topics = [
+        ("WATCHBRIDGE_BROKERS", "embedded"),
         ("WATCHBRIDGE_INPUT_TOPIC", "users"),
         ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
         ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
@@ -433,6 +434,7 @@ fn embedded_bridge(extra: &[(&str, &str)], until: &str) -> (Running, String) {
     }
     let child = command
         .envs([
+            ("WATCHBRIDGE_BROKERS", "embedded"),
             ("WATCHBRIDGE_INPUT_TOPIC", "users"),
             ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
             ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
@@ -454,10 +456,64 @@ fn embedded_bridge(extra: &[(&str, &str)], until: &str) -> (Running, String) {
     (running, text)
 }
 
+/// The embedded broker only when asked for: `WATCHBRIDGE_BROKERS` unset fails the start,
+/// naming the variable and both ways to set it (a deployment that lost the variable must not
+/// run on a broker that forgets everything).
 #[test]
-fn without_brokers_the_bridge_runs_on_an_embedded_broker_and_says_so() {
+fn run_without_brokers_is_refused_unless_embedded_is_said() {
+    let env = [
+        ("WATCHBRIDGE_INPUT_TOPIC", "users"),
+        ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
+        ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
+        ("WATCHBRIDGE_METRICS_ADDR", "off"),
+    ];
+    for brokers in [None, Some(""), Some(" ")] {
+        let mut env = env.to_vec();
+        env.extend(brokers.map(|b| ("WATCHBRIDGE_BROKERS", b)));
+        let (code, err) = watchbridge_within(std::time::Duration::from_secs(20), &["run"], &env);
+        assert_eq!(code, 2, "{brokers:?}: {err}");
+        assert!(
+            err.contains("error: WATCHBRIDGE_BROKERS: is required")
+                && err.contains("host:port")
+                && err.contains("`embedded`"),
+            "{brokers:?}: {err}"
+        );
+    }
+}
+
+/// `GET path` of the operations server at `addr`: status and body, or `None` when nothing
+/// answers.
+fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
+
+/// The operations server's address, from the log line that says where it serves.
+fn ops_address(log: &str) -> String {
+    log.lines()
+        .find(|l| l.contains("serving /metrics"))
+        .and_then(|l| l.split("address=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no ops server address in the log: {log}"))
+        .to_string()
+}
+
+#[test]
+fn with_brokers_embedded_the_bridge_runs_on_an_embedded_broker_and_says_so() {
     let (mut running, text) = embedded_bridge(&[], "WATCHBRIDGE_GUARANTEE");
-    assert!(text.contains("EMBEDDED in-memory broker"), "{text}");
+    assert!(
+        text.contains("WATCHBRIDGE_BROKERS=embedded: using an EMBEDDED in-memory broker"),
+        "{text}"
+    );
     assert!(text.contains("bridge starting"), "{text}");
     // librdkafka's mock cluster hands aborted records to read_committed readers.
     assert!(
@@ -467,6 +523,20 @@ fn without_brokers_the_bridge_runs_on_an_embedded_broker_and_says_so() {
     assert!(
         text.contains("serving /metrics, /healthz, /readyz, /watches and /partitions"),
         "{text}"
+    );
+    // Ready, and /readyz says on what: a probe or a person cannot take it for a cluster.
+    let addr = ops_address(&text);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let ready = loop {
+        match http_get(&addr, "/readyz") {
+            Some((200, body)) => break body,
+            other if std::time::Instant::now() > deadline => panic!("never ready: {other:?}"),
+            _ => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    };
+    assert_eq!(
+        ready,
+        "ready\nbroker: embedded (WATCHBRIDGE_BROKERS=embedded): in memory, it keeps nothing\n"
     );
     assert_eq!(sigterm(&mut running.0), Some(0));
 }
@@ -539,16 +609,17 @@ fn kubernetes_service_link_variables_do_not_stop_the_start() {
     );
 }
 
-/// `run` with its three required settings and `extra`, refused at start (exit 2): its
-/// stderr.
+/// `run` with its required settings (on the embedded broker, unless `extra` names brokers)
+/// and `extra`, refused at start (exit 2, within 20 s): its stderr.
 fn run_refused(extra: &[(&str, &str)]) -> String {
     let mut env = vec![
+        ("WATCHBRIDGE_BROKERS", "embedded"),
         ("WATCHBRIDGE_INPUT_TOPIC", "users"),
         ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
         ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
     ];
     env.extend_from_slice(extra);
-    let (code, _, err) = watchbridge_with_env(&["run"], &env);
+    let (code, err) = watchbridge_within(std::time::Duration::from_secs(20), &["run"], &env);
     assert_eq!(code, 2, "{extra:?}: {err}");
     err
 }
@@ -606,6 +677,7 @@ fn a_metrics_address_in_use_fails_the_start_naming_the_variable() {
     let (code, _, err) = watchbridge_with_env(
         &["run"],
         &[
+            ("WATCHBRIDGE_BROKERS", "embedded"),
             ("WATCHBRIDGE_INPUT_TOPIC", "users"),
             ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
             ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
@@ -711,6 +783,7 @@ async fn a_template_whose_input_picks_the_host_is_refused_at_start() {
             ("WATCHBRIDGE_INPUT_TOPIC", "users"),
             ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
             ("WATCHBRIDGE_METRICS_ADDR", "off"),
+            ("WATCHBRIDGE_BROKERS", "embedded"),
         ]);
         let refused_run = watchbridge_within(limit, &["run"], &run_env);
         let by_name = format!("localhost:{port}");
@@ -879,6 +952,7 @@ fn a_url_template_that_cannot_become_a_url_is_refused_at_start() {
             ("WATCHBRIDGE_INPUT_TOPIC", "users"),
             ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
             ("WATCHBRIDGE_METRICS_ADDR", "off"),
+            ("WATCHBRIDGE_BROKERS", "embedded"),
         ];
         let (code, err) = watchbridge_within(limit, &["run"], &env);
         assert_eq!(code, 2, "run {template:?}: {err}");
@@ -891,4 +965,232 @@ fn a_url_template_that_cannot_become_a_url_is_refused_at_start() {
         assert_eq!(code, 2, "poll-once {template:?}: {err}");
         assert!(err.contains("WATCHBRIDGE_HTTP_URL"), "{template:?}: {err}");
     }
+}
+
+/// A misspelt variable would be ignored and its default used: every `WATCHBRIDGE_*` variable
+/// that is not a setting fails the start (of `run` and of `config --check`), naming it and
+/// the setting meant. `WATCHBRIDGE_TEST_*`, which the test suite sets for itself, is not one.
+#[test]
+fn a_misspelt_variable_fails_the_start_naming_the_setting_meant() {
+    let err = run_refused(&[("WATCHBRIDGE_BROKER", "kafka:9092")]);
+    assert!(
+        err.contains(
+            "error: WATCHBRIDGE_BROKER: is not a setting; did you mean WATCHBRIDGE_BROKERS?"
+        ),
+        "{err}"
+    );
+    let err = run_refused(&[("WATCHBRIDGE_POLL_INTERVALL", "5s")]);
+    assert!(
+        err.contains("did you mean WATCHBRIDGE_POLL_INTERVAL?"),
+        "{err}"
+    );
+    let (code, out, err) = watchbridge_with_env(
+        &["config", "--check"],
+        &[
+            ("WATCHBRIDGE_BROKERS", "kafka:9092"),
+            ("WATCHBRIDGE_INPUT_TOPIC", "users"),
+            ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
+            ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
+            ("WATCHBRIDGE_TEST_ANYTHING", "1"),
+            ("WATCHBRIDGE_CACHE", "/tmp"),
+        ],
+    );
+    assert_eq!((code, out.as_str()), (0, "configuration OK\n"), "{err}");
+}
+
+/// The names the repository's harness, scripts, deployment files and examples set are
+/// settings (or reserved): none of them would stop a bridge they start.
+#[test]
+fn every_variable_the_repository_sets_is_a_setting_or_reserved() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("Makefile")];
+    for dir in ["tests", "tests/support", "deploy", "scripts", "examples"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            // These two name non-settings on purpose (misspellings, examples).
+            let on_purpose = path.ends_with("tests/cli.rs") || path.ends_with("tests/ops_files.rs");
+            if path.is_file() && !on_purpose {
+                files.push(path);
+            }
+        }
+    }
+    let mut names = std::collections::BTreeMap::new();
+    for file in &files {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue; // not text
+        };
+        for (at, _) in text.match_indices("WATCHBRIDGE_") {
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            // `WATCHBRIDGE_RETRY_*`, `WATCHBRIDGE_`: a family, not a name.
+            if !name.ends_with('_') {
+                names.insert(name, file.display().to_string());
+            }
+        }
+    }
+    assert!(names.len() > 20, "{names:?}");
+    let env = names.keys().map(|n| (n.clone(), String::new()));
+    let unknown: Vec<String> = watchbridge::config::known::unknown_variables(
+        env,
+        &watchbridge::config::known::known_names(),
+    )
+    .iter()
+    .map(|e| format!("{e} (in {})", names[e.var.as_ref()]))
+    .collect();
+    assert!(unknown.is_empty(), "{unknown:#?}");
+}
+
+/// `watchbridge config`: every setting with its value and where it came from (a flag, the
+/// environment, a `NAME_FILE` file, the default), secrets never shown.
+#[test]
+fn config_shows_where_each_value_came_from_and_never_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("registry-password");
+    std::fs::write(&password, "registry-s3cret\n").unwrap();
+    let password = password.display().to_string();
+    let env = [
+        ("WATCHBRIDGE_BROKERS", "kafka-1:9092,kafka-2:9092"),
+        ("WATCHBRIDGE_INPUT_TOPIC", "users"),
+        ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
+        ("WATCHBRIDGE_POLL_INTERVAL", "1m"),
+        (
+            "WATCHBRIDGE_HTTP_URL",
+            "https://api.example/users/{/id}?api_key=url-s3cret&page=1",
+        ),
+        ("WATCHBRIDGE_ADMIN_TOKEN", "admin-s3cret"),
+        (
+            "WATCHBRIDGE_SCHEMA_REGISTRY_PASSWORD_FILE",
+            password.as_str(),
+        ),
+        ("KAFKA_SASL_PASSWORD", "kafka-s3cret"),
+        ("KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
+    ];
+    let (code, out, err) = watchbridge_with_env(&["config", "--poll-interval", "3s"], &env);
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "WATCHBRIDGE_BROKERS=kafka-1:9092,kafka-2:9092  (env)",
+        "WATCHBRIDGE_POLL_INTERVAL=3s  (flag)",
+        "WATCHBRIDGE_GROUP_ID=watchbridge  (default)",
+        "WATCHBRIDGE_DLQ_TOPIC  (unset)",
+        "WATCHBRIDGE_HTTP_URL=https://api.example/users/{/id}?api_key=<redacted>&page=1  (env)",
+        "WATCHBRIDGE_ADMIN_TOKEN=<redacted>  (env)",
+        "WATCHBRIDGE_SCHEMA_REGISTRY_PASSWORD=<redacted>  (file)",
+        "WATCHBRIDGE_LOG=info  (default)",
+        "KAFKA_SASL_PASSWORD=<redacted>  (env)",
+        "KAFKA_SECURITY_PROTOCOL=SASL_SSL  (env)",
+        "# Kafka and topics",
+    ] {
+        assert!(out.lines().any(|l| l == line), "{line:?} in:\n{out}");
+    }
+    assert!(
+        !out.contains("s3cret") && !err.contains("s3cret"),
+        "{out}{err}"
+    );
+    let (code, out, err) = watchbridge_with_env(&["config", "--format", "json"], &env);
+    assert_eq!(code, 0, "{err}");
+    let settings: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let setting = |name: &str| {
+        settings
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {out}"))
+    };
+    assert_eq!(setting("WATCHBRIDGE_ADMIN_TOKEN")["value"], "<redacted>");
+    assert_eq!(setting("WATCHBRIDGE_POLL_INTERVAL")["value"], "1m");
+    assert_eq!(setting("WATCHBRIDGE_POLL_INTERVAL")["source"], "env");
+    assert_eq!(
+        setting("WATCHBRIDGE_DLQ_TOPIC")["value"],
+        serde_json::Value::Null
+    );
+    assert!(!out.contains("s3cret"), "{out}");
+}
+
+/// `watchbridge config --check`: what `run` checks before it starts, without contacting
+/// anything (the brokers named here do not exist): `configuration OK`, or every error, each
+/// naming its variable.
+#[test]
+fn config_check_passes_a_good_configuration_and_names_every_error_of_a_bad_one() {
+    let good = [
+        ("WATCHBRIDGE_BROKERS", "127.0.0.1:1"),
+        ("WATCHBRIDGE_INPUT_TOPIC", "users"),
+        ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
+        ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
+    ];
+    let began = std::time::Instant::now();
+    let (code, out, err) = watchbridge_with_env(&["config", "--check"], &good);
+    assert_eq!((code, out.as_str()), (0, "configuration OK\n"), "{err}");
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        began.elapsed()
+    );
+    let mut bad = good.to_vec();
+    bad.extend([
+        ("WATCHBRIDGE_TERMINATION", "stabel(1m)"),
+        ("WATCHBRIDGE_HTTP_ITEMS", "data"),
+        ("WATCHBRIDGE_GROUPID", "mine"),
+    ]);
+    let (code, out, err) = watchbridge_with_env(&["config", "--check"], &bad);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(!out.contains("configuration OK"), "{out}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors.len(), 3, "{err}");
+    assert!(
+        errors[0]
+            .contains("WATCHBRIDGE_GROUPID: is not a setting; did you mean WATCHBRIDGE_GROUP_ID?"),
+        "{err}"
+    );
+    assert!(
+        errors[1].starts_with("error: WATCHBRIDGE_TERMINATION:"),
+        "{err}"
+    );
+    assert!(
+        errors[2].starts_with("error: WATCHBRIDGE_HTTP_ITEMS:"),
+        "{err}"
+    );
+    // A flag too: the same flags as `run`.
+    let (code, _, err) =
+        watchbridge_with_env(&["config", "--check", "--poll-interval", "0s"], &good);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("WATCHBRIDGE_POLL_INTERVAL"), "{err}");
+}
+
+/// `run --help` lists its hundred-odd settings by topic: every flag but `--help` under a
+/// heading of its own section (the sections of docs/configuration.md), none left under
+/// the catch-all `Options:`.
+#[test]
+fn run_help_groups_every_setting_under_a_heading() {
+    let (code, out, err) = watchbridge_with_env(&["run", "--help"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let mut heading = "";
+    let mut under: std::collections::BTreeMap<&str, usize> = Default::default();
+    for line in out.lines() {
+        if !line.starts_with(' ') && line.ends_with(':') {
+            heading = line;
+        } else if let Some(flag) = line.trim_start().strip_prefix("--") {
+            if !flag.starts_with("help") {
+                assert_ne!(heading, "Options:", "--{flag} has no heading");
+                *under.entry(heading).or_default() += 1;
+            }
+        }
+    }
+    for expected in [
+        "Kafka and topics:",
+        "Formats (docs/formats.md):",
+        "Watches and polling:",
+        "Termination:",
+        "HTTP poller (WATCHBRIDGE_POLLER=http):",
+        "File and object-store pollers (glob, sharded, object_store):",
+        "Watermarks:",
+        "Durable state:",
+        "Operations:",
+    ] {
+        assert!(
+            under.get(expected).is_some_and(|n| *n > 0),
+            "{expected} in {under:?}"
+        );
+    }
+    assert_eq!(under.len(), 9, "{under:?}");
 }

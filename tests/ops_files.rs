@@ -22,6 +22,10 @@ use watchbridge::metrics::Metrics;
 /// documented default is checked against --help like any other.)
 const ENV_ONLY: &[&str] = &["WATCHBRIDGE_LOG"];
 
+/// Names that are not settings, shown on purpose: docs/configuration.md's example of the
+/// error a misspelt variable gets.
+const MISSPELT_ON_PURPOSE: &[&str] = &["WATCHBRIDGE_POLL_INTERVALL"];
+
 /// Families the dashboard need not chart, each with its reason. Empty: every family the bridge
 /// exports is on a panel.
 const NOT_ON_DASHBOARD: &[&str] = &[];
@@ -476,11 +480,22 @@ fn unknown_variables(text: &str, help: &BTreeMap<String, Option<String>>) -> Vec
         name.strip_suffix("_FILE")
             .is_some_and(|base| watchbridge::config::SECRETS_FROM_FILES.contains(&base))
     };
-    let known = |name: &str| help.contains_key(name) || ENV_ONLY.contains(&name) || from_file(name);
+    // Names the bridge reserves (`WATCHBRIDGE_TEST_*`, the scripts' `WATCHBRIDGE_CACHE`, …).
+    let reserved = |name: &str| {
+        name.starts_with(watchbridge::config::known::TEST_PREFIX)
+            || watchbridge::config::known::RESERVED.contains(&name)
+    };
+    let known = |name: &str| {
+        help.contains_key(name)
+            || ENV_ONLY.contains(&name)
+            || from_file(name)
+            || reserved(name)
+            || MISSPELT_ON_PURPOSE.contains(&name)
+    };
     variables_in(text)
         .into_iter()
         .filter(|name| match name.strip_suffix('*') {
-            Some(prefix) => !help.keys().any(|k| k.starts_with(prefix)),
+            Some(prefix) => !help.keys().any(|k| k.starts_with(prefix)) && !reserved(prefix),
             None => !known(name),
         })
         .collect()
@@ -662,6 +677,127 @@ fn configuration_md_documents_every_run_variable_with_its_default() {
             "{doc} names unknown variables: {unknown:?}"
         );
     }
+}
+
+/// The default of each setting of `run` in the code: clap's default value, by variable.
+fn code_defaults() -> BTreeMap<String, String> {
+    use clap::Args;
+    let run = watchbridge::config::RunArgs::augment_args(clap::Command::new("run"));
+    run.get_arguments()
+        .filter_map(|arg| {
+            let name = arg.get_env()?.to_str()?.to_string();
+            let values: Vec<String> = arg
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            (!values.is_empty()).then(|| (name, values.join(",")))
+        })
+        .collect()
+}
+
+/// A duration as the docs write it (`24h`, `24 h`, `7 days`, `1h 30m`), if it is one.
+fn doc_duration(text: &str) -> Option<Duration> {
+    let mut compact = String::new();
+    let mut chars = text.trim().chars().peekable();
+    while let Some(c) = chars.next() {
+        compact.push(c);
+        // `24 h` → `24h`: humantime wants the unit against the number.
+        if c.is_ascii_digit() && chars.peek() == Some(&' ') {
+            chars.next();
+        }
+    }
+    humantime::parse_duration(&compact).ok()
+}
+
+/// Every default the docs state agrees with the code's (clap's default value of the
+/// setting): the default column of docs/configuration.md's and the README's tables, and a
+/// default said in prose right after the variable: `` `WATCHBRIDGE_X` (24 h) ``,
+/// `(7 days by default)`, `(default 30 s)`, ``(default `0.0.0.0:9898`)``. Durations are
+/// compared as durations (`60s` is `1m`).
+#[test]
+fn every_default_the_docs_state_agrees_with_the_code() {
+    let code = code_defaults();
+    assert!(code.len() > 50, "{code:?}");
+    let day = Duration::from_secs(24 * 3600);
+    assert_eq!(doc_duration("7 days"), Some(7 * day));
+    assert_eq!(doc_duration("24 h"), Some(day));
+    assert_eq!(doc_duration("1h 30m"), Some(Duration::from_secs(5400)));
+    assert_eq!(doc_duration("below"), None);
+    let agree = |doc: &str, code: &str| {
+        doc == code
+            || (doc == "\"\"" && code.is_empty())
+            || matches!((doc_duration(doc), doc_duration(code)), (Some(a), Some(b)) if a == b)
+    };
+    let mut docs = vec!["README.md".to_string()];
+    docs.extend(
+        files_under("docs")
+            .into_iter()
+            .filter(|f| f.ends_with(".md")),
+    );
+    let mut wrong = Vec::new();
+    let mut compared = 0;
+    for doc in &docs {
+        let text = read(doc);
+        for line in text.lines().filter(|l| l.starts_with("| `WATCHBRIDGE_")) {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let (Some(name), Some(cell)) = (
+                cells
+                    .get(1)
+                    .and_then(|c| c.strip_prefix('`')?.strip_suffix('`')),
+                cells.get(2),
+            ) else {
+                continue;
+            };
+            let (Some(code), Some(documented)) = (code.get(name), literal_default(cell)) else {
+                continue;
+            };
+            compared += 1;
+            if !agree(documented, code) {
+                wrong.push(format!(
+                    "{doc}: {name} `{documented}` in a table, the code {code}"
+                ));
+            }
+        }
+        for (at, _) in text.match_indices("` (") {
+            let Some(start) = text[..at].rfind("`WATCHBRIDGE_") else {
+                continue;
+            };
+            let name = &text[start + 1..at];
+            let Some(code) = code.get(name) else {
+                continue;
+            };
+            let inner = &text[at + 3..];
+            let Some(inner) = inner.split(')').next() else {
+                continue;
+            };
+            let said = inner
+                .trim_start_matches("default")
+                .trim_start_matches(':')
+                .trim_end_matches("by default")
+                .trim();
+            // A code span said to be the default, or a duration: anything else is prose.
+            let span = said
+                .strip_prefix('`')
+                .and_then(|s| s.strip_suffix('`'))
+                .filter(|s| !s.contains('`') && inner.contains("default"));
+            let documented = match (span, doc_duration(said)) {
+                (Some(span), _) => span,
+                (None, Some(_)) if doc_duration(code).is_some() => said,
+                _ => continue,
+            };
+            compared += 1;
+            if !agree(documented, code) {
+                wrong.push(format!("{doc}: `{name}` ({inner}), the code {code}"));
+            }
+        }
+    }
+    assert!(compared > 60, "compared {compared}");
+    assert!(
+        wrong.is_empty(),
+        "defaults disagree with the code:\n{}",
+        wrong.join("\n")
+    );
 }
 
 #[test]

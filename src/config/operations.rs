@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug, Clone)]
-#[command(next_help_heading = "Operations")]
 pub struct OperationsArgs {
     /// Where the control and watch API listens (`/watches`, `/partitions`, `/pause`,
     /// `/resume`, `/restart`), as host:port, or `off`. Loopback unless set: it shows watch

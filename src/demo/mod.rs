@@ -155,7 +155,8 @@ pub fn run(args: &DemoArgs, endings: Endings) -> Result<bool, DemoError> {
 /// output format matters here (the inputs are the demo's own JSON).
 fn bridge_config(args: &DemoArgs, formats: FormatArgs) -> Result<RunConfig, ConfigError> {
     let run = RunArgs {
-        brokers: None,
+        // The demo's own embedded broker (started by the demo, whose address it is given).
+        brokers: Some(crate::config::EMBEDDED.into()),
         group_id: "watchbridge-demo".into(),
         input_topic: USERS_TOPIC.into(),
         output_topic: EVENTS_TOPIC.into(),
