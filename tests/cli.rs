@@ -521,7 +521,7 @@ fn with_brokers_embedded_the_bridge_runs_on_an_embedded_broker_and_says_so() {
         "{text}"
     );
     assert!(
-        text.contains("serving /metrics, /healthz, /readyz, /watches and /partitions"),
+        text.contains("serving /metrics, /healthz, /readyz and /version"),
         "{text}"
     );
     // Ready, and /readyz says on what: a probe or a person cannot take it for a cluster.
