@@ -1,0 +1,197 @@
+//! The alert rules (deploy/prometheus-alerts.yml) as Prometheus itself runs them: `promtool
+//! check rules` loads them, and `promtool test rules` evaluates each alert against series
+//! written for it (deploy/prometheus-alerts.test.yml), at least once where it must fire and
+//! once where it must not. promtool is Debian's (the `prometheus` package, which `make setup`
+//! installs), else `$PROMTOOL_BIN`, else `promtool` on the `PATH`. Without it the tests fail
+//! saying so: they never pass unchecked.
+
+use serde_yaml::Value as Yaml;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const RULES: &str = "deploy/prometheus-alerts.yml";
+const RULE_TESTS: &str = "deploy/prometheus-alerts.test.yml";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+}
+
+fn yaml(rel: &str) -> Yaml {
+    serde_yaml::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel} is not YAML: {e}"))
+}
+
+fn promtool() -> PathBuf {
+    if let Some(bin) = std::env::var_os("PROMTOOL_BIN") {
+        return bin.into();
+    }
+    let debian = Path::new("/usr/bin/promtool");
+    if debian.is_file() {
+        return debian.into();
+    }
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("promtool"))
+            .find(|p| p.is_file())
+    });
+    on_path.unwrap_or_else(|| {
+        panic!(
+            "NOT CHECKED: no promtool here to check {RULES}; `make setup` installs Debian's \
+             prometheus package, which has it (or set PROMTOOL_BIN)"
+        )
+    })
+}
+
+/// `promtool ARGS…` in `dir`: whether it succeeded, and what it said.
+fn run_promtool(dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(promtool())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("run promtool: {e}"));
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
+/// Every alert rule's name.
+fn alert_names() -> Vec<String> {
+    let rules = yaml(RULES);
+    rules["groups"]
+        .as_sequence()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().expect("rules"))
+        .map(|r| r["alert"].as_str().expect("an alert name").to_string())
+        .collect()
+}
+
+#[test]
+fn promtool_loads_the_alert_rules() {
+    let (ok, said) = run_promtool(&root(), &["check", "rules", RULES]);
+    assert!(ok, "promtool check rules {RULES}:\n{said}");
+    // Only alerts, no recording rules.
+    let found = said
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("SUCCESS: ")?
+                .strip_suffix(" rules found")
+        })
+        .and_then(|n| n.parse::<usize>().ok());
+    assert_eq!(found, Some(alert_names().len()), "{said}");
+}
+
+/// Each alert has a test case where it fires and one where it does not.
+#[test]
+fn every_alert_is_tested_firing_and_not_firing() {
+    let tests = yaml(RULE_TESTS);
+    assert_eq!(
+        tests["rule_files"][0].as_str(),
+        Path::new(RULES).file_name().unwrap().to_str(),
+        "{RULE_TESTS} tests {RULES}"
+    );
+    // alert name -> (cases firing, cases not firing)
+    let mut cases: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for test in tests["tests"].as_sequence().expect("tests") {
+        for case in test["alert_rule_test"].as_sequence().into_iter().flatten() {
+            let name = case["alertname"].as_str().expect("alertname").to_string();
+            let fires = case["exp_alerts"]
+                .as_sequence()
+                .is_some_and(|a| !a.is_empty());
+            let entry = cases.entry(name).or_default();
+            if fires {
+                entry.0 += 1;
+            } else {
+                entry.1 += 1;
+            }
+        }
+    }
+    let mut missing = Vec::new();
+    for alert in alert_names() {
+        match cases.remove(&alert) {
+            Some((f, n)) if f > 0 && n > 0 => {}
+            Some((f, n)) => missing.push(format!("{alert}: {f} firing, {n} not firing")),
+            None => missing.push(format!("{alert}: not tested")),
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{RULE_TESTS} must test each alert firing and not firing:\n{}",
+        missing.join("\n")
+    );
+    assert!(
+        cases.is_empty(),
+        "{RULE_TESTS} tests alerts {RULES} does not have: {:?}",
+        cases.keys().collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn promtool_unit_tests_of_the_alert_rules_pass() {
+    let (ok, said) = run_promtool(&root().join("deploy"), &["test", "rules", file(RULE_TESTS)]);
+    assert!(ok, "promtool test rules {RULE_TESTS}:\n{said}");
+}
+
+/// The unit tests would catch a rule that changed: the same tests on a copy of the rules
+/// with one alert's `for` lengthened, or one threshold raised, fail.
+#[test]
+fn promtool_unit_tests_fail_for_a_changed_rule() {
+    let rules = read(RULES);
+    let tests = read(RULE_TESTS);
+    for (alert, change, changed) in [
+        (
+            "WatchbridgeNotReady",
+            "held for 20m, not 10m",
+            rules.replacen(
+                "expr: watchbridge_ready == 0\n        for: 10m",
+                "expr: watchbridge_ready == 0\n        for: 20m",
+                1,
+            ),
+        ),
+        (
+            "WatchbridgeWatermarkLagHigh",
+            "at an hour, not 30 minutes",
+            rules.replacen(
+                "watchbridge_watermark_lag_seconds) > 30 * 60",
+                "watchbridge_watermark_lag_seconds) > 60 * 60",
+                1,
+            ),
+        ),
+        (
+            "WatchbridgeNoWatermark",
+            "without its `unless`",
+            rules.replacen(
+                "          unless on (instance) watchbridge_watermark_timestamp_seconds\n",
+                "",
+                1,
+            ),
+        ),
+    ] {
+        assert_ne!(changed, rules, "{change}: the edit did not apply");
+        let dir = tempfile::tempdir().unwrap();
+        let rules_file = Path::new(RULES).file_name().unwrap();
+        std::fs::write(dir.path().join(rules_file), &changed).unwrap();
+        std::fs::write(dir.path().join("tests.yml"), &tests).unwrap();
+        let (ok, said) = run_promtool(dir.path(), &["test", "rules", "tests.yml"]);
+        assert!(
+            !ok,
+            "promtool test rules passed with {alert} {change}: the tests do not check it\n{said}"
+        );
+        assert!(
+            said.contains(&format!("alertname: {alert},")),
+            "promtool test rules failed with {alert} {change}, but not on {alert}:\n{said}"
+        );
+    }
+}
+
+fn file(rel: &str) -> &str {
+    Path::new(rel).file_name().unwrap().to_str().unwrap()
+}
