@@ -1,14 +1,17 @@
-//! The alert rules (deploy/prometheus-alerts.yml) as Prometheus itself runs them: `promtool
-//! check rules` loads them, and `promtool test rules` evaluates each alert against series
-//! written for it (deploy/prometheus-alerts.test.yml), at least once where it must fire and
-//! once where it must not. promtool is Debian's (the `prometheus` package, which `make setup`
+//! What Prometheus's own tool says about the bridge's metrics and alert rules. `promtool
+//! check metrics` lints the `/metrics` page (names, units, suffixes, help). `promtool check
+//! rules` loads the alert rules (deploy/prometheus-alerts.yml), and `promtool test rules`
+//! evaluates each alert against series written for it (deploy/prometheus-alerts.test.yml),
+//! at least once where it must fire and once where it must not. promtool is Debian's (the `prometheus` package, which `make setup`
 //! installs), else `$PROMTOOL_BIN`, else `promtool` on the `PATH`. Without it the tests fail
 //! saying so: they never pass unchecked.
 
 use serde_yaml::Value as Yaml;
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use watchbridge::metrics::Metrics;
 
 const RULES: &str = "deploy/prometheus-alerts.yml";
 const RULE_TESTS: &str = "deploy/prometheus-alerts.test.yml";
@@ -48,11 +51,26 @@ fn promtool() -> PathBuf {
 
 /// `promtool ARGS…` in `dir`: whether it succeeded, and what it said.
 fn run_promtool(dir: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(promtool())
+    run_promtool_with(dir, args, "")
+}
+
+/// `promtool ARGS…` in `dir`, given `stdin`.
+fn run_promtool_with(dir: &Path, args: &[&str], stdin: &str) -> (bool, String) {
+    let mut child = Command::new(promtool())
         .args(args)
         .current_dir(dir)
-        .output()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap_or_else(|e| panic!("run promtool: {e}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -71,6 +89,66 @@ fn alert_names() -> Vec<String> {
         .flat_map(|g| g["rules"].as_sequence().expect("rules"))
         .map(|r| r["alert"].as_str().expect("an alert name").to_string())
         .collect()
+}
+
+/// Every family the bridge registers, each with a series (a labelled family is rendered
+/// only once it has one), as `/metrics` shows them, passes promtool's lint: base units
+/// (no `_ms`), `_total` on counters only, help on every family.
+#[test]
+fn promtool_lints_the_metrics_page() {
+    let m = Metrics::new();
+    m.watches_terminated.with_label_values(&["final"]).inc();
+    m.polls_error.with_label_values(&["error", "timeout"]).inc();
+    m.poll_duration.with_label_values(&["ok"]).observe(0.1);
+    m.inputs_dead_lettered
+        .with_label_values(&["not_json"])
+        .inc();
+    m.produce_failures
+        .with_label_values(&["MsgSizeTooLarge"])
+        .inc();
+    m.consumer_errors
+        .with_label_values(&["TopicAuthorizationFailed"])
+        .inc();
+    m.partition_watermark.with_label_values(&["0"]).set(1.7e9);
+    m.watermark.set(1.7e9);
+    m.watermark_lag.set(1.5);
+    m.recovery_read_failures.with_label_values(&["0"]).inc();
+    m.control_actions.with_label_values(&["stop"]).inc();
+    m.transactions.with_label_values(&["committed"]).inc();
+    m.partition_restarts_delayed
+        .with_label_values(&["fenced"])
+        .inc();
+    m.consumer_lag.with_label_values(&["0"]).set(3);
+    m.guarantee_info
+        .with_label_values(&["recovery", "auto", ""])
+        .set(1);
+    m.schema_registry_requests
+        .with_label_values(&["schema", "ok"])
+        .inc();
+    m.outputs_dead_lettered
+        .with_label_values(&["not_in_schema"])
+        .inc();
+    let page = m.render();
+    let missing: Vec<&str> = m
+        .families()
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .filter(|name| !page.contains(&format!("# TYPE {name} ")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "families with no series here (give each one above): {missing:?}"
+    );
+    let (ok, said) = run_promtool_with(&root(), &["check", "metrics"], &page);
+    assert!(ok, "promtool check metrics:\n{said}\n{page}");
+    // And it would say so about a name in milliseconds.
+    let (ok, said) = run_promtool_with(
+        &root(),
+        &["check", "metrics"],
+        "# HELP watchbridge_watermark_lag_ms x\n# TYPE watchbridge_watermark_lag_ms gauge\n\
+         watchbridge_watermark_lag_ms 1\n",
+    );
+    assert!(!ok && said.contains("abbreviated units"), "{said}");
 }
 
 #[test]
