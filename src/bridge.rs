@@ -27,6 +27,7 @@ use crate::kafka::client::{
     BrokerSettings, KafkaSetupError,
 };
 use crate::kafka::consumer::{consume, BridgeContext, ConsumerStopped, NoCommitStart, Partitions};
+use crate::kafka::control_topic::ControlTopic;
 use crate::kafka::delayed_restart::DeliveryWindow;
 use crate::kafka::embedded::EmbeddedBroker;
 use crate::kafka::group_mode;
@@ -42,11 +43,12 @@ use crate::kafka::partition::{
 use crate::kafka::properties::ClientKind;
 use crate::kafka::records::OutputLayout;
 use crate::kafka::recovery::{Lookups, RecoverySource};
+use crate::kafka::state_lookup::StateLookup;
 use crate::kafka::stats::{self, BridgeProducer, ProducerSettings};
 use crate::kafka::transaction_timeout::TransactionTimeouts;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
-use crate::ops_server::{OpsApi, OpsServer};
+use crate::ops_server::{OpsApi, OpsServer, Serves};
 use crate::pollers::Resolve;
 use crate::readiness::Readiness;
 use crate::watermark::WatermarkTopic;
@@ -170,7 +172,16 @@ pub async fn run_bridge<P: Resolve>(
     );
     let controls = Arc::new(Controls::default());
     // (Its input partition count is set once the start has read it, below.)
-    let ops_server = start_ops_server(config, &metrics, &readiness, &controls).await?;
+    let (orders, state_lookup) = (Arc::new(OnceLock::new()), Arc::new(OnceLock::new()));
+    let ops_servers = start_ops_servers(
+        config,
+        &metrics,
+        &readiness,
+        &controls,
+        &orders,
+        &state_lookup,
+    )
+    .await?;
     // Wait for the brokers (a broker still starting or restarting), then check the topics;
     // if the brokers go away meanwhile, wait again, all within WATCHBRIDGE_START_TIMEOUT.
     let start_deadline = started + config.start_timeout;
@@ -326,6 +337,32 @@ pub async fn run_bridge<P: Resolve>(
     // WATCHBRIDGE_HOST_RATE is the group's: each instance polls at the share of the input
     // partitions it owns.
     limits.share_among(layout.input_partitions.max(0) as u32);
+    // The group's standing orders (pauses) apply before any watch polls.
+    let control_topic = ControlTopic::start(
+        &config.operations.control_topic,
+        reader_config(brokers, config),
+        producer_config(brokers, config),
+        &kafka,
+        controls.pause.clone(),
+        metrics.clone(),
+        start_deadline,
+    )
+    .await
+    .map_err(BridgeError::Start)?;
+    let _ = orders.set(control_topic);
+    let _ = state_lookup.set(
+        StateLookup::new(
+            reader_config(brokers, config),
+            producer_config(brokers, config),
+            &kafka,
+            brokers,
+            &config.state_topic,
+            &config.input_topic,
+            layout.input_partitions,
+            config.watch_key.is_none(),
+        )
+        .map_err(BridgeError::Start)?,
+    );
     // The input consumer's settings: its lease reads the session timeout from them.
     let consumer_settings = consumer_config(brokers, config, guarantee);
     let shared = Arc::new(Shared {
@@ -539,7 +576,7 @@ pub async fn run_bridge<P: Resolve>(
             .name("watchbridge-producer-close".into())
             .spawn(move || drop(producer));
     }
-    drop(ops_server);
+    drop(ops_servers);
     drop(background);
     if gave_up {
         return Err(BridgeError::StopGaveUp);
@@ -644,30 +681,70 @@ fn stop_report(
 }
 
 /// The operations server, unless `WATCHBRIDGE_METRICS_ADDR=off`.
-async fn start_ops_server(
+/// The operations servers: metrics and probes on `WATCHBRIDGE_METRICS_ADDR`, the control
+/// API on `WATCHBRIDGE_CONTROL_ADDR` (one server for both when they are the same address;
+/// none for the control API without `WATCHBRIDGE_ADMIN_TOKEN`, which it needs).
+async fn start_ops_servers(
     config: &RunConfig,
     metrics: &Arc<Metrics>,
     readiness: &Arc<Readiness>,
     controls: &Arc<Controls>,
-) -> Result<Option<OpsServer>, BridgeError> {
-    let Some(addr) = config.metrics_addr else {
-        return Ok(None);
-    };
-    let api = OpsApi {
+    orders: &Arc<OnceLock<ControlTopic>>,
+    state: &Arc<OnceLock<StateLookup>>,
+) -> Result<Vec<OpsServer>, BridgeError> {
+    let api = Arc::new(OpsApi {
         metrics: metrics.clone(),
         readiness: readiness.clone(),
         controls: controls.clone(),
         admin_token: config.admin_token.as_ref().map(|t| t.0.clone()),
+        orders: orders.clone(),
+        state: state.clone(),
+        show_inputs: config.operations.show_inputs,
+        stall_timeout: config.operations.stall_timeout,
+    });
+    let control_addr = match (config.operations.control_addr, &config.admin_token) {
+        (Some(addr), Some(_)) => Some(addr),
+        (Some(addr), None) => {
+            tracing::info!(
+                %addr,
+                "no WATCHBRIDGE_ADMIN_TOKEN: the control and watch API is off (it needs one)"
+            );
+            None
+        }
+        (None, _) => None,
     };
-    let server = OpsServer::start(addr, api)
-        .await
-        .map_err(BridgeError::Start)?;
-    tracing::info!(
-        address = %server.addr(),
-        control = config.admin_token.is_some(),
-        "serving /metrics, /healthz, /readyz, /watches and /partitions (WATCHBRIDGE_METRICS_ADDR)"
-    );
-    Ok(Some(server))
+    let mut servers = Vec::new();
+    let shared = control_addr.is_some() && control_addr == config.metrics_addr;
+    if let Some(addr) = config.metrics_addr {
+        let serves = Serves {
+            probes: true,
+            control: shared,
+        };
+        let server = OpsServer::start(addr, api.clone(), serves)
+            .await
+            .map_err(BridgeError::Start)?;
+        tracing::info!(
+            address = %server.addr(),
+            control = shared,
+            "serving /metrics, /healthz, /readyz and /version (WATCHBRIDGE_METRICS_ADDR)"
+        );
+        servers.push(server);
+    }
+    if let Some(addr) = control_addr.filter(|_| !shared) {
+        let serves = Serves {
+            probes: false,
+            control: true,
+        };
+        let server = OpsServer::start(addr, api, serves)
+            .await
+            .map_err(BridgeError::Start)?;
+        tracing::info!(
+            address = %server.addr(),
+            "serving the control and watch API: /watches, /partitions, /orders, /pause, /resume (WATCHBRIDGE_CONTROL_ADDR)"
+        );
+        servers.push(server);
+    }
+    Ok(servers)
 }
 
 /// A bounded run reads every partition itself (no group rebalancing) from the group's

@@ -4,8 +4,10 @@
 //! [`RunArgs::check`], whose errors do the same.
 
 mod kafka_env;
+mod operations;
 
 pub use kafka_env::{kafka_properties, KafkaProperties};
+pub use operations::{OperationsArgs, OperationsConfig};
 
 use crate::kafka::guarantee::GuaranteeSetting;
 use crate::kafka::records::OutputHeaders;
@@ -276,6 +278,8 @@ pub struct RunArgs {
     )]
     pub admin_token: Option<crate::pollers::http::config::Redacted>,
     #[command(flatten)]
+    pub operations: OperationsArgs,
+    #[command(flatten)]
     pub formats: crate::formats::FormatArgs,
     #[command(flatten)]
     pub poller: PollerArgs,
@@ -342,6 +346,8 @@ pub struct RunConfig {
     pub metrics_addr: Option<SocketAddr>,
     /// `WATCHBRIDGE_ADMIN_TOKEN` (`None`: no control request is taken).
     pub admin_token: Option<crate::pollers::http::config::Redacted>,
+    /// The control API, the control topic, the stall check.
+    pub operations: OperationsConfig,
 }
 
 impl RunArgs {
@@ -478,6 +484,21 @@ impl RunArgs {
             ));
         }
         let metrics_addr = metrics_addr(&self.metrics_addr)?;
+        let operations = self.operations.check(&self.group_id)?;
+        if [
+            &input_topic,
+            &output_topic,
+            &dlq_topic,
+            &watermark_topic,
+            &state_topic,
+        ]
+        .contains(&&operations.control_topic)
+        {
+            return Err(ConfigError::new(
+                "WATCHBRIDGE_CONTROL_TOPIC",
+                "must differ from the input, output, dead-letter, watermark and state topics",
+            ));
+        }
         let brokers = self.brokers.clone().filter(|b| !b.trim().is_empty());
         let KafkaProperties {
             all: kafka,
@@ -530,6 +551,7 @@ impl RunArgs {
             mode: self.mode,
             metrics_addr,
             admin_token: self.admin_token.clone().filter(|t| !t.0.is_empty()),
+            operations,
         })
     }
 }

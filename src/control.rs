@@ -89,6 +89,8 @@ pub struct WatchStatus {
     pub hold_ms: Millis,
     /// Its termination conditions, each with how far it has got.
     pub termination: String,
+    /// Whether an operator paused it (on its own or with every watch).
+    pub paused: bool,
 }
 
 /// A watch that ended, as the operations API shows it.
@@ -115,6 +117,25 @@ pub enum WatchView {
     Live(Box<WatchStatus>),
     /// Ended, and remembered.
     Ended(EndedWatch),
+}
+
+impl WatchView {
+    /// Leave the input record's value out (`WATCHBRIDGE_CONTROL_SHOW_INPUTS` off): it is
+    /// often personal data. Its key and time stay.
+    pub fn hide_input_value(&mut self) {
+        if let Self::Live(status) = self {
+            if let Some(serde_json::Value::Object(input)) = status.input.as_mut() {
+                if input.remove("value").is_some() {
+                    input.insert(
+                        "value_hidden".into(),
+                        serde_json::Value::from(
+                            "set WATCHBRIDGE_CONTROL_SHOW_INPUTS=true to show it",
+                        ),
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// Which watches a list shows, and which page of them.
@@ -186,11 +207,18 @@ pub struct PartitionStatus {
     pub lowest_hold: Option<WatchStatus>,
 }
 
-/// Whether this instance's watches poll (`POST /pause`, `POST /resume`).
+/// Whether watches poll: every watch of the group (`POST /pause`, `POST /resume`) or one
+/// (`POST /watches/{key}/pause`, `…/resume`). Set from the control topic
+/// ([`crate::kafka::control_topic`]), which every instance reads, so an order given to any
+/// instance applies on all of them and survives their restarts.
 #[derive(Debug, Default)]
 pub struct Pause {
     paused: AtomicBool,
     resumed: Notify,
+    /// Watch keys paused one by one (few: an operator names each).
+    keys: Mutex<std::collections::HashSet<Bytes>>,
+    /// Whether `keys` is not empty (read on every dispatch without the lock).
+    any_keys: AtomicBool,
 }
 
 impl Pause {
@@ -207,6 +235,29 @@ impl Pause {
         self.paused.load(Ordering::SeqCst)
     }
 
+    /// Stop or start polling `key`'s watch.
+    pub fn set_key(&self, key: Bytes, paused: bool) {
+        let mut keys = lock(&self.keys);
+        if paused {
+            keys.insert(key);
+        } else {
+            keys.remove(&key);
+        }
+        self.any_keys.store(!keys.is_empty(), Ordering::SeqCst);
+    }
+
+    /// Whether `key`'s watch is paused on its own (not counting a pause of all).
+    pub fn is_key_paused(&self, key: &[u8]) -> bool {
+        self.any_keys.load(Ordering::SeqCst) && lock(&self.keys).contains(key)
+    }
+
+    /// The keys paused one by one, sorted.
+    pub fn paused_keys(&self) -> Vec<Bytes> {
+        let mut keys: Vec<Bytes> = lock(&self.keys).iter().cloned().collect();
+        keys.sort();
+        keys
+    }
+
     /// Ready once polling resumes (at once when it is not paused).
     pub async fn resumed(&self) {
         loop {
@@ -216,6 +267,57 @@ impl Pause {
             }
             notified.await;
         }
+    }
+}
+
+/// Whether a partition's engine still turns: the engine marks each turn of its loop, and
+/// `/healthz` fails when one that has work has not turned for `WATCHBRIDGE_STALL_TIMEOUT`
+/// ([`Controls::stalled`]). An engine waiting for its partition task to take its events
+/// (full channel: the task waits on Kafka) is not stalled; the brokers' alerts cover that.
+#[derive(Debug)]
+pub struct Heartbeat {
+    /// When its loop last turned.
+    turned: Mutex<std::time::Instant>,
+    /// Whether it had work then (live watches or polls in flight).
+    busy: AtomicBool,
+    /// Its events' channel, to tell "blocked downstream" from "stuck" (weak: it must not
+    /// keep the channel open).
+    events: Mutex<Option<mpsc::WeakSender<crate::engine::Event>>>,
+}
+
+impl Default for Heartbeat {
+    fn default() -> Self {
+        Self {
+            turned: Mutex::new(std::time::Instant::now()),
+            busy: AtomicBool::new(false),
+            events: Mutex::new(None),
+        }
+    }
+}
+
+impl Heartbeat {
+    /// The engine's loop turned, with work or without.
+    pub fn turned(&self, busy: bool) {
+        *lock(&self.turned) = std::time::Instant::now();
+        self.busy.store(busy, Ordering::Relaxed);
+    }
+
+    /// The channel the engine sends its events to.
+    pub fn sends_to(&self, events: &mpsc::Sender<crate::engine::Event>) {
+        *lock(&self.events) = Some(events.downgrade());
+    }
+
+    /// How long it has been stuck with work, if longer than `timeout`.
+    fn stuck_for(&self, timeout: Duration) -> Option<Duration> {
+        let since = lock(&self.turned).elapsed();
+        if since <= timeout || !self.busy.load(Ordering::Relaxed) {
+            return None;
+        }
+        let blocked_downstream = lock(&self.events)
+            .as_ref()
+            .and_then(mpsc::WeakSender::upgrade)
+            .is_some_and(|events| events.capacity() == 0);
+        (!blocked_downstream).then_some(since)
     }
 }
 
@@ -249,12 +351,15 @@ pub struct PartitionControls {
     pub input_queries: mpsc::Receiver<TaskQuery>,
     /// Kept current by the partition task.
     pub status: Arc<Mutex<PartitionStatus>>,
+    /// Marked by the engine.
+    pub heartbeat: Arc<Heartbeat>,
 }
 
 struct Registered {
     controls: mpsc::Sender<Control>,
     inputs: mpsc::Sender<TaskQuery>,
     status: Arc<Mutex<PartitionStatus>>,
+    heartbeat: Arc<Heartbeat>,
 }
 
 /// This instance's partitions, for the operations API.
@@ -342,18 +447,21 @@ impl Controls {
             recovering: true,
             ..PartitionStatus::default()
         }));
+        let heartbeat = Arc::new(Heartbeat::default());
         lock(&self.partitions).insert(
             partition,
             Registered {
                 controls: tx,
                 inputs,
                 status: status.clone(),
+                heartbeat: heartbeat.clone(),
             },
         );
         PartitionControls {
             messages: rx,
             input_queries,
             status,
+            heartbeat,
         }
     }
 
@@ -377,6 +485,14 @@ impl Controls {
     /// The input topic's partition count (0 before the start has read it).
     pub fn input_partitions(&self) -> i32 {
         self.input_partitions.load(Ordering::Relaxed)
+    }
+
+    /// A partition whose engine has had work but not turned for longer than `timeout`,
+    /// and for how long.
+    pub fn stalled(&self, timeout: Duration) -> Option<(i32, Duration)> {
+        lock(&self.partitions)
+            .iter()
+            .find_map(|(p, r)| r.heartbeat.stuck_for(timeout).map(|d| (*p, d)))
     }
 
     /// The partitions this instance owns.

@@ -60,7 +60,7 @@
 //! or being handled): it stays small, and empties as the runtime catches up.
 
 use crate::clock::{millis, Clock, Millis};
-use crate::control::{Control, Pause, WatchState, WatchStatus};
+use crate::control::{Control, Heartbeat, Pause, WatchState, WatchStatus};
 use crate::internal_events::{
     HostHeld, InputAlreadyWatching, PollFailed, PollRateLimited, PollStarted, PollSucceeded,
     RetryAfterCapped, WatchPolledByOperator, WatchRestored, WatchStarted, WatchStoppedByOperator,
@@ -231,6 +231,8 @@ pub struct Engine<P: Poller> {
     controls: Option<Controls>,
     /// Whether the operations API is connected (the last errors are kept only then).
     controls_connected: bool,
+    /// The group's pauses (as in [`Controls`]), for dispatching and for statuses.
+    controls_pause: Option<Arc<Pause>>,
     /// The error of the last poll of each watch whose polls fail (only those: see
     /// `control.rs`).
     last_errors: HashMap<Bytes, String>,
@@ -241,7 +243,21 @@ struct Controls {
     messages: mpsc::Receiver<Control>,
     pause: Arc<Pause>,
     partition: i32,
+    heartbeat: Arc<Heartbeat>,
 }
+
+/// Debug builds only, for the test of `/healthz`'s stall check (tests/ops.rs): with
+/// `WATCHBRIDGE_TEST_STALL_ENGINE=<partition>`, that partition's engine stops turning once
+/// it has a watch, as a deadlocked one would.
+#[cfg(debug_assertions)]
+fn test_stall(partition: Option<i32>) -> bool {
+    let asked = std::env::var("WATCHBRIDGE_TEST_STALL_ENGINE").ok();
+    partition.is_some_and(|p| asked.is_some_and(|a| a.trim() == p.to_string()))
+}
+
+/// How often a watch paused on its own is looked at again (its resume takes effect within
+/// this).
+const PAUSED_WATCH_RECHECK_MS: Millis = 1_000;
 
 /// Why `run` returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -275,6 +291,7 @@ impl<P: Poller> Engine<P> {
             ended: config.remember_ended.then(HashSet::new),
             controls: None,
             controls_connected: false,
+            controls_pause: None,
             last_errors: HashMap::new(),
         }
     }
@@ -286,11 +303,14 @@ impl<P: Poller> Engine<P> {
         messages: mpsc::Receiver<Control>,
         pause: Arc<Pause>,
         partition: i32,
+        heartbeat: Arc<Heartbeat>,
     ) -> Self {
+        self.controls_pause = Some(pause.clone());
         self.controls = Some(Controls {
             messages,
             pause,
             partition,
+            heartbeat,
         });
         self.controls_connected = true;
         self
@@ -308,7 +328,22 @@ impl<P: Poller> Engine<P> {
         let mut spare_permit: Option<OwnedSemaphorePermit> = None;
         let mut controls = self.controls.take();
         let pause = controls.as_ref().map(|c| c.pause.clone());
+        let heartbeat = controls.as_ref().map(|c| c.heartbeat.clone());
+        if let Some(heartbeat) = &heartbeat {
+            heartbeat.sends_to(&events);
+        }
+        #[cfg(debug_assertions)]
+        let mut stall = test_stall(controls.as_ref().map(|c| c.partition));
         let ended = loop {
+            if let Some(heartbeat) = &heartbeat {
+                heartbeat.turned(!self.table.is_empty() || !self.in_flight.is_empty());
+            }
+            #[cfg(debug_assertions)]
+            if stall && !self.table.is_empty() {
+                // The stalled engine of `test_stall`: stuck for good, as a deadlock would be.
+                stall = false;
+                std::future::pending::<()>().await;
+            }
             let now = self.clock.now_ms();
             let paused = pause.as_ref().is_some_and(|p| p.is_paused());
             let blocked = match paused {
@@ -473,6 +508,12 @@ impl<P: Poller> Engine<P> {
                 *spare_permit = Some(permit);
                 continue;
             };
+            if self.is_paused_alone(id) {
+                // Paused on its own: looked at again in a second, keeping its place.
+                self.table.defer(id, now + PAUSED_WATCH_RECHECK_MS);
+                *spare_permit = Some(permit);
+                continue;
+            }
             if let Some(host) = self.poller.rate_key(&input) {
                 if let Err(wait) = self.limits.check_host(&host) {
                     PollRateLimited { host: &host, wait }.emit(&self.metrics);
@@ -508,6 +549,16 @@ impl<P: Poller> Engine<P> {
             });
         }
         Ok(false)
+    }
+
+    /// Whether `id`'s watch was paused on its own (`POST /watches/{key}/pause`).
+    fn is_paused_alone(&self, id: WatchId) -> bool {
+        let Some(pause) = &self.controls_pause else {
+            return false;
+        };
+        self.table
+            .watch(id)
+            .is_some_and(|w| pause.is_key_paused(w.key()))
     }
 
     async fn complete(&mut self, done: Done, events: &mpsc::Sender<Event>) -> Result<(), Ended> {
@@ -743,6 +794,10 @@ impl<P: Poller> Engine<P> {
             seen_outputs: watch.seen().len(),
             hold_ms: progress.hold,
             termination: termination.describe(watch.termination(), self.clock.now_ms()),
+            paused: self
+                .controls_pause
+                .as_ref()
+                .is_some_and(|p| p.is_paused() || p.is_key_paused(watch.key())),
         })
     }
 

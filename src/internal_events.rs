@@ -755,7 +755,8 @@ impl WatchPolledByOperator<'_> {
     }
 }
 
-/// An operator paused or resumed this instance's polling (`POST /pause`, `POST /resume`).
+/// The group's pause, given by an operator to any instance (`POST /pause`, `POST /resume`),
+/// applied by this one from the control topic (at start too: it holds through restarts).
 pub struct PollingPaused {
     pub paused: bool,
 }
@@ -763,16 +764,32 @@ pub struct PollingPaused {
 impl PollingPaused {
     pub fn emit(&self, m: &Metrics) {
         match self.paused {
-            true => {
-                tracing::warn!("polling paused by an operator (POST /pause): no watch of this instance polls until POST /resume");
-                m.control_actions.with_label_values(&["pause"]).inc();
-            }
-            false => {
-                tracing::warn!("polling resumed by an operator (POST /resume)");
-                m.control_actions.with_label_values(&["resume"]).inc();
-            }
+            true => tracing::warn!("polling paused by an operator's order (POST /pause, kept on the control topic): no watch of the group polls until POST /resume"),
+            false => tracing::info!("polling resumed by an operator's order (POST /resume)"),
         }
         m.polling_paused.set(i64::from(self.paused));
+    }
+}
+
+/// An order an operator gave this instance's control API: `pause` or `resume` (of every
+/// watch, or of `key`'s), `restart` or `reset` (of `key`'s watch, or of every failed one).
+pub struct ControlAction<'a> {
+    pub action: &'static str,
+    pub key: Option<&'a [u8]>,
+}
+
+impl ControlAction<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        match self.key {
+            Some(key) => {
+                tracing::warn!(action = self.action, key = %KeyDisplay(key), "an operator's order for one watch was given")
+            }
+            None => tracing::warn!(
+                action = self.action,
+                "an operator's order for the group was given"
+            ),
+        }
+        m.control_actions.with_label_values(&[self.action]).inc();
     }
 }
 
@@ -939,6 +956,9 @@ pub enum DelayReason {
     Refused,
     /// Its transactions aborted more than once in a row: a backoff.
     Aborted,
+    /// Its state holds records of a newer format version than this build reads
+    /// (`state::versions`): a backoff.
+    NewerState,
 }
 
 impl RestartDelayed {
@@ -984,6 +1004,12 @@ impl RestartDelayed {
                  dead-lettered or given up (its watch still owes it); it tries again after this \
                  backoff (docs/brokers.md, \"Least privilege\")"
             ),
+            DelayReason::NewerState => tracing::warn!(
+                partition,
+                wait_ms,
+                "the partition reads its state again after this backoff (a record of a newer \
+                 state format: the error above)"
+            ),
         }
         let reason = match self.reason {
             DelayReason::Fenced => "fenced",
@@ -991,6 +1017,7 @@ impl RestartDelayed {
             DelayReason::Settling => "settling",
             DelayReason::Refused => "refused",
             DelayReason::Aborted => "aborted",
+            DelayReason::NewerState => "newer_state",
         };
         m.partition_restarts_delayed
             .with_label_values(&[reason])

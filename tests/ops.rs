@@ -258,7 +258,7 @@ async fn probes_metrics_and_json_logs_follow_the_bridge_through_its_life() {
         .iter()
         .find(|l| {
             l["message"]
-                == "serving /metrics, /healthz, /readyz, /watches and /partitions (WATCHBRIDGE_METRICS_ADDR)"
+                == "serving /metrics, /healthz, /readyz and /version (WATCHBRIDGE_METRICS_ADDR)"
         })
         .unwrap();
     assert_eq!(serving["address"], format!("127.0.0.1:{port}"));
@@ -389,4 +389,44 @@ async fn a_bounded_run_is_ready_while_it_works() {
     assert!(log.contains("bounded run complete"), "{log}");
     assert!(log.contains("not ready"), "{log}");
     assert_eq!(ops.get("/readyz").await, None);
+}
+
+/// Liveness sees a stalled engine: partition 1's engine stops turning once it has a watch
+/// (`WATCHBRIDGE_TEST_STALL_ENGINE`, a hook of debug builds that stands for a deadlock), and
+/// `/healthz` fails within WATCHBRIDGE_STALL_TIMEOUT, naming the partition; the other
+/// partition's engine, and an idle instance, keep `/healthz` at 200.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_engine_fails_liveness() {
+    let server = TestServer::start(|seen: &Seen| feeds(seen, false)).await;
+    let s = Setup::new("stall", 2).await;
+    let port = free_port();
+    let mut env = env_on(&s, &server, port);
+    env.extend([
+        ("WATCHBRIDGE_STALL_TIMEOUT", "2s".to_string()),
+        ("WATCHBRIDGE_TEST_STALL_ENGINE", "1".to_string()),
+        ("WATCHBRIDGE_POLL_INTERVAL", "200ms".to_string()),
+    ]);
+    let mut bridge = Bridge::spawn(&env);
+    let ops = Ops::new(port);
+    ops.wait_until(&bridge, "/readyz", Duration::from_secs(60), |a| {
+        a.is_some_and(|(status, _)| *status == 200)
+    })
+    .await;
+    // Partition 0's watch works; nothing is stalled.
+    produce_user_to(&s.input, Some(0), 1).await;
+    wait_for_outputs(&s.output, 2, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(ops.get("/healthz").await.map(|a| a.0), Some(200));
+    // Partition 1's engine takes a watch, and stops turning.
+    produce_user_to(&s.input, Some(1), 2).await;
+    let (_, body) = ops
+        .wait_until(&bridge, "/healthz", Duration::from_secs(30), |a| {
+            a.is_some_and(|(status, _)| *status == 503)
+        })
+        .await
+        .unwrap();
+    assert!(body.contains("input partition 1"), "{body}");
+    assert!(body.contains("WATCHBRIDGE_STALL_TIMEOUT"), "{body}");
+    let _ = bridge.child.kill();
+    let _ = bridge.child.wait();
 }

@@ -188,6 +188,7 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         mode: Mode::Streaming,
         metrics_addr: "off".into(),
         admin_token: None,
+        operations: watchbridge::config::OperationsArgs::off(),
         poller: PollerArgs {
             poller: PollerKind::Http,
             poll_timeout: Duration::from_secs(10),

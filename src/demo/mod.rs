@@ -201,6 +201,7 @@ fn bridge_config(args: &DemoArgs, formats: FormatArgs) -> Result<RunConfig, Conf
         // The demo prints its metrics itself (`--metrics`); no port to collide with a bridge.
         metrics_addr: "off".into(),
         admin_token: None,
+        operations: crate::config::OperationsArgs::off(),
         poller: PollerArgs {
             poller: PollerKind::Http,
             poll_timeout: args.poll_timeout,

@@ -406,10 +406,10 @@ pub struct TopicLayout {
     pub output_partitions: i32,
 }
 
-/// Make sure the input, output, dead-letter, watermark and state topics exist. Missing ones
-/// are created (when allowed): the input topic with `WATCHBRIDGE_PARTITIONS`; output,
-/// dead-letter and state topics with the input topic's count; the watermark topic with one
-/// partition. Watermark and state topics are compacted (only the latest value per key
+/// Make sure the input, output, dead-letter, watermark, state and control topics exist.
+/// Missing ones are created (when allowed): the input topic with `WATCHBRIDGE_PARTITIONS`;
+/// output, dead-letter and state topics with the input topic's count; the watermark and
+/// control topics with one partition. Watermark, state and control topics are compacted (only the latest value per key
 /// matters). A state topic whose partition count differs from the input's is refused.
 /// `client`: the start's client, with the topics [`wait_for_brokers`] found.
 pub async fn ensure_topics(
@@ -439,6 +439,10 @@ pub async fn ensure_topics(
         NeededTopic {
             var: "WATCHBRIDGE_STATE_TOPIC",
             name: &config.state_topic,
+        },
+        NeededTopic {
+            var: "WATCHBRIDGE_CONTROL_TOPIC",
+            name: &config.operations.control_topic,
         },
     ];
     // A topic the principal may not DESCRIBE is left out of the listing as if it were
@@ -478,12 +482,16 @@ pub async fn ensure_topics(
         .filter(|t| existing.partitions(t.name).is_none())
         .map(|t| NewTopicSpec {
             name: t.name,
-            partitions: if t.name == config.watermark_topic {
+            partitions: if t.name == config.watermark_topic
+                || t.name == config.operations.control_topic
+            {
                 1
             } else {
                 *input_partitions.get_or_insert(config.partitions)
             },
-            compacted: t.name == config.watermark_topic || t.name == config.state_topic,
+            compacted: t.name == config.watermark_topic
+                || t.name == config.state_topic
+                || t.name == config.operations.control_topic,
         })
         .collect();
     let results = match embedded {
@@ -518,6 +526,7 @@ pub async fn ensure_topics(
         &config.dlq_topic,
         &config.watermark_topic,
         &config.state_topic,
+        &config.operations.control_topic,
     ];
     // Created topics reach every broker's metadata a moment later: wait for them. Where
     // nothing was created, the metadata already read is the answer.

@@ -330,6 +330,11 @@ impl<P: Resolve> Partitions<P> {
                         backoff
                     }
                 }
+                // Nothing was sent: no delivery window to wait out.
+                Ending::NewerState => {
+                    let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+                    waiting.newer_state(partition, report.position, bounds, now)
+                }
                 Ending::Restart if self.shared.transactions.is_some() => {
                     let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
                     match waiting.aborted(partition, report.position, bounds, now) {
@@ -357,6 +362,7 @@ impl<P: Resolve> Partitions<P> {
             let reason = match report.ending {
                 Ending::Fenced => DelayReason::Fenced,
                 Ending::Refused => DelayReason::Refused,
+                Ending::NewerState => DelayReason::NewerState,
                 Ending::Restart if self.shared.transactions.is_some() => DelayReason::Aborted,
                 _ => DelayReason::FailedDelivery,
             };
@@ -410,12 +416,14 @@ impl<P: Resolve> Partitions<P> {
             }
         };
         for (partition, waiting, ours) in due {
-            self.wait_over(partition);
             if ours {
                 self.restart_or_leave(consumer, partition, waiting.position, waiting.bounds);
             } else {
                 self.leave_waiting(partition, waiting.bounds);
             }
+            // After the restart, which counts the partition as recovering: `/readyz` never
+            // says ready in between.
+            self.wait_over(partition);
         }
     }
 
@@ -464,6 +472,8 @@ impl<P: Resolve> Partitions<P> {
             DelayReason::Settling => "its outputs back once records sent for it before (by this instance or its previous owner) have settled on the brokers",
             DelayReason::Aborted => "its inputs again after a backoff: its transactions abort again and again (the errors are logged; a topic the authorizer refuses to the transaction is one cause); nothing was dead-lettered or given up",
             DelayReason::Refused => "its inputs again after a backoff: the brokers refused it a write or a read (an ACL missing; the error is logged, docs/brokers.md \"Least privilege\"); nothing was dead-lettered or given up",
+            // The task said which record and which versions (`partition/state.rs`): kept.
+            DelayReason::NewerState => return,
         };
         let what = format!("{what} (a wait of {} ms)", wait.as_millis());
         let shared = &self.shared;

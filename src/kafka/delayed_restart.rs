@@ -47,6 +47,12 @@
 //! partition waits a backoff (1 s doubling to a minute) before it tries again, its input not
 //! committed and nothing dead-lettered; `/readyz` says why meanwhile.
 //!
+//! **Newer state** (a state record of a newer format version than this build reads,
+//! `state::versions`): the partition started nothing and wrote nothing; it waits the same
+//! backoff before it reads its state again, so that a roll forward (or the rest of a rolling
+//! upgrade, which moves the partition to an instance that reads it) is taken up within a
+//! minute, and a rollback that lasts costs one read of the state partition a minute.
+//!
 //! A waiting partition is paused (nothing it fetched meanwhile would be used) and does not
 //! restart once the group has taken it away.
 
@@ -106,6 +112,19 @@ impl DelayedRestarts {
     /// `kafka::refusal`): it waits its backoff, 1 s doubling to a minute, so that a refusal
     /// that lasts costs a request a minute, and a grant is taken up within one.
     pub fn refused(
+        &mut self,
+        partition: i32,
+        position: Option<i64>,
+        bounds: Option<Bounds>,
+        now: Instant,
+    ) -> Duration {
+        self.backoff(partition, position, bounds, Duration::ZERO, now)
+    }
+
+    /// `partition`'s recovery found state records of a newer format version at `now`: it
+    /// waits its backoff, as a refused one does (1 s doubling to a minute), and reads its
+    /// state again.
+    pub fn newer_state(
         &mut self,
         partition: i32,
         position: Option<i64>,
@@ -317,6 +336,33 @@ mod tests {
         // Quiet for long: the backoff starts over.
         let later = t0 + Duration::from_secs(8) + QUIET + Duration::from_secs(1);
         assert_eq!(fenced.fenced(3, Some(10), None, CONFIRM, later), CONFIRM);
+    }
+
+    #[test]
+    fn a_partition_with_newer_state_backs_off_to_a_minute_and_starts_over_after_a_quiet_spell() {
+        let mut restarts = DelayedRestarts::default();
+        let t0 = Instant::now();
+        let secs: Vec<u64> = (0..9)
+            .map(|i| {
+                restarts
+                    .newer_state(1, None, None, t0 + Duration::from_secs(i))
+                    .as_secs()
+            })
+            .collect();
+        assert_eq!(secs, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        let due = restarts.take_due(t0 + Duration::from_secs(8 + 60));
+        assert_eq!(
+            due.iter()
+                .map(|(p, w)| (*p, w.position))
+                .collect::<Vec<_>>(),
+            [(1, None)],
+            "from the group's commit, which it never moved"
+        );
+        let later = t0 + Duration::from_secs(8) + QUIET + Duration::from_secs(1);
+        assert_eq!(
+            restarts.newer_state(1, None, None, later),
+            Duration::from_secs(1)
+        );
     }
 
     #[test]

@@ -698,6 +698,14 @@ impl DurableState {
         })
     }
 
+    /// Forget that `key`'s watch finished (an operator resets it: its input starts it
+    /// again). Returns whether it had. A watch that ended but is not written finished yet
+    /// is not forgotten: its input then meets it as finished, and the reset can be asked
+    /// again.
+    pub fn forget_finished(&mut self, key: &[u8]) -> bool {
+        self.finished.remove(key).is_some()
+    }
+
     /// Outputs the read-back found for a watch with no live record.
     pub fn preseen(&mut self, key: Bytes, hashes: Vec<OutputHash>) {
         self.preseen.insert(key, hashes);

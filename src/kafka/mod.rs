@@ -1,4 +1,4 @@
-//! The Kafka side of the bridge: the consumer thread and its rebalance callbacks
+//! The Kafka side of the bridge: the group's standing orders ([`control_topic`]), the watches the state topic remembers, for any instance ([`state_lookup`]), the consumer thread and its rebalance callbacks
 //! ([`consumer`]), one task per assigned input partition ([`partition`]), input decoding
 //! ([`input`]), the records written ([`records`]) and their delivery reports
 //! ([`reports`]), commit discipline ([`offsets`]), first and end offsets
@@ -13,6 +13,7 @@
 
 pub mod client;
 pub mod consumer;
+pub mod control_topic;
 pub mod delayed_restart;
 pub mod durable;
 pub mod embedded;
@@ -32,6 +33,7 @@ pub mod records;
 pub mod recovery;
 pub mod refusal;
 pub mod reports;
+pub mod state_lookup;
 pub mod stats;
 pub mod tools;
 pub mod transaction_timeout;

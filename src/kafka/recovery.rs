@@ -30,8 +30,8 @@ use crate::pollers::{OutputKeyReader, ReadOutputKey, Resolve};
 use crate::reason::TerminatedReason;
 use crate::seen::{hash_key, OutputHash, SeenSet};
 use crate::state::{
-    decode_entry, Entry, OutputOffsets, Part, SeenChunk, SeenJournal, WatchRecord,
-    DEFAULT_CHUNK_HASHES,
+    decode_entry, DecodeError, Entry, NewerRecord, OutputOffsets, Part, SeenChunk, SeenJournal,
+    WatchRecord, DEFAULT_CHUNK_HASHES,
 };
 use bytes::Bytes;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -101,6 +101,10 @@ pub struct Found {
     pub unidentified: u64,
     /// State records that did not decode (logged; left in place).
     pub undecodable: u64,
+    /// State records written by a newer format version (latest of their keys): the
+    /// partition must not start (`state::versions`). The read stops after the state topic
+    /// then, and nothing else in this is complete.
+    pub newer: Vec<NewerRecord>,
     /// Keys of seen chunks with no live watch record (left by a crash while a watch was
     /// being deleted, or before its first record): to delete.
     pub orphans: Vec<Vec<u8>>,
@@ -409,6 +413,10 @@ fn read_with(
         },
     )?;
     fold_state(latest, &mut found, partition);
+    if !found.newer.is_empty() {
+        // The partition stops (`state::versions`): nothing more to read.
+        return Ok(found);
+    }
     // 2. The output topic from the checkpoint's offsets (from the start without one).
     let offsets: HashMap<i32, i64> = found
         .offsets
@@ -554,6 +562,12 @@ fn fold_state(latest: HashMap<Vec<u8>, (i64, Option<Vec<u8>>)>, found: &mut Foun
             }
             Ok(Entry::StartsDeleted { seq }) => found.last_starts = found.last_starts.max(seq),
             Ok(Entry::Mode(mode)) => found.mode = mode.map(|m| m.mode),
+            // Logged by the partition, with what it does about it.
+            Err(DecodeError::NewerVersion { found: version }) => found.newer.push(NewerRecord {
+                key,
+                offset,
+                version,
+            }),
             Err(e) => {
                 found.undecodable += 1;
                 tracing::error!(
@@ -1390,6 +1404,50 @@ mod tests {
         let plan = topic.recover(later + 2 * 30_000 + 2);
         assert_eq!(sorted_keys(&plan), ["a", "b"]);
         assert!(plan.state.is_finished(b"c"));
+    }
+
+    /// A record of a newer format version is listed for the partition to stop on (it is not
+    /// taken for damage, nor tombstoned as an orphan's chunk); a damaged record of this
+    /// version is skipped and counted as before; a newer record replaced by a later one of
+    /// this version (its key's latest) stops nothing.
+    #[test]
+    fn a_newer_format_record_is_listed_and_a_damaged_one_is_skipped() {
+        let mut topic = Compacted::default();
+        let newer = |v: Vec<u8>| [&[crate::state::FORMAT_VERSION + 1][..], &v[1..]].concat();
+        let live = record("x", r#"{"id":9}"#, 0, None);
+        topic.put(state_key(b"x", Part::Watch), Some(newer(live.encode())));
+        let chunk = SeenChunk::new(0, vec![h("y1")]).unwrap();
+        topic.put(state_key(b"y", Part::Seen(0)), Some(newer(chunk.encode())));
+        let mut damaged = record("z", r#"{"id":8}"#, 0, None).encode();
+        damaged.truncate(10);
+        topic.put(state_key(b"z", Part::Watch), Some(damaged));
+        let mut found = Found::default();
+        fold_state(topic.latest.clone(), &mut found, 0);
+        found.newer.sort_by_key(|r| r.offset);
+        assert_eq!(
+            found.newer,
+            vec![
+                NewerRecord {
+                    key: b"1:x/w".to_vec(),
+                    offset: 0,
+                    version: 2
+                },
+                NewerRecord {
+                    key: b"1:y/s/0".to_vec(),
+                    offset: 1,
+                    version: 2
+                },
+            ]
+        );
+        assert_eq!(found.undecodable, 1, "the damaged one");
+        assert!(found.live.is_empty() && found.orphans.is_empty());
+
+        topic.put(state_key(b"x", Part::Watch), Some(live.encode()));
+        topic.put(state_key(b"y", Part::Seen(0)), None);
+        let mut found = Found::default();
+        fold_state(topic.latest.clone(), &mut found, 0);
+        assert!(found.newer.is_empty());
+        assert_eq!(found.live.len(), 1);
     }
 
     #[test]

@@ -114,12 +114,25 @@ pub fn read_topic(
     topic: &str,
     only: Option<i32>,
     to_end: bool,
+    each: impl FnMut(&BorrowedMessage<'_>) -> std::io::Result<()>,
+) -> Result<usize, ReadError> {
+    let mut config = client(brokers, ClientKind::Consumer).map_err(ReadError::Kafka)?;
+    config.set("group.id", "watchbridge-consume");
+    read_topic_with(config, brokers, topic, only, to_end, each)
+}
+
+/// [`read_topic`] with a consumer made from `config` (the bridge's own settings: its
+/// security, its group id), read `read_committed` unless `config` says otherwise.
+pub fn read_topic_with(
+    mut config: ClientConfig,
+    brokers: &str,
+    topic: &str,
+    only: Option<i32>,
+    to_end: bool,
     mut each: impl FnMut(&BorrowedMessage<'_>) -> std::io::Result<()>,
 ) -> Result<usize, ReadError> {
     let kafka = ReadError::Kafka;
-    let consumer: BaseConsumer = client(brokers, ClientKind::Consumer)
-        .map_err(kafka)?
-        .set("group.id", "watchbridge-consume")
+    let consumer: BaseConsumer = config
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "50")
         // The end of a partition is where the consumer's position reaches its end offset,

@@ -10,8 +10,9 @@ use crate::reason::TerminatedReason;
 use crate::seen::OutputHash;
 use bytes::Bytes;
 
-/// The version byte every record value starts with. A reader refuses other versions rather
-/// than guessing; a format change bumps it and teaches the reader the old one too.
+/// The version byte every record value starts with, and the one this build writes. A reader
+/// refuses other versions rather than guessing; a format change bumps it and teaches the
+/// reader the old one too (the rules, and how a change is rolled out: [`super::versions`]).
 pub const FORMAT_VERSION: u8 = 1;
 
 /// Most hashes one seen chunk may hold (16 bytes each: 512 KiB), so a chunk record stays well
@@ -51,10 +52,15 @@ pub const MODE_KEY: &[u8] = b"~mode";
 /// Why bytes read from the state topic are not a state record (or key).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// A version this build never wrote and no build will (0): damage.
     #[error(
         "unsupported state format version {found} (this build reads version {FORMAT_VERSION})"
     )]
     Version { found: u8 },
+    /// Written by a newer build: not damage, but state this build cannot read. A recovery
+    /// stops the partition on it rather than skip it ([`super::versions`]).
+    #[error("written by state format version {found}; this build reads version {FORMAT_VERSION}")]
+    NewerVersion { found: u8 },
     #[error("unknown state record type {found}")]
     UnknownType { found: u8 },
     #[error("truncated at byte {at}: {field} needs {needed} byte(s), {available} left")]
@@ -424,7 +430,16 @@ impl Starts {
         for _ in 0..count {
             let at = r.pos;
             let bytes = r.bytes("member")?;
-            match Record::decode(bytes)? {
+            // A member's version is its starts record's: another one inside is damage.
+            let member = Record::decode(bytes).map_err(|e| match e {
+                DecodeError::NewerVersion { found } => DecodeError::Invalid {
+                    at,
+                    field: "member",
+                    detail: format!("format version {found} inside a version-1 starts record"),
+                },
+                e => e,
+            })?;
+            match member {
                 Record::Watch(w) if w.finished.is_none() && w.seen_chunks == 0 => watches.push(w),
                 _ => {
                     return Err(DecodeError::Invalid {
@@ -520,6 +535,16 @@ pub enum Entry {
 /// that it is the record its key names: a watch record under `/w` with the same watch key,
 /// chunk `n` under `/s/<n>`.
 pub fn decode_entry(key: &[u8], value: Option<&[u8]>) -> Result<Entry, DecodeError> {
+    // A newer version first, under any key of the format's (a watch's starts with a digit,
+    // the others with `~`), even one this build cannot parse: a later format may spell its
+    // keys otherwise, and its record must not pass for a damaged one. A key outside those
+    // is no state record of any version (a foreign record: skipped as before).
+    let ours = matches!(key.first(), Some(b'0'..=b'9' | b'~'));
+    if let Some(&found) = value.and_then(<[u8]>::first).filter(|_| ours) {
+        if found > FORMAT_VERSION {
+            return Err(DecodeError::NewerVersion { found });
+        }
+    }
     if key == OUTPUT_OFFSETS_KEY {
         return match value.map(Record::decode).transpose()? {
             Some(Record::OutputOffsets(o)) => Ok(Entry::OutputOffsets(o)),
@@ -772,6 +797,9 @@ impl Record {
     pub fn decode(value: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader { buf: value, pos: 0 };
         let version = r.u8("format version")?;
+        if version > FORMAT_VERSION {
+            return Err(DecodeError::NewerVersion { found: version });
+        }
         if version != FORMAT_VERSION {
             return Err(DecodeError::Version { found: version });
         }
@@ -1091,13 +1119,127 @@ mod tests {
         let mut v = watch_record().encode();
         v[0] = 2;
         let e = Record::decode(&v).unwrap_err();
-        assert_eq!(e, DecodeError::Version { found: 2 });
+        assert_eq!(e, DecodeError::NewerVersion { found: 2 });
         assert_eq!(
             e.to_string(),
-            "unsupported state format version 2 (this build reads version 1)"
+            "written by state format version 2; this build reads version 1"
+        );
+        v[0] = 0;
+        let e = Record::decode(&v).unwrap_err();
+        assert_eq!(e, DecodeError::Version { found: 0 });
+        assert_eq!(
+            e.to_string(),
+            "unsupported state format version 0 (this build reads version 1)"
         );
         let e = Record::decode(&[1, 9]).unwrap_err();
         assert_eq!(e.to_string(), "unknown state record type 9");
+    }
+
+    /// The records a real bridge wrote in format version 1 (`tests/fixtures/state-v1.json`,
+    /// which `tests/upgrades.rs` restores on a broker) decode under their keys and encode
+    /// back to the same bytes: a change to the format that would misread them fails here.
+    #[test]
+    fn the_golden_records_of_version_1_decode_and_encode_back_to_the_same_bytes() {
+        let fixture: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/state-v1.json")).unwrap();
+        assert_eq!(fixture["format_version"], 1);
+        let unhex = |v: &serde_json::Value| -> Option<Vec<u8>> {
+            let text = v.as_str()?;
+            Some(
+                (0..text.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+                    .collect(),
+            )
+        };
+        let mut kinds = std::collections::BTreeSet::new();
+        for r in fixture["records"].as_array().unwrap() {
+            let key = unhex(&r["key_hex"]).unwrap();
+            let value = unhex(&r["value_hex"]);
+            let entry = decode_entry(&key, value.as_deref());
+            assert!(entry.is_ok(), "{r}: {entry:?}");
+            if let Some(value) = value {
+                assert_eq!(Record::decode(&value).unwrap().encode(), value, "{r}");
+            }
+            kinds.insert(r["kind"].as_str().unwrap().to_string());
+        }
+        for kind in [
+            "live watch",
+            "finished watch",
+            "seen chunk",
+            "output offsets",
+            "mode",
+        ] {
+            assert!(kinds.contains(kind), "{kind} not in the fixture: {kinds:?}");
+        }
+    }
+
+    /// A record of a newer version is named as such under any key of the format's (a digit
+    /// or `~` first), even one this build cannot parse (a later format may spell keys
+    /// otherwise), and never as damage; under a foreign key, or inside a version-1 starts
+    /// record, the same byte is damage.
+    #[test]
+    fn a_newer_version_is_told_apart_from_damage_under_any_key() {
+        let newer = |mut v: Vec<u8>| {
+            v[0] = FORMAT_VERSION + 1;
+            v
+        };
+        let w = newer(watch_record().encode());
+        let keys: [&[u8]; 5] = [
+            b"1:k/w",
+            OUTPUT_OFFSETS_KEY,
+            MODE_KEY,
+            b"~starts/3",
+            b"7:later/x/format",
+        ];
+        for key in keys {
+            assert_eq!(
+                decode_entry(key, Some(&w)),
+                Err(DecodeError::NewerVersion { found: 2 }),
+                "{}",
+                String::from_utf8_lossy(key)
+            );
+        }
+        assert_eq!(
+            decode_entry(b"1:k/w", Some(&[0xff])),
+            Err(DecodeError::NewerVersion { found: 0xff })
+        );
+        assert!(matches!(
+            decode_entry(b"1:k/w", None),
+            Ok(Entry::Tombstone { .. })
+        ));
+        // A key of no state record's: a foreign record, whatever its first byte.
+        assert!(matches!(
+            decode_entry(b"junk", Some(&w)),
+            Err(DecodeError::Key(_))
+        ));
+        // Damage of the current version stays damage.
+        let mut damaged = watch_record().encode();
+        damaged[1] = 9;
+        assert_eq!(
+            decode_entry(b"1:k/w", Some(&damaged)),
+            Err(DecodeError::UnknownType { found: 9 })
+        );
+        let mut member = watch_record();
+        member.finished = None;
+        member.seen_chunks = 0;
+        let mut starts = Starts {
+            seq: 1,
+            watches: vec![member],
+        }
+        .encode();
+        starts[14] = FORMAT_VERSION + 1; // the member's own version byte
+        let e = decode_entry(b"~starts/1", Some(&starts)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                DecodeError::Invalid {
+                    field: "member",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]

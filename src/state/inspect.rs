@@ -5,7 +5,8 @@
 //! every partition, or one, from the beginning to the end offsets present at the start.
 //! Each record is decoded with [`decode_entry`], the bridge's own reader, and described by
 //! [`describe`], which is pure. A record that does not decode is a line of kind
-//! `undecodable` with the error and its bytes; the reading goes on.
+//! `undecodable` with the error and its bytes, or `newer_version` if a newer build wrote it;
+//! the reading goes on.
 //!
 //! Every line has `partition`, `offset`, `timestamp` (RFC 3339, `null` if the record has
 //! none) and `timestamp_ms`, `kind`, `key` (the watch key; `null` for records that are not
@@ -21,6 +22,7 @@
 //! | `output_offsets` | `offsets`: `[{partition, offset}]` |
 //! | `mode`           | `mode`: the guarantee of the partition's last writer |
 //! | `starts`         | `seq`, `member_count`, `members` (`[{key, arrived, next_poll, polls}]`); with `--key`, `member`: that watch's fields as in a `watch` line |
+//! | `newer_version`  | `version` (the format version it was written by), `error`, `value_base64`: a record of a newer build, which this one cannot read; its partition stops at recovery (`super::versions`) |
 //! | `undecodable`    | `error`, `value_base64` (`null` for a record with no value) |
 
 use std::io::Write;
@@ -34,7 +36,7 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::codec::{
-    decode_entry, parse_state_key, Entry, OutputOffsets, Part, Starts, WatchRecord,
+    decode_entry, parse_state_key, DecodeError, Entry, OutputOffsets, Part, Starts, WatchRecord,
     OUTPUT_OFFSETS_KEY,
 };
 use crate::clock::Millis;
@@ -61,7 +63,8 @@ pub struct Summary {
     pub read: usize,
     /// Lines printed (after `--key`).
     pub printed: usize,
-    /// Of those, lines of kind `undecodable`.
+    /// Of those, lines of kind `undecodable` or `newer_version`: records this build cannot
+    /// read.
     pub undecodable: usize,
 }
 
@@ -87,7 +90,7 @@ pub fn inspect(
             return Ok(());
         };
         summary.printed += 1;
-        if line.kind() == Some("undecodable") {
+        if matches!(line.kind(), Some("undecodable" | "newer_version")) {
             summary.undecodable += 1;
         }
         writeln!(out, "{line}")
@@ -198,7 +201,13 @@ pub fn describe(
             if options.key.is_some() {
                 wanted(watch_key?).then_some(())?;
             }
-            kind(&mut line, "undecodable", watch_key, record_key);
+            match e {
+                DecodeError::NewerVersion { found } => {
+                    kind(&mut line, "newer_version", watch_key, record_key);
+                    line.insert("version".into(), found.into());
+                }
+                _ => kind(&mut line, "undecodable", watch_key, record_key),
+            }
             line.insert("error".into(), e.to_string().into());
             line.insert(
                 "value_base64".into(),
@@ -508,6 +517,28 @@ mod tests {
         };
         assert!(line(b"garbage", None, &only).is_none());
         assert!(line(b"6:user-1/w", Some(b"\x01\x09"), &only).is_some());
+    }
+
+    /// A record a newer build wrote is told apart from damage: its version, and why it
+    /// cannot be read; counted with the undecodable ones.
+    #[test]
+    fn a_record_of_a_newer_format_version_is_its_own_kind() {
+        let mut v = watch(b"user-1").to_entry().unwrap().value;
+        v[0] = 2;
+        let l = line(b"6:user-1/w", Some(&v), &Options::default()).unwrap();
+        assert_eq!(l["kind"], "newer_version");
+        assert_eq!(l["key"], "user-1");
+        assert_eq!(l["version"], 2);
+        assert_eq!(
+            l["error"],
+            "written by state format version 2; this build reads version 1"
+        );
+        assert_eq!(l["value_base64"], BASE64.encode(&v));
+        let l = line(b"~mode", Some(&[3, 5]), &Options::default()).unwrap();
+        assert_eq!(
+            (&l["kind"], &l["version"]),
+            (&json!("newer_version"), &json!(3))
+        );
     }
 
     #[test]

@@ -39,10 +39,12 @@
 //! Every value starts with a format version byte ([`FORMAT_VERSION`], now 1) and a record
 //! type byte (1: watch record, 2: seen chunk, 3: output offsets, 4: starts, 5: mode); then fixed-width little-endian integers and
 //! byte strings prefixed by a u32 little-endian length, in the order the types document
-//! (`WatchRecord::encode`, `SeenChunk::encode`; the exact bytes are pinned by a test). A
+//! (`WatchRecord::encode`, `SeenChunk::encode`; the exact bytes are pinned by a test, and
+//! records a real bridge wrote by `tests/fixtures/state-v1.json`). A
 //! reader refuses a version it does not know, an unknown type, a value cut short, and bytes
 //! left over, naming what and at which byte ([`DecodeError`]); it never panics, whatever the
-//! bytes. A key plus value never exceeds [`MAX_RECORD_BYTES`] (1,000,000: under Kafka's
+//! bytes. A version newer than its own is told apart from damage
+//! ([`DecodeError::NewerVersion`]): its partition stops rather than skip it ([`versions`]). A key plus value never exceeds [`MAX_RECORD_BYTES`] (1,000,000: under Kafka's
 //! default 1 MiB limit); the `to_entry` functions refuse to make a larger one (only a watch
 //! record whose input value is itself near 1 MB can be, and the bridge starts no watch for
 //! such an input: [`Registration::check_size`]).
@@ -116,6 +118,7 @@ pub mod chunks;
 pub mod codec;
 pub mod inspect;
 pub mod snapshot;
+pub mod versions;
 
 pub use chunks::{RestoreError, SeenJournal, DEFAULT_CHUNK_HASHES};
 pub use codec::{
@@ -125,3 +128,4 @@ pub use codec::{
     OUTPUT_OFFSETS_KEY,
 };
 pub use snapshot::{Registration, FINISHED_REASON_ROOM};
+pub use versions::{NewerRecord, NewerState};

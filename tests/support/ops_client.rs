@@ -6,6 +6,8 @@ use std::time::Duration;
 pub struct Ops {
     base: String,
     client: reqwest::Client,
+    /// Sent with every `GET` (the control API asks for it on reads too).
+    token: Option<String>,
 }
 
 impl Ops {
@@ -16,17 +18,26 @@ impl Ops {
                 .timeout(Duration::from_secs(5))
                 .build()
                 .unwrap(),
+            token: None,
+        }
+    }
+
+    /// A client of the control API on `port`, sending `token` with its `GET`s.
+    #[allow(dead_code)]
+    pub fn with_token(port: u16, token: &str) -> Self {
+        Self {
+            token: Some(token.to_string()),
+            ..Self::new(port)
         }
     }
 
     /// Status and body, or `None` when nothing answers.
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {
-        let response = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .ok()?;
+        let mut request = self.client.get(format!("{}{path}", self.base));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.ok()?;
         let status = response.status().as_u16();
         Some((status, response.text().await.ok()?))
     }

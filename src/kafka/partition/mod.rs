@@ -39,6 +39,7 @@ use super::input::Rejected;
 use super::offsets::{OffsetTracker, Origins};
 use super::records::{OutRecord, OutRecordParts, Source};
 use super::recovery::{self, RecoverySource};
+use super::state_lookup::{Again, CONTROL_HEADER};
 use super::stats::{BridgeProducer, ProducerSettings};
 use crate::clock::Clock;
 use crate::clock::Millis;
@@ -377,7 +378,7 @@ impl<P: Resolve> PartitionTask<P> {
                 }
                 Err(ending) => {
                     // Revoked (or stopping) before its producer could start, or it could not.
-                    recovery_over(&shared, &status, partition, false);
+                    recovery_over(&shared, &status, partition, Some(ending));
                     Stopped::before_start(partition, ending)
                 }
             };
@@ -400,6 +401,7 @@ impl<P: Resolve> PartitionTask<P> {
             messages: control_messages,
             input_queries,
             status,
+            heartbeat,
         } = controls;
         let engine = Engine::new(
             shared.poller.clone(),
@@ -414,7 +416,12 @@ impl<P: Resolve> PartitionTask<P> {
             shared.clock,
             shared.metrics.clone(),
         )
-        .with_controls(control_messages, shared.controls.pause.clone(), partition);
+        .with_controls(
+            control_messages,
+            shared.controls.pause.clone(),
+            partition,
+            heartbeat,
+        );
         let (commands, engine_commands) = mpsc::channel(256);
         let (engine_events, events) = mpsc::channel(256);
         tokio::spawn(engine.run(engine_commands, engine_events));
@@ -484,12 +491,7 @@ impl<P: Resolve> PartitionTask<P> {
 
     async fn work(&mut self) -> Stopped {
         let recovered = self.recover().await;
-        recovery_over(
-            &self.shared,
-            &self.status,
-            self.partition,
-            recovered.is_ok(),
-        );
+        recovery_over(&self.shared, &self.status, self.partition, recovered.err());
         if let Err(ending) = recovered {
             // Revoked (or stopping) before the partition could be recovered: nothing
             // started.
@@ -831,6 +833,22 @@ impl<P: Resolve> PartitionTask<P> {
                 .emit(&self.shared.metrics);
             }
         }
+        // An operator's order (`kafka/state_lookup.rs`): this input was produced again to
+        // restart its ended watch, or to reset it (start it knowing no output).
+        let again = message
+            .headers()
+            .and_then(|h| rdkafka::message::Headers::iter(h).find(|h| h.key == CONTROL_HEADER))
+            .and_then(|h| Again::of_header(h.value.unwrap_or_default()));
+        if let (Some(Again::Reset), Ok((input, ..))) = (again, &decoded) {
+            if self.durable.forget_finished(&input.key) {
+                tracing::info!(
+                    partition = self.partition,
+                    offset,
+                    key = %String::from_utf8_lossy(&input.key),
+                    "a finished watch is reset by an operator: it starts again knowing no output"
+                );
+            }
+        }
         match decoded {
             Ok((input, _, _)) if self.durable.is_finished(&input.key) => {
                 InputForFinishedWatch {
@@ -848,7 +866,19 @@ impl<P: Resolve> PartitionTask<P> {
                 let mut seen = self.durable.take_preseen(&input.key).unwrap_or_default();
                 let restart = self.durable.take_failed(&input.key);
                 let stale_chunks = restart.as_ref().map_or(0, |r| r.chunks);
-                if let Some(restart) = restart {
+                if again == Some(Again::Reset) {
+                    // Reset: what its earlier runs found is forgotten (their chunks are
+                    // still deleted after its first record).
+                    seen.clear();
+                    if restart.is_some() {
+                        tracing::info!(
+                            partition = self.partition,
+                            offset,
+                            key = %String::from_utf8_lossy(&input.key),
+                            "a failed watch is reset by an operator: it starts again knowing no output"
+                        );
+                    }
+                } else if let Some(restart) = restart {
                     FailedWatchRestarted {
                         key: &input.key,
                         partition: self.partition,
@@ -1213,16 +1243,19 @@ impl Stopped {
     }
 }
 
-/// The recovery of `partition` is over (`recovered`, or given up): one partition fewer
-/// recovering, so the instance may be ready now.
+/// The recovery of `partition` is over (recovered: `None`, or given up, and why): one
+/// partition fewer recovering, so the instance may be ready now.
 fn recovery_over<P: Resolve>(
     shared: &Shared<P>,
     status: &Mutex<crate::control::PartitionStatus>,
     partition: i32,
-    recovered: bool,
+    ended: Option<Ending>,
 ) {
-    if !recovered {
-        PartitionRecoveryAbandoned { partition }.emit(&shared.metrics);
+    match ended {
+        None => {}
+        // Its error is logged, and `/readyz` names it (`state.rs`): not "revoked".
+        Some(Ending::NewerState) => shared.metrics.partitions_recovering.dec(),
+        Some(_) => PartitionRecoveryAbandoned { partition }.emit(&shared.metrics),
     }
     let _ = shared.readiness.refresh(&shared.metrics);
     lock_status(status).recovering = false;

@@ -7,6 +7,7 @@ use crate::kafka::merged::ReadBackWait;
 use crate::kafka::recovery::Unreadable;
 use crate::metrics::Metrics;
 use crate::readiness::WatermarkWaiter;
+use crate::state::NewerState;
 
 impl<P: Resolve> PartitionTask<P> {
     /// Read the partition's state back and restore its watches (retrying while the broker
@@ -34,6 +35,23 @@ impl<P: Resolve> PartitionTask<P> {
                 None => return Err(transaction::Ending::Done),
             }
         };
+        let newer = NewerState::of(
+            &self.shared.state.recovery.state_topic,
+            self.partition,
+            &found.newer,
+        );
+        if let Some(newer) = newer {
+            // Before anything is written, read or started: the newer records stay as they
+            // are (compaction keeps them), and so does the partition's input.
+            tracing::error!(partition = self.partition, "{newer}");
+            // Not ready until then: the consumer's wait keeps this (`consumer.rs`).
+            self.shared.readiness.recovery_waits(
+                self.partition,
+                Some(&newer.waiting_for()),
+                &self.shared.metrics,
+            );
+            return Err(transaction::Ending::NewerState);
+        }
         let watermark_end = match found.watermark_unread {
             // The end could not be looked up: asked again, as long as a wait for the reader
             // may last (the watermark topic's one partition may be offline).

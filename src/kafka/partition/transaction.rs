@@ -67,6 +67,10 @@ pub enum Ending {
     /// The brokers refused a write or a read (an ACL missing, `kafka::refusal`): start
     /// again after a backoff, nothing dead-lettered nor given up.
     Refused,
+    /// The recovery found state records of a newer format version than this build reads
+    /// (`state::versions`): nothing was started, read, committed or written; start again
+    /// after a backoff, by when an instance that reads them may own the partition.
+    NewerState,
 }
 
 /// A transaction that could not be committed.
