@@ -407,9 +407,17 @@ impl PartitionWatermarkChanged {
             idle = self.idle,
             "partition watermark"
         );
-        m.partition_watermark
-            .with_label_values(&[&self.partition.to_string()])
-            .set(self.watermark);
+        let label = self.partition.to_string();
+        match watermark_seconds(self.watermark) {
+            Some(seconds) => m
+                .partition_watermark
+                .with_label_values(&[&label])
+                .set(seconds),
+            // Idle before its first watermark: still none, so no series.
+            None => {
+                let _ = m.partition_watermark.remove_label_values(&[&label]);
+            }
+        }
     }
 }
 
@@ -422,7 +430,10 @@ pub struct MergedWatermarkChanged {
 impl MergedWatermarkChanged {
     pub fn emit(&self, m: &Metrics) {
         tracing::debug!(watermark = self.watermark, "merged watermark");
-        m.watermark.set(self.watermark);
+        match watermark_seconds(self.watermark) {
+            Some(seconds) => m.watermark.set(seconds),
+            None => m.watermark.clear(),
+        }
         WatermarkLag {
             watermark: self.watermark,
             now: self.now,
@@ -440,8 +451,23 @@ pub struct WatermarkLag {
 
 impl WatermarkLag {
     pub fn emit(&self, m: &Metrics) {
+        if self.watermark == crate::clock::Millis::MIN {
+            m.watermark_lag.clear();
+            return;
+        }
         m.watermark_lag
-            .set(self.now.saturating_sub(self.watermark).max(0));
+            .set(self.now.saturating_sub(self.watermark).max(0) as f64 / 1000.0);
+    }
+}
+
+/// A watermark (epoch ms) as Prometheus wants a timestamp: Unix seconds. The beginning of
+/// time (`Millis::MIN`, "none yet") is no value at all, the end of time (the input ended)
+/// `+Inf`.
+fn watermark_seconds(watermark: crate::clock::Millis) -> Option<f64> {
+    match watermark {
+        crate::clock::Millis::MIN => None,
+        crate::watermark::topic::END_OF_TIME => Some(f64::INFINITY),
+        ms => Some(ms as f64 / 1000.0),
     }
 }
 

@@ -4,10 +4,41 @@
 //! logged and counted, so a metric and its log line cannot drift apart. Label values that
 //! are hit on every poll are resolved once here, not per increment.
 
+#[cfg(target_os = "linux")]
+mod process;
+
+use prometheus::core::Collector;
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry,
+    GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
+
+/// A gauge that is not rendered at all until it has a value: "none yet" is an absent series
+/// (which `absent()` and `unless` can ask about), not a sentinel value a graph would plot.
+/// A label-less `GaugeVec`, whose one child the first `set` creates.
+#[derive(Clone)]
+pub struct OptionalGauge(GaugeVec);
+
+impl OptionalGauge {
+    pub fn set(&self, value: f64) {
+        self.0.with_label_values::<&str>(&[]).set(value);
+    }
+
+    /// Back to no series.
+    pub fn clear(&self) {
+        let _ = self.0.remove_label_values::<&str>(&[]);
+    }
+
+    /// The value, if it has one.
+    pub fn get(&self) -> Option<f64> {
+        self.0
+            .collect()
+            .first()?
+            .get_metric()
+            .first()
+            .map(|m| m.get_gauge().get_value())
+    }
+}
 
 pub struct Metrics {
     pub registry: Registry,
@@ -29,9 +60,12 @@ pub struct Metrics {
     pub produce_failures: IntCounterVec,
     pub consumer_errors: IntCounterVec,
     pub partitions_assigned: IntGauge,
-    pub partition_watermark: IntGaugeVec,
-    pub watermark: IntGauge,
-    pub watermark_lag: IntGauge,
+    /// Epoch seconds; a partition without a watermark has no series.
+    pub partition_watermark: GaugeVec,
+    /// Epoch seconds; absent until the merged watermark is known.
+    pub watermark: OptionalGauge,
+    /// Seconds; absent until the merged watermark is known.
+    pub watermark_lag: OptionalGauge,
     pub late_outputs: IntCounter,
     pub watches_restored: IntCounter,
     pub partitions_recovering: IntGauge,
@@ -176,21 +210,27 @@ impl Metrics {
             "watchbridge_partitions_assigned",
             "Input partitions this instance owns"
         ));
-        let partition_watermark = reg!(IntGaugeVec::new(
+        let partition_watermark = reg!(GaugeVec::new(
             Opts::new(
-                "watchbridge_partition_watermark_ms",
-                "Published watermark of each input partition this instance owns (epoch ms)"
+                "watchbridge_partition_watermark_timestamp_seconds",
+                "Published watermark of each input partition this instance owns (Unix time in seconds; +Inf at the end of input; no series before its first watermark)"
             ),
             &["partition"]
         ));
-        let watermark = reg!(IntGauge::new(
-            "watchbridge_watermark_ms",
-            "Merged watermark over every input partition (epoch ms)"
-        ));
-        let watermark_lag = reg!(IntGauge::new(
-            "watchbridge_watermark_lag_ms",
-            "Processing time minus the merged watermark (updated every watermark interval)"
-        ));
+        let watermark = OptionalGauge(reg!(GaugeVec::new(
+            Opts::new(
+                "watchbridge_watermark_timestamp_seconds",
+                "Merged watermark over every input partition (Unix time in seconds; +Inf at the end of input; no series until there is one)"
+            ),
+            &[]
+        )));
+        let watermark_lag = OptionalGauge(reg!(GaugeVec::new(
+            Opts::new(
+                "watchbridge_watermark_lag_seconds",
+                "Processing time minus the merged watermark, in seconds (updated every watermark interval; no series until there is a merged watermark)"
+            ),
+            &[]
+        )));
         let late_outputs = reg!(IntCounter::new(
             "watchbridge_late_outputs_total",
             "Outputs emitted with an event time below their partition's published watermark (marked watchbridge-late)"
@@ -337,6 +377,22 @@ impl Metrics {
             ),
             &["reason"]
         ));
+        let build_info = reg!(IntGaugeVec::new(
+            Opts::new(
+                "watchbridge_build_info",
+                "1, labelled with the version of this build (and git_sha when it was built with GIT_SHA set)"
+            ),
+            &build_labels().iter().map(|(k, _)| *k).collect::<Vec<_>>()
+        ));
+        build_info
+            .with_label_values(&build_labels().iter().map(|(_, v)| *v).collect::<Vec<_>>())
+            .set(1);
+        #[cfg(target_os = "linux")]
+        {
+            let collector = must("process", process::ProcessCollector::new());
+            names.extend(collector.families());
+            must("register", registry.register(Box::new(collector)));
+        }
         Self {
             registry,
             watches_active,
@@ -408,6 +464,17 @@ impl Metrics {
     }
 }
 
+/// The labels of `watchbridge_build_info`: the crate's version, and the commit when the
+/// build was given one (`GIT_SHA` at compile time, as deploy/Dockerfile does); no
+/// build script runs git for it.
+fn build_labels() -> Vec<(&'static str, &'static str)> {
+    let mut labels = vec![("version", env!("CARGO_PKG_VERSION"))];
+    if let Some(sha) = option_env!("GIT_SHA").filter(|s| !s.is_empty()) {
+        labels.push(("git_sha", sha));
+    }
+    labels
+}
+
 /// The type a collector exposes.
 fn metric_type<C: prometheus::core::Collector>(c: &C) -> prometheus::proto::MetricType {
     c.collect()
@@ -436,6 +503,108 @@ mod tests {
         assert!(text.contains("watchbridge_watches_terminated_total{reason=\"final\"} 1"));
     }
 
+    /// Base units and absent series: no watermark, no series (not a sentinel); once there
+    /// is one, epoch seconds, and the lag in seconds.
+    #[test]
+    fn watermarks_are_absent_until_known_then_in_seconds() {
+        use crate::internal_events::{MergedWatermarkChanged, PartitionWatermarkChanged};
+        let m = Metrics::new();
+        // A partition that went idle without ever having a watermark says so with the
+        // beginning of time: still no series.
+        PartitionWatermarkChanged {
+            partition: 3,
+            watermark: i64::MIN,
+            idle: true,
+        }
+        .emit(&m);
+        let text = m.render();
+        for name in [
+            "watchbridge_partition_watermark",
+            "watchbridge_watermark_timestamp_seconds",
+            "watchbridge_watermark_lag",
+        ] {
+            assert!(!text.contains(name), "{name} before any watermark:\n{text}");
+        }
+        PartitionWatermarkChanged {
+            partition: 3,
+            watermark: 1_700_000_000_250,
+            idle: false,
+        }
+        .emit(&m);
+        MergedWatermarkChanged {
+            watermark: 1_700_000_000_250,
+            now: 1_700_000_090_750,
+        }
+        .emit(&m);
+        let text = m.render();
+        for line in [
+            "watchbridge_partition_watermark_timestamp_seconds{partition=\"3\"} 1700000000.25\n",
+            "watchbridge_watermark_timestamp_seconds 1700000000.25\n",
+            "watchbridge_watermark_lag_seconds 90.5\n",
+        ] {
+            assert!(text.contains(line), "no `{line}` in\n{text}");
+        }
+        assert!(!text.contains("_ms"), "a metric in milliseconds:\n{text}");
+        // A partition that goes back to "none" (a new owner's generator) loses its series.
+        PartitionWatermarkChanged {
+            partition: 3,
+            watermark: i64::MIN,
+            idle: true,
+        }
+        .emit(&m);
+        assert!(!m.render().contains("watchbridge_partition_watermark"));
+    }
+
+    /// The end of input (`END_OF_TIME`) is `+Inf`, not 292 million years from now.
+    #[test]
+    fn the_end_of_time_is_infinity() {
+        use crate::internal_events::{MergedWatermarkChanged, PartitionWatermarkChanged};
+        let m = Metrics::new();
+        PartitionWatermarkChanged {
+            partition: 0,
+            watermark: i64::MAX,
+            idle: true,
+        }
+        .emit(&m);
+        MergedWatermarkChanged {
+            watermark: i64::MAX,
+            now: 1_700_000_000_000,
+        }
+        .emit(&m);
+        let text = m.render();
+        // The crate writes `inf`, which Prometheus reads as +Inf (Go's ParseFloat; `promtool
+        // check metrics` accepts it).
+        let value = |sample: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no {sample} in\n{text}"))
+        };
+        assert_eq!(
+            value("watchbridge_partition_watermark_timestamp_seconds{partition=\"0\"}"),
+            f64::INFINITY
+        );
+        assert_eq!(
+            value("watchbridge_watermark_timestamp_seconds"),
+            f64::INFINITY
+        );
+        assert_eq!(value("watchbridge_watermark_lag_seconds"), 0.0);
+    }
+
+    #[test]
+    fn build_info_says_the_version() {
+        let text = Metrics::new().render();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("watchbridge_build_info{"))
+            .unwrap_or_else(|| panic!("no watchbridge_build_info in\n{text}"));
+        assert!(
+            line.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION"))),
+            "{line}"
+        );
+        assert!(line.ends_with("} 1"), "{line}");
+    }
+
     #[test]
     fn families_lists_every_registered_name_with_its_type() {
         let m = Metrics::new();
@@ -458,9 +627,39 @@ mod tests {
             find("watchbridge_outputs_produced_total"),
             Some(prometheus::proto::MetricType::COUNTER)
         );
+        assert_eq!(
+            find("watchbridge_watermark_timestamp_seconds"),
+            Some(prometheus::proto::MetricType::GAUGE),
+            "an optional gauge is listed before it has a value"
+        );
+        #[cfg(target_os = "linux")]
+        assert_eq!(
+            find("process_cpu_seconds_total"),
+            Some(prometheus::proto::MetricType::COUNTER)
+        );
         assert!(m
             .families()
             .iter()
-            .all(|(n, _)| n.starts_with("watchbridge_")));
+            .all(|(n, _)| n.starts_with("watchbridge_") || n.starts_with("process_")));
+    }
+
+    /// The process collector's families are scraped with the rest.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn process_metrics_are_rendered() {
+        let text = Metrics::new().render();
+        for name in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_virtual_memory_bytes ",
+            "process_open_fds ",
+            "process_max_fds ",
+            "process_start_time_seconds ",
+        ] {
+            assert!(
+                text.lines().any(|l| l.starts_with(name)),
+                "no {name}in\n{text}"
+            );
+        }
     }
 }

@@ -73,15 +73,30 @@ fn families() -> BTreeMap<String, MetricType> {
     Metrics::new().families().iter().cloned().collect()
 }
 
-/// Every `watchbridge_[a-z0-9_]+` in `text` (a whole word; a bare `watchbridge_` is skipped).
+/// The prefixes of the families the bridge exports: its own, and the standard process
+/// metrics (`src/metrics/process.rs`).
+const METRIC_PREFIXES: &[&str] = &["watchbridge_", "process_"];
+
+/// Every `watchbridge_[a-z0-9_]+` or `process_[a-z0-9_]+` in `text` (a whole word; a bare
+/// prefix is skipped).
 fn metric_names_in(text: &str) -> Vec<String> {
+    let mut names: Vec<(usize, String)> = METRIC_PREFIXES
+        .iter()
+        .flat_map(|prefix| names_with_prefix(text, prefix))
+        .collect();
+    names.sort();
+    names.into_iter().map(|(_, name)| name).collect()
+}
+
+/// The names `prefix[a-z0-9_]+` in `text`, each with where it starts.
+fn names_with_prefix(text: &str, prefix: &str) -> Vec<(usize, String)> {
     let mut names = Vec::new();
     let bytes = text.as_bytes();
     let mut from = 0;
-    while let Some(i) = text[from..].find("watchbridge_") {
+    while let Some(i) = text[from..].find(prefix) {
         let start = from + i;
         let word_char = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
-        let mut end = start + "watchbridge_".len();
+        let mut end = start + prefix.len();
         while end < bytes.len()
             && (bytes[end].is_ascii_lowercase()
                 || bytes[end].is_ascii_digit()
@@ -92,8 +107,8 @@ fn metric_names_in(text: &str) -> Vec<String> {
         let bounded = (start == 0 || !word_char(bytes[start - 1]))
             && (end == bytes.len() || !word_char(bytes[end]));
         let name = text[start..end].trim_end_matches('_');
-        if bounded && name.len() > "watchbridge".len() {
-            names.push(name.to_string());
+        if bounded && name.len() >= prefix.len() {
+            names.push((start, name.to_string()));
         }
         from = end;
     }
@@ -228,10 +243,11 @@ fn dashboard_exprs(dashboard: &Json) -> Vec<(String, String)> {
     exprs
 }
 
-/// Each partition's watermark series keeps the instance that owns it, and links to that
-/// instance's watches holding the partition back (the operations API, docs/operations.md).
+/// Each partition's watermark series keeps the instance that owns it, and says how to ask
+/// that instance for the watches holding the partition back (the control API, on loopback
+/// behind a token: no link a browser could follow).
 #[test]
-fn the_watermark_per_partition_links_to_the_watches_holding_it_back() {
+fn the_watermark_per_partition_says_where_to_ask_for_the_watches_holding_it_back() {
     let d = dashboard();
     let panel = panels(&d)
         .into_iter()
@@ -239,14 +255,13 @@ fn the_watermark_per_partition_links_to_the_watches_holding_it_back() {
         .expect("a watermark per partition panel");
     let expr = panel["targets"][0]["expr"].as_str().unwrap();
     assert!(expr.contains("by (partition, instance)"), "{expr}");
-    let links = panel["fieldConfig"]["defaults"]["links"]
-        .as_array()
-        .unwrap();
-    let url = links[0]["url"].as_str().unwrap();
-    assert_eq!(
-        url,
-        "http://${__field.labels.instance}/watches?partition=${__field.labels.partition}&holds_watermark=true"
+    let description = panel["description"].as_str().unwrap();
+    assert!(
+        description.contains("GET /watches?partition=P&holds_watermark=true")
+            && description.contains("WATCHBRIDGE_CONTROL_ADDR"),
+        "{description}"
     );
+    assert!(panel["fieldConfig"]["defaults"]["links"].is_null());
 }
 
 #[test]
@@ -380,7 +395,11 @@ fn docs_and_alert_rules_name_only_exported_metrics_and_operations_md_lists_every
     let ops = read("docs/operations.md");
     let documented: BTreeSet<String> = ops
         .lines()
-        .filter(|l| l.starts_with("| `watchbridge_"))
+        .filter(|l| {
+            METRIC_PREFIXES
+                .iter()
+                .any(|p| l.starts_with(&format!("| `{p}")))
+        })
         .flat_map(metric_names_in)
         .filter_map(|n| family_of(&n, &families))
         .collect();
@@ -393,6 +412,139 @@ fn docs_and_alert_rules_name_only_exported_metrics_and_operations_md_lists_every
         missing.is_empty(),
         "not in docs/operations.md's metric table: {missing:?}"
     );
+}
+
+// ---- alerts and their runbooks -------------------------------------------------------------
+
+/// Where the alerts' `runbook_url`s point: docs/operations.md as the repository shows it.
+const RUNBOOK_BASE: &str =
+    "https://github.com/watchbridge/watchbridge/blob/main/docs/operations.md";
+
+/// The anchor GitHub gives a markdown heading: lower case, punctuation other than `-` and
+/// `_` dropped, spaces to `-`.
+fn github_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Every heading of a markdown file (outside code blocks): its level, its text, and the
+/// text of its section (up to the next heading of the same level or above).
+fn sections(markdown: &str) -> Vec<(usize, String, String)> {
+    let mut headings = Vec::new();
+    let mut fenced = false;
+    let lines: Vec<&str> = markdown.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        }
+        if fenced {
+            continue;
+        }
+        let level = line.chars().take_while(|&c| c == '#').count();
+        if level > 0 && line[level..].starts_with(' ') {
+            headings.push((i, level, line[level..].trim().to_string()));
+        }
+    }
+    headings
+        .iter()
+        .enumerate()
+        .map(|(n, (i, level, text))| {
+            let end = headings[n + 1..]
+                .iter()
+                .find(|(_, l, _)| l <= level)
+                .map_or(lines.len(), |(j, _, _)| *j);
+            (*level, text.clone(), lines[i + 1..end].join("\n"))
+        })
+        .collect()
+}
+
+/// Every alert has a `runbook_url` into docs/operations.md whose anchor is a section there
+/// named after the alert, under "Alerts worth setting"; the section shows the rule's
+/// expression (and its `for`), and says what the alert means and what to check.
+#[test]
+fn every_alert_has_a_runbook_section_in_operations_md() {
+    let ops = read("docs/operations.md");
+    let sections = sections(&ops);
+    let anchors: BTreeSet<String> = sections.iter().map(|(_, h, _)| github_anchor(h)).collect();
+    let alerts_section = sections
+        .iter()
+        .find(|(level, h, _)| *level == 2 && h == "Alerts worth setting")
+        .map(|(_, _, text)| text.as_str())
+        .expect("docs/operations.md has a section \"Alerts worth setting\"");
+    let no_space = |s: &str| s.split_whitespace().collect::<String>();
+    let rules = yaml("deploy/prometheus-alerts.yml");
+    let mut wrong = Vec::new();
+    let mut count = 0;
+    for group in rules["groups"].as_sequence().expect("groups") {
+        for rule in group["rules"].as_sequence().expect("rules") {
+            count += 1;
+            let name = rule["alert"].as_str().expect("alert name");
+            let expr = rule["expr"].as_str().expect("expr");
+            let anchor = github_anchor(name);
+            let want = format!("{RUNBOOK_BASE}#{anchor}");
+            match rule["annotations"]["runbook_url"].as_str() {
+                Some(url) if url == want => {}
+                other => wrong.push(format!("{name}: runbook_url {other:?}, want {want}")),
+            }
+            if !anchors.contains(&anchor) {
+                wrong.push(format!("{name}: no heading with anchor #{anchor}"));
+                continue;
+            }
+            let Some((_, _, text)) = sections
+                .iter()
+                .find(|(level, h, _)| *level == 3 && h == name)
+            else {
+                wrong.push(format!("{name}: its anchor is not a `### {name}` section"));
+                continue;
+            };
+            if !alerts_section.contains(&format!("### {name}\n")) {
+                wrong.push(format!("{name}: not under \"Alerts worth setting\""));
+            }
+            let shown: Vec<String> = promql_blocks(text).iter().map(|e| no_space(e)).collect();
+            if !shown.contains(&no_space(expr)) {
+                wrong.push(format!(
+                    "{name}: its section's promql block is not the rule's expression `{expr}` \
+                     (shown: {shown:?})"
+                ));
+            }
+            if let Some(hold) = rule["for"].as_str() {
+                if !text.contains(&format!("# for: {hold}")) {
+                    wrong.push(format!("{name}: its section does not say `# for: {hold}`"));
+                }
+            }
+            for part in ["**Means:**", "**Check"] {
+                if !text.contains(part) {
+                    wrong.push(format!("{name}: its section has no {part}"));
+                }
+            }
+        }
+    }
+    assert!(count >= 19, "{count} alert rules");
+    assert!(wrong.is_empty(), "alert runbooks:\n{}", wrong.join("\n"));
+}
+
+/// The links within docs/operations.md point at headings it has.
+#[test]
+fn operations_md_links_to_its_own_headings() {
+    let ops = read("docs/operations.md");
+    let anchors: BTreeSet<String> = sections(&ops)
+        .iter()
+        .map(|(_, h, _)| github_anchor(h))
+        .collect();
+    let mut broken = Vec::new();
+    for (i, _) in ops.match_indices("](#") {
+        let rest = &ops[i + 3..];
+        let anchor = &rest[..rest.find(')').expect("a link ends")];
+        if !anchors.contains(anchor) {
+            broken.push(anchor.to_string());
+        }
+    }
+    assert!(broken.is_empty(), "links to no heading: {broken:?}");
 }
 
 // ---- variables ----------------------------------------------------------------------------
@@ -934,6 +1086,250 @@ fn kubernetes_and_compose_agree_with_the_bridge_settings() {
     assert!(
         stop > shutdown + watchbridge::bridge::STOP_MARGIN,
         "stop_grace_period {stop:?} <= {shutdown:?} + the stop's margin"
+    );
+}
+
+/// What a poll holds per item besides the response bytes: about 100 bytes of bookkeeping
+/// and 16 bytes of the page being parsed (docs/pollers/http.md, "Memory").
+const BYTES_PER_ITEM: u64 = 116;
+
+/// The rest of the process beside polling, in the memory formula of docs/operations.md
+/// ("Memory of polling").
+const REST_OF_THE_PROCESS: u64 = 512 << 20;
+
+/// A size as the bridge's settings take it: bytes, or with KiB, MiB or GiB.
+fn setting_bytes(text: &str) -> u64 {
+    let text = text.trim();
+    for (unit, factor) in [("KiB", 1u64 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30)] {
+        if let Some(n) = text.strip_suffix(unit) {
+            return n.trim().parse::<u64>().unwrap() * factor;
+        }
+    }
+    text.parse()
+        .unwrap_or_else(|e| panic!("size `{text}`: {e}"))
+}
+
+/// A Kubernetes memory quantity (`1536Mi`, `2Gi`, `512M`, bytes).
+fn quantity_bytes(text: &str) -> u64 {
+    for (unit, factor) in [
+        ("Ki", 1u64 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("k", 1_000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+    ] {
+        if let Some(n) = text.strip_suffix(unit) {
+            return n.parse::<u64>().unwrap() * factor;
+        }
+    }
+    text.parse()
+        .unwrap_or_else(|e| panic!("quantity `{text}`: {e}"))
+}
+
+/// The pod's memory limit covers the worst case of polling with the config map's settings
+/// (each unset one at its default from `watchbridge run --help`), plus the rest of the
+/// process; the request equals the limit; docs/operations.md shows the arithmetic with
+/// these numbers.
+#[test]
+fn kubernetes_memory_limit_covers_the_worst_case_of_polling() {
+    let help = help_variables();
+    let config = yaml("deploy/k8s/configmap.yaml");
+    let setting = |name: &str| -> String {
+        config["data"][name]
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| help.get(name).cloned().flatten())
+            .unwrap_or_else(|| panic!("{name}: neither in configmap.yaml nor defaulted"))
+    };
+    assert_eq!(
+        config["data"]["WATCHBRIDGE_POLLER"], "http",
+        "the formula is the HTTP poller's"
+    );
+    let in_flight: u64 = setting("WATCHBRIDGE_MAX_IN_FLIGHT").parse().unwrap();
+    let poll_bytes = setting_bytes(&setting("WATCHBRIDGE_HTTP_MAX_POLL_BYTES"));
+    let poll_items: u64 = setting("WATCHBRIDGE_HTTP_MAX_POLL_ITEMS").parse().unwrap();
+    let page_bytes = setting_bytes(&setting("WATCHBRIDGE_HTTP_MAX_BYTES"));
+    assert!(
+        page_bytes <= poll_bytes,
+        "a page ({page_bytes} B) counts within the poll's budget ({poll_bytes} B)"
+    );
+    let polling = in_flight * (poll_bytes + poll_items * BYTES_PER_ITEM);
+    let worst = polling + REST_OF_THE_PROCESS;
+
+    let deployment = yaml("deploy/k8s/deployment.yaml");
+    let resources = &deployment["spec"]["template"]["spec"]["containers"][0]["resources"];
+    let limit = quantity_bytes(
+        resources["limits"]["memory"]
+            .as_str()
+            .expect("a memory limit"),
+    );
+    let request = quantity_bytes(resources["requests"]["memory"].as_str().expect("a request"));
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    assert!(
+        limit >= worst,
+        "memory limit {:.0} MiB < {in_flight} × ({poll_bytes} B + {poll_items} × \
+         {BYTES_PER_ITEM} B) + {:.0} MiB = {:.0} MiB",
+        mib(limit),
+        mib(REST_OF_THE_PROCESS),
+        mib(worst)
+    );
+    assert_eq!(request, limit, "the memory request equals the limit");
+
+    // The docs' arithmetic is this one.
+    let ops = read("docs/operations.md");
+    let section = ops
+        .split("### Memory of polling")
+        .nth(1)
+        .expect("docs/operations.md has a section \"Memory of polling\"");
+    let shown = [
+        format!("WATCHBRIDGE_MAX_IN_FLIGHT={in_flight}"),
+        format!("{in_flight} × ({} MiB + ", poll_bytes >> 20),
+        format!("= {:.0} MiB of polling", mib(polling)),
+        format!("{:.0} MiB for the rest", mib(REST_OF_THE_PROCESS)),
+        format!("{} MiB (deployment.yaml", with_thousands(limit >> 20)),
+    ];
+    for text in shown {
+        assert!(
+            section.contains(&text),
+            "docs/operations.md, \"Memory of polling\", does not show `{text}`"
+        );
+    }
+}
+
+/// `1536` as `1,536`.
+fn with_thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A drain takes one pod at a time, and the replicas spread over zones and hosts without
+/// blocking a schedule.
+#[test]
+fn kubernetes_disruption_budget_and_spread() {
+    let deployment = yaml("deploy/k8s/deployment.yaml");
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let pdb = yaml("deploy/k8s/pdb.yaml");
+    assert_eq!(pdb["apiVersion"], "policy/v1");
+    assert_eq!(pdb["kind"], "PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["maxUnavailable"].as_u64(), Some(1));
+    assert!(pdb["spec"]["minAvailable"].is_null(), "one of the two only");
+    assert_eq!(pdb["spec"]["selector"]["matchLabels"], *labels);
+    let listed = yaml("deploy/k8s/kustomization.yaml")["resources"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .any(|r| r == "pdb.yaml");
+    assert!(listed, "kustomization.yaml lists pdb.yaml");
+
+    let spread = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        .as_sequence()
+        .expect("topologySpreadConstraints");
+    let keys: Vec<&str> = spread
+        .iter()
+        .map(|c| c["topologyKey"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    );
+    for c in spread {
+        assert_eq!(c["whenUnsatisfiable"], "ScheduleAnyway", "{c:?}");
+        assert_eq!(c["maxSkew"].as_u64(), Some(1), "{c:?}");
+        assert_eq!(c["labelSelector"]["matchLabels"], *labels, "{c:?}");
+    }
+
+    // The liveness probe restarts an instance soon after /healthz fails (it already waited
+    // out the stall timeout), but not on one slow answer.
+    let liveness = &deployment["spec"]["template"]["spec"]["containers"][0]["livenessProbe"];
+    let failing_for = liveness["periodSeconds"].as_u64().unwrap()
+        * liveness["failureThreshold"].as_u64().unwrap();
+    assert!(
+        (20..=60).contains(&failing_for),
+        "liveness restarts after {failing_for} s of failures"
+    );
+    assert!(liveness["failureThreshold"].as_u64().unwrap() >= 2);
+}
+
+/// Every way of scraping the bridge names the job `watchbridge`, which is what the alert
+/// rules select; no pod carries an annotation that would make an annotation-based scrape
+/// give it another job name.
+#[test]
+fn every_scrape_names_the_job_the_alerts_select() {
+    let rules = read("deploy/prometheus-alerts.yml");
+    let selected: BTreeSet<&str> = rules
+        .match_indices("job=\"")
+        .map(|(i, m)| {
+            let rest = &rules[i + m.len()..];
+            &rest[..rest.find('"').unwrap()]
+        })
+        .collect();
+    assert_eq!(
+        selected,
+        BTreeSet::from(["watchbridge"]),
+        "jobs the rules select"
+    );
+
+    let compose = yaml("deploy/prometheus.yml");
+    assert_eq!(compose["scrape_configs"][0]["job_name"], "watchbridge");
+    let k8s = yaml("deploy/prometheus-k8s-scrape.yml");
+    let job = &k8s["scrape_configs"][0];
+    assert_eq!(job["job_name"], "watchbridge");
+    assert_eq!(job["kubernetes_sd_configs"][0]["role"], "pod");
+    let keeps: Vec<(&str, &str)> = job["relabel_configs"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter(|r| r["action"] == "keep")
+        .map(|r| {
+            (
+                r["source_labels"][0].as_str().unwrap(),
+                r["regex"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        keeps,
+        [
+            (
+                "__meta_kubernetes_pod_label_app_kubernetes_io_name",
+                "watchbridge"
+            ),
+            ("__meta_kubernetes_pod_container_port_name", "metrics"),
+        ]
+    );
+
+    let monitor = yaml("deploy/k8s/podmonitor.yaml");
+    let relabel = &monitor["spec"]["podMetricsEndpoints"][0]["relabelings"];
+    assert!(
+        relabel
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|r| r["targetLabel"] == "job"
+                && r["replacement"] == "watchbridge"
+                && r["action"] == "replace"
+                && r["sourceLabels"].is_null()),
+        "podmonitor.yaml sets job=watchbridge: {relabel:?}"
+    );
+
+    let deployment = yaml("deploy/k8s/deployment.yaml");
+    let annotations = deployment["spec"]["template"]["metadata"]["annotations"].as_mapping();
+    let scrape: Vec<_> = annotations
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k.as_str().unwrap().starts_with("prometheus.io/"))
+        .collect();
+    assert!(
+        scrape.is_empty(),
+        "an annotation-based scrape would name the job after its own config: {scrape:?}"
     );
 }
 

@@ -146,6 +146,38 @@ async fn prometheus_scrapes_the_bridge_and_its_series_match_what_was_consumed() 
         prometheus.wait_for(expr, move |r| r.len() == 1 && r[0].1 == want, SCRAPED)
     };
     scraped("watchbridge_partitions_assigned", PARTITIONS as f64).await;
+    // The build and the process, as every exporter has them.
+    let build = prometheus.query("watchbridge_build_info").await;
+    assert_eq!(build.len(), 1, "{build:?}");
+    assert_eq!(build[0].0["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(build[0].1, 1.0);
+    for process in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+    ] {
+        let series = prometheus.query(process).await;
+        assert!(
+            series.len() == 1 && series[0].1 > 0.0,
+            "{process}: {series:?}"
+        );
+    }
+    let started = prometheus.query("process_start_time_seconds").await;
+    assert!(
+        (started[0].1 * 1000.0 - started_ms as f64).abs() < 60_000.0,
+        "process_start_time_seconds {started:?}, the test started at {started_ms} ms"
+    );
+    // No input yet, so no watermark: no series at all (not a sentinel value), which is
+    // what the alert on a watermark that never came asks with `unless`.
+    for none_yet in [
+        "watchbridge_watermark_timestamp_seconds",
+        "watchbridge_watermark_lag_seconds",
+        "watchbridge_partition_watermark_timestamp_seconds",
+    ] {
+        assert_eq!(prometheus.query(none_yet).await, [], "{none_yet}");
+    }
 
     // One user first, seen by Prometheus before the rest: the poll-duration histogram then
     // grows within the rate window, so its quantile is a number (a zero rate gives NaN).
@@ -182,9 +214,14 @@ async fn prometheus_scrapes_the_bridge_and_its_series_match_what_was_consumed() 
     scraped("watchbridge_partitions_assigned", PARTITIONS as f64).await;
     scraped("watchbridge_partitions_recovering", 0.0).await;
 
-    // The merged watermark exists: input timestamps (produce time) less the 5 s bound.
+    // The merged watermark exists: input timestamps (produce time) less the 5 s bound, in
+    // Unix seconds.
     let watermark = prometheus
-        .wait_for_value("watchbridge_watermark_ms", |v| v > 0.0, SCRAPED)
+        .wait_for_value(
+            "watchbridge_watermark_timestamp_seconds * 1000",
+            |v| v > 0.0,
+            SCRAPED,
+        )
         .await;
     assert!(
         watermark > (started_ms - 600_000) as f64 && watermark <= now_ms() as f64,

@@ -984,14 +984,15 @@ async fn a_merged_watermark_never_starts_below_the_last_merged_record() {
     resource.set(0, &[now_ms()], true);
     let input_time = now_ms();
     produce_user_at(&t.input, 0, 0, input_time).await;
-    // The metric, sampled until the inputs moved the merged value past the floor (partition
-    // 1 idle, partition 0 at its input's watermark). 0: nothing published yet.
+    // The metric (Unix seconds), sampled until the inputs moved the merged value past the
+    // floor (partition 1 idle, partition 0 at its input's watermark). No series: nothing
+    // published yet.
     let mut samples = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(25);
     loop {
-        let value = ops.metric("watchbridge_watermark_ms").await;
-        if let Some(v) = value.filter(|v| *v != 0.0) {
-            samples.push(v as i64);
+        let value = ops.metric("watchbridge_watermark_timestamp_seconds").await;
+        if let Some(v) = value {
+            samples.push((v * 1000.0).round() as i64);
         }
         if samples.last().is_some_and(|&v| v >= input_time - 6_000) {
             break;
@@ -1029,7 +1030,8 @@ async fn a_merged_watermark_never_starts_below_the_last_merged_record() {
     );
     assert!(
         samples.iter().all(|&v| v >= floor),
-        "watchbridge_watermark_ms went below the last merged record {floor}: {samples:?}"
+        "watchbridge_watermark_timestamp_seconds went below the last merged record {floor} ms: \
+         {samples:?}"
     );
 }
 
@@ -1116,14 +1118,14 @@ async fn a_takeover_behind_an_open_transaction_starts_from_the_previous_owners_l
             let says = |what: &str| ready.as_deref().is_some_and(|b| b.contains(what));
             let p0 = says("input partition 0")
                 || ops
-                    .metric("watchbridge_partition_watermark_ms{partition=\"0\"}")
+                    .metric("watchbridge_partition_watermark_timestamp_seconds{partition=\"0\"}")
                     .await
                     .is_some();
             let merged = says("merged")
                 || ops
-                    .metric("watchbridge_watermark_ms")
+                    .metric("watchbridge_watermark_timestamp_seconds")
                     .await
-                    .is_some_and(|v| v != 0.0);
+                    .is_some();
             if p0 && merged {
                 Ok(())
             } else {

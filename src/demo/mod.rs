@@ -505,7 +505,7 @@ fn status(
         polls_ok: m.polls_ok.get(),
         // The `ok` series has an empty `error` label, so only failures are listed.
         polls_failed: by_label(&m.polls_error, "error"),
-        watermark: Some(m.watermark.get()).filter(|&w| w > 0),
+        watermark: m.watermark.get().map(seconds_to_ms),
         partition_watermarks: partition_watermarks(m),
         users,
     }
@@ -527,11 +527,16 @@ fn partition_watermarks(m: &Metrics) -> BTreeMap<i32, i64> {
                 .find(|l| l.name() == "partition")
                 .and_then(|l| l.value().parse().ok());
             if let Some(p) = partition {
-                out.insert(p, metric.get_gauge().get_value() as i64);
+                out.insert(p, seconds_to_ms(metric.get_gauge().get_value()));
             }
         }
     }
     out
+}
+
+/// A watermark gauge (Unix seconds; `+Inf` at the end of input) back in epoch ms.
+fn seconds_to_ms(seconds: f64) -> i64 {
+    (seconds * 1000.0).round() as i64
 }
 
 fn by_label(counter: &IntCounterVec, label: &str) -> BTreeMap<String, u64> {

@@ -4,10 +4,11 @@
 //! them, so every instance reads the watermark topic back (it is small: one partition,
 //! compacted, a record per change) and merges the latest value of each input partition
 //! (min over the non-idle ones, never backwards, never below the last `merged` record; see
-//! `watermark::topic`). Every instance exports that value as `watchbridge_watermark_ms`;
-//! the owner of input partition 0 also publishes it, as the `merged` record, so there is one
-//! writer however the partitions move ([`MergedWriterClaim`]: only while that partition's
-//! task runs with its state restored, and only while the instance's lease lets it write).
+//! `watermark::topic`). Every instance exports that value as
+//! `watchbridge_watermark_timestamp_seconds`; the owner of input partition 0 also publishes
+//! it, as the `merged` record, so there is one writer however the partitions move
+//! ([`MergedWriterClaim`]: only while that partition's task runs with its state restored,
+//! and only while the instance's lease lets it write).
 //!
 //! Nothing is published while the reader replays the topic (until it reaches the end it
 //! found at its start: the last `merged` record may still come), nor by a new owner of
