@@ -33,10 +33,15 @@ pub fn heading(var: &str) -> Option<&'static str> {
             WATERMARKS
         }
         "STATE_TOPIC" | "CHECKPOINT_INTERVAL" | "GUARANTEE" | "FINISHED_RETENTION" => STATE,
-        "SHUTDOWN_TIMEOUT" | "START_TIMEOUT" | "METRICS_ADDR" | "ADMIN_TOKEN" | "LOG_FORMAT"
-        | "CONTROL_ADDR" | "CONTROL_SHOW_INPUTS" | "CONTROL_TOPIC" | "STALL_TIMEOUT" => {
-            OPERATIONS
-        }
+        "SHUTDOWN_TIMEOUT"
+        | "START_TIMEOUT"
+        | "METRICS_ADDR"
+        | "ADMIN_TOKEN"
+        | "LOG_FORMAT"
+        | "CONTROL_ADDR"
+        | "CONTROL_SHOW_INPUTS"
+        | "CONTROL_TOPIC"
+        | "STALL_TIMEOUT" => OPERATIONS,
         _ => return None,
     })
 }

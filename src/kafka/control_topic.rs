@@ -130,7 +130,10 @@ impl Applied {
     }
 
     fn refusal(&self) -> Option<String> {
-        self.refused.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Wait until the orders before `offset` are applied, at most until `deadline`; `Err`
