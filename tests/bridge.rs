@@ -817,11 +817,13 @@ async fn without_topic_creation_missing_topics_fail_the_start_naming_them_and_ex
     env.push(("WATCHBRIDGE_CREATE_TOPICS", "false".into()));
     let watermarks = format!("{}.watermarks", s.output);
     let state = format!("{}.state", s.group);
+    let control = format!("{}.control", s.group);
     let needed = [
         ("WATCHBRIDGE_OUTPUT_TOPIC", s.output.clone()),
         ("WATCHBRIDGE_DLQ_TOPIC", s.dlq.clone()),
         ("WATCHBRIDGE_WATERMARK_TOPIC", watermarks.clone()),
         ("WATCHBRIDGE_STATE_TOPIC", state.clone()),
+        ("WATCHBRIDGE_CONTROL_TOPIC", control.clone()),
     ];
 
     let (status, stderr) = run_to_exit(&env, Duration::from_secs(60));
@@ -838,14 +840,17 @@ async fn without_topic_creation_missing_topics_fail_the_start_naming_them_and_ex
         "the input topic exists:\n{stderr}"
     );
 
-    // Created by hand (as the bridge would have: watermark and state topics compacted,
-    // the watermark topic with one partition, the others with the input's two).
+    // Created by hand (as the bridge would have: watermark, state and control topics
+    // compacted, the watermark and control topics with one partition, the others with the
+    // input's two).
     let b = broker();
     b.create_topic(&s.output, 2).await;
     b.create_topic(&s.dlq, 2).await;
     b.create_topic_with(&watermarks, 1, &[("cleanup.policy", "compact")])
         .await;
     b.create_topic_with(&state, 2, &[("cleanup.policy", "compact")])
+        .await;
+    b.create_topic_with(&control, 1, &[("cleanup.policy", "compact")])
         .await;
     let mut bridge = Bridge::start(&env);
     for user in 1..=2 {
