@@ -143,6 +143,36 @@ enum StateCommand {
 static GLOBAL: watchbridge::Allocator = watchbridge::Allocator;
 
 fn main() -> ExitCode {
+    keep_openssl_past_exit();
+    let code = command();
+    // Clients still being destroyed on threads of their own must be gone before the exit
+    // handlers run (`kafka/drop_later.rs`).
+    watchbridge::kafka::drop_later::wait(std::time::Duration::from_secs(5));
+    code
+}
+
+/// OpenSSL, by default, frees its locks and tables in an exit handler; a librdkafka thread
+/// still at work then (a client a thread made, still waiting on the brokers: the recovery's
+/// lookups, warmed up at start) crashes in them: a start that failed early with TLS and
+/// SASL died of SIGSEGV in `rd_kafka_ssl_hmac` instead of exiting 1 (tests/secured.rs,
+/// one run in three). Asked first, before anything uses OpenSSL, it registers no such
+/// handler; the process's memory goes with it anyway.
+fn keep_openssl_past_exit() {
+    #[link(name = "crypto")]
+    extern "C" {
+        fn OPENSSL_init_crypto(opts: u64, settings: *const std::ffi::c_void) -> std::ffi::c_int;
+    }
+    /// `OPENSSL_INIT_NO_ATEXIT` (OpenSSL 1.1.1 and later, `crypto.h`).
+    const OPENSSL_INIT_NO_ATEXIT: u64 = 0x0008_0000;
+    // SAFETY: a plain initialisation call with no settings, made once on the main thread
+    // before any other OpenSSL use; it only sets up OpenSSL's own state.
+    unsafe {
+        OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, std::ptr::null());
+    }
+}
+
+/// The command line's command, run.
+fn command() -> ExitCode {
     // `WATCHBRIDGE_ADMIN_TOKEN_FILE` and the like, before the settings are read (once, at
     // start, while this is the only thread).
     match watchbridge::config::secrets_from_files(std::env::vars()) {

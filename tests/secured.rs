@@ -267,7 +267,7 @@ async fn remove_one(mode: &'static str, index: usize, server: &TestServer) {
             // Refused at start: READ or WRITE missing leaves DESCRIBE missing too (the
             // control topic's READ alone missing: its reading is refused at start).
             let log = bridge.log();
-            assert_eq!(status.code(), Some(1), "{acl}: {log}");
+            assert_eq!(status.code(), Some(1), "{acl}: {status:?}: {log}");
             assert!(
                 log.contains(&format!("topic `{resource}`"))
                     && (log.contains("DESCRIBE") || log.contains("refused READ")),

@@ -956,7 +956,7 @@ pub async fn broker_settings(
         }
         Err(e) => Err(e),
     };
-    std::thread::spawn(move || drop(admin));
+    crate::kafka::drop_later::drop_later(admin);
     result
 }
 

@@ -15,6 +15,7 @@ pub mod client;
 pub mod consumer;
 pub mod control_topic;
 pub mod delayed_restart;
+pub mod drop_later;
 pub mod durable;
 pub mod embedded;
 pub mod group_mode;

@@ -231,7 +231,7 @@ impl LookupClient {
 impl Drop for LookupClient {
     fn drop(&mut self) {
         if let Some(Ok(client)) = self.made.take() {
-            std::thread::spawn(move || drop(client));
+            crate::kafka::drop_later::drop_later(client);
         }
     }
 }
@@ -523,7 +523,7 @@ impl Drop for Reader<'_> {
     /// first poll.
     fn drop(&mut self) {
         if let Some(consumer) = self.consumer.take() {
-            std::thread::spawn(move || drop(consumer));
+            crate::kafka::drop_later::drop_later(consumer);
         }
     }
 }
