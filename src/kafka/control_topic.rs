@@ -25,6 +25,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -108,13 +109,24 @@ impl Order {
 }
 
 /// How far this instance has read the control topic.
-#[derive(Default)]
 struct Applied {
-    /// The next offset to read: every order before it is applied.
+    /// The next offset to read: every order before it is applied. `-1` until the first
+    /// fetch has answered (a record or the end): an empty topic the brokers refuse to let
+    /// this instance read must not pass for one read to its end.
     next: AtomicI64,
     moved: Notify,
     /// The brokers' refusal to let it read (what to grant), if they refused.
     refused: std::sync::Mutex<Option<String>>,
+}
+
+impl Default for Applied {
+    fn default() -> Self {
+        Self {
+            next: AtomicI64::new(-1),
+            moved: Notify::new(),
+            refused: Default::default(),
+        }
+    }
 }
 
 impl Applied {
@@ -173,7 +185,8 @@ impl Drop for ControlTopic {
 impl ControlTopic {
     /// Read `topic` from its beginning into `pause` (returns once the orders present now
     /// are applied, or at `deadline`), then follow it. `reader`: a consumer's settings
-    /// (with a group id; nothing is committed), `writer`: a producer's.
+    /// (with a group id, which librdkafka wants even for an assigned partition; nothing is
+    /// committed), `writer`: a producer's.
     pub async fn start(
         topic: &str,
         reader: ClientConfig,
@@ -186,6 +199,8 @@ impl ControlTopic {
         let mut reader = reader;
         reader.set("enable.auto.commit", "false");
         reader.set("isolation.level", "read_committed");
+        // Its end is where it has read everything there was at start (below).
+        reader.set("enable.partition.eof", "true");
         let consumer: Arc<StreamConsumer<KafkaContext>> = Arc::new(
             reader
                 .create_with_context(kafka.clone())
@@ -315,19 +330,24 @@ async fn follow(
             }
             Err(rdkafka::error::KafkaError::PartitionEOF(_)) => {
                 // The end: everything before the consumer's position is applied (its last
-                // offsets may hold no record handed over, e.g. a transaction marker).
-                if let Ok(position) = consumer.position() {
-                    if let Some(Offset::Offset(next)) = position
-                        .elements_for_topic(&topic)
-                        .first()
-                        .map(|e| e.offset())
-                    {
-                        applied.advance(next);
+                // offsets may hold no record handed over, e.g. a transaction marker); an
+                // empty topic has been read (its position may not be set yet: 0).
+                let next = consumer.position().ok().and_then(|position| {
+                    match position.elements_for_topic(&topic).first()?.offset() {
+                        Offset::Offset(next) => Some(next),
+                        _ => None,
                     }
-                }
+                });
+                applied.advance(next.unwrap_or(0));
             }
             Err(e) => {
-                if let Some(code) = e.rdkafka_error_code().filter(|c| refusal::is_refusal(*c)) {
+                // The topic's own refusal (a group READ refused to its coordinator lookup is
+                // the input consumer's to name: docs/brokers.md, "Least privilege").
+                let topic_refused = |c: &RDKafkaErrorCode| {
+                    *c == RDKafkaErrorCode::TopicAuthorizationFailed
+                        || refusal::is_authentication(*c)
+                };
+                if let Some(code) = e.rdkafka_error_code().filter(topic_refused) {
                     applied.refuse(refusal::what_to_grant(
                         code,
                         "READ",
