@@ -276,13 +276,13 @@ impl Metrics {
         let control_actions = reg!(IntCounterVec::new(
             Opts::new(
                 "watchbridge_control_actions_total",
-                "Control requests of the operations API, by action (stop, poll, pause, resume; refused: without the admin token)"
+                "Orders given to the control API, by action (stop, poll, pause, resume, restart, reset; refused: without the admin token)"
             ),
             &["action"]
         ));
         let polling_paused = reg!(IntGauge::new(
             "watchbridge_polling_paused",
-            "1 while an operator has paused this instance's polling (POST /pause), else 0"
+            "1 while the group is paused (POST /pause to any instance, read from the control topic), else 0"
         ));
         let inputs_skipped = reg!(IntCounter::new(
             "watchbridge_inputs_skipped_total",
