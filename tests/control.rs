@@ -270,14 +270,16 @@ async fn two_instances_answer_where_a_watch_lives_and_a_stop_survives_a_takeover
         .produce(&s.input, None, Some(b"user-5"), br#"{"id": 5}"#, &[])
         .await;
     wait_for_outputs(&s.output, 6, Duration::from_secs(60)).await;
-    let (on_owner, on_other) = (
-        json(owner, "/watches/user-5").await,
-        json(other, "/watches/user-5").await,
-    );
-    let (lives, asked) = match on_owner.1["answered_from"].is_null() {
-        true => (on_owner.1, on_other.1),
-        false => (on_other.1, on_owner.1),
-    };
+    // Whichever owns it answers from the watch; the other, once the watch's first
+    // checkpoint is on the state topic, from there.
+    let on_owner = json(owner, "/watches/user-5").await;
+    let (lives, asker, asker_bridge) =
+        match on_owner.0 == 200 && on_owner.1["answered_from"].is_null() {
+            true => (on_owner.1, other, &other_bridge),
+            false => (json(other, "/watches/user-5").await.1, owner, &owner_bridge),
+        };
+    assert!(lives["answered_from"].is_null(), "{lives}");
+    let asked = wait_for_status(asker, asker_bridge, "/watches/user-5", 200).await;
     assert_eq!(asked["partition"], lives["partition"], "{asked}");
 
     // Stopped on its owner, which is then killed: the other instance takes partition 0
@@ -449,11 +451,9 @@ async fn a_pause_given_to_any_instance_holds_on_all_and_survives_their_restarts(
         let on_a = json(&ops_a, &format!("/watches/{key}")).await;
         let on_b = json(&ops_b, &format!("/watches/{key}")).await;
         // The owner's answer (the other's comes from the state topic).
-        let status = if on_a.1["answered_from"].is_null() {
-            on_a.1
-        } else {
-            on_b.1
-        };
+        let by_owner =
+            |(code, body): &(u16, Value)| *code == 200 && body["answered_from"].is_null();
+        let status = if by_owner(&on_a) { on_a.1 } else { on_b.1 };
         assert_eq!(status["paused"], true, "{status}");
     }
 
