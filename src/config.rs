@@ -710,18 +710,7 @@ fn topic_config(value: &str) -> Result<Vec<(String, String)>, ConfigError> {
 
 /// `WATCHBRIDGE_METRICS_ADDR`: an IP address and port (port 0: any free one), or `off`.
 fn metrics_addr(value: &str) -> Result<Option<SocketAddr>, ConfigError> {
-    let value = value.trim();
-    if value.eq_ignore_ascii_case("off") {
-        return Ok(None);
-    }
-    value.parse().map(Some).map_err(|_| {
-        ConfigError::new(
-            "WATCHBRIDGE_METRICS_ADDR",
-            format!(
-                "`{value}` is not an IP address and port (e.g. 0.0.0.0:9898, [::]:9898), or `off`"
-            ),
-        )
-    })
+    operations::address("WATCHBRIDGE_METRICS_ADDR", value, "0.0.0.0:9898, [::]:9898")
 }
 
 /// The secrets of `watchbridge run` besides `KAFKA_*` that may come from a file

@@ -83,7 +83,11 @@ impl OperationsArgs {
             None => format!("{group_id}.control"),
         };
         Ok(OperationsConfig {
-            control_addr: address("WATCHBRIDGE_CONTROL_ADDR", &self.control_addr)?,
+            control_addr: address(
+                "WATCHBRIDGE_CONTROL_ADDR",
+                &self.control_addr,
+                "127.0.0.1:9899, [::1]:9899",
+            )?,
             show_inputs: self.control_show_inputs,
             control_topic,
             stall_timeout: Some(self.stall_timeout).filter(|t| !t.is_zero()),
@@ -91,8 +95,13 @@ impl OperationsArgs {
     }
 }
 
-/// An IP address and port (port 0: any free one), or `off`; errors name `var`.
-pub fn address(var: &'static str, value: &str) -> Result<Option<SocketAddr>, ConfigError> {
+/// An IP address and port (port 0: any free one), or `off`; errors name `var` and give
+/// `examples` of the setting's own.
+pub fn address(
+    var: &'static str,
+    value: &str,
+    examples: &str,
+) -> Result<Option<SocketAddr>, ConfigError> {
     let value = value.trim();
     if value.eq_ignore_ascii_case("off") {
         return Ok(None);
@@ -100,9 +109,7 @@ pub fn address(var: &'static str, value: &str) -> Result<Option<SocketAddr>, Con
     value.parse().map(Some).map_err(|_| {
         ConfigError::new(
             var,
-            format!(
-                "`{value}` is not an IP address and port (e.g. 127.0.0.1:9899, [::1]:9899), or `off`"
-            ),
+            format!("`{value}` is not an IP address and port (e.g. {examples}), or `off`"),
         )
     })
 }
