@@ -167,6 +167,8 @@ mod pages;
 #[doc(hidden)]
 pub mod readiness;
 #[doc(hidden)]
+pub mod secrets;
+#[doc(hidden)]
 pub mod seen;
 #[doc(hidden)]
 pub mod state;

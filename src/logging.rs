@@ -1,6 +1,6 @@
 //! Log lines on stderr, filtered by `WATCHBRIDGE_LOG` (default `info`), as text for people
 //! or as one JSON object per line for log collectors (`WATCHBRIDGE_LOG_FORMAT=json`). What
-//! is logged is the same either way. Secrets never are (one rule: [`crate::config::is_secret`]
+//! is logged is the same either way. Secrets never are (one rule: [`crate::secrets::is_secret`]
 //! for names, [`redact_url`] for URLs, header values never), and text from outside the
 //! bridge enters a message only through [`outside`]: escaped and bounded.
 
@@ -130,7 +130,7 @@ impl std::fmt::Display for Outside<'_> {
 
 /// `text`, a URL or URL template, with its secrets replaced by [`REDACTED`]: the user info
 /// (`https://user:pass@host/` → `https://<redacted>@host/`; a user name alone can be a
-/// token) and the value of every query parameter whose name [`crate::config::is_secret`]
+/// token) and the value of every query parameter whose name [`crate::secrets::is_secret`]
 /// calls secret (`?access_token=…`, `?api_key=…`, `?sig=…`). The rule is the one for
 /// `KAFKA_*` properties; header values (`WATCHBRIDGE_HTTP_HEADERS`) are never shown at all.
 pub fn redact_url(text: &str) -> std::borrow::Cow<'_, str> {
@@ -146,7 +146,7 @@ pub fn redact_url(text: &str) -> std::borrow::Cow<'_, str> {
         let end = text[q..].find('#').map_or(text.len(), |i| q + i);
         text[q..end]
             .split('&')
-            .any(|pair| crate::config::is_secret(pair.split('=').next().unwrap_or("")))
+            .any(|pair| crate::secrets::is_secret(pair.split('=').next().unwrap_or("")))
     });
     if userinfo.is_none() && !secret_query {
         return std::borrow::Cow::Borrowed(text);
@@ -171,7 +171,7 @@ pub fn redact_url(text: &str) -> std::borrow::Cow<'_, str> {
             out.push('&');
         }
         match pair.split_once('=') {
-            Some((name, _)) if crate::config::is_secret(name) => {
+            Some((name, _)) if crate::secrets::is_secret(name) => {
                 out.push_str(name);
                 out.push('=');
                 out.push_str(REDACTED);

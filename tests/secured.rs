@@ -47,7 +47,14 @@ async fn stop_once_all_arrived(
     }
     let (code, _) = bridge.terminate();
     let log = bridge.log();
-    assert_eq!(code, Some(0), "{what}: {log}");
+    // The log's end first: a CI report keeps a failure's first and last lines.
+    let end: Vec<&str> = log.lines().rev().take(25).collect();
+    assert_eq!(
+        code,
+        Some(0),
+        "{what}: the log's end (latest first):\n{}\nthe whole log: {log}",
+        end.join("\n")
+    );
     let outputs = outputs_to_end(output).await;
     assert_each_once(&output_key_counts(&outputs), expected, &log);
     log
@@ -310,8 +317,18 @@ async fn remove_one(mode: &'static str, index: usize, server: &TestServer) {
             "{acl}: input committed to {committed}: {log}"
         );
     }
-    // Granted: the partition's next try goes through.
+    // Granted: the partition's next try goes through, and the bridge is ready again (the
+    // outputs may all have landed before: a stop then must not meet the refusal).
     c.acls("add", &Login::Scram.principal(), std::slice::from_ref(&acl));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !matches!(ops.get("/readyz").await, Some((200, _))) {
+        assert!(
+            Instant::now() < deadline,
+            "{acl}: not ready within 60 s of the grant: {}",
+            bridge.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let log =
         stop_once_all_arrived(&mut bridge, &s.output, 1..=2, &format!("{acl}, granted")).await;
     assert_eq!(

@@ -1,7 +1,7 @@
 //! `watchbridge config`: every setting `run` would use, its value, and where it came from
 //! (a flag, the environment, a `NAME_FILE` secret file, or the default), so that what a
 //! deployment actually configured can be read, and diffed, instead of guessed. Secrets are
-//! never shown: the rule is the one for logs ([`super::is_secret`], `hide_env_values`, and
+//! never shown: the rule is the one for logs ([`crate::secrets::is_secret`], `hide_env_values`, and
 //! [`crate::logging::redact_url`] for URLs).
 
 use clap::parser::ValueSource;
@@ -75,7 +75,8 @@ pub fn settings(
                 .join(",")
         });
         // A URL hidden from `--help` is shown with its secrets redacted, as logs show it.
-        let secret = super::is_secret(name) || (arg.is_hide_env_values_set() && !is_url(name));
+        let secret =
+            crate::secrets::is_secret(name) || (arg.is_hide_env_values_set() && !is_url(name));
         out.push(Setting {
             name: name.to_string(),
             value: value.map(|v| shown(name, &v, secret)),
@@ -106,7 +107,7 @@ pub fn settings(
         let property = name["KAFKA_".len()..]
             .to_ascii_lowercase()
             .replace('_', ".");
-        let secret = super::is_secret(&property) || super::is_secret(name);
+        let secret = crate::secrets::is_secret(&property) || crate::secrets::is_secret(name);
         out.push(Setting {
             name: name.clone(),
             value: Some(shown(name, value, secret)),

@@ -131,7 +131,7 @@ fn check(prefix: &str, key: &str, value: &str) -> Result<(), ConfigError> {
     one.set(key, value);
     if let Err(e) = one.create_native_config() {
         // librdkafka's message may quote the value: not for secrets.
-        let why = if super::is_secret(key) {
+        let why = if crate::secrets::is_secret(key) {
             "the value is refused".to_string()
         } else {
             e.to_string()

@@ -3,8 +3,9 @@
 use super::embedded::EmbeddedBroker;
 use super::health::KafkaContext;
 use super::properties::{is_for, ClientKind};
-use crate::config::{is_secret, RunConfig};
+use crate::config::RunConfig;
 use crate::internal_events::{BrokersAnswered, WaitReport, WaitingForBrokers};
+use crate::secrets::is_secret;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::Producer;

@@ -870,7 +870,11 @@ pub fn plan<P: Resolve>(
                 .map(|q| by_partition.get(&q).copied().unwrap_or(0))
                 .collect()
         }
-        None => read_to.clone(),
+        // Never saved: the read-back's end, unless it found outputs of this partition
+        // (a first run that was given up). Those are in no chunk until their inputs start
+        // their watches again, so the offsets stay before them (the start) till then.
+        None if outputs.is_empty() => read_to.clone(),
+        None => vec![0; read_to.len()],
     };
     let mut state = DurableState::new(state_topic, partition, retention_ms, written, read_to);
     state.starts_on_topic(&starts, last_starts);
@@ -1238,6 +1242,29 @@ mod tests {
             crate::state::decode_entry(r.key.as_deref().unwrap(), r.value.as_deref()).unwrap(),
             crate::state::Entry::OutputOffsets(OutputOffsets {
                 offsets: vec![(0, 7)]
+            })
+        );
+    }
+
+    /// Seen failing first (CI, tests/secured.rs with the watermark topic's WRITE refused):
+    /// a partition never saved whose first run's outputs landed wrote offsets past them
+    /// while they were in no chunk, and the restore after that emitted each again.
+    #[test]
+    fn a_partition_never_saved_with_outputs_found_does_not_write_offsets_past_them() {
+        let mut outputs = HashMap::new();
+        outputs.insert(Bytes::from_static(b"u1"), vec![hash_key(b"e1")]);
+        let found = Found {
+            read_to: vec![7],
+            outputs,
+            ..Found::default()
+        };
+        let plan = plan(found, &Ids, "st".into(), 3, DAY, T0);
+        assert!(plan.first_time);
+        let r = plan.state.offsets_record().record.unwrap();
+        assert_eq!(
+            crate::state::decode_entry(r.key.as_deref().unwrap(), r.value.as_deref()).unwrap(),
+            crate::state::Entry::OutputOffsets(OutputOffsets {
+                offsets: vec![(0, 0)]
             })
         );
     }
