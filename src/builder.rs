@@ -13,13 +13,14 @@ use crate::bridge::{
     exit_past_the_stop_deadline, run_bridge, stop_on_signals, BridgeError, StopSignal,
 };
 use crate::config::{parse_run_args, RunConfig, EMBEDDED};
+use crate::config_error::ConfigError;
 use crate::formats::time::TimestampAssigner;
+use crate::formats::watch_input::Input;
 use crate::kafka::embedded::EmbeddedBroker;
-use crate::kafka::input::Input;
 use crate::kafka::partition::InputFilter;
 use crate::metrics::Metrics;
 use crate::pollers::builtin::{PollerArgs, UsePoller};
-use crate::pollers::{ConfigError, Resolve};
+use crate::pollers::Resolve;
 use crate::schedule::Schedule;
 use crate::termination::Termination;
 use crate::watermark::Generators;

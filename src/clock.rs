@@ -13,6 +13,10 @@ use tokio::time::Instant;
 /// this unit: it is what Kafka record timestamps carry.
 pub type Millis = i64;
 
+/// The event time that ends a run: the watermark of a source whose every watch ended
+/// (written as such on the watermark topic, shown as `+Inf` in metrics).
+pub const END_OF_TIME: Millis = Millis::MAX;
+
 /// Wall-clock milliseconds, anchored once and then advanced by tokio's monotonic clock.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {

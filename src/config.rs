@@ -4,20 +4,22 @@
 //! [`RunArgs::check`], whose errors do the same.
 
 pub mod check;
+mod demo_args;
 pub mod effective;
 pub mod help;
 mod kafka_env;
 pub mod known;
+pub use demo_args::DemoArgs;
 mod operations;
 
 pub use kafka_env::{kafka_properties, KafkaProperties};
 pub use operations::{OperationsArgs, OperationsConfig};
 
+use crate::config_error::ConfigError;
 use crate::kafka::guarantee::GuaranteeSetting;
 use crate::kafka::records::OutputHeaders;
 use crate::limits::HostRate;
 use crate::pollers::builtin::PollerArgs;
-use crate::pollers::ConfigError;
 use crate::schedule::{Backoff, Retry, Schedule};
 use crate::termination::Termination;
 use crate::watch::WatchRules;

@@ -274,15 +274,26 @@ impl Pause {
 /// `/healthz` fails when one that has work has not turned for `WATCHBRIDGE_STALL_TIMEOUT`
 /// ([`Controls::stalled`]). An engine waiting for its partition task to take its events
 /// (full channel: the task waits on Kafka) is not stalled; the brokers' alerts cover that.
-#[derive(Debug)]
 pub struct Heartbeat {
     /// When its loop last turned.
     turned: Mutex<std::time::Instant>,
     /// Whether it had work then (live watches or polls in flight).
     busy: AtomicBool,
-    /// Its events' channel, to tell "blocked downstream" from "stuck" (weak: it must not
-    /// keep the channel open).
-    events: Mutex<Option<mpsc::WeakSender<crate::engine::Event>>>,
+    /// Whether its events' channel is full, to tell "blocked downstream" from "stuck" (the
+    /// engine's answer: it holds the channel weakly, so as not to keep it open).
+    blocked_downstream: Mutex<Option<BlockedDownstream>>,
+}
+
+/// Asks an engine whether its events' channel is full.
+type BlockedDownstream = Box<dyn Fn() -> bool + Send + Sync>;
+
+impl std::fmt::Debug for Heartbeat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Heartbeat")
+            .field("turned", &self.turned)
+            .field("busy", &self.busy)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Heartbeat {
@@ -290,7 +301,7 @@ impl Default for Heartbeat {
         Self {
             turned: Mutex::new(std::time::Instant::now()),
             busy: AtomicBool::new(false),
-            events: Mutex::new(None),
+            blocked_downstream: Mutex::new(None),
         }
     }
 }
@@ -302,9 +313,15 @@ impl Heartbeat {
         self.busy.store(busy, Ordering::Relaxed);
     }
 
-    /// The channel the engine sends its events to.
-    pub fn sends_to(&self, events: &mpsc::Sender<crate::engine::Event>) {
-        *lock(&self.events) = Some(events.downgrade());
+    /// The channel the engine sends its events to: full, its loop waits on its partition
+    /// task, not stuck.
+    pub fn sends_to<T: Send + 'static>(&self, events: &mpsc::Sender<T>) {
+        let events = events.downgrade();
+        *lock(&self.blocked_downstream) = Some(Box::new(move || {
+            events
+                .upgrade()
+                .is_some_and(|events| events.capacity() == 0)
+        }));
     }
 
     /// How long it has been stuck with work, if longer than `timeout`.
@@ -313,10 +330,9 @@ impl Heartbeat {
         if since <= timeout || !self.busy.load(Ordering::Relaxed) {
             return None;
         }
-        let blocked_downstream = lock(&self.events)
+        let blocked_downstream = lock(&self.blocked_downstream)
             .as_ref()
-            .and_then(mpsc::WeakSender::upgrade)
-            .is_some_and(|events| events.capacity() == 0);
+            .is_some_and(|blocked| blocked());
         (!blocked_downstream).then_some(since)
     }
 }

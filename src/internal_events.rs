@@ -186,13 +186,13 @@ impl PollStarted {
 
 /// One request to the schema registry and how it ended (failures logged: the caller
 /// retries, so each is a warning, not an error).
-pub struct SchemaRegistryRequest<'a, T> {
+pub struct SchemaRegistryRequest<'a, T, E> {
     /// `schema` (by id), `reference` (a referenced schema) or `register`.
     pub request: &'static str,
-    pub result: &'a Result<Option<T>, crate::avro::registry::Unavailable>,
+    pub result: &'a Result<Option<T>, E>,
 }
 
-impl<T> SchemaRegistryRequest<'_, T> {
+impl<T, E: std::fmt::Display> SchemaRegistryRequest<'_, T, E> {
     pub fn emit(&self, m: &Metrics) {
         let result = match self.result {
             Ok(Some(_)) => "ok",
@@ -244,7 +244,7 @@ impl InputConsumed {
 pub struct InputDeadLettered<'a> {
     pub partition: i32,
     pub offset: i64,
-    /// [`crate::kafka::input::Rejected::kind`].
+    /// [`crate::formats::watch_input::Rejected::kind`].
     pub reason: &'static str,
     pub error: &'a str,
 }
@@ -466,7 +466,7 @@ impl WatermarkLag {
 fn watermark_seconds(watermark: crate::clock::Millis) -> Option<f64> {
     match watermark {
         crate::clock::Millis::MIN => None,
-        crate::watermark::topic::END_OF_TIME => Some(f64::INFINITY),
+        crate::clock::END_OF_TIME => Some(f64::INFINITY),
         ms => Some(ms as f64 / 1000.0),
     }
 }
@@ -1029,7 +1029,7 @@ impl RestartDelayed {
 /// takeover's floor, the merged writer's first record: `kafka::merged::ReadBackWait`) that
 /// took long: while it waits, still waiting, read at last, or given up.
 pub struct WatermarkReadBack {
-    pub waiter: crate::readiness::WatermarkWaiter,
+    pub waiter: crate::not_ready::WatermarkWaiter,
     /// The offset the reader has read to, and the topic's end it waits for.
     pub read_to: i64,
     pub end: i64,
@@ -1083,6 +1083,8 @@ impl WatermarkReadBack {
 /// `/readyz` says so until the consumer reads again.
 pub struct ConsumerFailed<'a> {
     pub error: &'a rdkafka::error::KafkaError,
+    /// The brokers refused it (authentication or authorization: `kafka::refusal`).
+    pub refused: bool,
     pub topic: &'a str,
     pub group: &'a str,
     pub log: bool,
@@ -1094,8 +1096,7 @@ impl ConsumerFailed<'_> {
     pub fn emit(&self, m: &Metrics) {
         let code = self.error.rdkafka_error_code();
         if self.log {
-            let refused = code.is_some_and(crate::kafka::refusal::is_refusal);
-            if refused {
+            if self.refused {
                 tracing::error!(
                     error = %self.error,
                     topic = self.topic,
@@ -1122,7 +1123,7 @@ impl ConsumerFailed<'_> {
 /// `/readyz` changed its answer (see `readiness.rs` for the rule).
 pub struct ReadinessChanged {
     /// `None`: ready.
-    pub not_ready: Option<crate::readiness::NotReady>,
+    pub not_ready: Option<crate::not_ready::NotReady>,
 }
 
 impl ReadinessChanged {

@@ -124,7 +124,7 @@ pub use bridge::{stop_on_signals, BridgeError, StopSignal, STOP_MARGIN};
 pub use builder::{Bridge, BridgeBuilder};
 pub use clock::Millis;
 pub use formats::time::TimestampAssigner;
-pub use kafka::input::Input;
+pub use formats::watch_input::Input;
 
 /// Log as `watchbridge run` does: lines on stderr, filtered by `WATCHBRIDGE_LOG` (default
 /// `info`), as text (coloured only on a terminal) or, with `WATCHBRIDGE_LOG_FORMAT=json`,
@@ -144,6 +144,8 @@ pub mod bridge;
 #[doc(hidden)]
 pub mod config;
 #[doc(hidden)]
+pub mod config_error;
+#[doc(hidden)]
 pub mod control;
 #[doc(hidden)]
 pub mod demo;
@@ -151,6 +153,8 @@ pub mod demo;
 pub mod engine;
 #[doc(hidden)]
 pub mod formats;
+#[doc(hidden)]
+pub mod inspect;
 #[doc(hidden)]
 pub mod internal_events;
 #[doc(hidden)]
@@ -162,6 +166,8 @@ pub mod limits;
 pub mod logging;
 #[doc(hidden)]
 pub mod metrics;
+#[doc(hidden)]
+pub mod not_ready;
 mod ops_server;
 mod pages;
 #[doc(hidden)]

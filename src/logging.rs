@@ -4,7 +4,6 @@
 //! for names, [`redact_url`] for URLs, header values never), and text from outside the
 //! bridge enters a message only through [`outside`]: escaped and bounded.
 
-use crate::demo::Endings;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
@@ -34,11 +33,15 @@ pub fn init_from_env() {
     init(format, None);
 }
 
-/// Install the global subscriber. For `demo` (`Some(endings)`) the default filter is
+/// A layer that hears every event whatever `WATCHBRIDGE_LOG` says (the demo's record of
+/// how each watch ended).
+pub type Listener = Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync + 'static>;
+
+/// Install the global subscriber. For `demo` (`Some(listener)`) the default filter is
 /// `error`: its view shows the dead letters and failed watches the warnings are about, and
 /// log lines would scramble a view redrawn in place; `demo` also gets the layer that
 /// records how each watch ended, whatever the filter.
-pub fn init(format: LogFormat, demo: Option<&Endings>) {
+pub fn init(format: LogFormat, demo: Option<Listener>) {
     let default = if demo.is_some() {
         "error"
     } else {
@@ -55,9 +58,9 @@ pub fn init(format: LogFormat, demo: Option<&Endings>) {
             .init(),
         // The demo's endings layer must see every watch ending whatever WATCHBRIDGE_LOG says,
         // so only the log output is filtered.
-        Some(endings) => tracing_subscriber::registry()
+        Some(listener) => tracing_subscriber::registry()
+            .with(listener)
             .with(lines(format).with_filter(filter))
-            .with(endings.layer())
             .init(),
     }
 }

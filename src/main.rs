@@ -195,7 +195,8 @@ fn command() -> ExitCode {
     let endings = Endings::default();
     logging::init(
         cli.log_format,
-        matches!(cli.command, Command::Demo(_)).then_some(&endings),
+        matches!(cli.command, Command::Demo(_))
+            .then(|| Box::new(endings.layer()) as watchbridge::logging::Listener),
     );
     match cli.command {
         Command::Run(args) => {
@@ -405,13 +406,13 @@ fn state_inspect(
     hashes: bool,
 ) -> ExitCode {
     use watchbridge::kafka::tools::ReadError;
-    let options = watchbridge::state::inspect::Options {
+    let options = watchbridge::inspect::Options {
         key: key.map(String::into_bytes),
         partition,
         hashes,
     };
     let mut out = std::io::stdout().lock();
-    match watchbridge::state::inspect::inspect(brokers, topic, &options, &mut out) {
+    match watchbridge::inspect::inspect(brokers, topic, &options, &mut out) {
         Ok(s) => {
             eprintln!(
                 "{} records read from {topic}, {} printed, {} undecodable",

@@ -5,8 +5,9 @@
 //! reported, not only the first, so one round of fixes is enough.
 
 use super::{RunArgs, RunConfig};
+use crate::config_error::ConfigError;
 use crate::pollers::builtin::UsePoller;
-use crate::pollers::{ConfigError, Resolve};
+use crate::pollers::Resolve;
 use std::sync::Arc;
 
 /// The checked settings, or every error found (each naming its variable).

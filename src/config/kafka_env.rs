@@ -14,7 +14,7 @@
 //!   `metadata.broker.list`) would win over it in some clients and not in others, so it is
 //!   refused, naming both.
 
-use crate::pollers::ConfigError;
+use crate::config_error::ConfigError;
 use std::collections::BTreeMap;
 
 /// The librdkafka properties the environment gives, by the clients they are for.

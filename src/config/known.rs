@@ -6,7 +6,7 @@
 //! The names are read from the commands themselves (every clap `env` of `run` and `demo`),
 //! not listed by hand, so a new setting is known the moment it has a flag.
 
-use crate::pollers::ConfigError;
+use crate::config_error::ConfigError;
 use std::collections::BTreeSet;
 
 /// The prefix of every setting's variable.
@@ -35,7 +35,7 @@ pub fn known_names() -> BTreeSet<String> {
     use clap::Args;
     let commands = [
         super::RunArgs::augment_args(clap::Command::new("run")),
-        crate::demo::DemoArgs::augment_args(clap::Command::new("demo")),
+        super::DemoArgs::augment_args(clap::Command::new("demo")),
     ];
     let mut names: BTreeSet<String> = commands
         .iter()

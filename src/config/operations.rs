@@ -2,7 +2,7 @@
 //! metrics and probes), what it shows, the control topic that carries the group's orders,
 //! and when a stalled engine fails liveness.
 
-use crate::pollers::ConfigError;
+use crate::config_error::ConfigError;
 use std::net::SocketAddr;
 use std::time::Duration;
 

@@ -7,11 +7,11 @@
 //! waits, nothing is dropped or dead-lettered for it) and decodes the record again.
 
 use super::time::TimestampAssigner;
+use super::watch_input::{Input, Rejected};
 use super::{InputFormat, KeyFormat};
 use crate::avro::registry::{RegistryClient, Unavailable, WriterSchema};
 use crate::avro::wire::{unframe, FrameError};
 use crate::clock::Millis;
-use crate::kafka::input::{Input, Rejected};
 use apache_avro::Schema;
 use bytes::Bytes;
 use serde_json::Value;

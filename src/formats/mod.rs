@@ -7,10 +7,11 @@
 pub mod input;
 pub mod output;
 pub mod time;
+pub mod watch_input;
 
 use crate::avro::registry::{RegistryAuth, RegistryClient, RegistrySettings};
+use crate::config_error::ConfigError;
 use crate::metrics::Metrics;
-use crate::pollers::ConfigError;
 use apache_avro::Schema;
 use std::path::PathBuf;
 use std::sync::Arc;

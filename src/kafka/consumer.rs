@@ -973,6 +973,9 @@ impl ConsumerFailing {
         };
         ConsumerFailed {
             error,
+            refused: error
+                .rdkafka_error_code()
+                .is_some_and(super::refusal::is_refusal),
             topic: &shared.input_topic,
             group: &shared.group_id,
             log,

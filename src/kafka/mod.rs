@@ -1,6 +1,5 @@
 //! The Kafka side of the bridge: the group's standing orders ([`control_topic`]), the watches the state topic remembers, for any instance ([`state_lookup`]), the consumer thread and its rebalance callbacks
-//! ([`consumer`]), one task per assigned input partition ([`partition`]), input decoding
-//! ([`input`]), the records written ([`records`]) and their delivery reports
+//! ([`consumer`]), one task per assigned input partition ([`partition`]), the records written ([`records`]) and their delivery reports
 //! ([`reports`]), commit discipline ([`offsets`]), first and end offsets
 //! of many partitions in one request ([`list_offsets`]), client
 //! settings, topics and the start's wait for the brokers ([`client`]), whether the brokers
@@ -21,7 +20,6 @@ pub mod embedded;
 pub mod group_mode;
 pub mod guarantee;
 pub mod health;
-pub mod input;
 pub mod lease;
 pub mod list_offsets;
 pub mod merged;

@@ -2,7 +2,7 @@
 //! the input topic and reading the output topic by hand (what `kcat -P` / `kcat -C` do; the
 //! kcat in Debian links a librdkafka too old for some brokers, Tansu among them).
 //! [`read_topic`], under `consume`, also reads the state topic for `watchbridge state
-//! inspect` (`crate::state::inspect`).
+//! inspect` (`crate::inspect`).
 
 use crate::kafka::properties::ClientKind;
 use crate::pollers::event_time::format_rfc3339;

@@ -116,7 +116,6 @@
 
 pub mod chunks;
 pub mod codec;
-pub mod inspect;
 pub mod snapshot;
 pub mod versions;
 

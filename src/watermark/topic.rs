@@ -28,8 +28,7 @@ use std::collections::BTreeMap;
 /// partition tasks, which take their floors from it.
 pub type SharedWatermarkTopic = std::sync::Arc<std::sync::Mutex<WatermarkTopic>>;
 
-/// The watermark value that ends a run: every watch of it ended.
-pub const END_OF_TIME: Millis = Millis::MAX;
+pub use crate::clock::END_OF_TIME;
 
 /// A partition's state as its owner last published it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -35,7 +35,6 @@ pub use producer::ProducerRestarts;
 pub use transaction::{Ending, TransactionSettings};
 
 use super::durable::{DurableState, StateWrite};
-use super::input::Rejected;
 use super::offsets::{OffsetTracker, Origins};
 use super::records::{OutRecord, OutRecordParts, Source};
 use super::recovery::{self, RecoverySource};
@@ -45,6 +44,7 @@ use crate::clock::Clock;
 use crate::clock::Millis;
 use crate::engine::{Command, Engine, EngineConfig, Event, RestoreWatch};
 use crate::formats::input::{Attempt, InputDecoder};
+use crate::formats::watch_input::{Input, Rejected};
 use crate::internal_events::{
     AfterProduceFailure, FailedWatchRestarted, InputConsumed, InputDeadLettered,
     InputForFinishedWatch, InputKeyedApart, InputSkipped, LateOutput, OutputDeadLettered,
@@ -78,7 +78,7 @@ use tokio::sync::mpsc;
 /// Says which decoded inputs are not watches (markers for a punctuated watermark
 /// generator, say): they are read, seen by the watermark generator, and committed.
 #[derive(Clone)]
-pub struct InputFilter(pub Arc<dyn Fn(&super::input::Input) -> bool + Send + Sync>);
+pub struct InputFilter(pub Arc<dyn Fn(&Input) -> bool + Send + Sync>);
 
 impl std::fmt::Debug for InputFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -768,11 +768,7 @@ impl<P: Resolve> PartitionTask<P> {
         }
     }
 
-    async fn on_input(
-        &mut self,
-        message: OwnedMessage,
-        decoded: Result<super::input::Input, Rejected>,
-    ) {
+    async fn on_input(&mut self, message: OwnedMessage, decoded: Result<Input, Rejected>) {
         InputConsumed.emit(&self.shared.metrics);
         let offset = message.offset();
         let now = self.shared.clock.now_ms();
@@ -1269,11 +1265,7 @@ fn lock_status(
 
 /// The input record as a watch record keeps it: a JSON value as it came, any other as its
 /// JSON form (what a restore resolves it from, with no registry or schema needed then).
-fn registration(
-    message: &OwnedMessage,
-    input: &super::input::Input,
-    decoder: &InputDecoder,
-) -> Registration {
+fn registration(message: &OwnedMessage, input: &Input, decoder: &InputDecoder) -> Registration {
     let value = if decoder.keeps_raw_value() {
         Bytes::copy_from_slice(message.payload().unwrap_or_default())
     } else {

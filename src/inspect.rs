@@ -22,7 +22,7 @@
 //! | `output_offsets` | `offsets`: `[{partition, offset}]` |
 //! | `mode`           | `mode`: the guarantee of the partition's last writer |
 //! | `starts`         | `seq`, `member_count`, `members` (`[{key, arrived, next_poll, polls}]`); with `--key`, `member`: that watch's fields as in a `watch` line |
-//! | `newer_version`  | `version` (the format version it was written by), `error`, `value_base64`: a record of a newer build, which this one cannot read; its partition stops at recovery (`super::versions`) |
+//! | `newer_version`  | `version` (the format version it was written by), `error`, `value_base64`: a record of a newer build, which this one cannot read; its partition stops at recovery (`crate::state::versions`) |
 //! | `undecodable`    | `error`, `value_base64` (`null` for a record with no value) |
 
 use std::io::Write;
@@ -35,12 +35,12 @@ use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use super::codec::{
+use crate::clock::Millis;
+use crate::kafka::tools::{read_topic, ReadError};
+use crate::state::codec::{
     decode_entry, parse_state_key, DecodeError, Entry, OutputOffsets, Part, Starts, WatchRecord,
     OUTPUT_OFFSETS_KEY,
 };
-use crate::clock::Millis;
-use crate::kafka::tools::{read_topic, ReadError};
 use crate::termination::Termination;
 use rdkafka::Message;
 

@@ -1,7 +1,7 @@
 //! What a watch is started from: the watch key (the record key, or the field
 //! `WATCHBRIDGE_WATCH_KEY` points at), the input value as JSON, and its event time (the
 //! record timestamp, or the field `WATCHBRIDGE_INPUT_TIME` points at). Decoding them in the
-//! input's format is `crate::formats::input`'s. A record that cannot become a watch is
+//! input's format is `super::input`'s. A record that cannot become a watch is
 //! [`Rejected`], with the reason the dead-letter record carries (the partition task adds
 //! `unresolvable` and `too_large`).
 
