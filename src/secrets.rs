@@ -1,6 +1,8 @@
-//! The one rule for which names carry secrets. A leaf: configuration (what `watchbridge
-//! config` shows), logging (what a URL or a property list may print) and the Kafka clients
-//! (the properties they log) all ask it, so a name is secret everywhere or nowhere.
+//! Secrets: the one rule for which names carry them, and the wrapper that keeps a secret
+//! value out of `Debug` output. A leaf: configuration (what `watchbridge config` shows),
+//! logging (what a URL or a property list may print), the Kafka clients (the properties
+//! they log) and the HTTP poller's credentials all use it, so a name is secret everywhere
+//! or nowhere.
 
 /// The one rule for names whose values are secrets, never logged or shown: `KAFKA_*`
 /// librdkafka properties and the query parameters of URLs ([`crate::logging::redact_url`]).
@@ -37,6 +39,23 @@ pub fn is_secret(name: &str) -> bool {
             n.as_str(),
             "key" | "sig" | "pwd" | "pass" | "auth" | "authorization"
         )
+}
+
+/// A setting whose value must not appear in logs or `Debug` output.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Redacted(pub String);
+
+impl std::fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl std::str::FromStr for Redacted {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Self(s.to_string()))
+    }
 }
 
 #[cfg(test)]

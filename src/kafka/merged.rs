@@ -22,9 +22,9 @@ use crate::internal_events::{
     MergedWatermarkChanged, MergedWriterChanged, ReadBackOutcome, WatermarkLag, WatermarkReadBack,
 };
 use crate::kafka::health::KafkaContext;
+use crate::kafka::produce::send_and_wait;
 use crate::kafka::records::OutRecord;
 use crate::kafka::recovery::Lookups;
-use crate::kafka::reports::send_and_wait;
 use crate::kafka::stats::BridgeProducer;
 use crate::metrics::Metrics;
 use crate::readiness::{Readiness, WatermarkWaiter};

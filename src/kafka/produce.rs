@@ -10,6 +10,7 @@
 //! producer's context, as for a record rdkafka sent.
 
 use super::records::OutRecord;
+use super::reports::OnceRoute;
 use super::stats::BridgeProducer;
 use rdkafka::bindings as rdsys;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -17,6 +18,7 @@ use rdkafka::producer::Producer;
 use std::ffi::{c_void, CString};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Sends records through one producer, keeping a handle per topic it wrote to.
 pub struct Sender {
@@ -186,6 +188,35 @@ fn vu(
     u: rdsys::rd_kafka_vu_s__bindgen_ty_1,
 ) -> rdsys::rd_kafka_vu_t {
     rdsys::rd_kafka_vu_t { vtype, u }
+}
+
+/// Send one record and wait for where it landed; while the producer's queue is full, try again
+/// every 100 ms for up to `queue_timeout` (what `FutureProducer::send` did for the few
+/// records sent this way: the merged watermark, the end of time). Handed over as every
+/// other record is ([`Sender`]).
+pub async fn send_and_wait(
+    producer: &BridgeProducer,
+    record: &OutRecord,
+    queue_timeout: Duration,
+) -> Result<(i32, i64), KafkaError> {
+    let route = OnceRoute::open(producer);
+    let deadline = tokio::time::Instant::now() + queue_timeout;
+    let mut sender = Sender::new(producer);
+    loop {
+        match sender.send(record, route.token()) {
+            Ok(()) => break,
+            Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                route.close();
+                return Err(e);
+            }
+        }
+    }
+    route.landed().await
 }
 
 #[cfg(test)]

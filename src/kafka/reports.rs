@@ -9,16 +9,13 @@
 //! the route's owner takes them in batches, woken once per batch rather than once per
 //! record. A route that is gone (its task ended) drops its reports: nobody waits for them.
 
-use super::produce::Sender;
-use super::records::{OutRecord, OutRecordParts};
-use super::stats::BridgeProducer;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use super::records::OutRecordParts;
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::Message;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 /// Where a record landed (partition, offset), or why it did not.
@@ -157,37 +154,42 @@ impl Drop for Route {
     }
 }
 
-/// Send one record and wait for where it landed; while the producer's queue is full, try again
-/// every 100 ms for up to `queue_timeout` (what `FutureProducer::send` did for the few
-/// records sent this way: the merged watermark, the end of time). Handed over as every
-/// other record is ([`Sender`]).
-pub async fn send_and_wait(
-    producer: &BridgeProducer,
-    record: &OutRecord,
-    queue_timeout: Duration,
-) -> Result<(i32, i64), KafkaError> {
-    let routes = producer.context().routes();
-    let (waiting, outcome) = oneshot::channel();
-    let id = routes.open(Target::Once(waiting));
-    let deadline = tokio::time::Instant::now() + queue_timeout;
-    let mut sender = Sender::new(producer);
-    loop {
-        match sender.send(record, token(id, 0)) {
-            Ok(()) => break,
-            Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull))
-                if tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => {
-                routes.close(id);
-                return Err(e);
-            }
+/// A route for one record: its report is awaited once ([`OnceRoute::landed`]).
+pub struct OnceRoute {
+    id: u32,
+    routes: Arc<Routes>,
+    outcome: oneshot::Receiver<Outcome>,
+}
+
+impl OnceRoute {
+    /// A new one-record route on `producer`.
+    pub fn open<C: Routed + 'static>(producer: &ThreadedProducer<C>) -> Self {
+        let routes = producer.context().routes().clone();
+        let (waiting, outcome) = oneshot::channel();
+        let id = routes.open(Target::Once(waiting));
+        Self {
+            id,
+            routes,
+            outcome,
         }
     }
-    match outcome.await {
-        Ok(outcome) => outcome.map_err(|u| u.error),
-        Err(_) => Err(KafkaError::Canceled),
+
+    /// The opaque of its record.
+    pub fn token(&self) -> usize {
+        token(self.id, 0)
+    }
+
+    /// Where its record landed, once reported (closed by the report).
+    pub async fn landed(self) -> Result<(i32, i64), KafkaError> {
+        match self.outcome.await {
+            Ok(outcome) => outcome.map_err(|u| u.error),
+            Err(_) => Err(KafkaError::Canceled),
+        }
+    }
+
+    /// Its record was never handed over: nothing will report.
+    pub fn close(self) {
+        self.routes.close(self.id);
     }
 }
 

@@ -29,8 +29,8 @@
 use super::state::{sleep_unless_closed, RecoveryWait};
 use super::*;
 use crate::internal_events::RecoveryWaitOutcome;
+use crate::kafka::produce::send_and_wait;
 use crate::kafka::recovery::Unreadable;
-use crate::kafka::reports::send_and_wait;
 
 /// How long a settle record may wait for room in the producer's queue.
 const QUEUE_WAIT: Duration = Duration::from_secs(10);

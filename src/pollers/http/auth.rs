@@ -9,9 +9,9 @@
 //! variable or file, not what it holds.
 
 use super::client::PendingClient;
-use super::config::{sensitive_header, Redacted};
 use crate::poll::PollError;
 use crate::pollers::ConfigError;
+use crate::secrets::Redacted;
 use oauth2::basic::BasicClient;
 use oauth2::{AuthType, ClientId, ClientSecret, EndpointNotSet, EndpointSet, Scope, TokenResponse};
 use reqwest::header::HeaderValue;
@@ -539,6 +539,15 @@ fn token_error<RE: std::error::Error + 'static>(
         ),
         oauth2::RequestTokenError::Other(o) => crate::logging::outside(o).to_string(),
     }
+}
+
+/// A header value that may be a secret, marked sensitive (its `Debug` shows `Sensitive`,
+/// and the HTTP/2 encoder never indexes it); `None` if a header cannot carry the text.
+/// Configured headers and every credential are made here.
+pub(crate) fn sensitive_header(text: &str) -> Option<HeaderValue> {
+    let mut value = HeaderValue::from_str(text).ok()?;
+    value.set_sensitive(true);
+    Some(value)
 }
 
 #[cfg(test)]

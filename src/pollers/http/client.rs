@@ -59,7 +59,7 @@ pub struct ClientArgs {
         value_name = "WATCHBRIDGE_HTTP_PROXY",
         hide_env_values = true
     )]
-    pub proxy: Option<super::config::Redacted>,
+    pub proxy: Option<crate::secrets::Redacted>,
 }
 
 /// The checked client settings: files read, proxy parsed.
@@ -325,7 +325,7 @@ pub fn build(config: &ClientConfig, timeout: Duration) -> Result<reqwest::Client
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pollers::http::config::Redacted;
+    use crate::secrets::Redacted;
     use std::io::Write;
 
     fn file(text: &str) -> tempfile::NamedTempFile {

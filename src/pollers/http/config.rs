@@ -4,8 +4,7 @@
 use super::body::BodyTemplate;
 use crate::pollers::template::{OriginPart, Template};
 use crate::pollers::ConfigError;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use std::fmt;
+use reqwest::header::{HeaderMap, HeaderName};
 use std::time::Duration;
 
 /// The HTTP poller's settings (`WATCHBRIDGE_POLLER=http`).
@@ -163,31 +162,7 @@ pub enum HttpMethod {
     Post,
 }
 
-/// A header value that may be a secret, marked sensitive (its `Debug` shows `Sensitive`,
-/// and the HTTP/2 encoder never indexes it); `None` if a header cannot carry the text.
-/// Configured headers and every credential are made here.
-pub(crate) fn sensitive_header(text: &str) -> Option<HeaderValue> {
-    let mut value = HeaderValue::from_str(text).ok()?;
-    value.set_sensitive(true);
-    Some(value)
-}
-
-/// A setting whose value must not appear in logs or `Debug` output.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Redacted(pub String);
-
-impl fmt::Debug for Redacted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl std::str::FromStr for Redacted {
-    type Err = std::convert::Infallible;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(Self(s.to_string()))
-    }
-}
+pub use crate::secrets::Redacted;
 
 /// The HTTP poller's checked settings.
 #[derive(Debug, Clone)]
@@ -549,7 +524,7 @@ fn parse_headers(
         })?;
         let value = expand(value.trim(), env)
             .map_err(|m| ConfigError::new(VAR, format!("header `{name}`: {m}")))?;
-        let value = sensitive_header(&value).ok_or_else(|| {
+        let value = super::auth::sensitive_header(&value).ok_or_else(|| {
             ConfigError::new(
                 VAR,
                 format!("header `{name}`: the value has characters a header cannot carry"),
