@@ -15,7 +15,7 @@ const STARTS_KEY_PREFIX: &[u8] = b"~starts/";
 /// SQLite) writes one record per checkpoint instead of one per new watch. A member is live
 /// with no seen chunks. A member's own record (`<len>:<watch key>/w`), written later, takes
 /// its place: whichever of the two is later on the partition wins. The record is deleted
-/// once every member has its own record (see `kafka/durable.rs`).
+/// once every member has its own record (see `kafka/durable/starts.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Starts {
     /// Numbers the partition's starts records (1, 2, ...), in the order they were written.
