@@ -459,7 +459,7 @@ fn main() {
 
     // Measured when every watch has had its first poll, and again `settle` later: by then
     // each one's progress is written and its partition task lets the copy go (an idle
-    // watch's steady state; see `Pending` in kafka/durable.rs).
+    // watch's steady state; see `Pending` in kafka/durable/live.rs).
     let i = run_fresh(&format!("{idle}:0:{settle}"), 6);
     // The same number of idle watches as the seen case has: what a watch costs besides its
     // outputs, fixed costs shared out alike (a million watches share them far thinner).

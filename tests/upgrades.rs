@@ -321,7 +321,7 @@ async fn write_the_state_v1_fixture() {
                   partition, WATCHBRIDGE_GUARANTEE=recovery): user-7's watch live with a seen \
                   chunk (outputs u7-a, u7-b), user-8's finished (u8-a, u8-b). Made by \
                   tests/upgrades.rs write_the_state_v1_fixture; read back by \
-                  a_bridge_restores_the_state_of_format_version_1 and src/state/codec.rs. \
+                  a_bridge_restores_the_state_of_format_version_1 and src/state/codec/tests.rs. \
                   Never edit: a format change gets a new version and keeps reading these.",
         "format_version": FORMAT_VERSION,
         "broker": broker().kind().name(),

@@ -3,7 +3,7 @@
 //! record on the state topic (so the watch survives a crash without its input), or nothing
 //! when its watch was already running or finished. Outputs hold no input's commit: the
 //! state topic and the recovery's read-back of the output topic account for them
-//! (`kafka/durable.rs`).
+//! (`kafka/durable/`).
 //!
 //! The position to commit is the lowest offset that still has something outstanding, or,
 //! when nothing is, the offset after the last input handed to the engine.

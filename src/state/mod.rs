@@ -1,7 +1,7 @@
 //! Durable watch state: what the state topic holds, and how a watch becomes records and back.
 //!
 //! The storage format, as pure code: bytes in, values out, no I/O. The bridge writes these
-//! records from `kafka/durable.rs` (checkpoints) and reads them back in `kafka/recovery.rs`
+//! records from `kafka/durable/` (checkpoints) and reads them back in `kafka/recovery.rs`
 //! (on assignment), keeping the order of writes described below.
 //!
 //! # The state topic
@@ -74,7 +74,7 @@
 //!    record with theirs. Per watch, whichever of its own record (or tombstone) and the
 //!    starts records listing it is later on the partition is its latest. A starts record
 //!    is deleted once every member has a later record of its own, and a watch's own record
-//!    is deleted only after every starts record that may list it (see `kafka/durable.rs`).
+//!    is deleted only after every starts record that may list it (see `kafka/durable/starts.rs`).
 //! 2. A checkpoint writes a watch's chunks first, in index order, then its watch record
 //!    listing them; and it writes a hash only once the output it stands for is
 //!    acknowledged by the output topic. A crash in between leaves chunks the record does

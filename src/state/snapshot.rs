@@ -112,7 +112,7 @@ impl WatchRecord {
 
     /// Mark the watch ended at `at` for `reason`. A finished watch keeps no seen chunks
     /// (`seen_chunks` becomes 0): it is kept only so that its input does not start it again.
-    /// (The bridge writes a `failed` one with its chunks: see `kafka/durable.rs`.)
+    /// (The bridge writes a `failed` one with its chunks: see `kafka/durable/`.)
     pub fn finish(&mut self, at: Millis, reason: &TerminatedReason) {
         self.finished = Some(Finished::new(at, reason));
         self.seen_chunks = 0;
