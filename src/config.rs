@@ -6,11 +6,10 @@
 pub mod check;
 pub mod effective;
 pub mod help;
-mod kafka_env;
 pub mod known;
 mod operations;
 
-pub use kafka_env::{kafka_properties, KafkaProperties};
+pub use crate::kafka::env::{kafka_properties, KafkaProperties};
 pub use operations::{OperationsArgs, OperationsConfig};
 
 use crate::kafka::guarantee::GuaranteeSetting;
@@ -742,10 +741,9 @@ pub fn secrets_from_files(
                 format!("both {name} and {name}_FILE are set: keep one"),
             ));
         }
-        read.push((
-            name.to_string(),
-            kafka_env::read_secret_file(&file_var, path)?,
-        ));
+        let secret = crate::secrets::read_secret_file(path)
+            .map_err(|e| ConfigError::new(file_var.clone(), e))?;
+        read.push((name.to_string(), secret));
     }
     Ok(read)
 }

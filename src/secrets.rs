@@ -1,6 +1,7 @@
 //! The one rule for which names carry secrets. A leaf: configuration (what `watchbridge
 //! config` shows), logging (what a URL or a property list may print) and the Kafka clients
-//! (the properties they log) all ask it, so a name is secret everywhere or nowhere.
+//! (the properties they log) all ask it, so a name is secret everywhere or nowhere. And the
+//! one way a secret mounted as a file (`…_FILE`) is read, for the same readers.
 
 /// The one rule for names whose values are secrets, never logged or shown: `KAFKA_*`
 /// librdkafka properties and the query parameters of URLs ([`crate::logging::redact_url`]).
@@ -37,6 +38,19 @@ pub fn is_secret(name: &str) -> bool {
             n.as_str(),
             "key" | "sig" | "pwd" | "pass" | "auth" | "authorization"
         )
+}
+
+/// The secret in the file at `path` (what a `…_FILE` variable names): its contents, one
+/// trailing line end dropped (what `echo` and most secret stores leave). The error is a
+/// message for the caller to put under its variable's name.
+pub fn read_secret_file(path: &str) -> Result<String, String> {
+    let contents =
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
+    let trimmed = contents
+        .strip_suffix('\n')
+        .map(|c| c.strip_suffix('\r').unwrap_or(c))
+        .unwrap_or(&contents);
+    Ok(trimmed.to_string())
 }
 
 #[cfg(test)]

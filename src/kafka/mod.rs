@@ -2,7 +2,8 @@
 //! ([`consumer`]), one task per assigned input partition ([`partition`]), input decoding
 //! ([`input`]), the records written ([`records`]) and their delivery reports
 //! ([`reports`]), commit discipline ([`offsets`]), first and end offsets
-//! of many partitions in one request ([`list_offsets`]), client
+//! of many partitions in one request ([`list_offsets`]), `KAFKA_*` variables read as
+//! librdkafka properties ([`env`]), client
 //! settings, topics and the start's wait for the brokers ([`client`]), whether the brokers
 //! can be reached and librdkafka's errors and log lines ([`health`]), librdkafka's
 //! statistics as metrics ([`stats`]), the exactly-once mode's transaction timeout fitted to
@@ -18,6 +19,7 @@ pub mod delayed_restart;
 pub mod drop_later;
 pub mod durable;
 pub mod embedded;
+pub mod env;
 pub mod group_mode;
 pub mod guarantee;
 pub mod health;

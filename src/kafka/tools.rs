@@ -18,7 +18,7 @@ use std::time::Duration;
 
 /// A client of `kind` with the `KAFKA_*` settings of `run` (security above all).
 fn client(brokers: &str, kind: ClientKind) -> Result<ClientConfig, String> {
-    let props = crate::config::kafka_properties(std::env::vars()).map_err(|e| e.to_string())?;
+    let props = super::env::kafka_properties(std::env::vars()).map_err(|e| e.to_string())?;
     let own = match kind {
         ClientKind::Consumer => props.consumer,
         ClientKind::Producer => props.producer,
