@@ -23,9 +23,10 @@ use crate::control::Controls;
 use crate::formats::output::OutputEncoder;
 use crate::internal_events::StopGaveUp;
 use crate::kafka::client::{
-    broker_settings, client_config, ensure_topics, log_properties, wait_for_brokers,
-    BrokerSettings, KafkaSetupError,
+    broker_settings, ensure_topics, wait_for_brokers, BrokerSettings, KafkaSetupError,
+    TopicSettings,
 };
+use crate::kafka::clients::{uses_the_consumer_protocol, Isolation, KafkaSettings};
 use crate::kafka::consumer::{consume, BridgeContext, ConsumerStopped, NoCommitStart, Partitions};
 use crate::kafka::control_topic::ControlTopic;
 use crate::kafka::delayed_restart::DeliveryWindow;
@@ -40,11 +41,10 @@ use crate::kafka::partition::Ending;
 use crate::kafka::partition::{
     Bounds, Shared, StateSettings, TransactionSettings, WatermarkSettings,
 };
-use crate::kafka::properties::ClientKind;
 use crate::kafka::records::OutputLayout;
 use crate::kafka::recovery::{Lookups, RecoverySource};
 use crate::kafka::state_lookup::StateLookup;
-use crate::kafka::stats::{self, BridgeProducer, ProducerSettings};
+use crate::kafka::stats::{BridgeProducer, ProducerSettings};
 use crate::kafka::transaction_timeout::TransactionTimeouts;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
@@ -150,7 +150,9 @@ pub async fn run_bridge<P: Resolve>(
     stop: Arc<StopSignal>,
 ) -> Result<(), BridgeError> {
     let started = Instant::now();
-    log_properties(config);
+    let clients = kafka_settings(brokers, config);
+    let topics = topic_settings(config);
+    clients.log_properties();
     let readiness = Arc::new(Readiness::new());
     if embedded.is_some() {
         readiness.on_embedded_broker();
@@ -167,12 +169,7 @@ pub async fn run_bridge<P: Resolve>(
         });
     }
     // Connecting from now on, beside the start's own requests (`recovery::Lookups`).
-    let lookups = Lookups::start(
-        &client_config(brokers, config, ClientKind::Consumer),
-        &config.group_id,
-        &kafka,
-        &config.input_topic,
-    );
+    let lookups = Lookups::start(&clients, &kafka, &config.input_topic);
     let controls = Arc::new(Controls::default());
     // (Its input partition count is set once the start has read it, below.)
     let (orders, state_lookup) = (Arc::new(OnceLock::new()), Arc::new(OnceLock::new()));
@@ -191,8 +188,8 @@ pub async fn run_bridge<P: Resolve>(
     readiness.waiting_for_brokers(Some(brokers), &metrics);
     let start = async {
         loop {
-            let client = wait_for_brokers(brokers, config, &kafka, started, start_deadline).await?;
-            match ensure_topics(brokers, config, embedded, client).await {
+            let client = wait_for_brokers(&clients, &kafka, started, start_deadline).await?;
+            match ensure_topics(&clients, &topics, embedded, client).await {
                 Err(KafkaSetupError::Unreachable { error, .. })
                     if Instant::now() < start_deadline =>
                 {
@@ -224,7 +221,7 @@ pub async fn run_bridge<P: Resolve>(
         .map_err(BridgeError::Start)?;
     {
         // Outages from now on: reported once each way (`kafka/health.rs`).
-        let probe_config = client_config(brokers, config, ClientKind::Consumer);
+        let probe_config = clients.health_probe();
         let probe_context = kafka.clone();
         background.spawn(health.clone().watch(move |timeout| {
             let client: BaseConsumer<KafkaContext> = probe_config
@@ -249,7 +246,7 @@ pub async fn run_bridge<P: Resolve>(
     // `auto` may wait for a transaction coordinator still loading: a stop ends that too.
     let (guarantee, fallback) = tokio::select! {
         chosen = choose_guarantee(
-            brokers,
+            &clients,
             embedded.is_some(),
             config,
             &kafka,
@@ -276,18 +273,14 @@ pub async fn run_bridge<P: Resolve>(
             fallback.as_deref().unwrap_or(""),
         ])
         .set(1);
-    let mut producer_client = producer_config(brokers, config);
-    if guarantee != Guarantee::ExactlyOnce {
-        one_request_in_flight(&mut producer_client);
-    }
     let producer_settings = ProducerSettings {
-        config: producer_client,
+        config: clients.output_producer(guarantee),
         metrics: metrics.clone(),
         kafka: kafka.clone(),
     };
     let transactions = match guarantee {
         Guarantee::ExactlyOnce => {
-            Some(transaction_settings(brokers, config, &producer_settings).await?)
+            Some(transaction_settings(&clients, config, &producer_settings).await?)
         }
         _ => None,
     };
@@ -295,7 +288,7 @@ pub async fn run_bridge<P: Resolve>(
     // may still commit before it reads its outputs back (`kafka/delayed_restart.rs`).
     let delivery_window = match guarantee {
         Guarantee::ExactlyOnce => Duration::ZERO,
-        _ => delivery_window(brokers, config, &kafka).await,
+        _ => delivery_window(&clients, &kafka).await,
     };
     // Checks the settings once, before any partition task makes its own.
     let producer: BridgeProducer = producer_settings
@@ -316,8 +309,11 @@ pub async fn run_bridge<P: Resolve>(
     let watermarks_read = Arc::new(AtomicI64::new(0));
     // What may hide a previous owner's last watermark from the reader is a transaction the
     // instances' producers left open: it ends within their timeout.
-    let read_back_limit =
-        merged::read_back_limit(producer_config(brokers, config).get("transaction.timeout.ms"));
+    let read_back_limit = merged::read_back_limit(
+        clients
+            .output_producer(guarantee)
+            .get("transaction.timeout.ms"),
+    );
     // Outputs' identities read back from their values: where the poller can, and the values
     // are its items as it gave them (not Avro, whose datums a recovery would decode).
     let output_keys = match formats.encoder.as_ref() {
@@ -343,8 +339,8 @@ pub async fn run_bridge<P: Resolve>(
     // The group's standing orders (pauses) apply before any watch polls.
     let control_topic = ControlTopic::start(
         &config.operations.control_topic,
-        reader_config(brokers, config),
-        producer_config(brokers, config),
+        clients.control_topic_reader(),
+        clients.control_topic_writer(),
         &kafka,
         controls.pause.clone(),
         metrics.clone(),
@@ -355,8 +351,8 @@ pub async fn run_bridge<P: Resolve>(
     let _ = orders.set(control_topic);
     let _ = state_lookup.set(
         StateLookup::new(
-            reader_config(brokers, config),
-            producer_config(brokers, config),
+            clients.state_lookup_reader(),
+            clients.state_lookup_writer(),
             &kafka,
             brokers,
             &config.state_topic,
@@ -367,7 +363,7 @@ pub async fn run_bridge<P: Resolve>(
         .map_err(BridgeError::Start)?,
     );
     // The input consumer's settings: its lease reads the session timeout from them.
-    let consumer_settings = consumer_config(brokers, config, guarantee);
+    let consumer_settings = clients.input_consumer(guarantee);
     let shared = Arc::new(Shared {
         group_id: config.group_id.as_str().into(),
         poller,
@@ -388,7 +384,7 @@ pub async fn run_bridge<P: Resolve>(
         transaction_positions: Arc::new(Mutex::new(HashMap::new())),
         lease: group_lease(&consumer_settings, &metrics),
         output_ends: output_ends::start(
-            client_config(brokers, config, ClientKind::Consumer),
+            clients.output_ends_reader(),
             config.output_topic.as_str().into(),
             layout.output_partitions,
         ),
@@ -410,7 +406,7 @@ pub async fn run_bridge<P: Resolve>(
         },
         state: StateSettings {
             recovery: RecoverySource {
-                consumer_config: reader_config(brokers, config),
+                consumer_config: clients.recovery_reader(Isolation::ReadCommitted),
                 kafka: kafka.clone(),
                 input_topic: config.input_topic.as_str().into(),
                 group_id: config.group_id.clone(),
@@ -466,7 +462,7 @@ pub async fn run_bridge<P: Resolve>(
     let stop_merged = Arc::new(StopSignal::default());
     let merged = {
         let publisher = MergedPublisher {
-            consumer_config: reader_config(brokers, config),
+            consumer_config: clients.watermark_reader(),
             kafka: kafka.clone(),
             producer: producer.clone(),
             input_topic: config.input_topic.as_str().into(),
@@ -794,41 +790,13 @@ fn assign_bounded<P: Resolve>(
         .map_err(|e| BridgeError::Start(format!("cannot read {topic}: {e}")))
 }
 
-fn producer_config(brokers: &str, config: &RunConfig) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("linger.ms", "5");
-    c.set("compression.type", "lz4");
-    override_with(&mut c, client_config(brokers, config, ClientKind::Producer));
-    stats::enable(&mut c, &config.kafka);
-    // Required for "nothing lost, nothing twice" on the producer side.
-    c.set("enable.idempotence", "true");
-    c.set("acks", "all");
-    c
-}
-
-/// Without transactions, one produce request in flight per broker connection, unless
-/// `KAFKA_*` says otherwise. With several, a failed first request (a leader that moved, a
-/// dropped connection: "possibly persisted") fails the ones behind it with
-/// `OUT_OF_ORDER_SEQUENCE_NUMBER`, and librdkafka (2.12) bumps the producer's epoch and
-/// sends all of them again: the first, if the broker had kept it, is then written twice,
-/// side by side, and no delivery report says so (librdkafka issue 4953; seen on three
-/// nodes: an output at two neighbouring offsets, both after the same restore). With one,
-/// the first is sent again under its own sequence number, and the broker drops the copy.
-/// In the exactly-once mode a bump aborts the transaction, copies included.
-fn one_request_in_flight(c: &mut ClientConfig) {
-    const IN_FLIGHT: [&str; 2] = ["max.in.flight.requests.per.connection", "max.in.flight"];
-    if IN_FLIGHT.iter().all(|key| c.get(key).is_none()) {
-        c.set(IN_FLIGHT[0], "1");
-    }
-}
-
 /// `WATCHBRIDGE_GUARANTEE`, with `auto` resolved against the broker (the embedded broker,
 /// librdkafka's mock cluster, accepts transactions but cannot keep their promise: `auto`
 /// picks `recovery` there without asking), and checked against the mode the group runs
 /// (`kafka/group_mode.rs`): an instance of the other mode refuses to start. `auto`'s
 /// questions are asked again until `deadline` while they fail for a transient reason.
 async fn choose_guarantee(
-    brokers: &str,
+    clients: &KafkaSettings,
     embedded: bool,
     config: &RunConfig,
     kafka: &KafkaContext,
@@ -840,26 +808,24 @@ async fn choose_guarantee(
         GuaranteeSetting::Auto if embedded => Guarantee::Recovery,
         GuaranteeSetting::Fixed(g) if embedded => g,
         setting => {
-            let plaintext = config
-                .kafka
-                .iter()
-                .find(|(k, _)| k == "security.protocol")
-                .is_none_or(|(_, v)| v.eq_ignore_ascii_case("plaintext"));
-            let brokers = brokers.to_string();
-            let producer = producer_config(&brokers, config);
-            let consumer = reader_config(&brokers, config);
+            let plaintext = clients.is_plaintext();
+            let brokers = clients.brokers.clone();
             let id = format!(
                 "watchbridge-{}-probe-{}-{}",
                 config.group_id,
                 std::process::id(),
                 Clock::system().now_ms()
             );
+            let producer = clients.guarantee_probe_producer(&id);
+            let (modes, consumer) = (
+                clients.recovery_reader(Isolation::ReadCommitted),
+                clients.guarantee_probe_reader(),
+            );
             let (group, state_topic) = (config.group_id.clone(), config.state_topic.clone());
             let kafka = kafka.clone();
             let why = fallback.clone();
             let settled = tokio::task::spawn_blocking(move || {
-                let runs =
-                    group_mode::read(&consumer, &kafka, &group, &state_topic, state_partitions);
+                let runs = group_mode::read(&modes, &kafka, &group, &state_topic, state_partitions);
                 group_mode::settle(setting, &runs, &group, &state_topic, || {
                     let (chosen, fell_back) =
                         guarantee::choose_auto(&brokers, plaintext, deadline, || {
@@ -867,7 +833,6 @@ async fn choose_guarantee(
                                 &producer,
                                 &consumer,
                                 kafka.clone(),
-                                &id,
                                 &state_topic,
                             )
                         })?;
@@ -906,18 +871,14 @@ async fn choose_guarantee(
 /// The exactly-once mode's producer settings (the bridge's `producer`'s, with the
 /// transaction timeouts), transactional id prefix and group metadata.
 async fn transaction_settings(
-    brokers: &str,
+    clients: &KafkaSettings,
     config: &RunConfig,
     producer: &ProducerSettings,
 ) -> Result<TransactionSettings, BridgeError> {
     // Group metadata without a generation: fencing rests on the transactional id of the
-    // input partition (see `kafka/partition/transaction.rs`). Made by the classic protocol's
-    // rules whatever KAFKA_GROUP_PROTOCOL says: under KIP-848's, librdkafka's metadata of a
-    // consumer that never joined made every transactional offset commit fail with
-    // UNKNOWN_MEMBER_ID (tests/secured.rs).
-    let group: BaseConsumer = client_config(brokers, config, ClientKind::Consumer)
-        .set("group.id", &config.group_id)
-        .remove("group.protocol")
+    // input partition (see `kafka/partition/transaction.rs`).
+    let group: BaseConsumer = clients
+        .group_metadata_client()
         .create()
         .map_err(|e| BridgeError::Start(format!("cannot create a client: {e}")))?;
     let group = group.group_metadata().ok_or_else(|| {
@@ -926,17 +887,8 @@ async fn transaction_settings(
     // A transaction must commit before the coordinator's timeout aborts it (and fences its
     // producer): the timeouts are fitted to the checkpoint interval, or the start fails
     // naming the settings (`kafka/transaction_timeout.rs`).
-    let mut producer_config = producer.config.clone();
-    let timeouts = fit_transaction_timeouts(brokers, config, &producer.kafka).await?;
-    producer_config
-        .set(
-            "transaction.timeout.ms",
-            timeouts.transaction.as_millis().to_string(),
-        )
-        .set(
-            "message.timeout.ms",
-            timeouts.message.as_millis().to_string(),
-        );
+    let timeouts = fit_transaction_timeouts(clients, config, &producer.kafka).await?;
+    let producer_config = clients.transactional_producer(&timeouts);
     tracing::info!(
         transaction_timeout_ms = timeouts.transaction.as_millis() as u64,
         message_timeout_ms = timeouts.message.as_millis() as u64,
@@ -968,16 +920,14 @@ async fn transaction_settings(
 /// `transaction.timeout.ms` and `message.timeout.ms` for the checkpoint interval, from what
 /// the user set (`KAFKA_*`) and the brokers' `transaction.max.timeout.ms` (when they say).
 async fn fit_transaction_timeouts(
-    brokers: &str,
+    clients: &KafkaSettings,
     config: &RunConfig,
     kafka: &KafkaContext,
 ) -> Result<TransactionTimeouts, BridgeError> {
     let set = |name: &str| -> Result<Option<Duration>, BridgeError> {
-        config
-            .kafka
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| {
+        clients
+            .user_property(name)
+            .map(|v| {
                 v.trim()
                     .parse::<u64>()
                     .map(Duration::from_millis)
@@ -991,7 +941,7 @@ async fn fit_transaction_timeouts(
             .transpose()
     };
     const MAX: &str = "transaction.max.timeout.ms";
-    let described = broker_settings(brokers, config, kafka, &[MAX])
+    let described = broker_settings(clients, kafka, &[MAX])
         .await
         .and_then(|s| s.unknown.clone().map_or(Ok(s), Err));
     let broker_max = match described {
@@ -1012,10 +962,10 @@ async fn fit_transaction_timeouts(
 
 /// How long after a failed delivery its record may still commit on these brokers
 /// ([`DeliveryWindow`]); logged, with where the figures came from.
-async fn delivery_window(brokers: &str, config: &RunConfig, kafka: &KafkaContext) -> Duration {
+async fn delivery_window(clients: &KafkaSettings, kafka: &KafkaContext) -> Duration {
     let names = [DeliveryWindow::BROKER_SESSION, DeliveryWindow::REPLICA_LAG];
     // Unknown brokers are taken for several (the longer wait).
-    let settings = broker_settings(brokers, config, kafka, &names)
+    let settings = broker_settings(clients, kafka, &names)
         .await
         .unwrap_or_else(|error| BrokerSettings::unknown(2, error));
     if let Some(error) = &settings.unknown {
@@ -1028,63 +978,6 @@ async fn delivery_window(brokers: &str, config: &RunConfig, kafka: &KafkaContext
         "a partition whose delivery failed waits this long before it reads its outputs back"
     );
     window
-}
-
-/// The settings of the bridge's readers that are not the input consumer (the recovery's,
-/// the watermark topic's, the guarantee probe's): assigned partitions, never subscribed,
-/// nothing committed. librdkafka wants a group id even then (it finds the group's
-/// coordinator): the bridge's own, so that an ACL on `WATCHBRIDGE_GROUP_ID` covers every
-/// group the bridge names (docs/brokers.md, "Least privilege").
-fn reader_config(brokers: &str, config: &RunConfig) -> ClientConfig {
-    let mut c = client_config(brokers, config, ClientKind::Consumer);
-    c.set("group.id", &config.group_id);
-    c.set("enable.auto.commit", "false");
-    c
-}
-
-fn consumer_config(brokers: &str, config: &RunConfig, guarantee: Guarantee) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("auto.offset.reset", "earliest");
-    c.set("partition.assignment.strategy", "cooperative-sticky");
-    c.set("auto.commit.interval.ms", "1000");
-    // A fetch that finds records returns at once on Apache Kafka whatever this is: there
-    // it only says how often an idle consumer asks (50 times a second per broker instead of
-    // librdkafka's 2). Tansu 0.6 holds every fetch this long even when it has records (its
-    // fetch loop sleeps out the wait before it looks at the bytes it found): with
-    // librdkafka's 500 ms the first inputs of a start came ~0.3 s after the partitions were
-    // ready, with 100 ms ~0.1 s, with 20 ms ~25 ms.
-    c.set("fetch.wait.max.ms", "20");
-    override_with(&mut c, client_config(brokers, config, ClientKind::Consumer));
-    if uses_the_consumer_protocol(&c) {
-        // KIP-848: the broker assigns, and librdkafka refuses a client-side assignor.
-        c.remove("partition.assignment.strategy");
-    }
-    stats::enable(&mut c, &config.kafka);
-    c.set("group.id", &config.group_id);
-    // Offsets are stored by us, only once what an input caused is acknowledged; in the
-    // exactly-once mode they are committed in the partitions' transactions instead.
-    c.set(
-        "enable.auto.commit",
-        if guarantee == Guarantee::ExactlyOnce {
-            "false"
-        } else {
-            "true"
-        },
-    );
-    c.set("enable.auto.offset.store", "false");
-    // Each partition's end is reported (`Feed::End`): a bounded run ends there, and a
-    // recovered partition knows its uncommitted inputs were all read again, even when the
-    // last offsets hold no record a consumer is handed (a transaction marker).
-    c.set("enable.partition.eof", "true");
-    c
-}
-
-/// `KAFKA_GROUP_PROTOCOL=consumer`: the group protocol of KIP-848, where the broker assigns
-/// partitions and owns the group's timeouts (`group.consumer.session.timeout.ms`, …).
-fn uses_the_consumer_protocol(consumer: &ClientConfig) -> bool {
-    consumer
-        .get("group.protocol")
-        .is_some_and(|p| p.eq_ignore_ascii_case("consumer"))
 }
 
 /// The consumer's group timeouts: `session.timeout.ms` and `heartbeat.interval.ms`
@@ -1144,17 +1037,6 @@ fn takeover_wait(consumer: &ClientConfig, delivery_window: Duration) -> Duration
     wait
 }
 
-/// Apply `other`'s settings over `c` (the user's `KAFKA_*` over our defaults). Each value
-/// is read with `get`: `config_map()` shows secrets (`sasl.password`, …) as a placeholder,
-/// and a copy made from it logged in with that placeholder.
-fn override_with(c: &mut ClientConfig, other: ClientConfig) {
-    for key in other.config_map().into_keys() {
-        if let Some(value) = other.get(key) {
-            c.set(key, value);
-        }
-    }
-}
-
 /// The last resort of `watchbridge run`: once a stop began, the process ends at
 /// `WATCHBRIDGE_SHUTDOWN_TIMEOUT` + [`STOP_MARGIN`] whatever still runs (the orderly stop
 /// ends before; this is for a librdkafka call that no bound reaches).
@@ -1179,139 +1061,27 @@ pub(crate) fn exit_past_the_stop_deadline(stop: Arc<StopSignal>, timeout: Durati
     });
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(env: &[(&str, &str)]) -> RunConfig {
-        let args = ["--input-topic", "users", "--output-topic", "events"];
-        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
-        crate::config::parse_run_args(&args)
-            .unwrap()
-            .check(env)
-            .unwrap()
+/// What every Kafka client of this run is made from (`kafka/clients.rs`).
+fn kafka_settings(brokers: &str, config: &RunConfig) -> KafkaSettings {
+    KafkaSettings {
+        brokers: brokers.to_string(),
+        properties: config.kafka.clone(),
+        group_id: config.group_id.clone(),
     }
+}
 
-    /// Every client the bridge makes logs in as the user said, secrets included: rdkafka's
-    /// `config_map()` shows `sasl.password` as a placeholder, and a copy made through it
-    /// sent that placeholder (issue 47: SCRAM and PLAIN refused for the input consumer and
-    /// the producers, while the start's admin client, made without a copy, logged in).
-    #[test]
-    fn every_client_gets_the_users_security_settings_secrets_included() {
-        let security = [
-            ("KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
-            ("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"),
-            ("KAFKA_SASL_USERNAME", "alice"),
-            ("KAFKA_SASL_PASSWORD", "alice-secret"),
-            ("KAFKA_SSL_KEY_PASSWORD", "key-secret"),
-            ("KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET", "oidc-secret"),
-        ];
-        let config = config(&security);
-        let clients = [
-            ("producer", producer_config("b:9092", &config)),
-            (
-                "consumer",
-                consumer_config("b:9092", &config, Guarantee::Recovery),
-            ),
-            ("other", client_config("b:9092", &config, ClientKind::Other)),
-        ];
-        for (name, client) in &clients {
-            for (variable, value) in security {
-                let key = variable["KAFKA_".len()..]
-                    .to_ascii_lowercase()
-                    .replace('_', ".");
-                assert_eq!(client.get(&key), Some(value), "{name}: {key}");
-            }
-        }
-    }
-
-    /// `KAFKA_GROUP_PROTOCOL=consumer` (KIP-848) leaves the assignor to the broker:
-    /// librdkafka refuses `partition.assignment.strategy` beside it.
-    #[test]
-    fn the_consumer_group_protocol_leaves_the_assignor_to_the_broker() {
-        let classic = consumer_config("b:9092", &config(&[]), Guarantee::Recovery);
-        assert_eq!(
-            classic.get("partition.assignment.strategy"),
-            Some("cooperative-sticky")
-        );
-        let kip848 = consumer_config(
-            "b:9092",
-            &config(&[("KAFKA_GROUP_PROTOCOL", "consumer")]),
-            Guarantee::Recovery,
-        );
-        assert_eq!(kip848.get("partition.assignment.strategy"), None);
-        assert_eq!(kip848.get("group.protocol"), Some("consumer"));
-        let made: Result<rdkafka::consumer::BaseConsumer, _> = kip848.create();
-        assert!(made.is_ok(), "{:?}", made.err());
-    }
-
-    /// The producer connects to every broker at once (its producer id without the PID
-    /// timer's 500 ms wait), unless the operator says otherwise; idempotence is not theirs
-    /// to turn off.
-    #[test]
-    fn the_producer_connects_at_once_unless_told_otherwise() {
-        let default = producer_config("b:9092", &config(&[]));
-        assert_eq!(default.get("enable.sparse.connections"), Some("false"));
-        let told = producer_config(
-            "b:9092",
-            &config(&[
-                ("KAFKA_PRODUCER_ENABLE_SPARSE_CONNECTIONS", "true"),
-                ("KAFKA_ENABLE_IDEMPOTENCE", "false"),
-            ]),
-        );
-        assert_eq!(told.get("enable.sparse.connections"), Some("true"));
-        assert_eq!(told.get("enable.idempotence"), Some("true"));
-    }
-
-    /// Every client retries a first request caught on the dropped bootstrap connection
-    /// after 10 ms over a connection it opened at once, and the input consumer asks with a
-    /// 20 ms fetch wait, unless the operator says otherwise.
-    #[test]
-    fn start_up_latencies_are_defaults_an_operator_can_override() {
-        let (run, guarantee) = (config(&[]), Guarantee::Recovery);
-        let consumer = consumer_config("b:9092", &run, guarantee);
-        assert_eq!(consumer.get("fetch.wait.max.ms"), Some("20"));
-        assert_eq!(consumer.get("reconnect.backoff.ms"), Some("10"));
-        assert_eq!(consumer.get("enable.sparse.connections"), Some("false"));
-        // The restores' consumers and the start's client too.
-        let other = client_config("b:9092", &run, ClientKind::Other);
-        assert_eq!(other.get("enable.sparse.connections"), Some("false"));
-        let producer = producer_config("b:9092", &run);
-        assert_eq!(producer.get("reconnect.backoff.ms"), Some("10"));
-        let told = config(&[
-            ("KAFKA_RECONNECT_BACKOFF_MS", "100"),
-            ("KAFKA_CONSUMER_FETCH_WAIT_MAX_MS", "500"),
-            ("KAFKA_CONSUMER_ENABLE_SPARSE_CONNECTIONS", "true"),
-        ]);
-        let consumer = consumer_config("b:9092", &told, guarantee);
-        assert_eq!(consumer.get("fetch.wait.max.ms"), Some("500"));
-        assert_eq!(consumer.get("reconnect.backoff.ms"), Some("100"));
-        assert_eq!(consumer.get("enable.sparse.connections"), Some("true"));
-        let producer = producer_config("b:9092", &told);
-        assert_eq!(producer.get("reconnect.backoff.ms"), Some("100"));
-    }
-
-    /// Without transactions one produce request is in flight per connection (a resend
-    /// after an epoch bump writes a kept record twice otherwise), unless the operator says
-    /// otherwise.
-    #[test]
-    fn without_transactions_one_request_is_in_flight_unless_told_otherwise() {
-        let mut default = producer_config("b:9092", &config(&[]));
-        one_request_in_flight(&mut default);
-        assert_eq!(
-            default.get("max.in.flight.requests.per.connection"),
-            Some("1")
-        );
-        for (setting, key) in [
-            (
-                "KAFKA_PRODUCER_MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION",
-                "max.in.flight.requests.per.connection",
-            ),
-            ("KAFKA_PRODUCER_MAX_IN_FLIGHT", "max.in.flight"),
-        ] {
-            let mut told = producer_config("b:9092", &config(&[(setting, "5")]));
-            one_request_in_flight(&mut told);
-            assert_eq!(told.get(key), Some("5"), "{setting}");
-        }
+/// The topics of this run, and how the start makes the ones missing (`kafka/client.rs`).
+fn topic_settings(config: &RunConfig) -> TopicSettings {
+    TopicSettings {
+        input_topic: config.input_topic.clone(),
+        output_topic: config.output_topic.clone(),
+        dlq_topic: config.dlq_topic.clone(),
+        watermark_topic: config.watermark_topic.clone(),
+        state_topic: config.state_topic.clone(),
+        control_topic: config.operations.control_topic.clone(),
+        create_topics: config.create_topics,
+        partitions: config.partitions,
+        replication_factor: config.replication_factor,
+        topic_config: config.topic_config.clone(),
     }
 }

@@ -13,6 +13,7 @@
 //! ([`group_mode`]).
 
 pub mod client;
+pub mod clients;
 pub mod consumer;
 pub mod control_topic;
 pub mod delayed_restart;
