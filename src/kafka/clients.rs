@@ -13,8 +13,9 @@
 //! producer: `stats::ProducerSettings::create`), except the guarantee probe's.
 //!
 //! The small commands (`produce`, `consume`: `kafka/tools.rs`) make theirs here too, from
-//! the environment ([`KafkaSettings::from_env`]), as they always did: the brokers and every
-//! property of the client's kind, unfiltered, nothing else.
+//! the environment ([`KafkaSettings::from_env`]), as they always did: the brokers, every
+//! `KAFKA_*` property (not sorted by kind), then the client's `KAFKA_CONSUMER_*` or
+//! `KAFKA_PRODUCER_*` ones, and nothing of the bridge's.
 
 use super::env::{kafka_properties, KafkaProperties};
 use super::guarantee::Guarantee;
