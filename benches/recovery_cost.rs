@@ -91,6 +91,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use watchbridge::bridge::{run_bridge, StopSignal};
 use watchbridge::clock::Millis;
 use watchbridge::config::RunConfig;
+use watchbridge::kafka::clients::{Isolation, KafkaSettings};
 use watchbridge::kafka::output_ends;
 use watchbridge::kafka::records;
 use watchbridge::kafka::recovery::{self, Lookups, RecoverySource};
@@ -743,22 +744,21 @@ fn main() {
     });
     // 6: the reader alone, interleaved.
     let source = |state_topic: &str| {
-        let mut consumer_config = ClientConfig::new();
-        consumer_config.set("bootstrap.servers", &bootstrap);
+        // The bridge's readers' settings (`kafka/clients.rs`), with no `KAFKA_*` property.
+        let clients = KafkaSettings {
+            brokers: bootstrap.clone(),
+            properties: Default::default(),
+            group_id: config.group_id.clone(),
+        };
         let kafka = watchbridge::kafka::health::KafkaContext::new(
             watchbridge::kafka::health::BrokerHealth::new(
                 &bootstrap,
                 Arc::new(watchbridge::metrics::Metrics::new()),
             ),
         );
-        let lookups = Lookups::start(
-            &consumer_config,
-            &config.group_id,
-            &kafka,
-            &config.input_topic,
-        );
+        let lookups = Lookups::start(&clients, &kafka, &config.input_topic);
         RecoverySource {
-            consumer_config,
+            consumer_config: clients.recovery_reader(Isolation::ReadCommitted),
             kafka,
             input_topic: config.input_topic.as_str().into(),
             group_id: config.group_id.clone(),

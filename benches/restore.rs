@@ -62,6 +62,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use watchbridge::clock::{Clock, Millis};
 use watchbridge::engine::{Command, Engine, EngineConfig, Event};
+use watchbridge::kafka::clients::{Isolation, KafkaSettings};
 use watchbridge::kafka::embedded::EmbeddedBroker;
 use watchbridge::kafka::recovery::{self, Lookups, RecoverySource};
 use watchbridge::limits::Limits;
@@ -359,17 +360,21 @@ fn main() {
     let clock = Clock::system();
     let partitions = partitions_for(n, seen);
     let (broker, written) = fill_broker(n, seen, partitions, clock.now_ms());
-    let mut consumer_config = ClientConfig::new();
-    consumer_config.set("bootstrap.servers", broker.bootstrap());
+    // The bridge's readers' settings (`kafka/clients.rs`), with no `KAFKA_*` property.
+    let clients = KafkaSettings {
+        brokers: broker.bootstrap(),
+        properties: Default::default(),
+        group_id: "restore-bench".into(),
+    };
     let kafka = watchbridge::kafka::health::KafkaContext::new(
         watchbridge::kafka::health::BrokerHealth::new(
             &broker.bootstrap(),
             Arc::new(watchbridge::metrics::Metrics::new()),
         ),
     );
-    let lookups = Lookups::start(&consumer_config, "restore-bench", &kafka, INPUT);
+    let lookups = Lookups::start(&clients, &kafka, INPUT);
     let source = RecoverySource {
-        consumer_config,
+        consumer_config: clients.recovery_reader(Isolation::ReadCommitted),
         kafka,
         input_topic: INPUT.into(),
         group_id: "restore-bench".into(),

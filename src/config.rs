@@ -7,12 +7,11 @@ pub mod check;
 mod demo_args;
 pub mod effective;
 pub mod help;
-mod kafka_env;
 pub mod known;
 pub use demo_args::DemoArgs;
 mod operations;
 
-pub use kafka_env::{kafka_properties, KafkaProperties};
+pub use crate::kafka::env::{kafka_properties, KafkaProperties};
 pub use operations::{OperationsArgs, OperationsConfig};
 
 use crate::config_error::ConfigError;
@@ -331,13 +330,9 @@ pub struct RunConfig {
     /// How long the start waits for the brokers (`WATCHBRIDGE_START_TIMEOUT`).
     pub start_timeout: Duration,
     pub poll_timeout: Duration,
-    /// librdkafka properties from `KAFKA_*` variables (each client takes those of its
-    /// kind: `kafka::properties`).
-    pub kafka: Vec<(String, String)>,
-    /// From `KAFKA_CONSUMER_*`: for the consumers only (over the plain form).
-    pub kafka_consumer: Vec<(String, String)>,
-    /// From `KAFKA_PRODUCER_*`: for the producers only (over the plain form).
-    pub kafka_producer: Vec<(String, String)>,
+    /// librdkafka properties from `KAFKA_*` variables, by the clients they are for (each
+    /// client takes those of its kind: `kafka::properties`).
+    pub kafka: KafkaProperties,
     pub watermark_strategy: WatermarkStrategy,
     /// A library user's watermark generators, used instead of `watermark_strategy`'s.
     pub watermark_generators: Option<crate::watermark::Generators>,
@@ -510,11 +505,7 @@ impl RunArgs {
                 "must differ from the input, output, dead-letter, watermark and state topics",
             ));
         }
-        let KafkaProperties {
-            all: kafka,
-            consumer: kafka_consumer,
-            producer: kafka_producer,
-        } = kafka_properties(env)?;
+        let kafka = kafka_properties(env)?;
         let guarantee = GuaranteeSetting::parse(&self.guarantee)
             .map_err(|e| ConfigError::new("WATCHBRIDGE_GUARANTEE", e))?;
         let output_headers = OutputHeaders::parse(&self.output_headers)
@@ -547,8 +538,6 @@ impl RunArgs {
             start_timeout: self.start_timeout,
             poll_timeout: self.poller.poll_timeout,
             kafka,
-            kafka_consumer,
-            kafka_producer,
             watermark_strategy,
             watermark_generators: None,
             skip_input: None,
@@ -744,10 +733,9 @@ pub fn secrets_from_files(
                 format!("both {name} and {name}_FILE are set: keep one"),
             ));
         }
-        read.push((
-            name.to_string(),
-            kafka_env::read_secret_file(&file_var, path)?,
-        ));
+        let secret = crate::secrets::read_secret_file(path)
+            .map_err(|e| ConfigError::new(file_var.clone(), e))?;
+        read.push((name.to_string(), secret));
     }
     Ok(read)
 }

@@ -1,8 +1,8 @@
-//! Secrets: the one rule for which names carry them, and the wrapper that keeps a secret
-//! value out of `Debug` output. A leaf: configuration (what `watchbridge config` shows),
-//! logging (what a URL or a property list may print), the Kafka clients (the properties
-//! they log) and the HTTP poller's credentials all use it, so a name is secret everywhere
-//! or nowhere.
+//! Secrets: the one rule for which names carry them, the wrapper that keeps a secret
+//! value out of `Debug` output, and the one way a secret mounted as a file (`…_FILE`) is
+//! read. A leaf: configuration (what `watchbridge config` shows), logging (what a URL or a
+//! property list may print), the Kafka clients (the properties they log) and the HTTP
+//! poller's credentials all use it, so a name is secret everywhere or nowhere.
 
 /// The one rule for names whose values are secrets, never logged or shown: `KAFKA_*`
 /// librdkafka properties and the query parameters of URLs ([`crate::logging::redact_url`]).
@@ -56,6 +56,19 @@ impl std::str::FromStr for Redacted {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Ok(Self(s.to_string()))
     }
+}
+
+/// The secret in the file at `path` (what a `…_FILE` variable names): its contents, one
+/// trailing line end dropped (what `echo` and most secret stores leave). The error is a
+/// message for the caller to put under its variable's name.
+pub fn read_secret_file(path: &str) -> Result<String, String> {
+    let contents =
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
+    let trimmed = contents
+        .strip_suffix('\n')
+        .map(|c| c.strip_suffix('\r').unwrap_or(c))
+        .unwrap_or(&contents);
+    Ok(trimmed.to_string())
 }
 
 #[cfg(test)]

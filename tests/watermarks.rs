@@ -795,6 +795,7 @@ struct WatermarkReader {
 impl WatermarkReader {
     fn start(b: &support::kafka::Broker, topic: &str) -> WatermarkReader {
         use std::sync::atomic::AtomicI64;
+        use watchbridge::kafka::clients::KafkaSettings;
         use watchbridge::kafka::health::{BrokerHealth, KafkaContext};
         use watchbridge::kafka::merged::MergedPublisher;
         use watchbridge::kafka::recovery::Lookups;
@@ -803,14 +804,24 @@ impl WatermarkReader {
         let metrics = Arc::new(watchbridge::metrics::Metrics::new());
         let read_upto = Arc::new(AtomicI64::new(0));
         let kafka = KafkaContext::new(BrokerHealth::new(b.bootstrap(), metrics.clone()));
+        // The bridge's readers' settings (`kafka/clients.rs`): they carry its group id;
+        // nothing is committed with it.
+        let clients = KafkaSettings {
+            brokers: b.bootstrap().to_string(),
+            properties: Default::default(),
+            group_id: "watchbridge-test-watermark-reader".into(),
+        };
         // Used by a writer of `merged` records only (nothing claims it here).
-        let lookups = Lookups::start(&b.config(), "watchbridge-test-lookups", &kafka, topic);
-        // The bridge's readers carry its group id (`bridge::reader_config`); nothing is
-        // committed with it.
-        let mut consumer_config = b.config();
-        consumer_config.set("group.id", "watchbridge-test-watermark-reader");
+        let lookups = Lookups::start(
+            &KafkaSettings {
+                group_id: "watchbridge-test-lookups".into(),
+                ..clients.clone()
+            },
+            &kafka,
+            topic,
+        );
         let publisher = MergedPublisher {
-            consumer_config,
+            consumer_config: clients.watermark_reader(),
             kafka: kafka.clone(),
             producer: b
                 .config()

@@ -75,7 +75,7 @@ pub async fn create_topic_with(
     }
 }
 
-/// The bridge's producer settings (`producer_config` in src/bridge.rs).
+/// The bridge's producer settings (`KafkaSettings::output_producer`, src/kafka/clients.rs).
 pub fn producer(bootstrap: &str) -> FutureProducer {
     ClientConfig::new()
         .set("bootstrap.servers", bootstrap)

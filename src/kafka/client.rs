@@ -1,15 +1,14 @@
-//! Kafka clients as the bridge configures them, and the topics it needs.
+//! The start's questions to the cluster: the wait for the brokers, the topics the bridge
+//! needs (checked, and created), and broker-wide settings. Its clients are made from the
+//! bridge's [`KafkaSettings`] (`kafka/clients.rs`), its topics from [`TopicSettings`].
 
+use super::clients::KafkaSettings;
 use super::embedded::EmbeddedBroker;
 use super::health::KafkaContext;
-use super::properties::{is_for, ClientKind};
-use crate::config::RunConfig;
 use crate::internal_events::{BrokersAnswered, WaitReport, WaitingForBrokers};
-use crate::secrets::is_secret;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::Producer;
-use rdkafka::ClientConfig;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,70 +91,24 @@ pub enum KafkaSetupError {
     StateNotCompacted { topic: String, setting: String },
 }
 
-/// The settings every client of `kind` starts from: the brokers and the user's `KAFKA_*`
-/// properties of that kind (`kafka::properties`: a consumer property given to a producer
-/// only makes librdkafka warn), then its `KAFKA_CONSUMER_*` / `KAFKA_PRODUCER_*` ones; but
-/// not `statistics.interval.ms`: only the clients whose statistics become metrics ask for
-/// them ([`super::stats::enable`]); any other would log them.
-pub fn client_config(brokers: &str, config: &RunConfig, kind: ClientKind) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", brokers);
-    c.set(
-        "client.id",
-        concat!("watchbridge-", env!("CARGO_PKG_VERSION")),
-    );
-    // librdkafka drops its bootstrap connection once it knows the broker by id; a request
-    // on it then (a client's first: the group's coordinator, the start's metadata) fails,
-    // and is sent again only after half of this (25 ms to 50 ms with librdkafka's 100 ms; a
-    // start met it once or twice in two). A broker that is down is still retried with
-    // backoff doubling up to `reconnect.backoff.max.ms` (10 s).
-    c.set("reconnect.backoff.ms", "10");
-    // A connection to every broker as soon as it is known, not once a request needs one.
-    // With librdkafka's sparse connections, a connection is opened at most once per ~11 ms
-    // (half the backoff above, at least 11 ms): the request sent again after the bootstrap
-    // connection was dropped (the group's coordinator: the input consumer's join, each
-    // restore's committed offset) waited for that, ~10 ms of a fresh start's ~60 ms to its
-    // first poll on Tansu (`KAFKA_DEBUG=cgrp,broker`: "still suppressed for 11ms"). And the
-    // idempotent producer asks for its producer id only over a connection that is up;
-    // where none is it tries again 500 ms later (librdkafka's PID timer): the first
-    // outputs of a fresh start waited 0.5–1 s for that.
-    c.set("enable.sparse.connections", "false");
-    let own = match kind {
-        ClientKind::Consumer => config.kafka_consumer.as_slice(),
-        ClientKind::Producer => config.kafka_producer.as_slice(),
-        ClientKind::Other => &[],
-    };
-    for (key, value) in config.kafka.iter().chain(own) {
-        if key != super::stats::INTERVAL_PROPERTY && is_for(key, kind) {
-            c.set(key, value);
-        }
-    }
-    c
-}
-
-/// Log the user's Kafka properties once, secrets masked, each with the clients it goes to.
-pub fn log_properties(config: &RunConfig) {
-    let all = config.kafka.iter().map(|p| (p, None));
-    let consumer = config.kafka_consumer.iter().map(|p| (p, Some("consumers")));
-    let producer = config.kafka_producer.iter().map(|p| (p, Some("producers")));
-    for ((key, value), only) in all.chain(consumer).chain(producer) {
-        let shown = if is_secret(key) {
-            "<redacted>"
-        } else {
-            value.as_str()
-        };
-        let clients = only.unwrap_or(
-            match (
-                is_for(key, ClientKind::Consumer),
-                is_for(key, ClientKind::Producer),
-            ) {
-                (true, true) => "all",
-                (true, false) => "consumers",
-                _ => "producers",
-            },
-        );
-        tracing::info!(property = %key, value = %shown, clients, "Kafka property from KAFKA_* environment");
-    }
+/// The topics the bridge uses (`WATCHBRIDGE_*_TOPIC`), and how the start makes the ones
+/// missing.
+#[derive(Debug, Clone)]
+pub struct TopicSettings {
+    pub input_topic: String,
+    pub output_topic: String,
+    pub dlq_topic: String,
+    pub watermark_topic: String,
+    pub state_topic: String,
+    pub control_topic: String,
+    /// `WATCHBRIDGE_CREATE_TOPICS`.
+    pub create_topics: bool,
+    /// `WATCHBRIDGE_PARTITIONS`: a missing input topic's partition count.
+    pub partitions: i32,
+    /// `WATCHBRIDGE_REPLICATION_FACTOR` (`-1`: the broker's default).
+    pub replication_factor: i32,
+    /// `WATCHBRIDGE_TOPIC_CONFIG`: configs for every topic the bridge creates.
+    pub topic_config: Vec<(String, String)>,
 }
 
 /// The first try's timeout in the start's wait for the brokers, doubled each try up to the
@@ -271,25 +224,20 @@ impl Drop for StartClient {
 /// metadata request ("transport failure"); it says why only in its log, which an admin
 /// client never serves (rdkafka polls its log queue only for consumers and producers). So
 /// a consumer (of no group) asks again, and its log is read.
-async fn login_refused(
-    brokers: &str,
-    config: &RunConfig,
-    context: &KafkaContext,
-) -> Option<String> {
+async fn login_refused(clients: &KafkaSettings, context: &KafkaContext) -> Option<String> {
     if let Some(refused) = context.health.login_refused() {
         return Some(refused);
     }
-    let secured = config
-        .kafka
+    let secured = clients
+        .properties
+        .all
         .iter()
         .any(|(k, v)| k == "security.protocol" && !v.eq_ignore_ascii_case("plaintext"));
     if !secured {
         return None;
     }
     let consumer: rdkafka::consumer::BaseConsumer<KafkaContext> =
-        client_config(brokers, config, ClientKind::Other)
-            .create_with_context(context.clone())
-            .ok()?;
+        clients.admin().create_with_context(context.clone()).ok()?;
     let context = context.clone();
     tokio::task::spawn_blocking(move || {
         use rdkafka::consumer::Consumer;
@@ -319,13 +267,15 @@ async fn login_refused(
 /// ([`WaitingForBrokers`]), each at debug. Returns the client that got the answer, with
 /// the topics it listed: what [`ensure_topics`] starts from.
 pub async fn wait_for_brokers(
-    brokers: &str,
-    config: &RunConfig,
+    clients: &KafkaSettings,
     context: &KafkaContext,
     started: std::time::Instant,
     deadline: std::time::Instant,
 ) -> Result<StartClient, KafkaSetupError> {
     let metrics = context.health.metrics().clone();
+    let brokers = clients.brokers.as_str();
+    // `WATCHBRIDGE_START_TIMEOUT`, as the errors name it.
+    let start_timeout = deadline.saturating_duration_since(started);
     let mut tries = 0u32;
     let mut try_timeout = TRY_TIMEOUT.0;
     let mut reported: Option<std::time::Instant> = None;
@@ -335,7 +285,8 @@ pub async fn wait_for_brokers(
         let slot = try_timeout
             .min(deadline.saturating_duration_since(began))
             .max(Duration::from_millis(100));
-        let admin: AdminClient<KafkaContext> = client_config(brokers, config, ClientKind::Other)
+        let admin: AdminClient<KafkaContext> = clients
+            .admin()
             .create_with_context(context.clone())
             .map_err(|e| KafkaSetupError::Config(e.to_string()))?;
         let mut client = StartClient {
@@ -357,7 +308,7 @@ pub async fn wait_for_brokers(
             Err(error) => error,
         };
         // Not a broker that does not answer: one that answered no. Waiting changes nothing.
-        if let Some(error) = login_refused(brokers, config, context).await {
+        if let Some(error) = login_refused(clients, context).await {
             return Err(KafkaSetupError::LoginRefused {
                 brokers: brokers.to_string(),
                 error,
@@ -366,7 +317,7 @@ pub async fn wait_for_brokers(
         if std::time::Instant::now() >= deadline {
             return Err(KafkaSetupError::StartTimeout {
                 brokers: brokers.to_string(),
-                timeout: config.start_timeout,
+                timeout: start_timeout,
                 error,
             });
         }
@@ -382,7 +333,7 @@ pub async fn wait_for_brokers(
             brokers,
             error: &error,
             waited: started.elapsed(),
-            timeout: config.start_timeout,
+            timeout: start_timeout,
             tries,
             report,
         }
@@ -414,8 +365,8 @@ pub struct TopicLayout {
 /// matters). A state topic whose partition count differs from the input's is refused.
 /// `client`: the start's client, with the topics [`wait_for_brokers`] found.
 pub async fn ensure_topics(
-    brokers: &str,
-    config: &RunConfig,
+    clients: &KafkaSettings,
+    topics: &TopicSettings,
     embedded: Option<&EmbeddedBroker>,
     client: StartClient,
 ) -> Result<TopicLayout, KafkaSetupError> {
@@ -423,27 +374,27 @@ pub async fn ensure_topics(
     let needed = [
         NeededTopic {
             var: "WATCHBRIDGE_INPUT_TOPIC",
-            name: &config.input_topic,
+            name: &topics.input_topic,
         },
         NeededTopic {
             var: "WATCHBRIDGE_OUTPUT_TOPIC",
-            name: &config.output_topic,
+            name: &topics.output_topic,
         },
         NeededTopic {
             var: "WATCHBRIDGE_DLQ_TOPIC",
-            name: &config.dlq_topic,
+            name: &topics.dlq_topic,
         },
         NeededTopic {
             var: "WATCHBRIDGE_WATERMARK_TOPIC",
-            name: &config.watermark_topic,
+            name: &topics.watermark_topic,
         },
         NeededTopic {
             var: "WATCHBRIDGE_STATE_TOPIC",
-            name: &config.state_topic,
+            name: &topics.state_topic,
         },
         NeededTopic {
             var: "WATCHBRIDGE_CONTROL_TOPIC",
-            name: &config.operations.control_topic,
+            name: &topics.control_topic,
         },
     ];
     // A topic the principal may not DESCRIBE is left out of the listing as if it were
@@ -464,7 +415,7 @@ pub async fn ensure_topics(
             return Err(KafkaSetupError::DescribeRefused { refused });
         }
     }
-    if !config.create_topics {
+    if !topics.create_topics {
         // Every missing topic at once, so that one start names all an operator must create.
         let missing: Vec<(&'static str, String)> = needed
             .iter()
@@ -477,22 +428,20 @@ pub async fn ensure_topics(
     }
     // Every missing topic in one request (one at a time, each took a round trip of its own
     // and an admin client's start: ~0.1 s apiece on Tansu, half of a fresh start).
-    let mut input_partitions = existing.partitions(&config.input_topic);
+    let mut input_partitions = existing.partitions(&topics.input_topic);
     let missing: Vec<NewTopicSpec> = needed
         .iter()
         .filter(|t| existing.partitions(t.name).is_none())
         .map(|t| NewTopicSpec {
             name: t.name,
-            partitions: if t.name == config.watermark_topic
-                || t.name == config.operations.control_topic
-            {
+            partitions: if t.name == topics.watermark_topic || t.name == topics.control_topic {
                 1
             } else {
-                *input_partitions.get_or_insert(config.partitions)
+                *input_partitions.get_or_insert(topics.partitions)
             },
-            compacted: t.name == config.watermark_topic
-                || t.name == config.state_topic
-                || t.name == config.operations.control_topic,
+            compacted: t.name == topics.watermark_topic
+                || t.name == topics.state_topic
+                || t.name == topics.control_topic,
         })
         .collect();
     let results = match embedded {
@@ -500,13 +449,13 @@ pub async fn ensure_topics(
             .iter()
             .map(|t| broker.create_topic(t.name, t.partitions))
             .collect(),
-        None => create_with_admin(client.admin(), config, &missing).await,
+        None => create_with_admin(client.admin(), topics, &missing).await,
     };
     for (topic, created) in missing.iter().zip(results) {
         let created = match created {
             // Some brokers (librdkafka's mock cluster) answer no CreateTopics but create a
             // topic when it is asked for by name.
-            Err(admin_error) if embedded.is_none() => auto_create(brokers, config, topic.name)
+            Err(admin_error) if embedded.is_none() => auto_create(clients, topic.name)
                 .await
                 .map_err(|_| admin_error),
             other => other,
@@ -522,41 +471,41 @@ pub async fn ensure_topics(
         );
     }
     let all = [
-        config.input_topic.as_str(),
-        &config.output_topic,
-        &config.dlq_topic,
-        &config.watermark_topic,
-        &config.state_topic,
-        &config.operations.control_topic,
+        topics.input_topic.as_str(),
+        &topics.output_topic,
+        &topics.dlq_topic,
+        &topics.watermark_topic,
+        &topics.state_topic,
+        &topics.control_topic,
     ];
     // Created topics reach every broker's metadata a moment later: wait for them. Where
     // nothing was created, the metadata already read is the answer.
     let layout = if missing.is_empty() {
         existing.clone()
     } else {
-        wait_for_topics(brokers, &client, &all).await?
+        wait_for_topics(&clients.brokers, &client, &all).await?
     };
     warn_unreplicated(&layout, &all);
     let partitions = |topic: &str| layout.partitions(topic).unwrap_or_default();
     let (expected, found) = (
-        partitions(&config.input_topic),
-        partitions(&config.state_topic),
+        partitions(&topics.input_topic),
+        partitions(&topics.state_topic),
     );
     if found != expected {
         return Err(KafkaSetupError::StatePartitions {
-            topic: config.state_topic.clone(),
+            topic: topics.state_topic.clone(),
             found,
             expected,
         });
     }
     // A state topic this start created is compacted by construction; one found is checked.
-    let created_state = missing.iter().any(|t| t.name == config.state_topic);
+    let created_state = missing.iter().any(|t| t.name == topics.state_topic);
     if embedded.is_none() && !created_state {
-        check_state_cleanup(client.admin(), config).await?;
+        check_state_cleanup(client.admin(), &topics.state_topic).await?;
     }
     Ok(TopicLayout {
-        input_partitions: partitions(&config.input_topic),
-        output_partitions: partitions(&config.output_topic),
+        input_partitions: partitions(&topics.input_topic),
+        output_partitions: partitions(&topics.output_topic),
     })
 }
 
@@ -590,9 +539,8 @@ fn warn_unreplicated(cluster: &ClusterTopics, topics: &[&str]) {
 /// settings), say so once and go on.
 async fn check_state_cleanup(
     admin: &AdminClient<KafkaContext>,
-    config: &RunConfig,
+    topic: &str,
 ) -> Result<(), KafkaSetupError> {
-    let topic = config.state_topic.as_str();
     let described = describe_topic(admin, topic).await;
     let entries = match described.and_then(|entries| {
         if entries.contains_key("cleanup.policy") {
@@ -734,21 +682,27 @@ struct NewTopicSpec<'a> {
 /// refused are asked for again with 1, and the log says so.
 async fn create_with_admin(
     admin: &AdminClient<KafkaContext>,
-    config: &RunConfig,
+    wanted: &TopicSettings,
     topics: &[NewTopicSpec<'_>],
 ) -> Vec<Result<(), String>> {
-    let mut results = create_request(admin, config, topics, config.replication_factor).await;
+    let mut results = create_request(
+        admin,
+        &wanted.topic_config,
+        topics,
+        wanted.replication_factor,
+    )
+    .await;
     let refused: Vec<usize> = (0..topics.len())
         .filter(|&i| results[i] == Err(Refused::Code(RDKafkaErrorCode::InvalidReplicationFactor)))
         .collect();
-    if config.replication_factor == -1 && !refused.is_empty() {
+    if wanted.replication_factor == -1 && !refused.is_empty() {
         tracing::warn!(
             topics = ?refused.iter().map(|&i| topics[i].name).collect::<Vec<_>>(),
             "the broker refused replication factor -1 (its default.replication.factor); \
              creating with replication factor 1 (set WATCHBRIDGE_REPLICATION_FACTOR)"
         );
         let again: Vec<NewTopicSpec<'_>> = refused.iter().map(|&i| topics[i].clone()).collect();
-        let retried = create_request(admin, config, &again, 1).await;
+        let retried = create_request(admin, &wanted.topic_config, &again, 1).await;
         for (i, result) in refused.into_iter().zip(retried) {
             results[i] = result;
         }
@@ -781,7 +735,7 @@ impl std::fmt::Display for Refused {
 /// the user's `WATCHBRIDGE_TOPIC_CONFIG`, then the bridge's own configs over it.
 async fn create_request(
     admin: &AdminClient<KafkaContext>,
-    config: &RunConfig,
+    topic_config: &[(String, String)],
     topics: &[NewTopicSpec<'_>],
     replication: i32,
 ) -> Vec<Result<(), Refused>> {
@@ -800,8 +754,7 @@ async fn create_request(
             } else {
                 &[]
             };
-            let user = config
-                .topic_config
+            let user = topic_config
                 .iter()
                 .filter(|(key, _)| !own.iter().any(|(k, _)| k == key))
                 .map(|(k, v)| (k.as_str(), v.as_str()));
@@ -835,8 +788,8 @@ async fn create_request(
 
 /// Ask for `topic`'s metadata by name with a producer, which lets a broker with automatic
 /// topic creation create it; succeed only if it then exists.
-async fn auto_create(brokers: &str, config: &RunConfig, topic: &str) -> Result<(), String> {
-    let client_config = client_config(brokers, config, ClientKind::Producer);
+async fn auto_create(clients: &KafkaSettings, topic: &str) -> Result<(), String> {
+    let client_config = clients.metadata_producer();
     let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
         let producer: rdkafka::producer::BaseProducer =
@@ -903,12 +856,12 @@ impl BrokerSettings {
 /// broker may not answer): then they are `unknown`, and callers go on without them; an
 /// error is the metadata's.
 pub async fn broker_settings(
-    brokers: &str,
-    config: &RunConfig,
+    clients: &KafkaSettings,
     context: &KafkaContext,
     names: &[&str],
 ) -> Result<BrokerSettings, String> {
-    let admin: AdminClient<KafkaContext> = client_config(brokers, config, ClientKind::Other)
+    let admin: AdminClient<KafkaContext> = clients
+        .admin()
         .create_with_context(context.clone())
         .map_err(|e| e.to_string())?;
     let admin = Arc::new(admin);

@@ -184,9 +184,12 @@ impl Drop for ControlTopic {
 
 impl ControlTopic {
     /// Read `topic` from its beginning into `pause` (returns once the orders present now
-    /// are applied, or at `deadline`), then follow it. `reader`: a consumer's settings
-    /// (with a group id, which librdkafka wants even for an assigned partition; nothing is
-    /// committed), `writer`: a producer's.
+    /// are applied, or at `deadline`), then follow it. `reader`: the reader's settings
+    /// ([`KafkaSettings::control_topic_reader`]: read committed, its end reported, nothing
+    /// committed), `writer`: the writer's ([`KafkaSettings::control_topic_writer`]).
+    ///
+    /// [`KafkaSettings::control_topic_reader`]: super::clients::KafkaSettings::control_topic_reader
+    /// [`KafkaSettings::control_topic_writer`]: super::clients::KafkaSettings::control_topic_writer
     pub async fn start(
         topic: &str,
         reader: ClientConfig,
@@ -196,11 +199,6 @@ impl ControlTopic {
         metrics: Arc<Metrics>,
         deadline: Instant,
     ) -> Result<Self, String> {
-        let mut reader = reader;
-        reader.set("enable.auto.commit", "false");
-        reader.set("isolation.level", "read_committed");
-        // Its end is where it has read everything there was at start (below).
-        reader.set("enable.partition.eof", "true");
         let consumer: Arc<StreamConsumer<KafkaContext>> = Arc::new(
             reader
                 .create_with_context(kafka.clone())

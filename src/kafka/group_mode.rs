@@ -55,7 +55,10 @@ fn transactional(g: Guarantee) -> bool {
 
 /// Read the group's mode (blocking): the `~mode` records in the tails of the state topic's
 /// `partitions`, and, where one is recorded, the group's member count. What cannot be read
-/// is logged and left out.
+/// is logged and left out. `consumer_config`: a recovery reader's
+/// ([`KafkaSettings::recovery_reader`], read committed).
+///
+/// [`KafkaSettings::recovery_reader`]: super::clients::KafkaSettings::recovery_reader
 pub fn read(
     consumer_config: &ClientConfig,
     kafka: &KafkaContext,
@@ -63,7 +66,7 @@ pub fn read(
     state_topic: &str,
     partitions: i32,
 ) -> GroupMode {
-    let mut reader = Reader::new(consumer_config, group, kafka);
+    let mut reader = Reader::new(consumer_config, kafka);
     reader.timeout = READ_TIMEOUT;
     let recorded = match recorded_modes(&mut reader, state_topic, partitions) {
         Ok(recorded) => recorded,

@@ -275,33 +275,27 @@ fn probe_error(what: &str, e: &KafkaError) -> ProbeError {
 
 /// One real transaction, aborted, then read back: `Ok` if the broker completed the abort
 /// and a `read_committed` reader does not see the record. `producer_config` is the
-/// bridge's producer settings, `consumer_config` its readers' (the bridge's group id, whose
-/// ACL covers it; nothing is committed); the record goes to
-/// partition 0 of `topic` (the state topic). `transactional_id` must be this process's
-/// own: two instances starting at once must not fence each other's probe. The reader's
-/// errors and log lines go to `context` (its end of partition is no error).
+/// probe's transactional producer ([`KafkaSettings::guarantee_probe_producer`]: its
+/// transactional id is this process's own), `consumer_config` its reader
+/// ([`KafkaSettings::guarantee_probe_reader`]); the record goes to partition 0 of `topic`
+/// (the state topic). The reader's errors and log lines go to `context` (its end of
+/// partition is no error).
+///
+/// [`KafkaSettings::guarantee_probe_producer`]: super::clients::KafkaSettings::guarantee_probe_producer
+/// [`KafkaSettings::guarantee_probe_reader`]: super::clients::KafkaSettings::guarantee_probe_reader
 pub fn probe_transaction(
     producer_config: &ClientConfig,
     consumer_config: &ClientConfig,
     context: super::health::KafkaContext,
-    transactional_id: &str,
     topic: &str,
 ) -> Result<(), ProbeError> {
     let consumer: BaseConsumer<super::health::KafkaContext> = consumer_config
-        .clone()
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .set("fetch.wait.max.ms", "50")
         .create_with_context(context)
         .map_err(|e| ProbeError::Refused(e.to_string()))?;
     let (_, before) = consumer
         .fetch_watermarks(topic, 0, PROBE_TIMEOUT)
         .map_err(|e| probe_error(&format!("end offset of {topic}/0"), &e))?;
     let producer: ThreadedProducer<DefaultProducerContext> = producer_config
-        .clone()
-        .set("transactional.id", transactional_id)
-        .set("transaction.timeout.ms", "10000")
         .create()
         .map_err(|e| ProbeError::Refused(e.to_string()))?;
     producer

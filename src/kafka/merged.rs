@@ -37,8 +37,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub struct MergedPublisher {
-    /// The reader's settings, `group.id` included (`bridge::reader_config`: the bridge's
-    /// group, so that an ACL on it covers this reader; nothing is committed with it).
+    /// The reader's settings ([`KafkaSettings::watermark_reader`]: read committed, from
+    /// offset 0, in the bridge's group, nothing committed).
+    ///
+    /// [`KafkaSettings::watermark_reader`]: super::clients::KafkaSettings::watermark_reader
     pub consumer_config: ClientConfig,
     /// The reader's context (its errors and log lines go to the bridge's broker health).
     pub kafka: KafkaContext,
@@ -89,24 +91,6 @@ impl MergedPublisher {
     pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
         let consumer: Arc<StreamConsumer<KafkaContext>> = match self
             .consumer_config
-            .clone()
-            // (Its group id is the bridge's: `bridge::reader_config`; nothing is committed.)
-            .set("enable.auto.commit", "false")
-            // Only committed watermarks (the exactly-once mode's are transactional).
-            .set("isolation.level", "read_committed")
-            .set("fetch.wait.max.ms", "100")
-            // The end is reported: in the exactly-once mode the topic ends with a
-            // transaction marker, which is never handed over as a record (`read_upto`); and
-            // the replay is over only at the end.
-            .set("enable.partition.eof", "true")
-            // From offset 0, not from `Offset::Beginning`: a logical offset is looked up
-            // first, and librdkafka puts that lookup off by a fixed 500 ms when the
-            // partition's leader is not known yet — always so on a consumer just made. A
-            // partition taken over, or at a start one whose sibling published first, waits
-            // for this reader (`read_upto`). If retention deleted offset 0, the fetch is
-            // out of range and starts again at the earliest record, whatever
-            // `KAFKA_AUTO_OFFSET_RESET` says (the leader is known by then: no pause).
-            .set("auto.offset.reset", "earliest")
             .create_with_context(self.kafka.clone())
         {
             Ok(c) => Arc::new(c),

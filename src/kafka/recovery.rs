@@ -20,6 +20,7 @@
 //! wait (`partition/state.rs`). Only what the partition needs is asked, so one offline
 //! partition holds back the recoveries that read it, not every recovery of the group.
 
+use super::clients::{Isolation, KafkaSettings};
 use super::durable::DurableState;
 use super::health::KafkaContext;
 use super::list_offsets::{list_offsets, Listed};
@@ -52,6 +53,8 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(15);
 /// Where to read from.
 #[derive(Clone)]
 pub struct RecoverySource {
+    /// Each restore's reader's settings ([`KafkaSettings::recovery_reader`], read
+    /// committed).
     pub consumer_config: ClientConfig,
     /// The readers' context (their errors and log lines go to the bridge's broker health).
     pub kafka: KafkaContext,
@@ -203,26 +206,16 @@ pub struct Lookups {
 /// consumer takes librdkafka some 0.1 s).
 struct LookupClient {
     made: OnceLock<Result<BaseConsumer<KafkaContext>, String>>,
-    consumer_config: ClientConfig,
-    group_id: String,
-    kafka: KafkaContext,
-    /// `isolation.level`: the end offsets it looks up are the last stable ones with
+    /// Its `isolation.level` says which end offsets it looks up: the last stable ones with
     /// `read_committed`, the high watermarks with `read_uncommitted`.
-    isolation: &'static str,
+    consumer_config: ClientConfig,
+    kafka: KafkaContext,
 }
 
 impl LookupClient {
     fn get(&self) -> Result<&BaseConsumer<KafkaContext>, String> {
         self.made
-            .get_or_init(|| {
-                reader(
-                    &self.consumer_config,
-                    &self.group_id,
-                    &self.kafka,
-                    "lookup",
-                    self.isolation,
-                )
-            })
+            .get_or_init(|| reader(&self.consumer_config, &self.kafka, "lookup"))
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -239,24 +232,17 @@ impl Drop for LookupClient {
 impl Lookups {
     /// Start making and connecting the client (a thread makes it and asks for the input
     /// topic's metadata; an error there is left to the restores, which retry).
-    pub fn start(
-        consumer_config: &ClientConfig,
-        group_id: &str,
-        kafka: &KafkaContext,
-        input_topic: &str,
-    ) -> Self {
+    pub fn start(clients: &KafkaSettings, kafka: &KafkaContext, input_topic: &str) -> Self {
         let client = |isolation| {
             Arc::new(LookupClient {
                 made: OnceLock::new(),
-                consumer_config: consumer_config.clone(),
-                group_id: group_id.to_string(),
+                consumer_config: clients.recovery_reader(isolation),
                 kafka: kafka.clone(),
-                isolation,
             })
         };
         let lookups = Self {
-            committed: client("read_committed"),
-            uncommitted: client("read_uncommitted"),
+            committed: client(Isolation::ReadCommitted),
+            uncommitted: client(Isolation::ReadUncommitted),
         };
         let (warming, topic) = (lookups.clone(), input_topic.to_string());
         std::thread::spawn(move || {
@@ -294,27 +280,14 @@ impl Lookups {
     }
 }
 
-/// A consumer for the recovery: assigned, never subscribed (it does not join the group and
-/// commits nothing).
+/// A consumer for the recovery, from `consumer_config` ([`KafkaSettings::recovery_reader`]):
+/// assigned, never subscribed (it does not join the group and commits nothing).
 fn reader(
     consumer_config: &ClientConfig,
-    group_id: &str,
     kafka: &KafkaContext,
     what: &str,
-    isolation: &str,
 ) -> Result<BaseConsumer<KafkaContext>, String> {
     consumer_config
-        .clone()
-        .set("group.id", group_id)
-        .set("enable.auto.commit", "false")
-        // Readers: never what a transaction left open or aborted (the exactly-once mode's
-        // records, the guarantee probe's record), whatever `KAFKA_ISOLATION_LEVEL` says.
-        // (The end offsets looked up are then the last stable ones.)
-        .set("isolation.level", isolation)
-        // The end of a partition is reported, so a read ends there even when the last
-        // offsets hold no record a consumer sees (transaction markers, compacted away).
-        .set("enable.partition.eof", "true")
-        .set("fetch.wait.max.ms", "50")
         .create_with_context(kafka.clone())
         .map_err(|e| format!("cannot create the recovery's {what} consumer: {e}"))
 }
@@ -398,7 +371,7 @@ fn read_with(
     // holds the first records of many watches; whichever of a watch's own record and the
     // starts records listing it is later on the partition is its latest).
     let mut latest: HashMap<Vec<u8>, (i64, Option<Vec<u8>>)> = HashMap::new();
-    let mut reader = Reader::new(&source.consumer_config, &source.group_id, &source.kafka);
+    let mut reader = Reader::new(&source.consumer_config, &source.kafka);
     read_to_end(
         &mut reader,
         &source.state_topic,
@@ -481,7 +454,6 @@ fn read_to(
 /// The restore's own consumer for its reads, made once a read has records to read.
 pub(super) struct Reader<'a> {
     consumer_config: &'a ClientConfig,
-    group_id: &'a str,
     kafka: &'a KafkaContext,
     consumer: Option<BaseConsumer<KafkaContext>>,
     /// How long one read may take ([`READ_TIMEOUT`] unless told).
@@ -489,15 +461,11 @@ pub(super) struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    /// A reader of the group's (it never joins it: [`reader`]).
-    pub(super) fn new(
-        consumer_config: &'a ClientConfig,
-        group_id: &'a str,
-        kafka: &'a KafkaContext,
-    ) -> Self {
+    /// A reader with `consumer_config` ([`KafkaSettings::recovery_reader`], read committed),
+    /// of the group's (it never joins it: [`reader`]).
+    pub(super) fn new(consumer_config: &'a ClientConfig, kafka: &'a KafkaContext) -> Self {
         Self {
             consumer_config,
-            group_id,
             kafka,
             consumer: None,
             timeout: READ_TIMEOUT,
@@ -506,13 +474,7 @@ impl<'a> Reader<'a> {
 
     pub(super) fn consumer(&mut self) -> Result<&BaseConsumer<KafkaContext>, String> {
         if self.consumer.is_none() {
-            self.consumer = Some(reader(
-                self.consumer_config,
-                self.group_id,
-                self.kafka,
-                "reading",
-                "read_committed",
-            )?);
+            self.consumer = Some(reader(self.consumer_config, self.kafka, "reading")?);
         }
         Ok(self.consumer.as_ref().expect("made above"))
     }

@@ -95,7 +95,9 @@ impl Remembered {
 
 /// Reads the state topic for the operations API, and produces inputs again.
 pub struct StateLookup {
-    /// A reader's settings (the bridge's security, its group id).
+    /// The reader's settings ([`KafkaSettings::state_lookup_reader`]).
+    ///
+    /// [`KafkaSettings::state_lookup_reader`]: super::clients::KafkaSettings::state_lookup_reader
     reader: ClientConfig,
     brokers: String,
     state_topic: String,

@@ -27,8 +27,9 @@ const DEFAULT_INTERVAL_MS: &str = "5000";
 /// reports (`reports.rs`).
 pub type BridgeProducer = ThreadedProducer<ProducerStats>;
 
-/// How the bridge's producers are made: their settings (idempotent, `acks=all`: the
-/// bridge's `producer_config`; in the exactly-once mode with the transaction timeouts) and
+/// How the bridge's producers are made: their settings (idempotent, `acks=all`:
+/// `clients::KafkaSettings::output_producer`; in the exactly-once mode with the transaction
+/// timeouts: `transactional_producer`) and
 /// where their reports go. One place, so that the shared producer and every partition's own
 /// are made alike.
 #[derive(Clone)]

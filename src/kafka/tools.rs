@@ -4,7 +4,7 @@
 //! [`read_topic`], under `consume`, also reads the state topic for `watchbridge state
 //! inspect` (`crate::inspect`).
 
-use crate::kafka::properties::ClientKind;
+use crate::kafka::clients::KafkaSettings;
 use crate::pollers::event_time::format_rfc3339;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -16,22 +16,6 @@ use std::collections::HashMap;
 use std::io::BufRead;
 use std::time::Duration;
 
-/// A client of `kind` with the `KAFKA_*` settings of `run` (security above all).
-fn client(brokers: &str, kind: ClientKind) -> Result<ClientConfig, String> {
-    let props = crate::config::kafka_properties(std::env::vars()).map_err(|e| e.to_string())?;
-    let own = match kind {
-        ClientKind::Consumer => props.consumer,
-        ClientKind::Producer => props.producer,
-        ClientKind::Other => Vec::new(),
-    };
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", brokers);
-    for (key, value) in props.all.into_iter().chain(own) {
-        c.set(key, value);
-    }
-    Ok(c)
-}
-
 /// Produce `values` (or, if none, stdin's lines), each with `key`, or split at
 /// `key_delimiter` into key and value. Returns how many were acknowledged.
 pub async fn produce(
@@ -41,9 +25,8 @@ pub async fn produce(
     key_delimiter: Option<&str>,
     values: &[String],
 ) -> Result<usize, String> {
-    let producer: FutureProducer = client(brokers, ClientKind::Producer)?
-        .set("enable.idempotence", "true")
-        .set("message.timeout.ms", "15000")
+    let producer: FutureProducer = KafkaSettings::from_env(brokers)?
+        .tool_producer()
         .create()
         .map_err(|e| format!("cannot create a producer: {e}"))?;
     let lines: Vec<String> = if values.is_empty() {
@@ -116,15 +99,17 @@ pub fn read_topic(
     to_end: bool,
     each: impl FnMut(&BorrowedMessage<'_>) -> std::io::Result<()>,
 ) -> Result<usize, ReadError> {
-    let mut config = client(brokers, ClientKind::Consumer).map_err(ReadError::Kafka)?;
-    config.set("group.id", "watchbridge-consume");
+    let config = KafkaSettings::from_env(brokers)
+        .map_err(ReadError::Kafka)?
+        .tool_consumer();
     read_topic_with(config, brokers, topic, only, to_end, each)
 }
 
-/// [`read_topic`] with a consumer made from `config` (the bridge's own settings: its
-/// security, its group id), read `read_committed` unless `config` says otherwise.
+/// [`read_topic`] with a consumer made from `config`, a reader of partitions to their end
+/// (`kafka/clients.rs`: `consume`'s, or the bridge's state lookup's, with its security and
+/// its group id), read `read_committed` unless `config` says otherwise.
 pub fn read_topic_with(
-    mut config: ClientConfig,
+    config: ClientConfig,
     brokers: &str,
     topic: &str,
     only: Option<i32>,
@@ -133,12 +118,6 @@ pub fn read_topic_with(
 ) -> Result<usize, ReadError> {
     let kafka = ReadError::Kafka;
     let consumer: BaseConsumer = config
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "50")
-        // The end of a partition is where the consumer's position reaches its end offset,
-        // which need not be a record's: a transactional writer's partition ends with a
-        // commit marker, which is never handed to a reader.
-        .set("enable.partition.eof", "true")
         .create()
         .map_err(|e| kafka(format!("cannot create a consumer: {e}")))?;
     let metadata = consumer

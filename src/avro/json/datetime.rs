@@ -1,8 +1,8 @@
 //! The logical types of time both ways: dates, times of day, timestamps (UTC and local) in
 //! their text or as the numbers Avro holds, and durations.
 
-use super::json_to_avro::{bytes, integer, Mode};
 use super::mismatch::Path;
+use super::scalars::{bytes, integer, Mode};
 use super::Mismatch;
 use apache_avro::types::Value;
 use apache_avro::{Days, Duration, Millis, Months};

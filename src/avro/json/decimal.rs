@@ -1,8 +1,8 @@
 //! Decimals both ways: `decimal` at its schema's scale and `big-decimal` at its own, as
 //! exact text, and read back only when no digit is lost.
 
-use super::json_to_avro::{bytes, number_text, Mode};
 use super::mismatch::Path;
+use super::scalars::{bytes, number_text, scaled_digits, DecimalError, Mode};
 use super::Mismatch;
 use apache_avro::schema::{DecimalSchema, InnerDecimalSchema};
 use apache_avro::types::Value;
@@ -54,69 +54,6 @@ pub(super) fn decimal_text(unscaled: String, scale: i64) -> String {
         let (whole, part) = digits.split_at(digits.len() - scale);
         format!("{sign}{whole}.{part}")
     }
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum DecimalError {
-    NotANumber,
-    DigitsLost,
-    TooManyDigits,
-}
-
-/// The unscaled digits of the decimal `text` at `scale` (sign apart, no leading zeros), if
-/// no digit is lost and they are at most `max_digits`: `("-1.5", 2, _)` → `(true, "150")`.
-pub(super) fn scaled_digits(
-    text: &str,
-    scale: u64,
-    max_digits: usize,
-) -> Result<(bool, String), DecimalError> {
-    let (negative, rest) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    let (mantissa, exponent) = match rest.find(['e', 'E']) {
-        Some(at) => (
-            &rest[..at],
-            rest[at + 1..]
-                .parse::<i64>()
-                .map_err(|_| DecimalError::NotANumber)?,
-        ),
-        None => (rest, 0),
-    };
-    let (whole, part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if whole.is_empty() && part.is_empty() || !all_digits(whole) || !all_digits(part) {
-        return Err(DecimalError::NotANumber);
-    }
-    let mut digits = format!("{whole}{part}");
-    // value = digits × 10^(exponent - part.len()); unscaled = value × 10^scale.
-    let shift = i128::from(exponent) - part.len() as i128 + i128::from(scale);
-    let significant = digits.trim_start_matches('0').len();
-    if shift >= 0 {
-        if significant > 0 {
-            let padded = significant as i128 + shift;
-            if padded > max_digits as i128 {
-                return Err(DecimalError::TooManyDigits);
-            }
-            digits.push_str(&"0".repeat(usize::try_from(shift).unwrap_or(0)));
-        }
-    } else {
-        let cut = usize::try_from(-shift).unwrap_or(usize::MAX);
-        let keep = digits.len().saturating_sub(cut);
-        if digits[keep..].bytes().any(|b| b != b'0') {
-            return Err(DecimalError::DigitsLost);
-        }
-        digits.truncate(keep);
-    }
-    let digits = digits.trim_start_matches('0');
-    if digits.is_empty() {
-        return Ok((false, "0".into()));
-    }
-    if digits.len() > max_digits {
-        return Err(DecimalError::TooManyDigits);
-    }
-    Ok((negative, digits.to_owned()))
 }
 
 pub(super) fn decimal_value(

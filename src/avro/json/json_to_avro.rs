@@ -2,27 +2,17 @@
 //! with its allowances.
 
 use super::datetime::{duration_value, parse_date, time_count, timestamp_count, TimeUnit};
-use super::decimal::{decimal_value, scaled_digits};
+use super::decimal::decimal_value;
 use super::mismatch::{describe, Path};
 use super::names::{inner_namespace, Names};
+use super::scalars::{bytes, float, integer, number_text, Mode};
 use super::Mismatch;
 use apache_avro::schema::{RecordSchema, UnionSchema};
 use apache_avro::types::Value;
 use apache_avro::{BigDecimal, Schema, Uuid};
-use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
-use base64::engine::DecodePaddingMode;
-use base64::Engine as _;
 use serde_json::Value as Json;
 use std::collections::HashMap;
 use std::str::FromStr;
-
-/// What the JSON being read is: an item, or a default from the schema, which Avro writes
-/// differently (bytes as code points, a union's default for its first branch).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Mode {
-    Item,
-    Default,
-}
 
 pub(super) fn json_to_value<'s>(
     json: &Json,
@@ -257,54 +247,4 @@ fn record_value<'s>(
 
 fn describe_record(record: &RecordSchema) -> String {
     format!("record `{}` (object)", record.name.name())
-}
-
-/// The text of a JSON number or string that should hold a number. With serde_json's
-/// `arbitrary_precision` a number's text is the one in the item, digit for digit.
-pub(super) fn number_text(json: &Json) -> Option<String> {
-    match json {
-        Json::Number(n) => Some(n.to_string()),
-        Json::String(s) => Some(s.clone()),
-        _ => None,
-    }
-}
-
-/// A JSON number that is an integer in `i64` range (`3.0` and `3e2` count).
-pub(super) fn integer(json: &Json) -> Option<i64> {
-    let Json::Number(n) = json else { return None };
-    if let Some(n) = n.as_i64() {
-        return Some(n);
-    }
-    let (negative, digits) = scaled_digits(&n.to_string(), 0, 20).ok()?;
-    let magnitude: i128 = digits.parse().ok()?;
-    i64::try_from(if negative { -magnitude } else { magnitude }).ok()
-}
-
-fn float(json: &Json) -> Option<f64> {
-    match json {
-        Json::Number(n) => n.as_f64().filter(|f| f.is_finite()),
-        Json::String(s) => match s.as_str() {
-            "NaN" => Some(f64::NAN),
-            "Infinity" => Some(f64::INFINITY),
-            "-Infinity" => Some(f64::NEG_INFINITY),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// Base64 with or without padding.
-const BASE64: GeneralPurpose = GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
-);
-
-/// An item's bytes are base64; a default's are code points 0–255, one per byte (Avro's
-/// JSON encoding of bytes, which schemas use for defaults).
-pub(super) fn bytes(json: &Json, mode: Mode) -> Option<Vec<u8>> {
-    let text = json.as_str()?;
-    match mode {
-        Mode::Item => BASE64.decode(text).ok(),
-        Mode::Default => text.chars().map(|c| u8::try_from(c).ok()).collect(),
-    }
 }

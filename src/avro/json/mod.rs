@@ -72,6 +72,7 @@ mod decimal;
 mod json_to_avro;
 mod mismatch;
 mod names;
+mod scalars;
 #[cfg(test)]
 mod tests;
 
@@ -80,9 +81,10 @@ pub use mismatch::Mismatch;
 use apache_avro::types::Value;
 use apache_avro::Schema;
 use avro_to_json::value_to_json;
-use json_to_avro::{json_to_value, Mode};
+use json_to_avro::json_to_value;
 use mismatch::Path;
 use names::Names;
+use scalars::Mode;
 use serde_json::Value as Json;
 
 /// The JSON value of a decoded Avro `value`, by the rule in the module doc.

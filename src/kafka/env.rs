@@ -1,6 +1,8 @@
 //! `KAFKA_*` variables → librdkafka properties. `KAFKA_SECURITY_PROTOCOL=SASL_SSL` becomes
 //! (`security.protocol`, `SASL_SSL`): lower case, `_` → `.`. `KAFKA_CONSUMER_*` and
-//! `KAFKA_PRODUCER_*` name a property for one kind of client (`kafka::properties`).
+//! `KAFKA_PRODUCER_*` name a property for one kind of client ([`super::properties`]). In
+//! the Kafka layer, so that `run`'s settings (`crate::config`) and the small clients
+//! (`kafka/tools.rs`) read them alike, and the clients never reach up into the settings.
 //!
 //! Three things in a real environment are not properties, and each is handled here, once,
 //! for `run` and the small clients alike:
@@ -15,6 +17,7 @@
 //!   refused, naming both.
 
 use crate::config_error::ConfigError;
+use crate::secrets::read_secret_file;
 use std::collections::BTreeMap;
 
 /// The librdkafka properties the environment gives, by the clients they are for.
@@ -99,21 +102,10 @@ fn read_secret_files(
                 format!("both {base} and {name} are set: keep one"),
             ));
         }
-        read.insert(base.to_string(), read_secret_file(name, value)?);
+        let secret = read_secret_file(value).map_err(|e| ConfigError::new(name.clone(), e))?;
+        read.insert(base.to_string(), secret);
     }
     Ok(read)
-}
-
-/// The secret in the file `path` that the variable `var` names: its contents, one trailing
-/// line end dropped (what `echo` and most secret stores leave).
-pub(super) fn read_secret_file(var: &str, path: &str) -> Result<String, ConfigError> {
-    let contents = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::new(var.to_string(), format!("cannot read `{path}`: {e}")))?;
-    let trimmed = contents
-        .strip_suffix('\n')
-        .map(|c| c.strip_suffix('\r').unwrap_or(c))
-        .unwrap_or(&contents);
-    Ok(trimmed.to_string())
 }
 
 /// librdkafka refuses unknown properties and bad values; say which variable it was. The
