@@ -278,8 +278,10 @@ impl<I> WatchTable<I> {
     /// Put an in-flight watch back in the queue without polling it (e.g. its host's rate
     /// limit has no token until `at`).
     pub fn defer(&mut self, id: WatchId, at: Millis) {
-        if self.watch(id).is_some() {
-            self.schedule(id, at);
+        // No later than its termination deadline: a host's long wait must not keep a
+        // watch past `total(…)` ([`Watch::wake_at`]).
+        if let Some(due) = self.watch(id).map(|w| w.wake_at(at, &self.rules)) {
+            self.schedule(id, due);
         }
     }
 
@@ -629,6 +631,20 @@ mod tests {
         assert_eq!(t.pop_due(100), None);
         t.defer(b, 150);
         assert_eq!(t.next_due(), Some(150));
+    }
+
+    /// Seen failing first (CI: tests/bridge.rs `a_bounded_run_ends_on_time_whatever_retry_after_asks`
+    /// on Kafka, when a host's `Retry-After` held a watch that had not polled yet): a watch
+    /// the host's wait deferred past its `total` deadline ended only when the wait was over.
+    #[test]
+    fn a_watch_deferred_past_its_deadline_wakes_at_the_deadline_and_stops() {
+        let mut t = table("total(5s)");
+        let a = t.insert(key("a"), Arc::new(()), 0, 0).unwrap();
+        assert_eq!(t.pop_due(0), Some((a, 0)));
+        t.defer(a, 60_000);
+        assert_eq!(t.next_due(), Some(5_000));
+        assert_eq!(t.pop_due(5_000), Some((a, 5_000)));
+        assert!(t.stop_if_done(a, 5_000).is_some());
     }
 
     #[test]
