@@ -121,9 +121,11 @@ bench-smoke: setup broker-install bench-peer-install
 #   on three Kafka nodes ~5 min: replicated ~60 s, offline_partition ~30 s, ownership
 #              ~60 s, chaos-short in exactly_once and in recovery ~150 s each (node
 #              kills and pauses)
-# (make test took 1,757 s in all on 2026-12-06 on a clean clone, the build of every crate
-# included: the dev profile keeps line tables only, so linking ~40 test and bench
-# binaries is 3x quicker than with full debug info)
+# (make test took 2,118 s in all on 2026-12-07 on a clean clone, the build of every crate
+# included: lint 215 s, bench-smoke 423 s (scale 83, vs_java 99, guarantee 44), on Tansu
+# 690 s with both chaos-short runs, on Kafka 785 s of which chaos-short on three nodes
+# 297 s; the dev profile keeps line tables only, so linking ~40 test and bench binaries is
+# 3x quicker than with full debug info)
 # plus lint and bench-smoke (dev profile), and once per machine the installs: Tansu ~10 min
 # (a cargo build; ~60 min beside other builds), Kafka ~25 s (jars from Maven Central).
 test: lint broker-install bench-smoke
