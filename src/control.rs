@@ -287,15 +287,6 @@ pub struct Heartbeat {
 /// Asks an engine whether its events' channel is full.
 type BlockedDownstream = Box<dyn Fn() -> bool + Send + Sync>;
 
-impl std::fmt::Debug for Heartbeat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Heartbeat")
-            .field("turned", &self.turned)
-            .field("busy", &self.busy)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Default for Heartbeat {
     fn default() -> Self {
         Self {

@@ -297,51 +297,39 @@ impl Paths {
 
     /// Paths inside a macro's arguments (`crate :: a :: b` in its tokens).
     fn tokens(&mut self, tokens: proc_macro2::TokenStream) {
+        // The path being read (`crate`/`super` first) and the colons since its last word.
         let mut run: Vec<String> = Vec::new();
         let mut colons = 0;
         for tree in tokens {
             match tree {
-                proc_macro2::TokenTree::Ident(i) => {
-                    let word = i.to_string();
-                    if run.is_empty() || colons != 2 {
-                        if run.len() > 1 {
-                            let done = std::mem::take(&mut run);
-                            self.add(&done);
-                        }
-                        run = if matches!(word.as_str(), "crate" | "super") {
-                            vec![word]
-                        } else {
-                            Vec::new()
-                        };
-                    } else {
-                        run.push(word);
-                    }
+                proc_macro2::TokenTree::Ident(i) if !run.is_empty() && colons == 2 => {
+                    run.push(i.to_string());
                     colons = 0;
                 }
                 proc_macro2::TokenTree::Punct(p) if p.as_char() == ':' && !run.is_empty() => {
                     colons += 1;
                 }
-                proc_macro2::TokenTree::Group(g) => {
-                    if run.len() > 1 {
-                        let done = std::mem::take(&mut run);
-                        self.add(&done);
-                    }
-                    run.clear();
+                other => {
+                    self.end_of(&mut run);
                     colons = 0;
-                    self.tokens(g.stream());
-                }
-                _ => {
-                    if run.len() > 1 {
-                        let done = std::mem::take(&mut run);
-                        self.add(&done);
+                    match other {
+                        proc_macro2::TokenTree::Ident(i) if i == "crate" || i == "super" => {
+                            run.push(i.to_string());
+                        }
+                        proc_macro2::TokenTree::Group(g) => self.tokens(g.stream()),
+                        _ => {}
                     }
-                    run.clear();
-                    colons = 0;
                 }
             }
         }
-        if run.len() > 1 {
-            self.add(&run);
+        self.end_of(&mut run);
+    }
+
+    /// A path read from tokens has ended: taken if it names more than its root.
+    fn end_of(&mut self, run: &mut Vec<String>) {
+        let done = std::mem::take(run);
+        if done.len() > 1 {
+            self.add(&done);
         }
     }
 }

@@ -25,28 +25,6 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 /// The margin past `WATCHBRIDGE_SHUTDOWN_TIMEOUT` that the docs state for a stop.
 const STOP_MARGIN: Duration = Duration::from_secs(5);
 
-/// The bridge's operations server.
-impl Ops {
-    /// Poll `path` until it answers `status` (or panic with the bridge's log).
-    async fn wait_for(&self, bridge: &Bridge, path: &str, status: u16, within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            let answer = self.get(path).await;
-            if let Some((s, body)) = &answer {
-                if *s == status {
-                    return body.clone();
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{path} answered {answer:?}, not {status}, within {within:?}; bridge log:\n{}",
-                bridge.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
 /// `n` distinct free loopback ports.
 fn free_ports(n: usize) -> Vec<u16> {
     let mut ports: Vec<u16> = Vec::new();

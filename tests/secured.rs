@@ -320,15 +320,8 @@ async fn remove_one(mode: &'static str, index: usize, server: &TestServer) {
     // Granted: the partition's next try goes through, and the bridge is ready again (the
     // outputs may all have landed before: a stop then must not meet the refusal).
     c.acls("add", &Login::Scram.principal(), std::slice::from_ref(&acl));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !matches!(ops.get("/readyz").await, Some((200, _))) {
-        assert!(
-            Instant::now() < deadline,
-            "{acl}: not ready within 60 s of the grant: {}",
-            bridge.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    ops.wait_for(&bridge, "/readyz", 200, Duration::from_secs(60))
+        .await;
     let log =
         stop_once_all_arrived(&mut bridge, &s.output, 1..=2, &format!("{acl}, granted")).await;
     assert_eq!(

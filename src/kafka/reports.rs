@@ -115,6 +115,15 @@ pub trait Routed: ProducerContext<DeliveryOpaque = usize> {
     fn routes(&self) -> &Arc<Routes>;
 }
 
+/// A new route to `target` on `producer`'s routes: its id, and the routes (to close it).
+fn open_on<C: Routed + 'static>(
+    producer: &ThreadedProducer<C>,
+    target: Target,
+) -> (u32, Arc<Routes>) {
+    let routes = producer.context().routes().clone();
+    (routes.open(target), routes)
+}
+
 /// The receiving end of a stream route: each record sent with [`Route::token`] of a slot
 /// comes back here as that slot's report. Closed when dropped.
 pub struct Route {
@@ -126,9 +135,8 @@ pub struct Route {
 impl Route {
     /// A new route on `producer`.
     pub fn open<C: Routed + 'static>(producer: &ThreadedProducer<C>) -> Self {
-        let routes = producer.context().routes().clone();
         let (sender, reports) = mpsc::unbounded_channel();
-        let id = routes.open(Target::Stream(sender));
+        let (id, routes) = open_on(producer, Target::Stream(sender));
         Self {
             id,
             routes,
@@ -164,9 +172,8 @@ pub struct OnceRoute {
 impl OnceRoute {
     /// A new one-record route on `producer`.
     pub fn open<C: Routed + 'static>(producer: &ThreadedProducer<C>) -> Self {
-        let routes = producer.context().routes().clone();
         let (waiting, outcome) = oneshot::channel();
-        let id = routes.open(Target::Once(waiting));
+        let (id, routes) = open_on(producer, Target::Once(waiting));
         Self {
             id,
             routes,

@@ -1,7 +1,9 @@
 //! A client of the bridge's operations server (`/healthz`, `/readyz`, `/metrics`); each test
-//! binary adds the waits it needs in an `impl Ops` of its own.
+//! binary adds the waits it needs in an `impl Ops` of its own, beside the one they share
+//! ([`Ops::wait_for`]).
 
-use std::time::Duration;
+use super::bridge::Bridge;
+use std::time::{Duration, Instant};
 
 pub struct Ops {
     base: String,
@@ -40,6 +42,32 @@ impl Ops {
         let response = request.send().await.ok()?;
         let status = response.status().as_u16();
         Some((status, response.text().await.ok()?))
+    }
+
+    /// Poll `path` until it answers `status` (or panic with the bridge's log): its body.
+    #[allow(dead_code)]
+    pub async fn wait_for(
+        &self,
+        bridge: &Bridge,
+        path: &str,
+        status: u16,
+        within: Duration,
+    ) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let answer = self.get(path).await;
+            if let Some((s, body)) = &answer {
+                if *s == status {
+                    return body.clone();
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{path} answered {answer:?}, not {status}, within {within:?}; bridge log:\n{}",
+                bridge.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// `POST path`, with `Authorization: Bearer <token>` when given: status and body, or
