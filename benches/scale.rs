@@ -237,9 +237,10 @@ fn run_case(watches: usize, per_watch: usize, settle: Duration) -> Case {
             // Every watch is idle (polled, next poll in an hour): what the bridge still does
             // is its checkpoints, watermarks and metrics.
             let cpu0 = cpu_seconds("self");
-            tokio::time::sleep(idle_window()).await;
-            let idle_cpu = (cpu_seconds("self") - cpu0) / idle_window().as_secs_f64();
-            tokio::time::sleep(settle.saturating_sub(idle_window())).await;
+            let window = idle_window();
+            tokio::time::sleep(window).await;
+            let idle_cpu = (cpu_seconds("self") - cpu0) / window.as_secs_f64();
+            tokio::time::sleep(settle.saturating_sub(window)).await;
             wait_for_state_settled(&metrics, Duration::from_secs(2)).await;
             let (heap2, rss2) = (live(), rss());
             stop.stop();
