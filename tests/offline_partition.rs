@@ -113,19 +113,9 @@ async fn wait_for_readyz(
     within: Duration,
     done: impl Fn(&(u16, String)) -> bool,
 ) -> (u16, String) {
-    let deadline = Instant::now() + within;
-    loop {
-        let answer = ops.get("/readyz").await;
-        if let Some(answer) = answer.as_ref().filter(|a| done(a)) {
-            return answer.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/readyz answered {answer:?}; bridge log:\n{}",
-            bridge.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    ops.wait_until(bridge, "/readyz", within, |a| a.is_some_and(&done))
+        .await
+        .expect("an answer that `done` took")
 }
 
 /// One node down, the only replica of output partition 3 with it: input partitions 0–2

@@ -59,29 +59,6 @@ fn env_on(s: &Setup, server: &TestServer, port: u16) -> Vec<(&'static str, Strin
 
 /// The bridge's operations server.
 impl Ops {
-    /// Poll `path` until `done` holds for its answer (or panic with the bridge's log).
-    async fn wait_until(
-        &self,
-        bridge: &Bridge,
-        path: &str,
-        within: Duration,
-        done: impl Fn(Option<&(u16, String)>) -> bool,
-    ) -> Option<(u16, String)> {
-        let deadline = Instant::now() + within;
-        loop {
-            let answer = self.get(path).await;
-            if done(answer.as_ref()) {
-                return answer;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{path} answered {answer:?}; bridge log:\n{}",
-                bridge.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
     async fn wait_for_metric(
         &self,
         bridge: &Bridge,

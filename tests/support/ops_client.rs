@@ -44,6 +44,31 @@ impl Ops {
         Some((status, response.text().await.ok()?))
     }
 
+    /// Poll `path` (every 50 ms) until `done` says so of its answer (`None`: nothing
+    /// answered), or panic with the bridge's log after `within`: that answer.
+    #[allow(dead_code)]
+    pub async fn wait_until(
+        &self,
+        bridge: &Bridge,
+        path: &str,
+        within: Duration,
+        done: impl Fn(Option<&(u16, String)>) -> bool,
+    ) -> Option<(u16, String)> {
+        let deadline = Instant::now() + within;
+        loop {
+            let answer = self.get(path).await;
+            if done(answer.as_ref()) {
+                return answer;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{path} answered {answer:?} for {within:?}; bridge log:\n{}",
+                bridge.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Poll `path` until it answers `status` (or panic with the bridge's log): its body.
     #[allow(dead_code)]
     pub async fn wait_for(
@@ -53,21 +78,12 @@ impl Ops {
         status: u16,
         within: Duration,
     ) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            let answer = self.get(path).await;
-            if let Some((s, body)) = &answer {
-                if *s == status {
-                    return body.clone();
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{path} answered {answer:?}, not {status}, within {within:?}; bridge log:\n{}",
-                bridge.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let answered = self
+            .wait_until(bridge, path, within, |a| {
+                a.is_some_and(|(s, _)| *s == status)
+            })
+            .await;
+        answered.expect("an answer, with that status").1
     }
 
     /// `POST path`, with `Authorization: Bearer <token>` when given: status and body, or
