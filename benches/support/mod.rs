@@ -10,6 +10,7 @@ pub mod job;
 pub mod kafka;
 pub mod outputs;
 pub mod report;
+pub mod stats;
 pub mod versus;
 
 /// The test broker's process (start, stop, restart), the same modules the tests use.
