@@ -15,7 +15,8 @@ use std::time::Duration;
 use support::bridge::Bridge;
 use support::http_server::TestServer;
 use support::kafka::broker;
-use support::scenario::{finished_feeds, Setup};
+use support::ops_client::Ops;
+use support::scenario::{finished_feeds, free_port, Setup};
 
 /// The topics the bridge creates for `s` (all but the input topic, which `Setup` made).
 fn created_topics(s: &Setup) -> [String; 4] {
@@ -129,4 +130,24 @@ async fn a_topic_of_replication_factor_1_on_several_brokers_is_warned_about() {
         assert_eq!(warned(&topic), cluster, "{topic}: warned?\n{log}");
     }
     assert!(!warned(&s.input), "{}: replicated\n{log}", s.input);
+}
+
+/// A start whose topics are all new reads its new state and control topics as soon as they
+/// are made: on Apache Kafka their partitions have no leader for a moment, and a start that
+/// read them then stopped with `NotLeaderForPartition` (seen in `benches/guarantee.rs`, one
+/// start in two there). Several starts, each on topics of its own, each becomes ready.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_on_topics_it_creates_becomes_ready_every_time() {
+    let server = TestServer::start(finished_feeds).await;
+    for start in 0..3 {
+        let s = Setup::new(&format!("fresh-{start}"), 4).await;
+        let port = free_port();
+        let mut env = s.env(&server);
+        env.push(("WATCHBRIDGE_METRICS_ADDR", format!("127.0.0.1:{port}")));
+        let mut bridge = Bridge::start(&env);
+        Ops::new(port)
+            .wait_for(&bridge, "/readyz", 200, Duration::from_secs(60))
+            .await;
+        assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    }
 }

@@ -11,6 +11,7 @@ pub mod kafka;
 pub mod outputs;
 pub mod report;
 pub mod stats;
+pub mod sustained;
 pub mod versus;
 
 /// The test broker's process (start, stop, restart), the same modules the tests use.

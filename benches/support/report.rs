@@ -60,7 +60,11 @@ pub fn now_ms() -> Millis {
     (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as Millis
 }
 
+/// The median of `values`; NaN for none (a case the run skipped).
 pub fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     let mid = v.len() / 2;

@@ -9,7 +9,7 @@ use crate::internal_events::{BrokersAnswered, WaitReport, WaitingForBrokers};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::Producer;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -135,6 +135,9 @@ pub struct StartClient {
 pub struct ClusterTopics {
     partitions: HashMap<String, i32>,
     replicas: HashMap<String, usize>,
+    /// Topics with a partition that has no leader now (an election under way, e.g. right
+    /// after the topic was created, or its replicas away).
+    leaderless: HashSet<String>,
     brokers: usize,
 }
 
@@ -150,6 +153,14 @@ impl ClusterTopics {
                     let fewest = t.partitions().iter().map(|p| p.replicas().len()).min();
                     (t.name().to_string(), fewest.unwrap_or(0))
                 })
+                .collect(),
+            leaderless: listed()
+                .filter(|t| {
+                    t.partitions()
+                        .iter()
+                        .any(|p| p.leader() < 0 || p.error().is_some())
+                })
+                .map(|t| t.name().to_string())
                 .collect(),
             brokers: metadata.brokers().len(),
         }
@@ -483,7 +494,8 @@ pub async fn ensure_topics(
     let layout = if missing.is_empty() {
         existing.clone()
     } else {
-        wait_for_topics(&clients.brokers, &client, &all).await?
+        let created: Vec<&str> = missing.iter().map(|t| t.name).collect();
+        wait_for_topics(&clients.brokers, &client, &all, &created).await?
     };
     warn_unreplicated(&layout, &all);
     let partitions = |topic: &str| layout.partitions(topic).unwrap_or_default();
@@ -633,11 +645,16 @@ async fn describe_topic(
     }
 }
 
-/// Topic creation goes to every broker's metadata a moment later; wait for it.
+/// Topic creation goes to every broker's metadata a moment later, and a new partition's
+/// leader is elected a moment after that: wait for both (for the topics this start
+/// `created`; a topic found with a partition offline is the partition tasks' to report).
+/// Without the leaders, the next reads of a new state or control topic failed with
+/// `NotLeaderForPartition` and stopped the start (Apache Kafka, seen in `benches/guarantee.rs`).
 async fn wait_for_topics(
     brokers: &str,
     client: &StartClient,
     topics: &[&str],
+    created: &[&str],
 ) -> Result<ClusterTopics, KafkaSetupError> {
     let deadline = tokio::time::Instant::now() + METADATA_TIMEOUT;
     loop {
@@ -648,9 +665,14 @@ async fn wait_for_topics(
                 brokers: brokers.to_string(),
                 error,
             })?;
-        if topics
+        let electing: Vec<&&str> = created
             .iter()
-            .all(|t| existing.partitions(t).is_some_and(|p| p > 0))
+            .filter(|t| existing.leaderless.contains(**t))
+            .collect();
+        if electing.is_empty()
+            && topics
+                .iter()
+                .all(|t| existing.partitions(t).is_some_and(|p| p > 0))
         {
             return Ok(existing);
         }
@@ -659,9 +681,14 @@ async fn wait_for_topics(
                 .iter()
                 .filter(|t| existing.partitions(t).is_none())
                 .collect();
+            let error = if missing.is_empty() {
+                format!("topics {electing:?}, created by this start, have partitions with no leader after {METADATA_TIMEOUT:?}")
+            } else {
+                format!("topics {missing:?} did not appear in the metadata")
+            };
             return Err(KafkaSetupError::Unreachable {
                 brokers: brokers.to_string(),
-                error: format!("topics {missing:?} did not appear in the metadata"),
+                error,
             });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -17,6 +17,7 @@
 
 use crate::control::Pause;
 use crate::internal_events::PollingPaused;
+use crate::kafka::guarantee::transient_code;
 use crate::kafka::health::KafkaContext;
 use crate::kafka::refusal;
 use crate::metrics::Metrics;
@@ -182,6 +183,39 @@ impl Drop for ControlTopic {
     }
 }
 
+/// The control topic's end offset (blocking), asked again while the brokers say "not now"
+/// (a leader being elected: a topic this start created a moment ago, a broker restarting)
+/// until `deadline`; anything else, or the deadline, is the start's error.
+fn end_offset(
+    consumer: &StreamConsumer<KafkaContext>,
+    topic: &str,
+    deadline: Instant,
+) -> Result<i64, String> {
+    loop {
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        match consumer.fetch_watermarks(topic, 0, timeout) {
+            Ok((_, end)) => return Ok(end),
+            Err(e) => {
+                let again = e.rdkafka_error_code().is_some_and(transient_code)
+                    && Instant::now() + RETRY_AFTER < deadline;
+                if !again {
+                    return Err(format!(
+                        "cannot read the end of the control topic {topic} \
+                         (WATCHBRIDGE_CONTROL_TOPIC): {e}"
+                    ));
+                }
+                tracing::debug!(error = %e, topic, "the control topic's end: asking again");
+                // librdkafka answers from the metadata it has until it is asked again.
+                let _ = consumer.fetch_metadata(Some(topic), Duration::from_secs(5).min(timeout));
+                std::thread::sleep(RETRY_AFTER);
+            }
+        }
+    }
+}
+
+/// How long the start waits before asking the control topic's end again.
+const RETRY_AFTER: Duration = Duration::from_millis(200);
+
 impl ControlTopic {
     /// Read `topic` from its beginning into `pause` (returns once the orders present now
     /// are applied, or at `deadline`), then follow it. `reader`: the reader's settings
@@ -213,18 +247,9 @@ impl ControlTopic {
             .map_err(|e| format!("cannot read the control topic {topic}: {e}"))?;
         let end = {
             let (consumer, topic) = (consumer.clone(), topic.to_string());
-            let timeout = deadline.saturating_duration_since(Instant::now());
-            tokio::task::spawn_blocking(move || {
-                consumer.fetch_watermarks(&topic, 0, timeout).map_err(|e| {
-                    format!(
-                        "cannot read the end of the control topic {topic} \
-                         (WATCHBRIDGE_CONTROL_TOPIC): {e}"
-                    )
-                })
-            })
-            .await
-            .map_err(|e| e.to_string())??
-            .1
+            tokio::task::spawn_blocking(move || end_offset(&consumer, &topic, deadline))
+                .await
+                .map_err(|e| e.to_string())??
         };
         let producer: FutureProducer<KafkaContext> = writer
             .create_with_context(kafka.clone())
