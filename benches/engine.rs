@@ -548,7 +548,8 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// Runs one case named by `BENCH_CASE`: a memory case gives "allocated resident" per
-/// item; `lateness:W:measure_ms` gives the figures of [`poll_lateness`].
+/// item; `lateness:W:measure_ms` gives the figures of [`poll_lateness`]; `noop:W` the
+/// rates of [`noop_polls_per_second`].
 fn run_case(case: &str) -> Vec<f64> {
     let parts: Vec<&str> = case.splitn(3, ':').collect();
     let count = |i: usize| parts.get(i).and_then(|n| n.parse().ok()).unwrap_or(0);
@@ -561,6 +562,11 @@ fn run_case(case: &str) -> Vec<f64> {
             parts.get(2).copied().unwrap_or("never"),
         )),
         "lateness" => poll_lateness(count(1), Duration::from_millis(count(2) as u64)),
+        // `noop:W`: the no-op dispatch rate alone (to profile it), one rate per window.
+        "noop" => noop_polls_per_second(&Sizes {
+            watches: count(1),
+            ..sizes()
+        }),
         other => panic!("unknown BENCH_CASE {other}"),
     }
 }

@@ -20,27 +20,31 @@
 //!   measured again `SCALE_SETTLE` later (default 35 s, past the 30 s after which a watch
 //!   with nothing new lets go of its unsealed chunk's hashes).
 //! - **start**: `SCALE_START_WATCHES` (default 200,000) inputs already on the input topic,
-//!   read first by a plain consumer (a group of its own, librdkafka's defaults), then by
-//!   the bridge: watches started per second, from the bridge's first input to every watch
-//!   active and its input committed (which waits for its first state record: its own or a
-//!   starts record shared with the other watches of its checkpoint), against the
-//!   plain consumer's records per second (first record to last). The "≥ 0.5 of a plain
-//!   consumer" target, which the issue set on Tansu with SQLite storage (where each record
-//!   written or read costs the broker SQL statements of its own); on Apache Kafka, whose
-//!   plain consumer reads some 1.5 M records/s here, the bridge's own work is the limit.
+//!   read first by a plain consumer configured as the bridge's input consumer (the
+//!   baseline) and one with librdkafka's defaults (shown), each in a group of its own,
+//!   then by the bridge: watches started per second, from the bridge's first input to every
+//!   watch active and its input committed (which waits for its first state record: its own
+//!   or a starts record shared with the other watches of its checkpoint), against the plain
+//!   consumer's records per second (first record to last); on Tansu with SQLite storage and
+//!   on Apache Kafka. The target: ≥ 0.5 of the plain consumer.
 //!
-//! Memory is the Rust heap (bytes handed out and not returned: exact) and the resident set
-//! (what the OS sees: allocator overhead and librdkafka's own buffers too). Inputs are
-//! `{"id": n}` with a 13-byte key: the bridge keeps each live watch's input (it rewrites the
-//! watch's state record from it), so larger inputs cost their size more.
+//! Memory: the resident set (what the OS sees: allocator overhead and librdkafka's buffers
+//! and queues too) is the judged figure; the Rust heap (bytes handed out and not returned:
+//! exact) is shown beside it. Every memory case runs `SCALE_RUNS` times (default 3), each in
+//! a fresh process. Inputs are `SCALE_INPUT_BYTES`-byte (default 200) JSON user records with
+//! 13-byte keys: the bridge keeps each live watch's input (it rewrites the watch's state
+//! record from it), so their size counts.
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use watchbridge::bridge::{run_bridge, BridgeError, StopSignal};
 use watchbridge::config::RunConfig;
+use watchbridge::kafka::clients::KafkaSettings;
+use watchbridge::kafka::guarantee::Guarantee;
 use watchbridge::metrics::Metrics;
 use watchbridge::poll::{Output, PollError, PollResult, Poller};
 use watchbridge::pollers::{RenderError, Resolve};
@@ -51,7 +55,7 @@ use support::alloc::{live, rss, run_fresh};
 use support::broker_process::BrokerProcess;
 use support::cpu::cpu_seconds;
 use support::kafka::{bridge_args, create_topic, input_id, produce_inputs};
-use support::report::{env_or, machine, now_ms, summary_line};
+use support::report::{env_or, machine, median, min_max, now_ms, summary_line};
 use support::tansu_process::{tansu_bin, Storage};
 
 #[global_allocator]
@@ -91,6 +95,22 @@ impl Resolve for Prepared {
     fn resolve(&self, value: &Value, _key: &[u8]) -> Result<usize, RenderError> {
         input_id(value)
     }
+}
+
+/// Bytes of each input (`SCALE_INPUT_BYTES`, default 200): a user record of realistic size,
+/// `{"id": n, "name": …, "email": …, "plan": …}` padded to that length. The bridge keeps each
+/// live watch's input (it rewrites the watch's state record from it), so its size counts.
+fn input_bytes() -> usize {
+    env_or("SCALE_INPUT_BYTES", 200)
+}
+
+/// Input `n`: a JSON user record of [`input_bytes`] bytes (at least its fields' own).
+fn user_record(n: usize) -> String {
+    let head = format!(
+        r#"{{"id": {n}, "name": "User {n}", "email": "user{n}@example.com", "plan": "pro", "bio": ""#
+    );
+    let pad = input_bytes().saturating_sub(head.len() + 2);
+    format!("{head}{}\"}}", "x".repeat(pad))
 }
 
 /// What one case measured: heap and resident bytes per watch, after the outputs and (for
@@ -218,8 +238,7 @@ fn run_case(watches: usize, per_watch: usize, settle: Duration) -> Case {
 
             eprintln!("scale: bridge ready; producing {watches} inputs");
             let began = Instant::now();
-            let inputs =
-                (0..watches).map(|n| (format!("watch-{n:07}"), format!(r#"{{"id": {n}}}"#)));
+            let inputs = (0..watches).map(|n| (format!("watch-{n:07}"), user_record(n)));
             produce_inputs(&bootstrap, &config.input_topic, Storage::Sqlite, inputs).await;
             eprintln!("scale: inputs produced in {:.1?}", began.elapsed());
             // Generous: about 10k inputs/s would be slow, never a hang.
@@ -271,14 +290,27 @@ fn run_case(watches: usize, per_watch: usize, settle: Duration) -> Case {
 /// its time that is reading, not the last checkpoint and commit after).
 struct StartCase {
     plain: f64,
+    /// The same read with librdkafka's defaults (a 500 ms fetch wait among them).
+    defaults: f64,
     bridge: f64,
     bridge_read: f64,
 }
 
-/// Reads `n` records of `topic` with a plain consumer in a group of its own (librdkafka's
-/// defaults otherwise); returns records per second from its first record to its last.
-fn plain_read(bootstrap: &str, topic: &str, n: usize) -> f64 {
-    let consumer: BaseConsumer = ClientConfig::new()
+/// Reads `n` records of `topic` with a plain consumer in a group of its own: configured as
+/// the bridge's input consumer in mode `alike` (`KafkaSettings::input_consumer`, its fetch
+/// wait and partition ends among them; nothing committed), or with librdkafka's defaults
+/// (`None`); returns records per second from its first record to its last.
+fn plain_read(bootstrap: &str, topic: &str, n: usize, alike: Option<Guarantee>) -> f64 {
+    let mut config = match alike {
+        Some(guarantee) => KafkaSettings {
+            brokers: bootstrap.to_string(),
+            properties: Default::default(),
+            group_id: String::new(),
+        }
+        .input_consumer(guarantee),
+        None => ClientConfig::new(),
+    };
+    let consumer: BaseConsumer = config
         .set("bootstrap.servers", bootstrap)
         .set("group.id", format!("plain-{}", now_ms()))
         .set("auto.offset.reset", "earliest")
@@ -297,6 +329,7 @@ fn plain_read(bootstrap: &str, topic: &str, n: usize) -> f64 {
                 first.get_or_insert_with(Instant::now);
                 read += 1;
             }
+            Some(Err(KafkaError::PartitionEOF(_))) => {}
             Some(Err(e)) => eprintln!("scale: plain consumer: {e}"),
             None => {}
         }
@@ -314,13 +347,23 @@ fn run_start_case(watches: usize, on: Broker) -> StartCase {
     let config = case_config(&bootstrap, &format!("bench-start-{}", std::process::id()));
     let case = runtime.block_on(async {
         create_topic(&bootstrap, &config.input_topic, PARTITIONS).await;
-        let inputs = (0..watches).map(|n| (format!("watch-{n:07}"), format!(r#"{{"id": {n}}}"#)));
+        let inputs = (0..watches).map(|n| (format!("watch-{n:07}"), user_record(n)));
         produce_inputs(&bootstrap, &config.input_topic, Storage::Sqlite, inputs).await;
-        let (b, t) = (bootstrap.clone(), config.input_topic.clone());
-        let plain_before = tokio::task::spawn_blocking(move || plain_read(&b, &t, watches))
-            .await
-            .expect("plain read");
-        eprintln!("scale: plain consumer {plain_before:.0} records/s");
+        // The mode `auto` picks there (its consumer commits offsets itself, or not).
+        let mode = match on {
+            Broker::Kafka => Guarantee::ExactlyOnce,
+            Broker::Tansu => Guarantee::Recovery,
+        };
+        let reads = |alike: bool| {
+            let (b, t, g) = (bootstrap.clone(), config.input_topic.clone(), mode);
+            tokio::task::spawn_blocking(move || plain_read(&b, &t, watches, alike.then_some(g)))
+        };
+        let alike_before = reads(true).await.expect("plain read");
+        let defaults = reads(false).await.expect("plain read");
+        eprintln!(
+            "scale: plain consumer {alike_before:.0} records/s with the bridge's settings, \
+             {defaults:.0} with librdkafka's"
+        );
         let (run, metrics, stop) = bridge(&bootstrap, &config, 0);
         let measure = async {
             let limit = Duration::from_secs(120) + Duration::from_millis(watches as u64 / 10);
@@ -366,15 +409,13 @@ fn run_start_case(watches: usize, on: Broker) -> StartCase {
         if let Err(e) = result {
             panic!("the bridge failed: {e}");
         }
-        let (b, t) = (bootstrap.clone(), config.input_topic.clone());
-        let plain_after = tokio::task::spawn_blocking(move || plain_read(&b, &t, watches))
-            .await
-            .expect("plain read");
+        let alike_after = reads(true).await.expect("plain read");
         eprintln!(
-            "scale: bridge {bridge:.0} watches/s; plain consumer again {plain_after:.0} records/s"
+            "scale: bridge {bridge:.0} watches/s; plain consumer again {alike_after:.0} records/s"
         );
         StartCase {
-            plain: plain_before.max(plain_after),
+            plain: alike_before.max(alike_after),
+            defaults,
             bridge,
             bridge_read,
         }
@@ -447,7 +488,7 @@ fn main() {
                 None => (rest, Broker::Tansu),
             };
             let c = run_start_case(watches.parse().expect("start:<watches>[:kafka]"), on);
-            println!("{} {} {}", c.plain, c.bridge, c.bridge_read);
+            println!("{} {} {} {}", c.plain, c.bridge, c.bridge_read, c.defaults);
             return;
         }
         let n: Vec<u64> = case.split(':').map(|x| x.parse().unwrap()).collect();
@@ -464,125 +505,160 @@ fn main() {
     let seen_watches = env_or("SCALE_SEEN_WATCHES", if smoke { 200 } else { 2_000 });
     let per_watch = env_or("SCALE_SEEN_PER_WATCH", 100);
     let settle = env_or("SCALE_SETTLE", if smoke { 0 } else { 35 });
+    let runs = env_or("SCALE_RUNS", if smoke { 1 } else { 3 });
 
-    // Measured when every watch has had its first poll, and again `settle` later: by then
-    // each one's progress is written and its partition task lets the copy go (an idle
-    // watch's steady state; see `Pending` in kafka/durable/live.rs).
-    let i = run_fresh(&format!("{idle}:0:{settle}"), 6);
-    // The same number of idle watches as the seen case has: what a watch costs besides its
-    // outputs, fixed costs shared out alike (a million watches share them far thinner).
-    // Measured at the same two moments as the seen case, so that each per-output figure
-    // compares like with like.
-    let i_seen = run_fresh(&format!("{seen_watches}:0:{settle}"), 6);
-    let s = run_fresh(&format!("{seen_watches}:{per_watch}:{settle}"), 6);
-    let start = run_fresh(&format!("start:{starts}:tansu"), 3);
-    let start_kafka = run_fresh(&format!("start:{starts}:kafka"), 3);
-    let per_output = |watch: f64, idle: f64| (watch - idle) / per_watch as f64;
+    // Each memory case `runs` times, each in a fresh process: figure by figure, the runs'
+    // values. Measured when every watch has had its first poll, and again `settle` later:
+    // by then each one's progress is written and its partition task lets the copy go (an
+    // idle watch's steady state; see `Pending` in kafka/durable/live.rs). The idle watches
+    // of the seen case's count: what a watch costs besides its outputs, fixed costs shared
+    // out alike, at the same two moments.
+    let (mut i, mut i_seen, mut s) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        i.push(run_fresh(&format!("{idle}:0:{settle}"), 6));
+        i_seen.push(run_fresh(&format!("{seen_watches}:0:{settle}"), 6));
+        s.push(run_fresh(
+            &format!("{seen_watches}:{per_watch}:{settle}"),
+            6,
+        ));
+    }
+    let start = run_fresh(&format!("start:{starts}:tansu"), 4);
+    let start_kafka = run_fresh(&format!("start:{starts}:kafka"), 4);
+    // Figure `k` of every run: its median, and the range as text.
+    let of = |runs: &[Vec<f64>], k: usize| runs.iter().map(|r| r[k]).collect::<Vec<f64>>();
+    let per_output = |k: usize| -> Vec<f64> {
+        s.iter()
+            .zip(&i_seen)
+            .map(|(s, i)| (s[k] - i[k]) / per_watch as f64)
+            .collect()
+    };
+    let shown = |v: &[f64], decimals: usize| {
+        let (lo, hi) = min_max(v);
+        if v.len() > 1 {
+            format!("{:.d$} ({lo:.d$}–{hi:.d$})", median(v), d = decimals)
+        } else {
+            format!("{:.d$}", median(v), d = decimals)
+        }
+    };
     let met = |v: f64, target: f64| if v <= target { "met" } else { "NOT met" };
+    let input_size = input_bytes();
     println!("## The whole bridge at scale: memory per watch and per seen output\n");
     println!(
-        "`cargo bench --bench scale`: `run_bridge` in one process on Apache Kafka (one node), \
-         {PARTITIONS} input partitions, a poller serving prepared results, poll interval 1 h; \
-         per watch = growth from the ready bridge with nothing to watch to every watch polled, \
-         its outputs acknowledged and its state written, divided by the watches. Heap = Rust \
-         allocations (exact); resident = the process's resident set (allocator overhead and \
-         librdkafka's buffers included). Inputs `{{\"id\": n}}` with 13-byte keys. {}.\n",
+        "`cargo bench --bench scale`: `run_bridge` in one process on Apache Kafka (one node; \
+         `exactly_once`, the mode `auto` picks there), {PARTITIONS} input partitions, a \
+         poller serving prepared results, poll interval 1 h; per watch = growth from the \
+         ready bridge with nothing to watch to every watch polled, its outputs acknowledged \
+         and its state written, divided by the watches. **Resident** = the process's \
+         resident set (everything: allocator overhead, librdkafka's buffers and queues; the \
+         judged figure); heap = Rust allocations only (exact). Inputs: {input_size}-byte JSON \
+         user records with 13-byte keys (`SCALE_INPUT_BYTES`): the bridge keeps each live \
+         watch's input, so its size counts. {runs} run(s) of each case, each in a fresh \
+         process: median (min–max). {}.\n",
         machine()
     );
-    println!("| figure | heap | resident | target |");
+    println!("| figure | resident | heap | target (resident) |");
     println!("|---|---|---|---|");
+    let became = median(&of(&i, 4));
     println!(
-        "| bytes per watch just polled ({idle} live watches, each right after its first poll; they became live in {:.1} s, {:.0} inputs/s) | {:.0} | {:.0} | |",
-        i[4],
-        idle as f64 / i[4],
-        i[0],
-        i[1],
+        "| bytes per watch just polled ({idle} live watches, each right after its first poll; they became live in {became:.1} s, {:.0} inputs/s) | {} | {} | |",
+        idle as f64 / became,
+        shown(&of(&i, 1), 0),
+        shown(&of(&i, 0), 0),
+    );
+    let idle_resident = median(&of(&i, 3));
+    println!(
+        "| bytes per idle watch ({idle} live watches, {settle} s later: each one's progress written) | {} | {} | <= 300: {} |",
+        shown(&of(&i, 3), 0),
+        shown(&of(&i, 2), 0),
+        met(idle_resident, 300.0)
     );
     println!(
-        "| bytes per idle watch ({idle} live watches, {settle} s later: each one's progress written) | {:.0} | {:.0} | <= 300: {} |",
-        i[2],
-        i[3],
-        met(i[2], 300.0)
+        "| bytes per seen output ({seen_watches} watches x {per_watch} outputs, at once) | {} | {} | |",
+        shown(&per_output(1), 1),
+        shown(&per_output(0), 1),
     );
+    let seen_resident = median(&per_output(3));
     println!(
-        "| bytes per seen output ({seen_watches} watches x {per_watch} outputs, at once) | {:.1} | {:.1} | <= 20: {} |",
-        per_output(s[0], i_seen[0]),
-        per_output(s[1], i_seen[1]),
-        met(per_output(s[0], i_seen[0]), 20.0)
-    );
-    println!(
-        "| bytes per seen output ({seen_watches} watches x {per_watch} outputs, {settle} s later) | {:.1} | {:.1} | <= 20: {} |",
-        per_output(s[2], i_seen[2]),
-        per_output(s[3], i_seen[3]),
-        met(per_output(s[2], i_seen[2]), 20.0)
+        "| bytes per seen output ({seen_watches} watches x {per_watch} outputs, {settle} s later) | {} | {} | <= 20: {} |",
+        shown(&per_output(3), 1),
+        shown(&per_output(2), 1),
+        met(seen_resident, 20.0)
     );
     println!(
         "\nWith all {idle} watches idle (each polled, its next poll an hour away), the bridge \
          used {:.1}% of one core over {} s: its checkpoints, watermarks and metrics.",
-        i[5] * 100.0,
+        median(&of(&i, 5)) * 100.0,
         idle_window().as_secs()
     );
-    let start_ratio = start[1] / start[0];
     println!(
-        "\n### Watch starts\n\n{starts} inputs `{{\"id\": n}}` on the input topic before anything \
-         reads them (4 partitions), read first by a plain consumer (a group of its own, \
-         librdkafka's defaults; records/s from its first record to its last; the faster of a \
-         read before and one after the bridge's), then by the bridge with default settings \
-         (watches/s from its first input to every watch active and its input committed, which \
-         waits for the watch's first state record: its own, or a starts record shared with \
-         the other watches of its checkpoint). The bridge's read rate is its inputs per second \
-         from its first input to its last: the rest of its time is the last checkpoint and \
-         commit.\n"
+        "\n### Watch starts\n\n{starts} inputs ({input_size}-byte user records) on the input \
+         topic before anything reads them (4 partitions), read first by a plain consumer in a \
+         group of its own configured as the bridge's input consumer (its settings from \
+         `KafkaSettings::input_consumer`: a 20 ms fetch wait, partition ends reported, \
+         cooperative-sticky; records/s from its first record to its last; the faster of a \
+         read before and one after the bridge's) and once with librdkafka's defaults (shown, \
+         not the baseline), then by the bridge with default settings (watches/s from its \
+         first input to every watch active and its input committed, which waits for the \
+         watch's first state record: its own, or a starts record shared with the other \
+         watches of its checkpoint). The bridge's read rate is its inputs per second from its \
+         first input to its last: the rest of its time is the last checkpoint and commit.\n"
     );
-    println!("| broker (the mode `auto` picks) | plain consumer, records/s | bridge, inputs read/s | bridge, watches started/s | bridge / plain | target ≥ 0.5 |");
-    println!("|---|---|---|---|---|---|");
-    for (name, figures) in [
+    println!("| broker (the mode `auto` picks) | plain consumer as the bridge's, records/s | with librdkafka's defaults | bridge, inputs read/s | bridge, watches started/s | bridge / plain | target ≥ 0.5 |");
+    println!("|---|---|---|---|---|---|---|");
+    let brokers = [
         ("Tansu 0.6, SQLite storage (`recovery`)", &start),
-        ("Apache Kafka 4.1, one node (`exactly_once`)", &start_kafka),
-    ] {
+        ("Apache Kafka, one node (`exactly_once`)", &start_kafka),
+    ];
+    for (name, figures) in brokers {
         let ratio = figures[1] / figures[0];
         println!(
-            "| {name} | {:.0} | {:.0} | {:.0} | {ratio:.3} | {} |",
+            "| {name} | {:.0} | {:.0} | {:.0} | {:.0} | {ratio:.3} | {} |",
             figures[0],
+            figures[3],
             figures[2],
             figures[1],
-            met(0.5, ratio)
+            if ratio >= 0.5 { "met" } else { "NOT met" }
         );
     }
-    let (idle_heap, seen_heap) = (i[2], per_output(s[2], i_seen[2]));
     print!(
         "{}",
         summary_line(
-            &format!("whole bridge: bytes per idle watch ({idle} watches, {settle} s after their first poll)"),
+            &format!("whole bridge: resident bytes per idle watch ({idle} watches, {input_size}-byte inputs, `exactly_once`, librdkafka included, {settle} s after their first poll)"),
             &format!(
-                "{idle_heap:.0} B heap, {:.0} B resident (right after the poll: {:.0} B heap)",
-                i[3], i[0]
+                "{} B (heap {} B)",
+                shown(&of(&i, 3), 0),
+                shown(&of(&i, 2), 0)
             ),
             "≤ 300 B",
-            idle_heap <= 300.0
+            idle_resident <= 300.0
         )
     );
     print!(
         "{}",
         summary_line(
+            &format!("whole bridge: resident bytes per seen output, everything counted ({settle} s after the outputs)"),
             &format!(
-                "whole bridge: new watches started per second ({starts} inputs, Tansu on SQLite)"
+                "{} B (heap {} B)",
+                shown(&per_output(3), 1),
+                shown(&per_output(2), 1)
             ),
-            &format!(
-                "{:.0}/s, {start_ratio:.2} of a plain consumer's {:.0} records/s",
-                start[1], start[0]
-            ),
-            "≥ 0.5",
-            start_ratio >= 0.5
-        )
-    );
-    print!(
-        "{}",
-        summary_line(
-            &format!("whole bridge: bytes per seen output ({settle} s after the outputs)"),
-            &format!("{seen_heap:.1} B heap"),
             "≤ 20 B",
-            seen_heap <= 20.0
+            seen_resident <= 20.0
         )
     );
+    for (name, figures) in brokers {
+        let ratio = figures[1] / figures[0];
+        print!(
+            "{}",
+            summary_line(
+                &format!("whole bridge: watch starts ÷ a plain consumer configured alike ({starts} inputs, {name})"),
+                &format!(
+                    "{ratio:.3} ({:.0} watches/s vs {:.0} records/s; with librdkafka's defaults {:.0})",
+                    figures[1], figures[0], figures[3]
+                ),
+                "≥ 0.5",
+                ratio >= 0.5
+            )
+        );
+    }
 }

@@ -21,12 +21,13 @@
 //! settings started at the same moment on a group with nothing recorded both start; a
 //! partition's recovery then warns when its last writer ran another mode.
 
-use super::guarantee::{Guarantee, GuaranteeSetting};
+use super::guarantee::{transient_code, Guarantee, GuaranteeSetting};
 use super::health::KafkaContext;
 use super::list_offsets::list_offsets;
 use super::recovery::{read_to_ends, Reader};
 use crate::state::{decode_entry, Entry, MODE_KEY};
 use rdkafka::consumer::Consumer;
+use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, Offset};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -68,11 +69,23 @@ pub fn read(
 ) -> GroupMode {
     let mut reader = Reader::new(consumer_config, kafka);
     reader.timeout = READ_TIMEOUT;
-    let recorded = match recorded_modes(&mut reader, state_topic, partitions) {
-        Ok(recorded) => recorded,
-        Err((recorded, e)) => {
-            tracing::warn!(error = %e, topic = state_topic, "cannot read every state partition's mode; going on with those read");
-            recorded
+    // A state topic this start created a moment ago may have a leader in the metadata that
+    // does not know it leads yet (`NotLeaderForPartition` from Apache Kafka): asked again.
+    let deadline = std::time::Instant::now() + RETRY_FOR;
+    let recorded = loop {
+        match recorded_modes(&mut reader, state_topic, partitions) {
+            Ok(recorded) => break recorded,
+            Err((_, e)) if e.transient && std::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e.text, topic = state_topic, "the state partitions' modes: asking again");
+                if let Ok(client) = reader.consumer() {
+                    let _ = client.fetch_metadata(Some(state_topic), Duration::from_secs(5));
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err((recorded, e)) => {
+                tracing::warn!(error = %e.text, topic = state_topic, "cannot read every state partition's mode; going on with those read");
+                break recorded;
+            }
         }
     };
     // Asked only where a mode is recorded: without one, who runs does not matter.
@@ -104,28 +117,54 @@ pub fn read(
 
 type Recorded = BTreeMap<i32, Guarantee>;
 
+/// How long a read of the modes that failed for a passing reason is asked again.
+const RETRY_FOR: Duration = Duration::from_secs(10);
+
+/// Why the modes could not all be read, and whether asking again may help.
+struct ReadError {
+    text: String,
+    transient: bool,
+}
+
+impl ReadError {
+    fn of(e: &KafkaError) -> Self {
+        Self {
+            text: e.to_string(),
+            transient: e.rdkafka_error_code().is_some_and(transient_code),
+        }
+    }
+
+    fn other(text: String) -> Self {
+        Self {
+            text,
+            transient: false,
+        }
+    }
+}
+
 /// The last `~mode` in the tail of each state partition; with an error, those read.
 fn recorded_modes(
     reader: &mut Reader<'_>,
     topic: &str,
     partitions: i32,
-) -> Result<Recorded, (Recorded, String)> {
+) -> Result<Recorded, (Recorded, ReadError)> {
     let mut recorded = BTreeMap::new();
     let asked: Vec<(&str, i32)> = (0..partitions).map(|p| (topic, p)).collect();
     let offsets = (|| {
-        let client = reader.consumer()?;
+        let client = reader.consumer().map_err(ReadError::other)?;
         let firsts = list_offsets(client, &asked, Offset::Beginning, READ_TIMEOUT);
         let ends = list_offsets(client, &asked, Offset::End, READ_TIMEOUT);
         let (firsts, ends) = (
-            firsts.map_err(|e| e.to_string())?,
-            ends.map_err(|e| e.to_string())?,
+            firsts.map_err(|e| ReadError::of(&e))?,
+            ends.map_err(|e| ReadError::of(&e))?,
         );
         (0..partitions)
             .map(|p| {
-                let (first, end) = (firsts.offset(topic, p)?, ends.offset(topic, p)?);
+                let first = firsts.offset(topic, p).map_err(ReadError::other)?;
+                let end = ends.offset(topic, p).map_err(ReadError::other)?;
                 Ok((p, first.max(end - TAIL), end))
             })
-            .collect::<Result<Vec<_>, String>>()
+            .collect::<Result<Vec<_>, ReadError>>()
     })();
     let ranges = match offsets {
         Ok(ranges) => ranges,
@@ -144,7 +183,7 @@ fn recorded_modes(
     });
     match read {
         Ok(()) => Ok(recorded),
-        Err(e) => Err((recorded, e.to_string())),
+        Err(e) => Err((recorded, ReadError::other(e.to_string()))),
     }
 }
 
