@@ -44,7 +44,9 @@
 //! watchbridge, Python concurrent, Python sequential); median and min–max per job, and
 //! watchbridge ÷ each Python job as the geometric mean of the per-run ratios with its 95%
 //! interval (`support/stats.rs`). Sizes: `VS_PYTHON_WATCHES` (W, default 2,000),
-//! `VS_PYTHON_ITEMS` (K, default 100), `VS_PYTHON_DELAYS_MS` (default `0,20`). `VS_PYTHON`
+//! `VS_PYTHON_ITEMS` (K, default 100), `VS_PYTHON_DELAYS_MS` (default `0,20`).
+//! `VS_PYTHON_CONCURRENT_ARGS`: more arguments for the concurrent job, comma-separated
+//! (`--json=stdlib,--loop=asyncio` runs it without orjson and uvloop). `VS_PYTHON`
 //! is a Python interpreter to use instead of the venv's (it needs
 //! `bench/python/requirements.txt`). `VS_PYTHON_LOG` is watchbridge's log filter (default
 //! `warn`). The table goes to stdout: `make bench` writes it to `bench/results/vs_python.md`,
@@ -234,6 +236,10 @@ fn spawn(
         .args(["--poll-interval", "1"]);
     if job == Job::PythonConcurrent {
         c.args(["--max-in-flight", &max_in_flight.to_string()]);
+        // E.g. `--json=stdlib,--loop=asyncio`: the job without its faster libraries.
+        if let Ok(extra) = std::env::var("VS_PYTHON_CONCURRENT_ARGS") {
+            c.args(extra.split(',').map(str::trim).filter(|a| !a.is_empty()));
+        }
     }
     spawn_logged(c, job.slug(), log)
 }
@@ -338,6 +344,7 @@ fn command_line() -> String {
             "VS_PYTHON_RUNS",
             "VS_PYTHON_STORAGE",
             "VS_PYTHON_OBSERVE",
+            "VS_PYTHON_CONCURRENT_ARGS",
             "VS_PYTHON",
         ],
     )
