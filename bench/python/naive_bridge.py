@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The watchbridge job written the obvious way, in Python with confluent-kafka.
 
-What a competent user would write in an afternoon instead of using watchbridge: for every
+What a user would write in an afternoon instead of using watchbridge: for every
 record on the input topic, poll a URL made from it, and produce every item not seen before
 for that input to the output topic (key = the input's key, value = the item's JSON,
 timestamp = the item's event time), until the response says `complete`. One thread, one
-loop: consume new inputs, then poll every active watch's URL in turn.
+loop: consume new inputs, then poll every active watch's URL in turn. One request in
+flight at a time: concurrent_bridge.py beside it is the same job with many (asyncio).
 
 It is the comparison of benches/vs_python.rs (issue 8, case 5), run from the venv that
 scripts/python-venv.sh makes from requirements.txt beside this file:
@@ -68,6 +69,10 @@ def main():
             "group.id": args.group,
             # Inputs written before the first start are watches too.
             "auto.offset.reset": "earliest",
+            # watchbridge's input consumer's: a broker that holds every fetch for the whole
+            # wait (Tansu 0.6 does) delays each batch of inputs by it, librdkafka's 500 ms
+            # otherwise.
+            "fetch.wait.max.ms": 20,
         }
     )
     # The same producer settings as watchbridge: no duplicates from retries, every replica
