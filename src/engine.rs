@@ -75,6 +75,7 @@ use crate::table::{Completion, WatchId, WatchTable};
 use crate::watch::{Next, Progress, WatchRules};
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -259,6 +260,14 @@ fn test_stall(partition: Option<i32>) -> bool {
 /// this).
 const PAUSED_WATCH_RECHECK_MS: Millis = 1_000;
 
+/// Polls done at once that one turn of the engine completes before it looks at its
+/// commands, controls and running polls again (each may free a slot for the next: without a
+/// bound, a million due watches of an in-process poller would hold the loop for seconds).
+const COMPLETED_HERE_PER_TURN: usize = 64;
+
+/// Commands one turn of the engine takes when they are queued (see the loop in `run`).
+const COMMANDS_PER_TURN: usize = 16;
+
 /// Why `run` returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
@@ -364,26 +373,32 @@ impl<P: Poller> Engine<P> {
             // Unbiased: under load both new inputs and finished polls are always ready, and
             // neither may starve the other.
             tokio::select! {
-                command = commands.recv(), if commands_open => match command {
-                    None => commands_open = false,
-                    Some(Command::Shutdown) => break Ended::Shutdown,
-                    Some(Command::Drain) => draining = true,
-                    Some(Command::Watch { key, input, input_time }) => {
-                        if let Err(ended) = self.start(key, input, input_time, &events).await {
-                            break ended;
+                command = commands.recv(), if commands_open => {
+                    // Those queued behind it too, a few: polls done at once keep the engine
+                    // busy, and one command a turn would starve the inputs.
+                    let mut command = command;
+                    let mut taken = 0;
+                    let handled = loop {
+                        let Some(next) = command else {
+                            commands_open = false;
+                            break Ok(());
+                        };
+                        if let Err(ended) = self.on_command(next, &mut draining, &events).await {
+                            break Err(ended);
                         }
-                    }
-                    Some(Command::Restore(restore)) => {
-                        if let Err(ended) = self.restore(*restore, &events).await {
-                            break ended;
+                        taken += 1;
+                        if taken == COMMANDS_PER_TURN {
+                            break Ok(());
                         }
-                    }
-                    Some(Command::Forget { key }) => {
-                        if let Some(ended) = self.ended.as_mut() {
-                            ended.remove(&key);
+                        match commands.try_recv() {
+                            Ok(next) => command = Some(next),
+                            Err(_) => break Ok(()),
                         }
+                    };
+                    if let Err(ended) = handled {
+                        break ended;
                     }
-                },
+                }
                 Some(done) = self.in_flight.next() => {
                     if let Err(ended) = self.complete(done, &events).await {
                         break ended;
@@ -405,6 +420,31 @@ impl<P: Poller> Engine<P> {
         // Watches left running are not finished; they just stop being counted here.
         self.metrics.watches_active.sub(self.table.len() as i64);
         ended
+    }
+
+    /// One command from the partition task (`Shutdown` ends the engine: `Err`).
+    async fn on_command(
+        &mut self,
+        command: Command<P::Input>,
+        draining: &mut bool,
+        events: &mpsc::Sender<Event>,
+    ) -> Result<(), Ended> {
+        match command {
+            Command::Shutdown => return Err(Ended::Shutdown),
+            Command::Drain => *draining = true,
+            Command::Watch {
+                key,
+                input,
+                input_time,
+            } => self.start(key, input, input_time, events).await?,
+            Command::Restore(restore) => self.restore(*restore, events).await?,
+            Command::Forget { key } => {
+                if let Some(ended) = self.ended.as_mut() {
+                    ended.remove(&key);
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn start(
@@ -486,6 +526,7 @@ impl<P: Poller> Engine<P> {
         spare_permit: &mut Option<OwnedSemaphorePermit>,
         events: &mpsc::Sender<Event>,
     ) -> Result<bool, Ended> {
+        let mut completed_here = 0;
         while self.table.next_due().is_some_and(|due| due <= now) {
             let permit = match spare_permit.take() {
                 Some(p) => p,
@@ -527,7 +568,40 @@ impl<P: Poller> Engine<P> {
                 lateness: Duration::from_millis((now - due).max(0) as u64),
             }
             .emit(&self.metrics);
-            let poll = self.poller.poll(input);
+            // Polled once here first: a poll that is done at once (an in-process poller, an
+            // answer already at hand) is completed at once, without a task of its own, and
+            // without waking another worker for it. The others go on in a task, so that
+            // their work (a response to parse) can run on any worker.
+            let started = Instant::now();
+            let mut poll = Box::pin(self.poller.poll(input));
+            let first = std::panic::AssertUnwindSafe(poll.as_mut()).catch_unwind();
+            if let Poll::Ready(outcome) = futures::poll!(first) {
+                // A poller that panicked failed this poll, as in its task; the engine goes on.
+                let outcome = outcome.unwrap_or_else(|panic| {
+                    let message = panic
+                        .downcast_ref::<&str>()
+                        .map(|m| m.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    Err(PollError::transient(
+                        "panic",
+                        format!("poller task failed: the poller panicked: {message}"),
+                    ))
+                });
+                let done = Done {
+                    id,
+                    started,
+                    outcome,
+                    slot: PollSlot::new(permit),
+                };
+                self.complete(done, events).await?;
+                completed_here += 1;
+                if completed_here >= COMPLETED_HERE_PER_TURN {
+                    // Commands, controls and finished polls get their turn too.
+                    return Ok(false);
+                }
+                continue;
+            }
             let timeout = self.poll_timeout;
             let task = tokio::spawn(async move {
                 match tokio::time::timeout(timeout, poll).await {
@@ -543,7 +617,7 @@ impl<P: Poller> Engine<P> {
             });
             self.in_flight.push(InFlight {
                 id,
-                started: Instant::now(),
+                started,
                 task: AbortOnDrop(task),
                 slot: PollSlot::new(permit),
             });
