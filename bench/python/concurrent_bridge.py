@@ -37,7 +37,9 @@ import signal
 import sys
 
 import aiohttp
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import KafkaError
+
+import clients
 
 # Faster, and optional: the job runs without them too.
 try:
@@ -108,30 +110,8 @@ async def bridge(args):
             return json.dumps(value, separators=(",", ":")).encode()
 
         loads = json.loads
-    consumer = Consumer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "group.id": args.group,
-            # Inputs written before the first start are watches too.
-            "auto.offset.reset": "earliest",
-            # watchbridge's input consumer's: a broker that holds every fetch for the whole
-            # wait (Tansu 0.6 does) delays each batch of inputs by it, librdkafka's 500 ms
-            # otherwise.
-            "fetch.wait.max.ms": 20,
-        }
-    )
-    # The same producer settings as watchbridge: no duplicates from retries, every replica
-    # acknowledges, small batches compressed.
-    producer = Producer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            "compression.type": "lz4",
-        }
-    )
-    consumer.subscribe([args.input_topic])
+    consumer = clients.consumer(args)
+    producer = clients.producer(args)
 
     stopping = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
