@@ -287,3 +287,52 @@ pub fn stop(job: &str, child: &mut Child, log: &Path) {
 pub fn ratios(a: &[Measured], b: &[Measured], f: fn(&Measured) -> f64) -> Vec<f64> {
     a.iter().zip(b).map(|(a, b)| f(a) / f(b)).collect()
 }
+
+/// The machine's 1-minute load average now (the first field of `/proc/loadavg`); NaN where
+/// it cannot be read.
+pub fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// The 1-minute load average, sampled every 200 ms (the kernel updates it every 5 s) on a
+/// thread of its own while a case runs: how busy the machine was during it (its job, the
+/// broker and this process included), beside the load just before. Dropped, it stops.
+pub struct LoadDuring {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sampler: Option<std::thread::JoinHandle<f64>>,
+}
+
+impl LoadDuring {
+    pub fn start() -> LoadDuring {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let sampler = std::thread::spawn(move || {
+            let mut highest = load_average();
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+                highest = highest.max(load_average());
+            }
+            highest
+        });
+        LoadDuring {
+            stop,
+            sampler: Some(sampler),
+        }
+    }
+
+    /// The highest 1-minute load average seen since [`LoadDuring::start`].
+    pub fn highest(mut self) -> f64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let sampler = self.sampler.take().expect("sampling");
+        sampler.join().expect("the load sampler")
+    }
+}
+
+impl Drop for LoadDuring {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
