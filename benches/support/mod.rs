@@ -9,6 +9,7 @@ pub mod feeds;
 pub mod job;
 pub mod kafka;
 pub mod outputs;
+pub mod producer;
 pub mod report;
 pub mod stats;
 pub mod sustained;
