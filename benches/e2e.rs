@@ -12,8 +12,7 @@
 //!   broker is far from its limit and the ratios compare the clients' CPU per record.
 //! - Apache Kafka (`scripts/kafka.sh`: one KRaft node, 512 MB heap), one for the whole table
 //!   (a JVM start per case would add ~7 s to each of 48), fresh topics for each case and run,
-//!   deleted after it (no run reads another's). The bridge's topics are made by the bench
-//!   there, each partition's leader answering, before the bridge starts (see [`bridge`]).
+//!   deleted after it (no run reads another's).
 //!
 //! **Cases.** Each run runs every case once, in this order (the ratios pair each case with
 //! the best producer of the same run), each in a process of its own (the bench runs itself
@@ -127,9 +126,7 @@ mod support;
 static GLOBAL: watchbridge::Allocator = watchbridge::Allocator;
 use support::broker_process::{installed_path, BrokerProcess};
 use support::cpu::{cpu_seconds, machine_cpu_seconds};
-use support::kafka::{
-    bridge_args, create_topic, create_topic_with, input_id, produce_inputs, producer, InFlight,
-};
+use support::kafka::{bridge_args, create_topic, input_id, produce_inputs, producer, InFlight};
 use support::producer::{Clients, Fast, Record, ToolRun};
 use support::report::{
     command_output, env_or, machine, median, min_max, now_ms, rate, summary_line, utc_now,
@@ -776,32 +773,10 @@ async fn bridge(
     let config = args
         .check(std::iter::empty())
         .unwrap_or_else(|e| panic!("bench bridge config: {e}"));
-    if broker == Broker::Kafka {
-        // Every topic of the bridge made here, each partition's leader answering, before
-        // the bridge starts: on a fresh Kafka topic the bridge's start reads its control
-        // topic's end at once and gives up on `NotLeaderForPartition` (in about half the
-        // starts, 2026-12-07), where it should wait for the leader.
-        // (name, partitions, compacted), as the bridge makes them (`kafka/client.rs`).
-        let topics = [
-            (&config.input_topic, PARTITIONS, false),
-            (&config.output_topic, PARTITIONS, false),
-            (&config.dlq_topic, PARTITIONS, false),
-            (&config.watermark_topic, 1, true),
-            (&config.state_topic, PARTITIONS, true),
-            (&config.operations.control_topic, 1, true),
-        ];
-        for (topic, partitions, compacted) in topics {
-            let configs: &[(&str, &str)] = if compacted {
-                &[("cleanup.policy", "compact")]
-            } else {
-                &[]
-            };
-            create_topic_with(bootstrap, topic, partitions, configs).await;
-            leaders_answer(bootstrap, topic, partitions).await;
-        }
-    } else {
-        create_topic(bootstrap, &config.input_topic, PARTITIONS).await;
-    }
+    // The bridge makes the rest of its topics, as a user's would (its start waits for their
+    // leaders: before it did, about half the starts on a fresh Kafka topic stopped with
+    // `NotLeaderForPartition`).
+    create_topic(bootstrap, &config.input_topic, PARTITIONS).await;
     let inputs: Vec<(String, Vec<u8>)> = match &registry {
         None => work
             .keys
@@ -955,25 +930,6 @@ fn java_perf(
         support::producer::kafka_producer_performance(&classpath, topic, n, VALUE_BYTES, &props);
     let after = cpu.sample();
     tool_measured(n, run, &before, &after)
-}
-
-/// Waits until each of `partitions` partitions of `topic` answers a request for its
-/// offsets (its leader elected and known to the broker).
-async fn leaders_answer(bootstrap: &str, topic: &str, partitions: i32) {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("create a Kafka client");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for p in 0..partitions {
-        while let Err(e) = consumer.fetch_watermarks(topic, p, Duration::from_secs(5)) {
-            assert!(
-                Instant::now() < deadline,
-                "{topic} [{p}]: no leader answers after 30 s: {e}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
 }
 
 /// Deletes every topic whose name starts with `prefix` (a case's topics on the table's

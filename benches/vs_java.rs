@@ -88,8 +88,7 @@
 //! peer's transactions and restore: about 50 s.
 //! The section goes to stdout: `make bench` writes it to `bench/results/vs_java.md`.
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::Offset;
+use rdkafka::consumer::BaseConsumer;
 use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::{Arc, OnceLock};
@@ -98,7 +97,6 @@ use std::time::{Duration, Instant};
 #[path = "support/mod.rs"]
 mod support;
 use support::broker_process::BrokerProcess;
-use support::end_offsets::HighWatermarks;
 use support::feeds::{feed_items, FeedServer, Feeds, PAYLOAD_BYTES};
 use support::job::{log_path, log_tail, spawn_logged, watchbridge_command};
 use support::kafka::watch_inputs;
@@ -580,7 +578,7 @@ fn run_crash(
     }
     let recovered_after = seen.complete.map(|at| at.duration_since(restarted));
     stop(job.name(), &mut child, &log);
-    read_to_end(&mut seen, &consumer, &jobs.bootstrap, &output);
+    seen.read_to_end(&consumer, &jobs.bootstrap, &output, Duration::from_secs(30));
     drop(consumer);
     drop(server);
     if seen.lost() == 0 {
@@ -603,31 +601,6 @@ fn run_crash(
         before_kill,
         killed_at,
         recovered_after,
-    }
-}
-
-/// Reads `topic` on to the high watermarks it has now (for at most 30 s), as
-/// [`Observed::read_to_end`] does, but tells how far the observer got by its consumer's
-/// position, which moves past the transaction markers a `read_committed` consumer is never
-/// handed: the last offset of a partition written in transactions is a commit marker, so
-/// counting the records read would wait out the 30 s.
-fn read_to_end(seen: &mut Observed, consumer: &BaseConsumer, bootstrap: &str, topic: &str) {
-    let ends = HighWatermarks::connect(bootstrap, topic, PARTITIONS).ask();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let reached = || {
-        let at = consumer.position().expect("the observer's position");
-        (0..PARTITIONS).all(|p| {
-            let end = ends[p as usize];
-            end == 0
-                || at
-                    .find_partition(topic, p)
-                    .is_some_and(|e| matches!(e.offset(), Offset::Offset(o) if o >= end))
-        })
-    };
-    while !reached() && Instant::now() < deadline {
-        if let Some(Ok(msg)) = consumer.poll(Duration::from_millis(50)) {
-            seen.record(&msg);
-        }
     }
 }
 

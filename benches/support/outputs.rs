@@ -127,11 +127,26 @@ impl Observed {
         topic: &str,
         limit: Duration,
     ) {
-        let ends = HighWatermarks::connect(bootstrap, topic, self.next_offset.len() as i32).ask();
+        let partitions = self.next_offset.len() as i32;
+        let ends = HighWatermarks::connect(bootstrap, topic, partitions).ask();
         let deadline = Instant::now() + limit;
-        while self.next_offset.iter().zip(&ends).any(|(at, end)| at < end)
-            && Instant::now() < deadline
-        {
+        // Reached by the consumer's position, not by the records read: a `read_committed`
+        // reader is never handed the markers that end a transaction's records (the last
+        // offsets of an `exactly_once` topic), and counting records waited out `limit`
+        // there; its position moves past them.
+        let reached = || {
+            let Ok(at) = consumer.position() else {
+                return false;
+            };
+            (0..partitions).all(|p| {
+                let end = ends[p as usize];
+                end == 0
+                    || at
+                        .find_partition(topic, p)
+                        .is_some_and(|e| matches!(e.offset(), Offset::Offset(o) if o >= end))
+            })
+        };
+        while !reached() && Instant::now() < deadline {
             if let Some(Ok(msg)) = consumer.poll(Duration::from_millis(50)) {
                 self.record(&msg);
             }
