@@ -77,11 +77,11 @@
 //! `VS_JAVA_CRASH_SECS` (T, default 20). `VS_JAVA_LOG` is watchbridge's log filter (default
 //! `warn`). The broker is a fresh Apache Kafka (`scripts/kafka.sh`,
 //! `tests/support/kafka_process.rs`) for the whole bench. A job that exits before its first
-//! output has its case run again from scratch, at most twice, and the section lists it (see
-//! [`FailedStart`]). The defaults take about 13 minutes on 2 cores: 2 guarantees x 3 pairs of
-//! 2 M outputs (an at_least_once pair ~40 s; an exactly_once pair ~110 s, of which ~30 s per
-//! job is the observer's read to the end offsets, which counts records and never reaches
-//! the commit marker that ends each partition: `Observed::read_to_end`'s 30 s limit), then
+//! output fails the bench (watchbridge did, in about half of the starts on fresh topics,
+//! until its start waited for their leaders). The defaults take about 10 minutes on 2
+//! cores: 2 guarantees x 3 pairs of 2 M outputs (an at_least_once pair ~40 s; an
+//! exactly_once pair ~50 s, estimated: ~110 s measured before the read to the end offsets
+//! stopped waiting out 30 s per job), then
 //! 4 crash runs of about a minute each, most of it the 45 s session timeout;
 //! `VS_JAVA_DELAYS_MS=0,20` adds about 8 minutes. The smoke run (`BENCH_SMOKE=1`) measures
 //! only at_least_once throughput, with the exactly_once crash runs, which exercise the Java
@@ -345,67 +345,8 @@ fn observe(consumer: &BaseConsumer, seen: &mut Observed, job: Job, wait: Duratio
     }
 }
 
-/// How many times a case is started before a job that exits before its first output fails
-/// the bench.
-const STARTS: usize = 3;
 /// What the crash case's message says of a job that exited before its first output.
 const NO_OUTPUT: &str = "its first output";
-
-/// A job that exited before its first output, after which its case was run again from
-/// scratch (fresh topics and group). watchbridge does so when it reads a topic it has just
-/// created before the broker knows the topic's leader: `cannot read the end of the control
-/// topic …: NotLeaderForPartition` (src/kafka/control_topic.rs, not retried), seen in about
-/// half of the bench runs on a loaded 2-core machine with `WATCHBRIDGE_GUARANTEE` set.
-struct FailedStart {
-    case: String,
-    /// The job's error line (else the panic's first line).
-    error: String,
-}
-
-/// The case `id`'s name at its `attempt`th start: fresh topics and group after the first.
-fn attempt_id(id: &str, attempt: usize) -> String {
-    match attempt {
-        1 => id.to_string(),
-        n => format!("{id}-start{n}"),
-    }
-}
-
-/// `f(attempt)` (from 1), again while the job exits before its first output, at most
-/// [`STARTS`] times; each such failure is added to `failed`. Any other failure stops the
-/// bench.
-fn restarting<T>(case: &str, failed: &mut Vec<FailedStart>, mut f: impl FnMut(usize) -> T) -> T {
-    let mut attempt = 1;
-    loop {
-        let panic = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(attempt))) {
-            Ok(done) => return done,
-            Err(panic) => panic,
-        };
-        let message = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|m| m.to_string()))
-            .unwrap_or_default();
-        // `measure` (support/versus.rs) says "…: 0 of N outputs read after … (exited: …)";
-        // `run_crash` says it with [`NO_OUTPUT`].
-        let no_output = (message.contains(": 0 of ") && message.contains("(exited: "))
-            || message.contains(&format!("exited before {NO_OUTPUT}"));
-        if !no_output || attempt == STARTS {
-            std::panic::resume_unwind(panic);
-        }
-        let error = message
-            .lines()
-            .find(|l| l.starts_with("error"))
-            .or(message.lines().next())
-            .unwrap_or("")
-            .to_string();
-        eprintln!("{case}: the job exited before its first output; the case again, from scratch");
-        failed.push(FailedStart {
-            case: format!("{case}, start {attempt}"),
-            error,
-        });
-        attempt += 1;
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // Throughput.
@@ -664,7 +605,6 @@ fn main() {
         })
         .collect();
     let mut order = 0;
-    let mut failed_starts = Vec::new();
     for run in 0..s.runs {
         for (g, &guarantee) in s.guarantees.iter().enumerate() {
             for (d, &delay) in s.delays_ms.iter().enumerate() {
@@ -678,11 +618,9 @@ fn main() {
                         job.name()
                     );
                     order += 1;
-                    let r = restarting(&id, &mut failed_starts, |attempt| {
-                        let id = attempt_id(&id, attempt);
-                        let place = (run + 1, order);
-                        run_throughput(&runtime, &s, &jobs, (job, guarantee), delay, &id, place)
-                    });
+                    let place = (run + 1, order);
+                    let r =
+                        run_throughput(&runtime, &s, &jobs, (job, guarantee), delay, &id, place);
                     let m = &r.m;
                     eprintln!(
                         "run {}: {} delay {delay} ms: {}: steady {} outputs/s (first output after \
@@ -718,16 +656,7 @@ fn main() {
                 guarantee.short(),
                 job.name()
             );
-            let c = restarting(&id, &mut failed_starts, |attempt| {
-                run_crash(
-                    &runtime,
-                    &s,
-                    &jobs,
-                    job,
-                    guarantee,
-                    &attempt_id(&id, attempt),
-                )
-            });
+            let c = run_crash(&runtime, &s, &jobs, job, guarantee, &id);
             eprintln!(
                 "crash: {} {}: {} of {} outputs read before the kill; in all {} read, {} \
                  duplicates, {} lost, {} wrong timestamps; every output read {} after the restart",
@@ -753,7 +682,6 @@ fn main() {
             &s,
             &results,
             &crashes,
-            &failed_starts,
             &jobs.classpath,
             load_at_start,
             elapsed
@@ -771,7 +699,6 @@ fn report(
     s: &Sizes,
     results: &Results,
     crashes: &[Crash],
-    failed_starts: &[FailedStart],
     classpath: &str,
     load_at_start: f64,
     elapsed: Duration,
@@ -1002,17 +929,6 @@ fn report(
         elapsed.as_secs_f64(),
         utc_now(),
     ));
-    if !failed_starts.is_empty() {
-        t.push_str(&format!(
-            "\n**Starts that failed:** {} time(s) a job exited before its first output, and its \
-             case was run again from scratch (fresh topics and group; the figures above are the \
-             complete runs'):\n",
-            failed_starts.len()
-        ));
-        for f in failed_starts {
-            t.push_str(&format!("- {}: `{}`\n", f.case, f.error));
-        }
-    }
     t.push_str(&disturbed_note(&others));
     t.push_str(&summary);
     t
