@@ -17,8 +17,8 @@
 
 use crate::control::Pause;
 use crate::internal_events::PollingPaused;
-use crate::kafka::guarantee::transient_code;
 use crate::kafka::health::KafkaContext;
+use crate::kafka::leaders::electing;
 use crate::kafka::refusal;
 use crate::metrics::Metrics;
 use bytes::Bytes;
@@ -196,7 +196,7 @@ fn end_offset(
         match consumer.fetch_watermarks(topic, 0, timeout) {
             Ok((_, end)) => return Ok(end),
             Err(e) => {
-                let again = e.rdkafka_error_code().is_some_and(transient_code)
+                let again = e.rdkafka_error_code().is_some_and(electing)
                     && Instant::now() + RETRY_AFTER < deadline;
                 if !again {
                     return Err(format!(

@@ -21,8 +21,9 @@
 //! settings started at the same moment on a group with nothing recorded both start; a
 //! partition's recovery then warns when its last writer ran another mode.
 
-use super::guarantee::{transient_code, Guarantee, GuaranteeSetting};
+use super::guarantee::{Guarantee, GuaranteeSetting};
 use super::health::KafkaContext;
+use super::leaders::electing;
 use super::list_offsets::list_offsets;
 use super::recovery::{read_to_ends, Reader};
 use crate::state::{decode_entry, Entry, MODE_KEY};
@@ -130,7 +131,7 @@ impl ReadError {
     fn of(e: &KafkaError) -> Self {
         Self {
             text: e.to_string(),
-            transient: e.rdkafka_error_code().is_some_and(transient_code),
+            transient: e.rdkafka_error_code().is_some_and(electing),
         }
     }
 

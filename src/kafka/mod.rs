@@ -23,6 +23,7 @@ pub mod env;
 pub mod group_mode;
 pub mod guarantee;
 pub mod health;
+pub mod leaders;
 pub mod lease;
 pub mod list_offsets;
 pub mod merged;
