@@ -1257,73 +1257,75 @@ fn section(s: &Sizes, t: &Table) -> String {
         "\nRatios run by run, their geometric mean and its 95% interval (Student's t over the \
          runs); targets judged on the estimate.\n\n| figure | measured | target |\n|---|---|---|\n",
     );
-    let mut row = |figure: &str, measured: String, target: &str| {
-        out.push_str(&format!("| {figure} | {measured} | {target} |\n"));
-    };
-    row(
-        "watchbridge `bounded(5s)` / best producer, outputs/s (first ack → last ack)",
-        e2e.show(2, "pairs"),
-        "≥ 0.9",
-    );
-    row(
-        "the same, first send → last ack",
-        e2e_send.show(2, "pairs"),
-        "",
-    );
-    row(
-        "watchbridge / best producer, CPU µs per output (first ack → last ack)",
-        cpu.show(2, "pairs"),
-        "≤ 1.3",
-    );
-    row(
-        "watchbridge, watermarks `none` / best producer, outputs/s",
-        none.show(2, "pairs"),
-        "",
-    );
-    row(
-        "watermark cost: 1 − `bounded(5s)` / `none`, outputs/s",
-        cost.show_cost(),
-        "≤ 3%",
-    );
-    row(
-        "naive producer / best producer, outputs/s",
-        naive.show(2, "pairs"),
-        "(reference)",
-    );
-    row(
-        "naive producer / best producer, CPU µs per output",
-        naive_cpu.show(2, "pairs"),
-        "(reference)",
-    );
     let or_not_run = |i: Result<Interval, &str>| match i {
         Ok(i) => format!("{} (first send → last ack)", i.show(2, "pairs")),
         Err(why) => format!("not run ({why})"),
     };
-    row(
-        "`rdkafka_performance` / best producer, outputs/s",
-        or_not_run(perf),
-        "(reference)",
-    );
-    row(
-        "physical limit (`ProducerPerformance`) / best producer, outputs/s",
-        or_not_run(physical),
-        "(reference)",
-    );
-    row(
-        "best producer with `wb-id` / without, outputs/s",
-        headers.show(2, "pairs"),
-        "(diagnostic)",
-    );
-    row(
-        "watchbridge Avro in and out / JSON (both `bounded(5s)`), outputs/s",
-        avro_json.show(2, "pairs"),
-        "(diagnostic)",
-    );
-    row(
-        "watchbridge Avro (with `wb-id`) / best producer with `wb-id`, outputs/s",
-        avro_headers.show(2, "pairs"),
-        "(diagnostic)",
-    );
+    let rows: [(&str, String, &str); 12] = [
+        (
+            "watchbridge `bounded(5s)` / best producer, outputs/s (first ack → last ack)",
+            e2e.show(2, "pairs"),
+            "≥ 0.9",
+        ),
+        (
+            "the same, first send → last ack",
+            e2e_send.show(2, "pairs"),
+            "",
+        ),
+        (
+            "watchbridge / best producer, CPU µs per output (first ack → last ack)",
+            cpu.show(2, "pairs"),
+            "≤ 1.3",
+        ),
+        (
+            "watchbridge, watermarks `none` / best producer, outputs/s",
+            none.show(2, "pairs"),
+            "",
+        ),
+        (
+            "watermark cost: 1 − `bounded(5s)` / `none`, outputs/s",
+            cost.show_cost(),
+            "≤ 3%",
+        ),
+        (
+            "naive producer / best producer, outputs/s",
+            naive.show(2, "pairs"),
+            "(reference)",
+        ),
+        (
+            "naive producer / best producer, CPU µs per output",
+            naive_cpu.show(2, "pairs"),
+            "(reference)",
+        ),
+        (
+            "`rdkafka_performance` / best producer, outputs/s",
+            or_not_run(perf),
+            "(reference)",
+        ),
+        (
+            "physical limit (`ProducerPerformance`) / best producer, outputs/s",
+            or_not_run(physical),
+            "(reference)",
+        ),
+        (
+            "best producer with `wb-id` / without, outputs/s",
+            headers.show(2, "pairs"),
+            "(diagnostic)",
+        ),
+        (
+            "watchbridge Avro in and out / JSON (both `bounded(5s)`), outputs/s",
+            avro_json.show(2, "pairs"),
+            "(diagnostic)",
+        ),
+        (
+            "watchbridge Avro (with `wb-id`) / best producer with `wb-id`, outputs/s",
+            avro_headers.show(2, "pairs"),
+            "(diagnostic)",
+        ),
+    ];
+    for (figure, measured, target) in rows {
+        out.push_str(&format!("| {figure} | {measured} | {target} |\n"));
+    }
 
     out.push_str(&format!(
         "\nCores busy over the first-ack window (the tools: over their whole run), CPU seconds \
