@@ -22,8 +22,10 @@
 //! all.
 //!
 //! Each job (`watchbridge run` as a subprocess with the HTTP poller; the Python scripts from
-//! the venv of `scripts/python-venv.sh`) runs on a fresh Tansu of its own (memory storage;
-//! `VS_PYTHON_STORAGE=sqlite` for the SQLite one), with its own group and topics, and is
+//! the venv of `scripts/python-venv.sh`) runs on a fresh broker of its own, with its own
+//! group and topics: Tansu (memory storage; `VS_PYTHON_STORAGE=sqlite` for the SQLite one)
+//! and Apache Kafka (one KRaft node, a log on disk), a section each (`VS_PYTHON_BROKER`:
+//! `tansu`, `kafka` or `both`, the default; the smoke run Tansu only), and is
 //! measured by the same observer in this process. While the job runs it only asks the
 //! broker for the output partitions' high watermarks every 2 ms (`support/end_offsets.rs`);
 //! once the topic holds N records it reads them, until every one of the N (watch, item)
@@ -112,6 +114,8 @@ impl Job {
 }
 
 struct Sizes {
+    /// The brokers, each a section of its own (`VS_PYTHON_BROKER`).
+    brokers: Vec<On>,
     storage: Storage,
     watches: usize,
     items: usize,
@@ -123,6 +127,48 @@ struct Sizes {
 impl Sizes {
     fn outputs(&self) -> usize {
         self.watches * self.items
+    }
+}
+
+/// The broker a section runs on.
+#[derive(Clone, Copy, PartialEq)]
+enum On {
+    /// Tansu (`VS_PYTHON_STORAGE`: memory or SQLite).
+    Tansu,
+    /// Apache Kafka, one KRaft node (`scripts/kafka.sh`): a log on disk.
+    Kafka,
+}
+
+impl On {
+    fn start(self, s: &Sizes, setup: &Setup) -> BrokerProcess {
+        match self {
+            On::Tansu => BrokerProcess::tansu(&setup.tansu, s.storage, "watchbridge-bench-tansu-"),
+            On::Kafka => BrokerProcess::kafka("watchbridge-bench-kafka-"),
+        }
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Tansu's storage; Kafka's batches are read as Tansu's SQLite ones are (whole).
+    fn storage(self, s: &Sizes) -> Storage {
+        match self {
+            On::Tansu => s.storage,
+            On::Kafka => Storage::Sqlite,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            On::Tansu => "Tansu",
+            On::Kafka => "Apache Kafka",
+        }
+    }
+
+    /// The broker, its version and storage, for the report.
+    fn describe(self, s: &Sizes, setup: &Setup) -> String {
+        match self {
+            On::Tansu => format!("{} ({})", tansu_version(&setup.tansu), s.storage.describe()),
+            On::Kafka => "Apache Kafka (`scripts/kafka.sh`: one KRaft node, a log on disk)".into(),
+        }
     }
 }
 
@@ -138,6 +184,15 @@ fn sizes() -> Sizes {
         }
     };
     let delays_ms = env_ms_list("VS_PYTHON_DELAYS_MS", "0,20");
+    let brokers = match std::env::var("VS_PYTHON_BROKER").as_deref() {
+        Err(_) if smoke => vec![On::Tansu],
+        Err(_) | Ok("both") => vec![On::Tansu, On::Kafka],
+        Ok("tansu") => vec![On::Tansu],
+        Ok("kafka") => vec![On::Kafka],
+        Ok(other) => {
+            panic!("VS_PYTHON_BROKER={other}: expected `tansu`, `kafka` or `both` (the default)")
+        }
+    };
     let observe = match std::env::var("VS_PYTHON_OBSERVE").as_deref() {
         Err(_) | Ok("end-offsets") => Observe::EndOffsets,
         Ok("reading") => Observe::Reading,
@@ -146,6 +201,7 @@ fn sizes() -> Sizes {
         }
     };
     let s = Sizes {
+        brokers,
         storage,
         watches: env_or("VS_PYTHON_WATCHES", watches),
         items: env_or("VS_PYTHON_ITEMS", items),
@@ -257,17 +313,17 @@ fn run_case(
     runtime: &tokio::runtime::Runtime,
     s: &Sizes,
     setup: &Setup,
+    on: On,
     job: Job,
     delay_ms: u64,
     id: &str,
 ) -> Measured {
-    let broker = BrokerProcess::tansu(&setup.tansu, s.storage, "watchbridge-bench-tansu-")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let broker = on.start(s, setup);
     let case = Case {
         job: job.label(),
         bootstrap: &broker.bootstrap,
         broker_pid: &broker.pid(),
-        storage: s.storage,
+        storage: on.storage(s),
         id,
         partitions: PARTITIONS,
         watches: s.watches,
@@ -343,6 +399,7 @@ fn command_line() -> String {
             "VS_PYTHON_DELAYS_MS",
             "VS_PYTHON_RUNS",
             "VS_PYTHON_STORAGE",
+            "VS_PYTHON_BROKER",
             "VS_PYTHON_OBSERVE",
             "VS_PYTHON_CONCURRENT_ARGS",
             "VS_PYTHON",
@@ -353,7 +410,6 @@ fn command_line() -> String {
 fn main() {
     // `cargo bench` passes `--bench`; nothing here takes arguments.
     let s = sizes();
-    let began = Instant::now();
     let setup = Setup {
         tansu: tansu_bin(),
         python: python(),
@@ -371,7 +427,31 @@ fn main() {
     );
     let runtime = tokio::runtime::Runtime::new().expect("start the async runtime");
 
-    // results[workload][job]: one Measured per run.
+    let mut sections = String::new();
+    for &on in &s.brokers {
+        let began = Instant::now();
+        let results = run_all(&runtime, &s, &setup, on);
+        sections.push_str(&report(
+            &s,
+            &setup,
+            on,
+            &results,
+            &python_versions,
+            began.elapsed(),
+        ));
+    }
+    drop(runtime);
+    print!("{sections}");
+}
+
+/// Every run of every workload and job on `on`: results[workload][job], one `Measured`
+/// per run.
+fn run_all(
+    runtime: &tokio::runtime::Runtime,
+    s: &Sizes,
+    setup: &Setup,
+    on: On,
+) -> Vec<Vec<Vec<Measured>>> {
     let mut results: Vec<Vec<Vec<Measured>>> = s
         .delays_ms
         .iter()
@@ -382,11 +462,12 @@ fn main() {
         for (w, &delay) in s.delays_ms.iter().enumerate() {
             for (j, &job) in JOBS.iter().enumerate() {
                 let id = format!("bench-vs-python-{tag}-{run}-{delay}ms-{}", job.slug());
-                let m = run_case(&runtime, &s, &setup, job, delay, &id);
+                let m = run_case(runtime, s, setup, on, job, delay, &id);
                 eprintln!(
-                    "run {}: delay {delay} ms: {}: {} outputs/s (first output after {:.2?}, then {} outputs/s); \
+                    "{}, run {}: delay {delay} ms: {}: {} outputs/s (first output after {:.2?}, then {} outputs/s); \
                      CPU {:.2} µs/output ({} outputs per CPU-second); duplicates {}, wrong timestamps {}; \
-                     cores busy: job {:.2}, tansu {:.2}, others {:.2}",
+                     cores busy: job {:.2}, broker {:.2}, others {:.2}",
+                    on.name(),
                     run + 1,
                     job.label(),
                     rate(m.rate),
@@ -404,29 +485,29 @@ fn main() {
             }
         }
     }
-    drop(runtime);
-    let elapsed = began.elapsed();
-    print!(
-        "{}",
-        report(&s, &setup, &results, &python_versions, elapsed)
-    );
+    results
 }
 
 /// This bench's section of bench/RESULTS.md.
 fn report(
     s: &Sizes,
     setup: &Setup,
+    on: On,
     results: &[Vec<Vec<Measured>>],
     python_versions: &str,
     elapsed: std::time::Duration,
 ) -> String {
     let inflight = setup.max_in_flight;
     let mut t = String::new();
-    t.push_str("## watchbridge versus the same job in Python (issue 8, case 5; issue 50)\n\n");
+    let _ = write!(
+        t,
+        "## watchbridge versus the same job in Python, on {} (issue 8, case 5; issue 50)\n\n",
+        on.name()
+    );
     let _ = write!(
         t,
         "{} watches x {} items = {} outputs (~{PAYLOAD_BYTES}-byte payloads), one poll per watch \
-         (every feed complete at once), {PARTITIONS} partitions, a fresh Tansu per job and run; \
+         (every feed complete at once), {PARTITIONS} partitions, a fresh {} per job and run; \
          {} run(s), alternating (watchbridge, Python concurrent, Python sequential); median and \
          min–max over the runs. **watchbridge**: the release binary, `watchbridge run` with the \
          HTTP poller, defaults otherwise (up to {inflight} polls in flight, durable state, \
@@ -446,6 +527,7 @@ fn report(
         rate(s.watches as f64),
         s.items,
         rate(s.outputs() as f64),
+        on.name(),
         s.runs,
         match s.observe {
             Observe::EndOffsets =>
@@ -514,7 +596,8 @@ fn report(
         summary.push_str(&summary_line(
             &format!(
                 "outputs per CPU-second, watchbridge / the same job in {concurrent_job}, \
-                 resource latency {delay} ms"
+                 resource latency {delay} ms, {}",
+                on.name()
             ),
             &concurrent.per_cpu.show(1, "pairs"),
             &format!("≥ {CPU_TARGET}, the whole 95% interval (issue 50)"),
@@ -523,7 +606,8 @@ fn report(
         summary.push_str(&summary_line(
             &format!(
                 "outputs/s, watchbridge / the same job in {concurrent_job}, resource latency \
-                 {delay} ms"
+                 {delay} ms, {}",
+                on.name()
             ),
             &concurrent.rate.show(1, "pairs"),
             "(no target)",
@@ -532,7 +616,8 @@ fn report(
         summary.push_str(&summary_line(
             &format!(
                 "watchbridge / the same job in Python, sequential (one request in flight), \
-                 resource latency {delay} ms"
+                 resource latency {delay} ms, {}",
+                on.name()
             ),
             &format!(
                 "outputs/s {}; outputs per CPU-second {}",
@@ -593,15 +678,14 @@ fn report(
         t,
         "\n- machine: {}; cores busy besides the job and the broker (this bench's observer and \
          feed server, and anything else): up to {:.2}\n- versions: {}, watchbridge {} \
-         (commit {}, librdkafka {librdkafka}), {python_versions}, {} ({})\n- command: `{}` \
+         (commit {}, librdkafka {librdkafka}), {python_versions}, {}\n- command: `{}` \
          ({:.0} s)\n- date: {}\n",
         machine(),
         min_max(&others).1,
         command_output("rustc", &["-V"]),
         env!("CARGO_PKG_VERSION"),
         command_output("git", &["rev-parse", "--short", "HEAD"]),
-        tansu_version(&setup.tansu),
-        s.storage.describe(),
+        on.describe(s, setup),
         command_line(),
         elapsed.as_secs_f64(),
         utc_now(),

@@ -33,7 +33,10 @@ if [ -n "$dirty" ] && [ "${BENCH_DIRTY:-}" != 1 ]; then
     echo "$dirty" >&2
     exit 2
 fi
-commit=$(git describe --always --dirty 2>/dev/null || echo '?')
+# The commit the figures come from (`describe --dirty` would also count the results
+# themselves, which the check above leaves out).
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
+[ -n "$dirty" ] && commit="$commit-dirty"
 max_load=${BENCH_MAX_LOAD:-$(awk -v c="$(nproc)" 'BEGIN {print c / 2}')}
 load1() { cut -d' ' -f1 /proc/loadavg; }
 above() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a > b)}'; }
