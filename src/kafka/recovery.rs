@@ -695,6 +695,9 @@ fn committed_offset(
 
 /// Read `topic`/`partition` from `start` up to `end` (its end offset when the recovery
 /// began).
+/// Records read between two reads of the clock while a recovery reads a topic.
+const CLOCK_EVERY: u32 = 256;
+
 fn read_to_end(
     reader: &mut Reader<'_>,
     topic: &str,
@@ -740,8 +743,13 @@ pub(super) fn read_to_ends(
         .assign(&tpl)
         .map_err(|e| Unreadable::new(all_left(&left), format!("cannot read {topic}: {e}")))?;
     let deadline = Instant::now() + timeout;
+    // The clock is read every so many records, not each one: a restore reads millions, and
+    // a read of the clock cost as much as a tenth of the read.
+    let mut polls = 0u32;
     while !left.is_empty() {
-        if Instant::now() > deadline {
+        let clock_read = polls.is_multiple_of(CLOCK_EVERY);
+        polls = polls.wrapping_add(1);
+        if clock_read && Instant::now() > deadline {
             let mut ends: Vec<(i32, i64)> = left.iter().map(|(&p, &end)| (p, end)).collect();
             ends.sort_unstable();
             let ends: Vec<String> = ends
@@ -754,7 +762,8 @@ pub(super) fn read_to_ends(
             ));
         }
         match consumer.poll(Duration::from_millis(100)) {
-            None => {}
+            // Nothing came: the clock is read before the next wait.
+            None => polls = 0,
             // The end as it is now. (An end reported for a partition read before, of
             // another topic, may still be queued: the position tells.)
             Some(Err(KafkaError::PartitionEOF(partition))) => {
@@ -895,14 +904,14 @@ pub fn plan<P: Resolve>(
     for (record, chunks) in live {
         let key = record.watch_key.clone();
         let listed = record.seen_chunks;
-        let chunk_count = chunks.len() as u32;
         let (mut seen, mut journal) =
-            match SeenJournal::restore(chunks.clone(), listed, DEFAULT_CHUNK_HASHES) {
+            match SeenJournal::restore_or_return(chunks, listed, DEFAULT_CHUNK_HASHES) {
                 Ok(restored) => restored,
-                Err(e) => {
+                Err((e, chunks)) => {
                     // Keep every hash found: the chunks are rewritten at the next checkpoint.
                     tracing::error!(partition, key = %String::from_utf8_lossy(&key), error = %e,
                         "a watch's seen chunks are inconsistent; restoring the hashes found");
+                    let chunk_count = chunks.len() as u32;
                     let mut journal = SeenJournal::new();
                     let hashes: Vec<OutputHash> = chunks
                         .into_iter()
@@ -917,9 +926,12 @@ pub fn plan<P: Resolve>(
                     (SeenSet::from_hashes(hashes), journal)
                 }
             };
-        for h in outputs.remove(&key).unwrap_or_default() {
-            if seen.insert(h) {
-                journal.add(h);
+        // (Most restores find no outputs past the checkpoint: no key hashed then.)
+        if !outputs.is_empty() {
+            for h in outputs.remove(&key).unwrap_or_default() {
+                if seen.insert(h) {
+                    journal.add(h);
+                }
             }
         }
         let input = match serde_json::from_slice(&record.input_value)

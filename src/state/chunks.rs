@@ -181,13 +181,22 @@ impl SeenJournal {
         listed: u32,
         capacity: u32,
     ) -> Result<(SeenSet, SeenJournal), RestoreError> {
+        Self::restore_or_return(chunks.into_iter().collect(), listed, capacity).map_err(|(e, _)| e)
+    }
+
+    /// [`SeenJournal::restore`], giving the chunks back with the error: a recovery that
+    /// finds them inconsistent still keeps every hash they hold, and need not copy them all
+    /// beforehand in case (a restore reads back up to a hundred million hashes).
+    pub fn restore_or_return(
+        mut chunks: Vec<SeenChunk>,
+        listed: u32,
+        capacity: u32,
+    ) -> Result<(SeenSet, SeenJournal), (RestoreError, Vec<SeenChunk>)> {
         let mut journal = Self::with_capacity(capacity);
-        let mut chunks: Vec<SeenChunk> = chunks.into_iter().collect();
         chunks.sort_unstable_by_key(SeenChunk::index);
-        for pair in chunks.windows(2) {
-            if pair[0].index() == pair[1].index() {
-                return Err(RestoreError::Duplicate(pair[0].index()));
-            }
+        if let Some(pair) = chunks.windows(2).find(|p| p[0].index() == p[1].index()) {
+            let duplicate = pair[0].index();
+            return Err((RestoreError::Duplicate(duplicate), chunks));
         }
         let found = chunks.len();
         // Sorted and distinct, so chunk i is at position i unless one below it is missing.
@@ -197,11 +206,12 @@ impl SeenJournal {
             .find(|(c, i)| c.index() != *i)
             .map(|(_, i)| i);
         if let Some(missing) = gap.or((found < listed as usize).then_some(found as u32)) {
-            return Err(RestoreError::Missing {
+            let error = RestoreError::Missing {
                 missing,
                 found,
                 listed,
-            });
+            };
+            return Err((error, chunks));
         }
         if let Some(last) = chunks.last() {
             if last.hashes().len() < capacity as usize {
@@ -213,8 +223,18 @@ impl SeenJournal {
         }
         // Every chunk but a tail is sealed. (`found` fits: the indexes are distinct u32s.)
         journal.sealed = found as u32 - u32::from(journal.durable() > 0);
-        let seen = SeenSet::from_hashes(chunks.into_iter().flat_map(SeenChunk::into_hashes));
-        Ok((seen, journal))
+        // One allocation of the exact size, which the set keeps (a single chunk's own).
+        let hashes = match <[SeenChunk; 1]>::try_from(chunks) {
+            Ok([only]) => only.into_hashes(),
+            Err(chunks) => {
+                let mut all = Vec::with_capacity(chunks.iter().map(|c| c.hashes().len()).sum());
+                for chunk in &chunks {
+                    all.extend_from_slice(chunk.hashes());
+                }
+                all
+            }
+        };
+        Ok((SeenSet::from_hashes(hashes), journal))
     }
 
     /// Stop holding the tail, which must be durable (nothing pending): it counts as sealed,
@@ -342,6 +362,20 @@ mod tests {
         let (seen, j) = SeenJournal::restore(vec![], 0, 2).unwrap();
         assert!(seen.is_empty());
         assert_eq!(j, SeenJournal::with_capacity(2));
+    }
+
+    #[test]
+    fn a_refused_restore_gives_every_chunk_back() {
+        // The recovery keeps the hashes of chunks it cannot restore (and rewrites them).
+        let chunks = vec![
+            SeenChunk::new(2, vec![5]).unwrap(),
+            SeenChunk::new(0, vec![1, 2]).unwrap(),
+        ];
+        let (error, back) = SeenJournal::restore_or_return(chunks, 3, 2).unwrap_err();
+        assert!(matches!(error, RestoreError::Missing { missing: 1, .. }));
+        let mut hashes: Vec<u128> = back.into_iter().flat_map(SeenChunk::into_hashes).collect();
+        hashes.sort_unstable();
+        assert_eq!(hashes, vec![1, 2, 5]);
     }
 
     #[test]
