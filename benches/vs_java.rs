@@ -809,13 +809,13 @@ fn report(
             summary.push_str(&summary_line(
                 &format!("watchbridge / {peer}, steady outputs/s, {case}"),
                 &steady.show(2, "pairs"),
-                &format!("≥ {STEADY_TARGET}"),
+                &format!("≥ {STEADY_TARGET}, the whole 95% interval"),
                 steady.at_least(STEADY_TARGET),
             ));
             summary.push_str(&summary_line(
                 &format!("watchbridge / {peer}, CPU per output, {case}"),
                 &cpu.show(2, "pairs"),
-                &format!("≤ {CPU_TARGET}"),
+                &format!("≤ {CPU_TARGET}, the whole 95% interval"),
                 cpu.at_most(CPU_TARGET),
             ));
             summary.push_str(&summary_line(
