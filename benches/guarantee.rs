@@ -23,11 +23,13 @@
 //! `WATCHBRIDGE_CHECKPOINT_INTERVAL` = `GUARANTEE_CHECKPOINT_MS` (default 100 ms, Kafka
 //! Streams' commit interval under exactly-once).
 //!
-//! Runs alternate the modes (recovery, exactly_once, …); ratios exactly_once / recovery are
-//! taken pair by pair, with a 95% interval (`support/stats.rs`).
+//! Runs alternate the modes (recovery, exactly_once, then exactly_once, recovery, …);
+//! ratios exactly_once / recovery are taken pair by pair, with a 95% interval
+//! (`support/stats.rs`).
 //!
 //! Sizes: `GUARANTEE_WATCHES` (W, default 2,000), `GUARANTEE_ITEMS` (K, default 100),
-//! `GUARANTEE_RUNS` (default 4, both phases), `GUARANTEE_SUSTAIN_ITEMS` (K', default 10),
+//! `GUARANTEE_RUNS` (default 8, both phases: four left an interval of 0.55–1.20 around
+//! 0.82), `GUARANTEE_SUSTAIN_ITEMS` (K', default 10),
 //! `GUARANTEE_SUSTAIN_SECS` (the window, default 20; warm-up 5 s). `GUARANTEE_LOG` is
 //! watchbridge's log filter (default `warn`). The section goes to stdout: `make bench`
 //! writes it to `bench/results/guarantee.md`.
@@ -66,7 +68,7 @@ fn sizes() -> Sizes {
     Sizes {
         watches: env_or("GUARANTEE_WATCHES", if smoke { 20 } else { 2_000 }),
         items: env_or("GUARANTEE_ITEMS", if smoke { 10 } else { 100 }),
-        runs: env_or("GUARANTEE_RUNS", if smoke { 1 } else { 4 }),
+        runs: env_or("GUARANTEE_RUNS", if smoke { 1 } else { 8 }),
         checkpoint_ms: env_or("GUARANTEE_CHECKPOINT_MS", 100),
         sustain_items: env_or("GUARANTEE_SUSTAIN_ITEMS", 10),
         sustain_secs: env_or("GUARANTEE_SUSTAIN_SECS", if smoke { 2 } else { 20 }),
@@ -91,7 +93,13 @@ fn main() {
     let checkpoint = format!("{}ms", s.checkpoint_ms);
     let mut results: Vec<Vec<Measured>> = MODES.iter().map(|_| Vec::new()).collect();
     for run in 0..s.runs {
-        for (m, mode) in MODES.iter().enumerate() {
+        // Each mode first in every other run: a pair's order does not favour one of them.
+        let order: Vec<(usize, &&str)> = if run % 2 == 0 {
+            MODES.iter().enumerate().collect()
+        } else {
+            MODES.iter().enumerate().rev().collect()
+        };
+        for (m, mode) in order {
             let id = format!("bench-guarantee-{tag}-{run}-{mode}");
             let case = Case {
                 job: mode,
@@ -140,7 +148,12 @@ fn main() {
     // The smoke run proves the sustained path once, on the transactional mode.
     let smoke = std::env::var_os("BENCH_SMOKE").is_some();
     for run in 0..s.runs {
-        for (m, mode) in MODES.iter().enumerate() {
+        let order: Vec<(usize, &&str)> = if run % 2 == 0 {
+            MODES.iter().enumerate().collect()
+        } else {
+            MODES.iter().enumerate().rev().collect()
+        };
+        for (m, mode) in order {
             if smoke && m == 0 {
                 continue;
             }
