@@ -21,7 +21,9 @@
 //! the `read_committed` observer read it, p50 and p99 — an `exactly_once` output becomes
 //! visible at the commit that ends its checkpoint interval. Both modes run with
 //! `WATCHBRIDGE_CHECKPOINT_INTERVAL` = `GUARANTEE_CHECKPOINT_MS` (default 100 ms, Kafka
-//! Streams' commit interval under exactly-once).
+//! Streams' commit interval under exactly-once). The p99 target counts as met only where
+//! `exactly_once` achieved at least [`KEPT_UP`] of the offered rate: a job that fell behind
+//! was not measured at half its maximum (the summary gives both rates).
 //!
 //! Runs alternate the modes (recovery, exactly_once, then exactly_once, recovery, …);
 //! ratios exactly_once / recovery are taken pair by pair, with a 95% interval
@@ -50,6 +52,10 @@ use support::versus::{measure, quantile, Case, Measured, Observe};
 
 /// Partitions of the input and output topics.
 const PARTITIONS: i32 = 4;
+/// The share of the offered rate the sustained `exactly_once` job must achieve for its
+/// latency to count as measured at half its maximum.
+const KEPT_UP: f64 = 0.9;
+
 /// The modes compared, in the order each run measures them.
 const MODES: [&str; 2] = ["recovery", "exactly_once"];
 
@@ -332,6 +338,11 @@ fn report(
         );
     }
     let p99 = latency(sustained[1].iter().map(|m| &m.latencies_ms), 0.99);
+    // The latency counts at half the maximum only if the job kept up with what was offered
+    // (on 2 cores the broker, the bench's producer and feed server and the job share them).
+    let achieved =
+        |runs: &[Sustained]| median(&runs.iter().map(|m| m.achieved).collect::<Vec<_>>());
+    let kept_up = achieved(&sustained[1]) >= KEPT_UP * offered.rate;
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -352,12 +363,17 @@ fn report(
         summary_line(
             &format!("exactly_once latency p99, sustained at half its maximum (emitted → read_committed, checkpoint {} ms)", s.checkpoint_ms),
             &format!(
-                "{p99:.0} ms at {} outputs/s (recovery: {:.0} ms)",
+                "{p99:.0} ms at {} outputs/s achieved of {} offered (recovery: {:.0} ms at {})",
+                rate(achieved(&sustained[1])),
                 rate(offered.rate),
-                latency(sustained[0].iter().map(|m| &m.latencies_ms), 0.99)
+                latency(sustained[0].iter().map(|m| &m.latencies_ms), 0.99),
+                rate(achieved(&sustained[0])),
             ),
-            "≤ 250 ms",
-            p99 <= 250.0
+            &format!(
+                "≤ 250 ms, at ≥ {:.0}% of the offered rate",
+                KEPT_UP * 100.0
+            ),
+            p99 <= 250.0 && kept_up
         )
     );
     out
