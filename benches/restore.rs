@@ -490,6 +490,24 @@ const CHECKED: usize = 100_000;
 /// Partitions up to which the recoveries are also timed all at once.
 const AT_ONCE_MAX: i32 = 64;
 
+/// A partition's plan as its task makes it ([`NoOp`] resolves every input; a day's
+/// retention).
+fn plan_partition(
+    source: &RecoverySource,
+    found: recovery::Found,
+    partition: i32,
+    now: Millis,
+) -> recovery::Plan<()> {
+    recovery::plan(
+        found,
+        &NoOp,
+        source.state_topic.clone(),
+        partition,
+        86_400_000,
+        now,
+    )
+}
+
 /// One run of a case: fill a broker (`on`: `embedded` or `kafka`) with `n` watches of
 /// `seen` outputs, restore them, print the line.
 fn restore_case(runtime: &tokio::runtime::Runtime, on: &str, n: usize, seen: usize) -> Restored {
@@ -560,14 +578,7 @@ fn restore_case(runtime: &tokio::runtime::Runtime, on: &str, n: usize, seen: usi
         let live = found.live.len();
 
         let t0 = Instant::now();
-        let plan = recovery::plan(
-            found,
-            &NoOp,
-            source.state_topic.clone(),
-            partition,
-            86_400_000,
-            clock.now_ms(),
-        );
+        let plan = plan_partition(&source, found, partition, clock.now_ms());
         planned += t0.elapsed();
         assert_eq!(plan.restores.len(), live, "every watch restored");
         assert!(!plan.first_time && plan.tombstones.is_empty());
@@ -615,14 +626,7 @@ fn restore_case(runtime: &tokio::runtime::Runtime, on: &str, n: usize, seen: usi
                     let source = &source;
                     scope.spawn(move || {
                         let found = recovery::read(source, partition)?;
-                        let plan = recovery::plan(
-                            found,
-                            &NoOp,
-                            source.state_topic.clone(),
-                            partition,
-                            86_400_000,
-                            clock.now_ms(),
-                        );
+                        let plan = plan_partition(source, found, partition, clock.now_ms());
                         Ok::<_, recovery::Unreadable>(plan.restores.len())
                     })
                 })
