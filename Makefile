@@ -195,7 +195,7 @@ chaos-short:
 # job written in Python with confluent-kafka (its venv is made once by
 # scripts/python-venv.sh), and the same job on the plain Kafka Java client against Apache
 # Kafka, with a SIGKILL and restart of each (vs_java; castorm's Kafka Connect HTTP source,
-# the peer first meant, is not on Maven Central). About an hour (58 minutes of sections on 2026-12-07). A dirty tree is refused
+# the peer first meant, is not on Maven Central). About 75 minutes (73 minutes of sections on 2026-12-07). A dirty tree is refused
 # (BENCH_DIRTY=1 prints without recording); scripts/bench.sh says how load is handled.
 # `make bench BENCHES="e2e vs_python"` runs some of them.
 BENCHES ?=
