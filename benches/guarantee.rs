@@ -56,8 +56,18 @@ const PARTITIONS: i32 = 4;
 /// latency to count as measured at half its maximum.
 const KEPT_UP: f64 = 0.9;
 
-/// The modes compared, in the order each run measures them.
+/// The modes compared, in the order even runs measure them.
 const MODES: [&str; 2] = ["recovery", "exactly_once"];
+
+/// Run `run`'s modes with their indexes in [`MODES`], in the order it measures them: each
+/// mode first in every other run, so a pair's order favours neither.
+fn modes_in_turn(run: usize) -> Vec<(usize, &'static str)> {
+    let mut order: Vec<(usize, &'static str)> = MODES.iter().copied().enumerate().collect();
+    if run % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
 
 struct Sizes {
     watches: usize,
@@ -99,13 +109,7 @@ fn main() {
     let checkpoint = format!("{}ms", s.checkpoint_ms);
     let mut results: Vec<Vec<Measured>> = MODES.iter().map(|_| Vec::new()).collect();
     for run in 0..s.runs {
-        // Each mode first in every other run: a pair's order does not favour one of them.
-        let order: Vec<(usize, &&str)> = if run % 2 == 0 {
-            MODES.iter().enumerate().collect()
-        } else {
-            MODES.iter().enumerate().rev().collect()
-        };
-        for (m, mode) in order {
+        for (m, mode) in modes_in_turn(run) {
             let id = format!("bench-guarantee-{tag}-{run}-{mode}");
             let case = Case {
                 job: mode,
@@ -154,12 +158,7 @@ fn main() {
     // The smoke run proves the sustained path once, on the transactional mode.
     let smoke = std::env::var_os("BENCH_SMOKE").is_some();
     for run in 0..s.runs {
-        let order: Vec<(usize, &&str)> = if run % 2 == 0 {
-            MODES.iter().enumerate().collect()
-        } else {
-            MODES.iter().enumerate().rev().collect()
-        };
-        for (m, mode) in order {
+        for (m, mode) in modes_in_turn(run) {
             if smoke && m == 0 {
                 continue;
             }

@@ -693,11 +693,11 @@ fn committed_offset(
     }
 }
 
-/// Read `topic`/`partition` from `start` up to `end` (its end offset when the recovery
-/// began).
 /// Records read between two reads of the clock while a recovery reads a topic.
 const CLOCK_EVERY: u32 = 256;
 
+/// Read `topic`/`partition` from `start` up to `end` (its end offset when the recovery
+/// began).
 fn read_to_end(
     reader: &mut Reader<'_>,
     topic: &str,
