@@ -29,11 +29,13 @@
 mod guarantee;
 mod operations;
 mod partitions;
+mod repartition;
 mod running;
 mod start;
 
 use crate::clock::Clock;
 use crate::config::{Mode, RunConfig};
+use crate::formats::KeyFormat;
 use crate::kafka::client::KafkaSetupError;
 use crate::kafka::embedded::EmbeddedBroker;
 use crate::kafka::recovery::Lookups;
@@ -136,7 +138,11 @@ pub async fn run_bridge<P: Resolve>(
     metrics: Arc<Metrics>,
     stop: Arc<StopSignal>,
 ) -> Result<(), BridgeError> {
-    let start = Start::new(brokers, embedded, config, metrics, stop);
+    // With repartitioning the watch side reads the repartition topic (`repartition.rs`).
+    let watch_side = repartition::watch_side(config);
+    let upstream = watch_side.as_ref().map(|_| config);
+    let config = watch_side.as_ref().unwrap_or(config);
+    let start = Start::new(brokers, embedded, config, upstream, metrics, stop);
     match start_running(&start, poller).await? {
         Some(running) => running.until_stopped(&start).await,
         None => Ok(()),
@@ -172,9 +178,18 @@ async fn start_running<P: Resolve>(
         return Ok(None);
     };
     let producers = start.producers(guarantee).await?;
+    let stage_producers = producers.clone();
     // Checks the settings once, before any partition task makes its own.
     let producer = producers.shared()?;
-    let formats = start.formats().await?;
+    let mut formats = start.formats().await?;
+    // With repartitioning, the stage reads the watch key where the settings say; the watch
+    // side finds it as the record key the stage wrote, as it came.
+    let upstream_decoder = start.upstream.map(|upstream| {
+        let decoder = &formats.decoder;
+        let stage = decoder.with_watch_key(upstream.watch_key.clone(), None);
+        formats.decoder = Arc::new(decoder.with_watch_key(None, Some(KeyFormat::Raw)));
+        Arc::new(stage)
+    });
     let clock = Clock::system();
     let read_back = WatermarkReadBack::new(start, &layout, guarantee);
     let outputs = Outputs::choose(config, &layout, guarantee, &formats.encoder, &*poller);
@@ -200,7 +215,14 @@ async fn start_running<P: Resolve>(
     let consumer = start.input_consumer(&consumer_settings, &tasks, &layout, bounded)?;
     let merged = start.merged_watermark(&tasks, &producer, bounded, clock, read_back, lookups);
     let consumer = ConsumerThread::start(consumer, tasks.partitions.clone(), bounded)?;
+    let repartition = match upstream_decoder {
+        Some(decoder) => {
+            start.repartition_stage(guarantee, &stage_producers, decoder, &layout, clock)?
+        }
+        None => None,
+    };
     Ok(Some(Running {
+        repartition,
         consumer,
         partitions: tasks.partitions,
         layout,

@@ -64,15 +64,34 @@ pub struct RunArgs {
         value_name = "WATCHBRIDGE_DLQ_TOPIC"
     )]
     pub dlq_topic: Option<String>,
-    /// JSON pointer to the watch key in the input value (default: the record key). A watch
-    /// belongs to its input's partition: key the input records by this watch key, or the
-    /// same key on two partitions starts two watches (warned, counted).
+    /// JSON pointer to the watch key in the input value (default: the record key). With it,
+    /// the inputs go through the repartition topic first (WATCHBRIDGE_REPARTITION), so that
+    /// one watch key is one watch whichever input partition its inputs arrive on.
     #[arg(
         long,
         env = "WATCHBRIDGE_WATCH_KEY",
         value_name = "WATCHBRIDGE_WATCH_KEY"
     )]
     pub watch_key: Option<String>,
+    /// Whether inputs go through the repartition topic, keyed by their watch key, before
+    /// their watches start: `auto` (when WATCHBRIDGE_WATCH_KEY is set), `always`, or `never`
+    /// (the input records are keyed by the watch key already: the same watch key on two
+    /// input partitions would start two watches, warned and counted).
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_REPARTITION",
+        value_name = "WATCHBRIDGE_REPARTITION",
+        default_value = "auto"
+    )]
+    pub repartition: String,
+    /// The repartition topic (default: `<group>.repartition`), created with the input
+    /// topic's partition count.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_REPARTITION_TOPIC",
+        value_name = "WATCHBRIDGE_REPARTITION_TOPIC"
+    )]
+    pub repartition_topic: Option<String>,
     /// Time between polls of one watch (humantime: 500ms, 10s, 1m).
     #[arg(long, env = "WATCHBRIDGE_POLL_INTERVAL", value_name = "WATCHBRIDGE_POLL_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub poll_interval: Duration,
@@ -314,6 +333,9 @@ pub struct RunConfig {
     pub output_topic: String,
     pub dlq_topic: String,
     pub watch_key: Option<String>,
+    /// The repartition topic the inputs go through, keyed by their watch key
+    /// (`WATCHBRIDGE_REPARTITION`; `None`: they do not).
+    pub repartition_topic: Option<String>,
     /// How input records are read and output values written.
     pub formats: crate::formats::FormatConfig,
     pub rules: WatchRules,
@@ -453,6 +475,47 @@ impl RunArgs {
                 ));
             }
         }
+        let repartition_topic = match self.repartition.as_str() {
+            "never" => None,
+            "auto" if self.watch_key.is_none() => None,
+            "auto" | "always" => Some(match &self.repartition_topic {
+                Some(t) => topic("WATCHBRIDGE_REPARTITION_TOPIC", t)?,
+                None => topic(
+                    "WATCHBRIDGE_REPARTITION_TOPIC",
+                    &format!("{}.repartition", self.group_id),
+                )?,
+            }),
+            other => {
+                return Err(ConfigError::new(
+                    "WATCHBRIDGE_REPARTITION",
+                    format!("`{other}` is not one of `auto`, `always`, `never`"),
+                ))
+            }
+        };
+        if let Some(t) = &repartition_topic {
+            if [
+                &input_topic,
+                &output_topic,
+                &dlq_topic,
+                &watermark_topic,
+                &state_topic,
+            ]
+            .contains(&t)
+            {
+                return Err(ConfigError::new(
+                    "WATCHBRIDGE_REPARTITION_TOPIC",
+                    "must differ from the input, output, dead-letter, watermark and state topics",
+                ));
+            }
+            if self.mode == Mode::Bounded {
+                return Err(ConfigError::new(
+                    "WATCHBRIDGE_REPARTITION",
+                    "a bounded run (WATCHBRIDGE_MODE=bounded) cannot go through the repartition \
+                     topic yet: key the input records by the watch key and set \
+                     WATCHBRIDGE_REPARTITION=never",
+                ));
+            }
+        }
         let termination: Termination = self
             .termination
             .parse()
@@ -519,6 +582,7 @@ impl RunArgs {
             output_topic,
             dlq_topic,
             watch_key: self.watch_key.clone(),
+            repartition_topic,
             formats,
             rules: WatchRules {
                 termination,

@@ -857,6 +857,16 @@ impl InputKeyedApart<'_> {
     }
 }
 
+/// An input the repartition stage wrote to the repartition topic (`kafka/repartition/`):
+/// counted, not logged (one per input).
+pub struct InputRepartitioned;
+
+impl InputRepartitioned {
+    pub fn emit(&self, m: &Metrics) {
+        m.inputs_repartitioned.inc();
+    }
+}
+
 /// An input whose watch failed (within the retention) came again: the watch starts again,
 /// knowing the `seen` outputs it had found, and emits only what is new.
 pub struct FailedWatchRestarted<'a> {

@@ -85,6 +85,7 @@ pub struct Metrics {
     pub partition_restarts_delayed: IntCounterVec,
     pub instance_stalls: IntCounter,
     pub inputs_keyed_apart: IntCounter,
+    pub inputs_repartitioned: IntCounter,
     pub transaction_commit_duration: Histogram,
     pub producer_queue_messages: IntGauge,
     pub consumer_lag: IntGaugeVec,
@@ -308,6 +309,10 @@ impl Metrics {
             "watchbridge_inputs_keyed_apart_total",
             "Inputs whose watch key (WATCHBRIDGE_WATCH_KEY) is not their record key: the same watch key may arrive on two input partitions and start two watches"
         ));
+        let inputs_repartitioned = reg!(IntCounter::new(
+            "watchbridge_repartitioned_inputs_total",
+            "Inputs the repartition stage wrote to the repartition topic, keyed by their watch key (WATCHBRIDGE_REPARTITION); an input forwarded again after a crash counts again"
+        ));
         let transactions = reg!(IntCounterVec::new(
             Opts::new(
                 "watchbridge_transactions_total",
@@ -435,6 +440,7 @@ impl Metrics {
             partition_restarts_delayed,
             instance_stalls,
             inputs_keyed_apart,
+            inputs_repartitioned,
             transaction_commit_duration,
             producer_queue_messages,
             consumer_lag,

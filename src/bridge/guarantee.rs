@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How the bridge's producers are made, for the guarantee chosen.
+#[derive(Clone)]
 pub(super) struct Producers {
     /// Each partition task's own producer's settings, and the shared one's.
     pub settings: ProducerSettings,

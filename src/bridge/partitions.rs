@@ -213,11 +213,17 @@ impl Start<'_> {
         read_back: &WatermarkReadBack,
     ) -> WatermarkSettings {
         let config = self.config;
-        WatermarkSettings {
-            generators: config
+        let generators = match layout.upstream_partitions {
+            // The inputs come through the repartition topic: the minimum of the input
+            // partitions' in-band watermarks.
+            Some(upstream) => super::repartition::upstream_generators(upstream),
+            None => config
                 .watermark_generators
                 .clone()
                 .unwrap_or_else(|| config.watermark_strategy.into()),
+        };
+        WatermarkSettings {
+            generators,
             interval: config.watermark_interval,
             idle_timeout: config.idle_timeout,
             topic: config.watermark_topic.as_str().into(),

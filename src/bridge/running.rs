@@ -14,6 +14,7 @@ use crate::kafka::consumer::{consume, BridgeContext, ConsumerStopped, Partitions
 use crate::kafka::health::BrokerHealth;
 use crate::kafka::merged::{publish_end_of_time, EndOfTimeTopics};
 use crate::kafka::partition::Ending;
+use crate::kafka::repartition::RepartitionStage;
 use crate::kafka::stats::BridgeProducer;
 use crate::pollers::Resolve;
 use rdkafka::consumer::BaseConsumer;
@@ -25,6 +26,9 @@ use tokio::task::JoinSet;
 
 /// A run under way: what its end and its stop need.
 pub(super) struct Running<P: Resolve> {
+    /// The repartition stage, when the inputs go through the repartition topic: stopped
+    /// first, so that what it read reaches the watch side before that stops.
+    pub repartition: Option<RepartitionStage>,
     pub consumer: ConsumerThread,
     /// The partition tasks (which of them a bounded run did not finish).
     pub partitions: Arc<Partitions<P>>,
@@ -47,6 +51,9 @@ impl<P: Resolve> Running<P> {
         start.readiness.stopping(&start.metrics);
         // One deadline for the whole stop (a bounded run that finished has its own).
         let deadline = Instant::now() + config.shutdown_timeout;
+        if let Some(stage) = self.repartition.take() {
+            let _ = tokio::task::spawn_blocking(move || stage.stop()).await;
+        }
         let consumer_stopped = match finished {
             Some(report) => {
                 self.end_bounded_run(config).await;

@@ -24,7 +24,11 @@ use tokio::task::JoinSet;
 
 /// What every step of a start shares.
 pub(super) struct Start<'a> {
+    /// The settings of the watch side: with repartitioning (`WATCHBRIDGE_REPARTITION`), its
+    /// input topic is the repartition topic, keyed by the watch key (`repartition.rs`).
     pub config: &'a RunConfig,
+    /// With repartitioning, the settings as given: what the repartition stage reads.
+    pub upstream: Option<&'a RunConfig>,
     /// The embedded broker, when it is the one (`WATCHBRIDGE_BROKERS=embedded`).
     pub embedded: Option<&'a EmbeddedBroker>,
     /// What every Kafka client of the run is made from (`kafka/clients.rs`).
@@ -48,6 +52,7 @@ impl<'a> Start<'a> {
         brokers: &str,
         embedded: Option<&'a EmbeddedBroker>,
         config: &'a RunConfig,
+        upstream: Option<&'a RunConfig>,
         metrics: Arc<Metrics>,
         stop: Arc<StopSignal>,
     ) -> Self {
@@ -62,6 +67,7 @@ impl<'a> Start<'a> {
         let kafka = KafkaContext::new(health.clone());
         Self {
             config,
+            upstream,
             embedded,
             clients,
             metrics,
@@ -113,7 +119,7 @@ impl<'a> Start<'a> {
     ) -> impl Future<Output = Result<TopicLayout, BridgeError>> + '_ {
         self.readiness
             .waiting_for_brokers(Some(&self.clients.brokers), &self.metrics);
-        let topics = topic_settings(self.config);
+        let topics = topic_settings(self.upstream.unwrap_or(self.config));
         async move {
             let layout = loop {
                 let client =
@@ -154,6 +160,16 @@ impl<'a> Start<'a> {
     /// The log line that says what the run reads and writes.
     pub(super) fn log_starting(&self, layout: &TopicLayout) {
         let config = self.config;
+        if let Some(upstream) = self.upstream {
+            tracing::info!(
+                input = %upstream.input_topic,
+                repartition = %config.input_topic,
+                watch_key = upstream.watch_key.as_deref().unwrap_or("the record key"),
+                "inputs go through the repartition topic, keyed by their watch key: one watch \
+                 per watch key whichever input partition its inputs arrive on \
+                 (WATCHBRIDGE_REPARTITION)"
+            );
+        }
         tracing::info!(
             brokers = self.clients.brokers.as_str(),
             input = %config.input_topic,
@@ -215,6 +231,7 @@ fn kafka_settings(brokers: &str, config: &RunConfig) -> KafkaSettings {
 fn topic_settings(config: &RunConfig) -> TopicSettings {
     TopicSettings {
         input_topic: config.input_topic.clone(),
+        repartition_topic: config.repartition_topic.clone(),
         output_topic: config.output_topic.clone(),
         dlq_topic: config.dlq_topic.clone(),
         watermark_topic: config.watermark_topic.clone(),

@@ -118,6 +118,8 @@ fn bridge_config(args: &DemoArgs, formats: FormatArgs) -> Result<RunConfig, Conf
         output_topic: EVENTS_TOPIC.into(),
         dlq_topic: Some(DLQ_TOPIC.into()),
         watch_key: None,
+        repartition: "never".into(),
+        repartition_topic: None,
         formats,
         poll_interval: args.poll_interval,
         // Retries at the pace of polling (production waits seconds to minutes), so the user

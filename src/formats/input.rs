@@ -54,6 +54,20 @@ impl InputDecoder {
         }
     }
 
+    /// The same decoder with another watch key and, if given, key format: the repartition
+    /// stage reads the watch key where the settings say, and the watch side finds it as the
+    /// record key the stage wrote, as it came (`kafka/repartition/`).
+    pub fn with_watch_key(&self, watch_key: Option<String>, key_format: Option<KeyFormat>) -> Self {
+        Self {
+            value_format: self.value_format,
+            key_format: key_format.unwrap_or(self.key_format),
+            registry: self.registry.clone(),
+            schema: self.schema.clone(),
+            watch_key,
+            time: self.time.clone(),
+        }
+    }
+
     /// Decode one record. `now` stands in for a record without a timestamp.
     pub fn decode(
         &self,

@@ -96,6 +96,9 @@ pub enum KafkaSetupError {
 #[derive(Debug, Clone)]
 pub struct TopicSettings {
     pub input_topic: String,
+    /// The repartition topic the inputs go through (`WATCHBRIDGE_REPARTITION`), created with
+    /// the input topic's partition count; the watch side's input then.
+    pub repartition_topic: Option<String>,
     pub output_topic: String,
     pub dlq_topic: String,
     pub watermark_topic: String,
@@ -365,7 +368,12 @@ pub struct NeededTopic<'a> {
 /// Partition counts of the topics the bridge uses.
 #[derive(Debug, Clone, Copy)]
 pub struct TopicLayout {
+    /// The partitions the watches are spread over: the input topic's, or with
+    /// repartitioning the repartition topic's.
     pub input_partitions: i32,
+    /// With repartitioning, the input topic's partition count (how many upstream
+    /// watermarks each watch-side partition takes the minimum of).
+    pub upstream_partitions: Option<i32>,
     pub output_partitions: i32,
 }
 
@@ -407,7 +415,13 @@ pub async fn ensure_topics(
             var: "WATCHBRIDGE_CONTROL_TOPIC",
             name: &topics.control_topic,
         },
-    ];
+    ]
+    .into_iter()
+    .chain(topics.repartition_topic.iter().map(|name| NeededTopic {
+        var: "WATCHBRIDGE_REPARTITION_TOPIC",
+        name,
+    }))
+    .collect::<Vec<_>>();
     // A topic the principal may not DESCRIBE is left out of the listing as if it were
     // missing: asked for by name, the broker says which it is.
     let unlisted: Vec<&NeededTopic> = needed
@@ -481,14 +495,7 @@ pub async fn ensure_topics(
             "created topic"
         );
     }
-    let all = [
-        topics.input_topic.as_str(),
-        &topics.output_topic,
-        &topics.dlq_topic,
-        &topics.watermark_topic,
-        &topics.state_topic,
-        &topics.control_topic,
-    ];
+    let all: Vec<&str> = needed.iter().map(|t| t.name).collect();
     // Created topics reach every broker's metadata a moment later: wait for them. Where
     // nothing was created, the metadata already read is the answer.
     let layout = if missing.is_empty() {
@@ -499,10 +506,12 @@ pub async fn ensure_topics(
     };
     warn_unreplicated(&layout, &all);
     let partitions = |topic: &str| layout.partitions(topic).unwrap_or_default();
-    let (expected, found) = (
-        partitions(&topics.input_topic),
-        partitions(&topics.state_topic),
-    );
+    // The watches' partitions: the input topic's, or the repartition topic's.
+    let watch_side = topics
+        .repartition_topic
+        .as_ref()
+        .unwrap_or(&topics.input_topic);
+    let (expected, found) = (partitions(watch_side), partitions(&topics.state_topic));
     if found != expected {
         return Err(KafkaSetupError::StatePartitions {
             topic: topics.state_topic.clone(),
@@ -516,7 +525,11 @@ pub async fn ensure_topics(
         check_state_cleanup(client.admin(), &topics.state_topic).await?;
     }
     Ok(TopicLayout {
-        input_partitions: partitions(&topics.input_topic),
+        input_partitions: partitions(watch_side),
+        upstream_partitions: topics
+            .repartition_topic
+            .as_ref()
+            .map(|_| partitions(&topics.input_topic)),
         output_partitions: partitions(&topics.output_topic),
     })
 }

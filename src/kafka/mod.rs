@@ -35,6 +35,7 @@ pub mod properties;
 pub mod records;
 pub mod recovery;
 pub mod refusal;
+pub mod repartition;
 pub mod reports;
 pub mod state_lookup;
 pub mod stats;

@@ -94,6 +94,17 @@ pub trait WatermarkGenerator: Send + 'static {
     fn on_event(&mut self, event: &InputEvent<'_>, output: &mut WatermarkOutput);
     /// Called after every record and at every watermark update.
     fn on_periodic_emit(&mut self, output: &mut WatermarkOutput);
+    /// The watermark of upstream input partition `partition` (`None`: none yet), read
+    /// in-band on the repartition topic (`super::upstream`): only the watch side's
+    /// generator of a repartitioned bridge is told; an input partition's never is.
+    fn on_upstream(
+        &mut self,
+        _partition: i32,
+        _watermark: Option<Millis>,
+        _idle: bool,
+        _output: &mut WatermarkOutput,
+    ) {
+    }
 }
 
 /// Makes each input partition's [`WatermarkGenerator`] (the part of Flink's
@@ -285,6 +296,23 @@ impl InputWatermark {
         if let Some(generator) = self.generator.as_mut() {
             generator.on_periodic_emit(&mut self.output);
         }
+    }
+
+    /// An upstream partition's in-band watermark (`super::upstream`), read at `now`: the
+    /// markers keep the input active while they come.
+    pub fn on_upstream(
+        &mut self,
+        partition: i32,
+        watermark: Option<Millis>,
+        idle: bool,
+        now: Millis,
+    ) {
+        let Some(generator) = self.generator.as_mut() else {
+            return;
+        };
+        self.last_activity = self.last_activity.max(now);
+        generator.on_upstream(partition, watermark, idle, &mut self.output);
+        generator.on_periodic_emit(&mut self.output);
     }
 
     /// Count `now` as the last activity (not a record): the idle timeout runs from here.

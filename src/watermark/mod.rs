@@ -9,6 +9,8 @@
 //!   watches' holds (Beam's watermark holds), never moving backwards.
 //! * [`merged`]: [`MergedWatermark`], the minimum over the partitions that are not idle.
 //! * [`message`]: the watermark topic's records.
+//! * [`upstream`]: [`UpstreamWatermarks`], the watch side's input watermark when the inputs
+//!   go through the repartition topic: the minimum of the input partitions' markers.
 //! * [`topic`]: [`WatermarkTopic`], those records read back (the state every reader of the
 //!   topic derives, floors for takeovers and the merged value, runs that ended).
 //!
@@ -27,6 +29,7 @@ mod properties;
 pub mod strategy;
 #[doc(hidden)]
 pub mod topic;
+pub mod upstream;
 
 pub use generator::{
     BoundedOutOfOrderness, Generators, InputEvent, InputWatermark, NoWatermarks,
@@ -37,3 +40,4 @@ pub use message::WatermarkMessage;
 pub use partition::{PartitionWatermark, Update};
 pub use strategy::WatermarkStrategy;
 pub use topic::{PartitionState, SharedWatermarkTopic, WatermarkTopic, END_OF_TIME};
+pub use upstream::UpstreamWatermarks;

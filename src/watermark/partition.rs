@@ -81,6 +81,18 @@ impl PartitionWatermark {
         self.input.on_record(timestamp, value, now);
     }
 
+    /// An upstream partition's in-band watermark (a repartitioned bridge's watch side,
+    /// `super::upstream`). Takes effect at the next [`update`](Self::update).
+    pub fn on_upstream(
+        &mut self,
+        partition: i32,
+        watermark: Option<Millis>,
+        idle: bool,
+        now: Millis,
+    ) {
+        self.input.on_upstream(partition, watermark, idle, now);
+    }
+
     pub fn input(&self) -> &InputWatermark {
         &self.input
     }

@@ -741,6 +741,9 @@ impl<P: Resolve> PartitionTask<P> {
     /// must be fetched first, kept waiting for it (`waiting`), inputs behind it too.
     async fn take_input(&mut self, message: OwnedMessage) {
         let offset = message.offset();
+        if self.take_upstream_watermark(&message) {
+            return;
+        }
         if self.bounds.is_some_and(|b| offset >= b.end) {
             // Past the bounded run's end: every input below it was read.
             self.read_to(offset);

@@ -10,6 +10,7 @@
 //! exactly-once mode the transaction makes the topic record and its copies one.
 
 use super::*;
+use crate::kafka::records::CONTROL;
 
 impl<P: Resolve> PartitionTask<P> {
     /// Publish the partition's watermark if it changed since the last tick.
@@ -36,6 +37,41 @@ impl<P: Resolve> PartitionTask<P> {
             let watermark = update.watermark.unwrap_or(Millis::MIN);
             self.publish_watermark(watermark, update.idle).await;
         }
+    }
+
+    /// A record of the repartition topic that is an input partition's in-band watermark
+    /// (`watchbridge-control: watermark`, written by the repartition stage,
+    /// `kafka/repartition/`): taken in by the partition's input watermark (the minimum of
+    /// the input partitions', `watermark::upstream`) and committed with the inputs around
+    /// it. Returns whether `message` was one.
+    pub(super) fn take_upstream_watermark(&mut self, message: &OwnedMessage) -> bool {
+        let is_marker = message.headers().is_some_and(|h| {
+            rdkafka::message::Headers::iter(h)
+                .any(|h| h.key == CONTROL && h.value == Some(b"watermark".as_slice()))
+        });
+        if !is_marker {
+            return false;
+        }
+        match WatermarkMessage::parse(message.payload().unwrap_or_default()) {
+            Ok(WatermarkMessage::Partition {
+                partition,
+                watermark_ms,
+                idle,
+                ..
+            }) => {
+                let watermark = (watermark_ms != Millis::MIN).then_some(watermark_ms);
+                let now = self.shared.clock.now_ms();
+                self.watermark.on_upstream(partition, watermark, idle, now);
+            }
+            other => tracing::warn!(
+                partition = self.partition,
+                offset = message.offset(),
+                error = ?other,
+                "a watermark record on the repartition topic cannot be read; it is skipped"
+            ),
+        }
+        self.input_done(message.offset());
+        true
     }
 
     /// Take the partition over from the state the watermark topic holds for it (its previous

@@ -1,0 +1,112 @@
+//! One watch per watch key across input partitions (issue 51). With `WATCHBRIDGE_WATCH_KEY`
+//! naming a field that is not the record key, two inputs of one watch key can land on two
+//! input partitions (a tenant announced by two producers under two record keys). The bridge
+//! then sends its inputs through the repartition topic (`<group>.repartition`), keyed by the
+//! watch key, and starts the watches from there: one watch per watch key, so each output
+//! once — in the `recovery` mode on either test broker, and `exactly_once` on Apache Kafka.
+//! Without it (`WATCHBRIDGE_REPARTITION=never`) each partition starts a watch of its own and
+//! every output comes out twice, which the last test shows.
+
+mod support;
+
+use std::time::Duration;
+use support::bridge::Bridge;
+use support::http_server::TestServer;
+use support::kafka::{broker, BrokerKind};
+use support::scenario::{
+    assert_each_n_times, finished_feeds, output_key_counts, outputs_to_end, user_output_keys,
+    wait_for_outputs, Setup,
+};
+
+const USERS: i64 = 30;
+
+/// Every user's input twice, one on each of two input partitions under two record keys
+/// (`a-<n>` on 0, `b-<n>` on 1), the watch key `/id` the same; the feeds are final at once.
+/// Runs the bridge with `settings` until the outputs stop growing, stops it, and returns how
+/// many times each output key is on the output topic (read to its end, nothing
+/// deduplicated) and the bridge's log.
+async fn run_with_shared_watch_keys(
+    name: &str,
+    settings: &[(&'static str, &str)],
+) -> (std::collections::BTreeMap<String, usize>, String) {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new(name, 2).await;
+    for user in 0..USERS {
+        let value = serde_json::json!({ "id": user }).to_string();
+        for (partition, prefix) in [(0, "a"), (1, "b")] {
+            let key = format!("{prefix}-{user}");
+            broker()
+                .produce(
+                    &s.input,
+                    Some(partition),
+                    Some(key.as_bytes()),
+                    value.as_bytes(),
+                    &[],
+                )
+                .await;
+        }
+    }
+    let mut env = s.env(&server);
+    env.push(("WATCHBRIDGE_WATCH_KEY", "/id".into()));
+    for (name, value) in settings {
+        env.push((name, value.to_string()));
+    }
+    let mut bridge = Bridge::start(&env);
+    let expected = (USERS * 2) as usize;
+    wait_for_outputs(&s.output, expected, Duration::from_secs(90)).await;
+    // Whatever a second watch would add comes within a few polls.
+    let mut last = 0;
+    loop {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = outputs_to_end(&s.output).await.len();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    let (code, _) = bridge.terminate();
+    let log = bridge.log();
+    assert_eq!(code, Some(0), "{log}");
+    let counts = output_key_counts(&outputs_to_end(&s.output).await);
+    (counts, log)
+}
+
+async fn each_output_once(guarantee: &str) {
+    let name = format!("shared-{}", guarantee.replace('_', "-"));
+    let (counts, log) =
+        run_with_shared_watch_keys(&name, &[("WATCHBRIDGE_GUARANTEE", guarantee)]).await;
+    assert_each_n_times(&counts, user_output_keys(0..USERS), 1, &log);
+    assert!(
+        log.contains("through the repartition topic"),
+        "the start says the inputs go through the repartition topic:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_key_on_two_input_partitions_is_watched_once_in_the_recovery_mode() {
+    each_output_once("recovery").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_key_on_two_input_partitions_is_watched_once_exactly_once() {
+    if broker().kind() != BrokerKind::Kafka {
+        eprintln!("skipped: exactly_once needs transactions (WATCHBRIDGE_TEST_BROKER=kafka)");
+        return;
+    }
+    each_output_once("exactly_once").await;
+}
+
+/// What the repartition topic is for: without it, each input partition starts a watch of
+/// its own, and every output comes out twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_repartitioning_each_partition_watches_the_key_again() {
+    let (counts, log) = run_with_shared_watch_keys(
+        "shared-never",
+        &[
+            ("WATCHBRIDGE_GUARANTEE", "recovery"),
+            ("WATCHBRIDGE_REPARTITION", "never"),
+        ],
+    )
+    .await;
+    assert_each_n_times(&counts, user_output_keys(0..USERS), 2, &log);
+}
