@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: setup build demo test test-kafka lint bench-smoke bench bench-peer-install broker broker-install chaos chaos-short
+.PHONY: setup build demo test test-kafka lint bench-smoke bench bench-peer-install broker broker-install chaos chaos-short chaos-shared-keys
 
 # Debian packages the build needs: rdkafka's `ssl` feature links OpenSSL, `gssapi` Cyrus SASL
 # and `curl` libcurl (OAUTHBEARER/OIDC), each found by pkg-config; and the tests': a
@@ -134,6 +134,8 @@ test: lint broker-install bench-smoke
 	@# Once more with an output topic of another partition count: outputs placed by key and
 	@# told apart by their `wb-id` header (the default, as many partitions, needs none).
 	WATCHBRIDGE_TEST_BROKER=tansu CHAOS_OUTPUT_PARTITIONS=6 $(CHAOS_SHORT)
+	@# Once more with every input on two partitions: through the repartition topic (~60 s).
+	$(MAKE) chaos-shared-keys BROKER=tansu
 	$(MAKE) test-kafka
 
 # The test binaries that use a broker, each run on Apache Kafka (one Kafka per binary, ~10 s
@@ -146,7 +148,7 @@ test: lint broker-install bench-smoke
 # episode and a broker pause under load. (lifecycle.rs, the start and stop with the brokers
 # away, runs on Tansu only in `make test`: on Kafka each of its tests starts a Kafka of its
 # own, ~100 s; `WATCHBRIDGE_TEST_BROKER=kafka cargo test --test lifecycle` runs it there.)
-KAFKA_TESTS = kafka_broker brokers bridge watermarks ops prometheus ownership examples topics upgrades
+KAFKA_TESTS = kafka_broker brokers bridge watermarks ops prometheus ownership examples topics upgrades repartition
 test-kafka: setup
 	scripts/kafka.sh install
 	WATCHBRIDGE_TEST_BROKER=kafka $(CARGO) test $(KAFKA_TESTS:%=--test %)
@@ -176,15 +178,23 @@ test-kafka: setup
 # (CHAOS_GUARANTEES); Tansu has no transactions, so there `auto` (it takes recovery).
 CHAOS_KILLS ?= 10
 CHAOS_USERS ?= 20
+CHAOS_SHARED_KEYS ?= 0
 CHAOS_GUARANTEES ?= $(if $(filter kafka kafka3,$(BROKER)),exactly_once recovery,auto)
 chaos: broker-install
 	for g in $(CHAOS_GUARANTEES); do \
-	  WATCHBRIDGE_TEST_BROKER=$(BROKER) CHAOS_GUARANTEE=$$g CHAOS_KILLS=$(CHAOS_KILLS) CHAOS_USERS=$(CHAOS_USERS) $(CARGO) test --test chaos -- --ignored --nocapture || exit 1; \
+	  WATCHBRIDGE_TEST_BROKER=$(BROKER) CHAOS_GUARANTEE=$$g CHAOS_KILLS=$(CHAOS_KILLS) CHAOS_USERS=$(CHAOS_USERS) CHAOS_SHARED_KEYS=$(CHAOS_SHARED_KEYS) $(CARGO) test --test chaos -- --ignored --nocapture || exit 1; \
 	done
 
 CHAOS_SHORT = CHAOS_KILLS=3 CHAOS_USERS=8 $(CARGO) test --test chaos -- --ignored --nocapture
 chaos-short:
 	$(MAKE) chaos CHAOS_KILLS=3 CHAOS_USERS=8
+
+# The fault test whose inputs share watch keys across input partitions (issue 51): each
+# user's input on two partitions under two record keys, WATCHBRIDGE_WATCH_KEY set, so the
+# inputs go through the repartition topic; the same kills, zombie and broker episodes, the
+# same verdict (each output once, no watermark back). Short form, on BROKER.
+chaos-shared-keys:
+	$(MAKE) chaos CHAOS_KILLS=3 CHAOS_USERS=8 CHAOS_SHARED_KEYS=1
 
 # The real figures, written to bench/RESULTS.md (one summary table of every target, then a
 # section per bench, kept in bench/results/) and the summary printed: the engine with

@@ -38,6 +38,10 @@
 //!   `bounded(5s)`) with a poller that serves prepared results: input `{"id": n}` → its
 //!   first poll returns K outputs (distinct keys, event times, ~100-byte values), final. The
 //!   N/K inputs are produced before the bridge starts (not timed).
+//! - **watchbridge, through the repartition topic**: the same with
+//!   `WATCHBRIDGE_WATCH_KEY=/id` (`WATCHBRIDGE_REPARTITION=auto`): each input goes through
+//!   the repartition stage and `<group>.repartition` first (issue 51); its ratio to the
+//!   `bounded(5s)` case is the cost of the two stages (target ≥ 0.8).
 //! - **watchbridge, watermarks none**: the same with `WATCHBRIDGE_WATERMARK_STRATEGY=none`,
 //!   to price the watermarks (records on the watermark topic and in every output partition).
 //! - **naive producer** (the baseline before): one rdkafka `FutureProducer` (idempotent,
@@ -157,7 +161,7 @@ impl Case {
 }
 
 /// The cases, in the order each run runs them.
-const CASES: [Case; 8] = [
+const CASES: [Case; 9] = [
     Case {
         id: "producer",
         name: "best producer: librdkafka `produceva`, a thread per core",
@@ -167,6 +171,12 @@ const CASES: [Case; 8] = [
     Case {
         id: "wm",
         name: "watchbridge, `bounded(5s)` (the default)",
+        smoke: true,
+        kafka_only: false,
+    },
+    Case {
+        id: "repartition",
+        name: "watchbridge through the repartition topic (`WATCHBRIDGE_WATCH_KEY`)",
         smoke: true,
         kafka_only: false,
     },
@@ -224,6 +234,8 @@ enum Format {
     /// Avro in (the Confluent wire format, [`INPUT_SCHEMA`]) and out (the envelope schema),
     /// through a registry of its own.
     Avro,
+    /// JSON, with `WATCHBRIDGE_WATCH_KEY=/id`: through the repartition topic.
+    Repartitioned,
 }
 
 /// The Avro case's input schema: its datums map to the JSON case's inputs, `{"id": n}`.
@@ -759,8 +771,12 @@ async fn bridge(
     args.guarantee = guarantee();
     // Avro: a registry of its own for this run, serving on the bench's runtime (the bridge
     // asks it for the input schema once and registers the envelope at start).
+    if format == Format::Repartitioned {
+        args.watch_key = Some("/id".into());
+        args.repartition = "auto".into();
+    }
     let registry = match format {
-        Format::Json => None,
+        Format::Json | Format::Repartitioned => None,
         Format::Avro => {
             let registry = RegistryServer::start(([127, 0, 0, 1], 0).into())
                 .unwrap_or_else(|e| panic!("start the schema registry: {e}"));
@@ -1115,6 +1131,7 @@ fn run_case(
         bridge_case => {
             let (wm, format) = match bridge_case {
                 "wm" => ("bounded(5s)", Format::Json),
+                "repartition" => ("bounded(5s)", Format::Repartitioned),
                 "avro" => ("bounded(5s)", Format::Avro),
                 "nowm" => ("none", Format::Json),
                 other => panic!("no case {other:?}"),
@@ -1240,6 +1257,8 @@ fn section(s: &Sizes, t: &Table) -> String {
     let cpu = t.ratio("wm", "producer", cpu_ack);
     let none = t.ratio("nowm", "producer", rate_ack);
     let cost = t.ratio("wm", "nowm", rate_ack);
+    let repartitioned = t.ratio("repartition", "wm", rate_ack);
+    let repartitioned_cpu = t.ratio("repartition", "wm", cpu_ack);
     let naive = t.ratio("naive", "producer", rate_ack);
     let naive_cpu = t.ratio("naive", "producer", cpu_ack);
     let avro_json = t.ratio("avro", "wm", rate_ack);
@@ -1261,7 +1280,7 @@ fn section(s: &Sizes, t: &Table) -> String {
         Ok(i) => format!("{} (first send → last ack)", i.show(2, "pairs")),
         Err(why) => format!("not run ({why})"),
     };
-    let rows: [(&str, String, &str); 12] = [
+    let rows: [(&str, String, &str); 14] = [
         (
             "watchbridge `bounded(5s)` / best producer, outputs/s (first ack → last ack)",
             e2e.show(2, "pairs"),
@@ -1286,6 +1305,16 @@ fn section(s: &Sizes, t: &Table) -> String {
             "watermark cost: 1 − `bounded(5s)` / `none`, outputs/s",
             cost.show_cost(),
             "≤ 3%",
+        ),
+        (
+            "watchbridge through the repartition topic / without (both `bounded(5s)`), outputs/s",
+            repartitioned.show(2, "pairs"),
+            "≥ 0.8",
+        ),
+        (
+            "the same, CPU µs per output",
+            repartitioned_cpu.show(2, "pairs"),
+            "",
         ),
         (
             "naive producer / best producer, outputs/s",
@@ -1390,6 +1419,18 @@ fn section(s: &Sizes, t: &Table) -> String {
         &cost.show_cost(),
         "≤ 3%, the whole 95% interval",
         cost.at_least(0.97),
+    ));
+    out.push_str(&summary_line(
+        &format!("e2e on {label}: through the repartition topic / without, outputs/s"),
+        &format!(
+            "{} ({} vs {} outputs/s, medians; CPU per output {})",
+            repartitioned.show(2, "pairs"),
+            rate(t.median("repartition", rate_ack)),
+            rate(mw),
+            repartitioned_cpu.show(2, "pairs")
+        ),
+        "≥ 0.8, the whole 95% interval",
+        repartitioned.at_least(0.8),
     ));
     out.push_str(&summary_line(
         &format!("e2e on {label}: naive producer (rdkafka `FutureProducer`) / best producer"),

@@ -377,6 +377,9 @@ pub struct Controls {
     pub pause: Arc<Pause>,
     /// The input topic's partition count, once the start has read it (0 before).
     input_partitions: std::sync::atomic::AtomicI32,
+    /// Whether the inputs go through the repartition topic (`kafka/repartition/`): a
+    /// watch's partition is then its key's CRC-32 in that topic.
+    repartitioned: std::sync::atomic::AtomicBool,
 }
 
 /// The input partition a record keyed `key` goes to under each common partitioner, of
@@ -492,6 +495,16 @@ impl Controls {
     /// The input topic's partition count (0 before the start has read it).
     pub fn input_partitions(&self) -> i32 {
         self.input_partitions.load(Ordering::Relaxed)
+    }
+
+    /// The inputs go through the repartition topic, whose partitions the watches are in.
+    pub fn set_repartitioned(&self) {
+        self.repartitioned.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the inputs go through the repartition topic.
+    pub fn repartitioned(&self) -> bool {
+        self.repartitioned.load(Ordering::Relaxed)
     }
 
     /// A partition whose engine has had work but not turned for longer than `timeout`,

@@ -14,6 +14,11 @@
 //! UTF-8; otherwise base64, with `<field>_base64: true` beside them. Times are RFC 3339 with
 //! `<field>_ms` beside them (epoch milliseconds), the time `null` when it is out of range.
 //!
+//! With the repartition topic (`WATCHBRIDGE_REPARTITION`, docs/architecture.md "Two
+//! stages") the state is the watch side's: a record's `partition` is the repartition
+//! topic's (its watch key's CRC-32), not the input partition its input arrived on; the
+//! repartition stage keeps no state.
+//!
 //! | `kind`           | fields |
 //! |------------------|--------|
 //! | `watch`          | `input_key`, `input_value` (`input_value_format`: `json`, `text` or `base64`), `input_time`, `arrived`, `last_new`, `polls`, `hold`, `next_poll`, `empty_streak`, `failures`, `seen_chunks`, `finished` (`{at, at_ms, reason}` or `null`), `resume` (`{base64, text}` or `null`), `conditions` (`[{name, state_base64}]` or `null`) |

@@ -41,6 +41,12 @@
 //! than the bridge's message timeout (`KAFKA_MESSAGE_TIMEOUT_MS`, 3 s in this run), so that
 //! deliveries fail while their requests may still be written once it runs again, then
 //! SIGCONTed, then the bridge is SIGKILLed and a new one recovers; and
+//! `CHAOS_SHARED_KEYS` (default off; `make chaos-shared-keys`): every user's input is
+//! produced twice, on two input partitions under two record keys, with its watch key in the
+//! value (`WATCHBRIDGE_WATCH_KEY=/key`), so the bridge sends its inputs through the
+//! repartition topic (issue 51): still one watch per user, each output once; the outputs
+//! and watermarks are then the watch side's, whose partitions are the repartition topic's
+//! (a key's partition is its CRC-32's); and
 //! `CHAOS_CHECKPOINT_INTERVAL` (the bridge's `WATCHBRIDGE_CHECKPOINT_INTERVAL`; default 3 s on
 //! Tansu, so that the recovery's read-back of the output topic matters, and 500 ms on Apache
 //! Kafka, below). The bridges run with the default output headers.
@@ -365,7 +371,26 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
             MESSAGE_TIMEOUT.as_millis().to_string(),
         ));
     }
+    if shared_keys() {
+        env.push(("WATCHBRIDGE_WATCH_KEY", "/key".into()));
+    }
     for user in 0..users {
+        if shared_keys() {
+            // Two record keys, two partitions, one watch key: one watch.
+            let value = json!({ "id": user, "key": input_key(user) }).to_string();
+            for (shift, prefix) in [(0, "a"), (1, "b")] {
+                broker()
+                    .produce(
+                        &input,
+                        Some(((user + shift) % PARTITIONS as i64) as i32),
+                        Some(format!("{prefix}-{user}").as_bytes()),
+                        value.as_bytes(),
+                        &[],
+                    )
+                    .await;
+            }
+            continue;
+        }
         broker()
             .produce(
                 &input,
@@ -410,9 +435,11 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     // Whose coordinator a `PauseCoordinator` pauses: the transactions' of an input
     // partition's producer (the bridge's `transactional.id`), or the group's.
     let group = format!("{input}-group");
+    let watch_side = watch_side_input(&input);
     let coordinator_of = |partition: i32| -> Option<i32> {
         if exactly_once_mode {
-            broker().transaction_coordinator(&format!("watchbridge-{group}-{input}-{partition}"))
+            broker()
+                .transaction_coordinator(&format!("watchbridge-{group}-{watch_side}-{partition}"))
         } else {
             broker().group_coordinator(&group)
         }
@@ -614,7 +641,12 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     let output_partitions = broker()
         .partitions(&output)
         .unwrap_or_else(|| panic!("no output topic {output}"));
-    let marks = Watermarks::check(&input, &watermark_records, &records, output_partitions);
+    let marks = Watermarks::check(
+        &watch_side_input(&input),
+        &watermark_records,
+        &records,
+        output_partitions,
+    );
 
     println!(
         "chaos: broker={} guarantee={guarantee} expected={} exactly_once={} lost={} duplicated={} restarts={restarts} \
@@ -722,8 +754,28 @@ async fn every_output_exactly_once_across_sigkills_two_instances_and_a_broker_re
     }
 }
 
-/// The input partition of input key `user-<u>`, as the test produces them (user % PARTITIONS).
+/// `CHAOS_SHARED_KEYS`: each user's input on two partitions, through the repartition topic.
+fn shared_keys() -> bool {
+    knob("CHAOS_SHARED_KEYS", 0) == 1
+}
+
+/// The topic the watches read: the input topic, or with `CHAOS_SHARED_KEYS` the repartition
+/// topic (`<group>.repartition`), which the watermark messages name.
+fn watch_side_input(input: &str) -> String {
+    if shared_keys() {
+        format!("{input}-group.repartition")
+    } else {
+        input.to_string()
+    }
+}
+
+/// The watch-side partition of input key `user-<u>`: where the test produces it (user %
+/// PARTITIONS), or with `CHAOS_SHARED_KEYS` where the repartition stage puts its watch key
+/// (CRC-32, librdkafka's default partitioner).
 fn input_partition_of_key(key: &[u8]) -> Option<i32> {
+    if shared_keys() {
+        return Some((crc32fast::hash(key) % PARTITIONS as u32) as i32);
+    }
     let user: i64 = std::str::from_utf8(key)
         .ok()?
         .strip_prefix("user-")?

@@ -354,6 +354,7 @@ fn run_names_a_missing_or_bad_setting() {
         ("WATCHBRIDGE_TERMINATION", "stabel(1m)"),
         ("WATCHBRIDGE_POLL_INTERVAL", "soon"),
         ("WATCHBRIDGE_WATCH_KEY", "id"),
+        ("WATCHBRIDGE_REPARTITION", "sometimes"),
         ("WATCHBRIDGE_HTTP_ITEMS", "data"),
         ("WATCHBRIDGE_POLLER", "ftp"),
         ("KAFKA_NO_SUCH_PROPERTY", "1"),

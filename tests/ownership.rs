@@ -1,8 +1,10 @@
 //! Who owns a watch. A watch belongs to its input's partition, and to the instance that owns
 //! that partition:
 //!
-//! - `WATCHBRIDGE_WATCH_KEY`: the same watch key on two input partitions starts two watches
-//!   (the documented limit); the bridge says so, naming the keys.
+//! - `WATCHBRIDGE_WATCH_KEY` with `WATCHBRIDGE_REPARTITION=never`: the same watch key on two
+//!   input partitions starts two watches (what `never` says); the bridge says so, naming
+//!   the keys. (By default such inputs go through the repartition topic:
+//!   tests/repartition.rs.)
 //! - A stalled instance (a zombie) without transactions (`WATCHBRIDGE_GUARANTEE=recovery`, on
 //!   either test broker): an instance paused past its session timeout loses its partition to
 //!   another, which goes on and finishes the partition's watches. When the paused one runs
@@ -243,6 +245,7 @@ async fn a_watch_key_that_is_not_the_record_key_is_warned_about() {
     let s = Setup::new("keyedapart", 2).await;
     let mut env = s.env(&server);
     env.push(("WATCHBRIDGE_WATCH_KEY", "/id".into()));
+    env.push(("WATCHBRIDGE_REPARTITION", "never".into()));
     let mut bridge = Bridge::start(&env);
     bridge.wait_for_log("partition assigned", Duration::from_secs(60));
     // Keyed by the watch key: one partition for all its inputs, nothing to say.

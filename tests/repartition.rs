@@ -14,8 +14,8 @@ use support::bridge::Bridge;
 use support::http_server::TestServer;
 use support::kafka::{broker, BrokerKind};
 use support::scenario::{
-    assert_each_n_times, finished_feeds, output_key_counts, outputs_to_end, user_output_keys,
-    wait_for_outputs, Setup,
+    assert_each_n_times, finished_feeds, now_ms, output_key_counts, outputs_to_end,
+    partition_watermarks, user_output_keys, wait_for_outputs, Setup,
 };
 
 const USERS: i64 = 30;
@@ -31,6 +31,7 @@ async fn run_with_shared_watch_keys(
 ) -> (std::collections::BTreeMap<String, usize>, String) {
     let server = TestServer::start(finished_feeds).await;
     let s = Setup::new(name, 2).await;
+    let produced_from = now_ms();
     for user in 0..USERS {
         let value = serde_json::json!({ "id": user }).to_string();
         for (partition, prefix) in [(0, "a"), (1, "b")] {
@@ -68,6 +69,19 @@ async fn run_with_shared_watch_keys(
     let log = bridge.log();
     assert_eq!(code, Some(0), "{log}");
     let counts = output_key_counts(&outputs_to_end(&s.output).await);
+    // Event time went on: partition 0 of the watch side published a watermark as far as
+    // the inputs' times allow (`bounded(5s)`: their latest time less 5 s and 1 ms), which
+    // through the repartition topic is the minimum of both input partitions' markers.
+    let watermarks = partition_watermarks(&format!("{}.watermarks", s.output)).await;
+    let highest = watermarks.iter().copied().max();
+    assert!(
+        highest.is_some_and(|w| w >= produced_from - 5_001),
+        "partition 0's watermarks {watermarks:?}, inputs produced from {produced_from}\n{log}"
+    );
+    assert!(
+        watermarks.windows(2).all(|w| w[0] <= w[1]),
+        "never backwards: {watermarks:?}"
+    );
     (counts, log)
 }
 

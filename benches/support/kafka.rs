@@ -156,6 +156,8 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         output_topic: format!("{name}.out"),
         dlq_topic: None,
         watch_key: None,
+        repartition: "never".into(),
+        repartition_topic: None,
         formats: Default::default(),
         poll_interval: Duration::from_secs(10),
         retry_limit: "5".into(),

@@ -49,6 +49,9 @@ impl Operations {
     ) -> Result<(), BridgeError> {
         let (config, clients) = (start.config, &start.clients);
         self.controls.set_input_partitions(layout.input_partitions);
+        if start.upstream.is_some() {
+            self.controls.set_repartitioned();
+        }
         let control_topic = ControlTopic::start(
             &config.operations.control_topic,
             clients.control_topic_reader(),

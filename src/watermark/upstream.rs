@@ -108,8 +108,15 @@ mod tests {
             g.on_upstream(p, None, true, &mut out);
         }
         assert_eq!(emitted(&mut g, &mut out), (Some(70), true), "all idle");
-        // A partition of a topic grown since counts once it speaks.
-        g.on_upstream(4, Some(500), false, &mut out);
+        // A partition of a topic grown since counts once it speaks; one beyond it that has
+        // not spoken holds the watermark back as any other.
+        g.on_upstream(3, Some(500), false, &mut out);
         assert_eq!(emitted(&mut g, &mut out), (Some(500), false));
+        g.on_upstream(5, Some(900), false, &mut out);
+        assert_eq!(
+            emitted(&mut g, &mut out),
+            (Some(500), false),
+            "partition 4 unheard"
+        );
     }
 }

@@ -32,6 +32,7 @@ mod transaction;
 mod watermarks;
 
 pub use producer::ProducerRestarts;
+pub(crate) use transaction::blocking;
 pub use transaction::{Ending, TransactionSettings};
 
 use super::durable::{DurableState, StateWrite};

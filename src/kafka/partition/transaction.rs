@@ -309,7 +309,7 @@ impl Transaction {
 }
 
 /// librdkafka's transactional calls block: run them off the async workers.
-async fn blocking(
+pub(crate) async fn blocking(
     call: impl FnOnce() -> Result<(), KafkaError> + Send + 'static,
 ) -> Result<(), KafkaError> {
     tokio::task::spawn_blocking(call)

@@ -12,6 +12,7 @@ use crate::formats::watch_input::Rejected;
 use crate::internal_events::{InputDeadLettered, InputRepartitioned};
 use crate::kafka::health::KafkaContext;
 use crate::kafka::offsets::OffsetTracker;
+use crate::kafka::partition::blocking;
 use crate::kafka::records::{OutRecord, OutRecordParts, Source, CONTROL};
 use crate::watermark::{InputWatermark, WatermarkMessage};
 use bytes::Bytes;
@@ -128,7 +129,14 @@ impl Forwarder {
                 continue;
             }
             tokio::select! {
+                // The tick first: ready once an interval, it cannot starve the others, and
+                // under a flood of inputs it must still commit and mark.
                 biased;
+                _ = tick.tick() => {
+                    if let Err(ended) = self.on_tick().await {
+                        return ended;
+                    }
+                }
                 Some((offset, result)) = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     if let Err(ended) = self.delivered(offset, result).await {
                         return ended;
@@ -142,11 +150,6 @@ impl Forwarder {
                             }
                         }
                         None => break,
-                    }
-                }
-                _ = tick.tick() => {
-                    if let Err(ended) = self.on_tick().await {
-                        return ended;
                     }
                 }
             }
@@ -170,10 +173,14 @@ impl Forwarder {
                 tracing::error!(partition = self.partition, error = %e, "repartition stage: cannot create the transactional producer");
                 Ended::Restart
             })?;
-        let ready = tokio::task::block_in_place(|| {
-            producer.init_transactions(TRANSACTION_CALL)?;
-            producer.begin_transaction()
-        });
+        let ready = {
+            let producer = producer.clone();
+            blocking(move || {
+                producer.init_transactions(TRANSACTION_CALL)?;
+                producer.begin_transaction()
+            })
+            .await
+        };
         if let Err(e) = ready {
             tracing::warn!(partition = self.partition, transactional_id = %id, error = %e, "repartition stage: the transactional producer could not start");
             return Err(ended_by(&e));
@@ -327,7 +334,7 @@ impl Forwarder {
                 }
                 Err((e, _)) => {
                     tracing::warn!(partition = self.partition, error = %e, "repartition stage: the producer did not take a record; the partition is read again from its last commit");
-                    self.abort();
+                    self.abort().await;
                     return Err(Ended::Restart);
                 }
             }
@@ -361,7 +368,7 @@ impl Forwarder {
             Ok(Err(_)) if self.transaction.is_none() => Ok(()),
             Ok(Err((e, _))) => {
                 tracing::warn!(partition = self.partition, error = %e, "repartition stage: a record of the transaction was not delivered; aborting it, the partition is read again from its last commit");
-                self.abort();
+                self.abort().await;
                 Err(Ended::Restart)
             }
             Err(_) => Err(Ended::Restart),
@@ -465,7 +472,7 @@ impl Forwarder {
         }
         self.last_commit = Instant::now();
         let position = self.tracker.next();
-        let Some((producer, holds)) = &mut self.transaction else {
+        let Some((producer, holds)) = self.transaction.as_mut() else {
             return Ok(());
         };
         if !*holds && position.is_none() {
@@ -484,13 +491,17 @@ impl Forwarder {
                 rdkafka::Offset::Offset(position),
             );
         }
-        let committed = tokio::task::block_in_place(|| {
-            if position.is_some() {
-                producer.send_offsets_to_transaction(&offsets, &t.group, TRANSACTION_CALL)?;
-            }
-            producer.commit_transaction(TRANSACTION_CALL)?;
-            producer.begin_transaction()
-        });
+        let committed = {
+            let (producer, group) = (producer.clone(), t.group.clone());
+            blocking(move || {
+                if position.is_some() {
+                    producer.send_offsets_to_transaction(&offsets, &group, TRANSACTION_CALL)?;
+                }
+                producer.commit_transaction(TRANSACTION_CALL)?;
+                producer.begin_transaction()
+            })
+            .await
+        };
         match committed {
             Ok(()) => {
                 *holds = false;
@@ -499,7 +510,7 @@ impl Forwarder {
             Err(e) => {
                 tracing::warn!(partition = self.partition, error = %e, "repartition stage: the transaction did not commit; the partition is read again from its last commit");
                 let ended = ended_by(&e);
-                self.abort();
+                self.abort().await;
                 Err(ended)
             }
         }
@@ -507,19 +518,19 @@ impl Forwarder {
 
     /// Abort the open transaction, if any (the partition is read again from its last
     /// commit).
-    fn abort(&mut self) {
-        if let Some((producer, _)) = &self.transaction {
-            let _ = tokio::task::block_in_place(|| {
+    async fn abort(&mut self) {
+        if let Some((producer, _)) = self.transaction.take() {
+            let _ = blocking(move || {
                 producer.abort_transaction(Timeout::After(Duration::from_secs(10)))
-            });
+            })
+            .await;
         }
-        self.transaction = None;
     }
 
     /// The stop: what was read is delivered (within the stop timeout) and committed.
     async fn finish(mut self) -> Ended {
         if self.lost.load(Ordering::SeqCst) {
-            self.abort();
+            self.abort().await;
             return Ended::Done;
         }
         if self.transaction.is_some() {
@@ -528,7 +539,7 @@ impl Forwarder {
                 Ok(Ok(())) => Ended::Done,
                 Ok(Err(ended)) => ended,
                 Err(_) => {
-                    self.abort();
+                    self.abort().await;
                     Ended::Done
                 }
             };

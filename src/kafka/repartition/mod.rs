@@ -236,9 +236,9 @@ impl Stage {
         let topic = &*self.shared.settings.input_topic;
         let assignment = consumer.assignment().ok();
         for partition in due {
-            if !assignment
+            if assignment
                 .as_ref()
-                .is_some_and(|a| a.find_partition(topic, partition).is_some())
+                .is_none_or(|a| a.find_partition(topic, partition).is_none())
             {
                 continue;
             }
@@ -271,16 +271,25 @@ impl Stage {
         }
     }
 
-    /// Hand `message` to its partition's task (waiting while the task is behind: the
-    /// stage's backpressure). A partition without a task (waiting to start again) drops it:
-    /// it is read again from the last commit.
-    fn route(&self, message: OwnedMessage) {
+    /// Hand `message` to its partition's task, waiting while the task is behind (the
+    /// stage's backpressure) unless a stop comes. A partition without a task (waiting to
+    /// start again), or a stop, drops it: uncommitted, it is read again.
+    fn route(&self, mut message: OwnedMessage, stop: &AtomicBool) {
         let inputs = {
             let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
             running.get(&message.partition()).map(|r| r.inputs.clone())
         };
-        if let Some(inputs) = inputs {
-            let _ = inputs.blocking_send(message);
+        let Some(inputs) = inputs else {
+            return;
+        };
+        loop {
+            match inputs.try_send(message) {
+                Err(mpsc::error::TrySendError::Full(back)) if !stop.load(Ordering::Relaxed) => {
+                    message = back;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                _ => return,
+            }
         }
     }
 
@@ -441,7 +450,7 @@ fn consume(consumer: BaseConsumer<StageContext>, stage: Arc<Stage>, stop: Arc<At
         stage.store_positions(&consumer);
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
-            Some(Ok(message)) => stage.route(message.detach()),
+            Some(Ok(message)) => stage.route(message.detach(), &stop),
             Some(Err(KafkaError::PartitionEOF(_))) => {}
             Some(Err(e)) => tracing::debug!(error = %e, "repartition stage: consumer error"),
         }
