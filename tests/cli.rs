@@ -339,6 +339,26 @@ async fn poll_once_reads_an_http_api_with_a_secret_header_it_never_prints() {
     );
 }
 
+/// A bounded run cannot go through the repartition topic (yet): refused at start, naming the
+/// setting and the way out, not run with two watches per watch key.
+#[test]
+fn a_bounded_run_with_a_watch_key_is_refused_naming_the_repartition_setting() {
+    let env = [
+        ("WATCHBRIDGE_BROKERS", "embedded"),
+        ("WATCHBRIDGE_INPUT_TOPIC", "users"),
+        ("WATCHBRIDGE_OUTPUT_TOPIC", "events"),
+        ("WATCHBRIDGE_HTTP_URL", "http://127.0.0.1:1/{/id}"),
+        ("WATCHBRIDGE_WATCH_KEY", "/id"),
+        ("WATCHBRIDGE_MODE", "bounded"),
+    ];
+    let (code, err) = watchbridge_within(std::time::Duration::from_secs(20), &["run"], &env);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("WATCHBRIDGE_REPARTITION") && err.contains("never"),
+        "{err}"
+    );
+}
+
 #[test]
 fn run_names_a_missing_or_bad_setting() {
     let (code, _, err) = watchbridge_with_env(&[], &[]);

@@ -59,6 +59,8 @@ impl Start<'_> {
         };
         let mut consumer = clients.input_consumer(guarantee);
         consumer.set("enable.partition.eof", "false");
+        // Its lag is its group's (`<group>.repartition`); no statistics to compute.
+        consumer.remove("statistics.interval.ms");
         let transactions = match &producers.transactions {
             None => None,
             Some(t) => {

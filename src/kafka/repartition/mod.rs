@@ -38,7 +38,9 @@ mod forward;
 
 use crate::clock::Clock;
 use crate::formats::input::InputDecoder;
-use crate::kafka::health::KafkaContext;
+use crate::internal_events::ConsumerFailed;
+use crate::kafka::health::{is_connection_error, KafkaContext};
+use crate::kafka::refusal::is_refusal;
 use crate::metrics::Metrics;
 use crate::watermark::Generators;
 use forward::{Ended, Forwarder};
@@ -444,15 +446,42 @@ impl RepartitionStage {
 }
 
 fn consume(consumer: BaseConsumer<StageContext>, stage: Arc<Stage>, stop: Arc<AtomicBool>) {
+    // The last error the consumer reported (other than a lost connection), and when it was
+    // logged: each is counted, and logged when new or every `ConsumerFailed::LOG_EVERY`.
+    let mut failing: Option<(String, Instant)> = None;
     while !stop.load(Ordering::Relaxed) {
         stage.reap();
         stage.restart_due(&consumer);
         stage.store_positions(&consumer);
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
-            Some(Ok(message)) => stage.route(message.detach(), &stop),
+            Some(Ok(message)) => {
+                if failing.take().is_some() {
+                    tracing::info!("the repartition stage's consumer reads again");
+                }
+                stage.route(message.detach(), &stop)
+            }
             Some(Err(KafkaError::PartitionEOF(_))) => {}
-            Some(Err(e)) => tracing::debug!(error = %e, "repartition stage: consumer error"),
+            // A lost connection is the broker health's to report (once per outage).
+            Some(Err(e)) if e.rdkafka_error_code().is_some_and(is_connection_error) => {}
+            Some(Err(e)) => {
+                let text = e.to_string();
+                let log = failing.as_ref().is_none_or(|(last, at)| {
+                    *last != text || at.elapsed() >= ConsumerFailed::LOG_EVERY
+                });
+                let settings = &stage.shared.settings;
+                ConsumerFailed {
+                    error: &e,
+                    refused: e.rdkafka_error_code().is_some_and(is_refusal),
+                    topic: &settings.input_topic,
+                    group: &settings.group_id,
+                    log,
+                }
+                .emit(&settings.metrics);
+                if log {
+                    failing = Some((text, Instant::now()));
+                }
+            }
         }
     }
     let lost = consumer.assignment_lost();
