@@ -492,16 +492,16 @@ impl RunArgs {
                 ))
             }
         };
+        // The topics a control or repartition topic must differ from.
+        let taken = [
+            &input_topic,
+            &output_topic,
+            &dlq_topic,
+            &watermark_topic,
+            &state_topic,
+        ];
         if let Some(t) = &repartition_topic {
-            if [
-                &input_topic,
-                &output_topic,
-                &dlq_topic,
-                &watermark_topic,
-                &state_topic,
-            ]
-            .contains(&t)
-            {
+            if taken.contains(&t) {
                 return Err(ConfigError::new(
                     "WATCHBRIDGE_REPARTITION_TOPIC",
                     "must differ from the input, output, dead-letter, watermark and state topics",
@@ -554,15 +554,7 @@ impl RunArgs {
         }
         let metrics_addr = metrics_addr(&self.metrics_addr)?;
         let operations = self.operations.check(&self.group_id)?;
-        if [
-            &input_topic,
-            &output_topic,
-            &dlq_topic,
-            &watermark_topic,
-            &state_topic,
-        ]
-        .contains(&&operations.control_topic)
-        {
+        if taken.contains(&&operations.control_topic) {
             return Err(ConfigError::new(
                 "WATCHBRIDGE_CONTROL_TOPIC",
                 "must differ from the input, output, dead-letter, watermark and state topics",

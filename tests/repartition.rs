@@ -12,7 +12,7 @@ mod support;
 use std::time::Duration;
 use support::bridge::Bridge;
 use support::http_server::TestServer;
-use support::kafka::{broker, BrokerKind};
+use support::kafka::{broker, header, BrokerKind};
 use support::scenario::{
     assert_each_n_times, finished_feeds, now_ms, output_key_counts, outputs_to_end,
     partition_watermarks, user_output_keys, wait_for_outputs, Setup,
@@ -123,4 +123,68 @@ async fn without_repartitioning_each_partition_watches_the_key_again() {
     )
     .await;
     assert_each_n_times(&counts, user_output_keys(0..USERS), 2, &log);
+}
+
+/// Dead letters of both stages name the input they came from: one the repartition stage
+/// cannot read (no watch key), and one it forwarded that the watch side cannot resolve (no
+/// `/id` for the URL) — the latter names the input topic, partition and offset, not the
+/// repartition topic's.
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_letters_of_either_stage_name_the_input() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("shared-dlq", 2).await;
+    // Offset 0: forwarded (watch key `t1`), then unresolvable; offset 1: no watch key.
+    for value in [r#"{"tenant": "t1"}"#, r#"{"id": 3}"#] {
+        broker()
+            .produce(&s.input, Some(1), Some(b"k"), value.as_bytes(), &[])
+            .await;
+    }
+    let mut env = s.env(&server);
+    env.push(("WATCHBRIDGE_WATCH_KEY", "/tenant".into()));
+    env.push(("WATCHBRIDGE_GUARANTEE", "recovery".into()));
+    let mut bridge = Bridge::start(&env);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let letters = loop {
+        let letters = broker().read_to_end(&s.dlq).await;
+        if letters.len() >= 2 {
+            break letters;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} dead letters\n{}",
+            letters.len(),
+            bridge.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (code, _) = bridge.terminate();
+    assert_eq!(code, Some(0), "{}", bridge.log());
+    let text = |m: &rdkafka::message::OwnedMessage, name: &str| {
+        header(m, name).map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    let mut seen: Vec<(String, String, String, String)> = letters
+        .iter()
+        .map(|m| {
+            assert_eq!(text(m, "watchbridge-input-source"), None, "taken out");
+            (
+                text(m, "watchbridge-error-kind").unwrap_or_default(),
+                text(m, "watchbridge-source-topic").unwrap_or_default(),
+                text(m, "watchbridge-source-partition").unwrap_or_default(),
+                text(m, "watchbridge-source-offset").unwrap_or_default(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            ("no_key".into(), s.input.clone(), "1".into(), "1".into()),
+            (
+                "unresolvable".into(),
+                s.input.clone(),
+                "1".into(),
+                "0".into()
+            ),
+        ]
+    );
 }

@@ -179,6 +179,21 @@ impl Start<'_> {
     }
 }
 
+/// The metadata of `clients`' group, which transactions commit offsets with: without a
+/// generation, so fencing rests on the transactional id of the input partition (see
+/// `kafka/partition/transaction.rs`).
+pub(super) fn group_metadata(
+    clients: &KafkaSettings,
+) -> Result<rdkafka::consumer::ConsumerGroupMetadata, BridgeError> {
+    let group: BaseConsumer = clients
+        .group_metadata_client()
+        .create()
+        .map_err(|e| BridgeError::Start(format!("cannot create a client: {e}")))?;
+    group
+        .group_metadata()
+        .ok_or_else(|| BridgeError::Start("librdkafka returned no consumer group metadata".into()))
+}
+
 /// The exactly-once mode's producer settings (the bridge's `producer`'s, with the
 /// transaction timeouts), transactional id prefix and group metadata.
 async fn transaction_settings(
@@ -186,15 +201,7 @@ async fn transaction_settings(
     config: &RunConfig,
     producer: &ProducerSettings,
 ) -> Result<TransactionSettings, BridgeError> {
-    // Group metadata without a generation: fencing rests on the transactional id of the
-    // input partition (see `kafka/partition/transaction.rs`).
-    let group: BaseConsumer = clients
-        .group_metadata_client()
-        .create()
-        .map_err(|e| BridgeError::Start(format!("cannot create a client: {e}")))?;
-    let group = group.group_metadata().ok_or_else(|| {
-        BridgeError::Start("librdkafka returned no consumer group metadata".into())
-    })?;
+    let group = group_metadata(clients)?;
     // A transaction must commit before the coordinator's timeout aborts it (and fences its
     // producer): the timeouts are fitted to the checkpoint interval, or the start fails
     // naming the settings (`kafka/transaction_timeout.rs`).

@@ -4,7 +4,7 @@
 //! watch key ([`watch_side`]); the repartition stage, beside it, reads the input topic in
 //! the group `<group>.repartition` and writes the repartition topic.
 
-use super::guarantee::Producers;
+use super::guarantee::{group_metadata, Producers};
 use super::start::Start;
 use super::BridgeError;
 use crate::clock::Clock;
@@ -15,7 +15,6 @@ use crate::kafka::clients::KafkaSettings;
 use crate::kafka::guarantee::Guarantee;
 use crate::kafka::repartition::{RepartitionSettings, RepartitionStage, StageTransactions};
 use crate::watermark::{Generators, UpstreamWatermarks};
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::sync::Arc;
 
 /// The watch side's settings when the inputs go through the repartition topic: that topic
@@ -63,20 +62,11 @@ impl Start<'_> {
         consumer.remove("statistics.interval.ms");
         let transactions = match &producers.transactions {
             None => None,
-            Some(t) => {
-                let group: BaseConsumer = clients
-                    .group_metadata_client()
-                    .create()
-                    .map_err(|e| BridgeError::Start(format!("cannot create a client: {e}")))?;
-                let group = group.group_metadata().ok_or_else(|| {
-                    BridgeError::Start("librdkafka returned no consumer group metadata".into())
-                })?;
-                Some(StageTransactions {
-                    producer: t.producer.config.clone(),
-                    id_prefix: format!("watchbridge-{group_id}-{}", upstream.input_topic),
-                    group: Arc::new(group),
-                })
-            }
+            Some(t) => Some(StageTransactions {
+                producer: t.producer.config.clone(),
+                id_prefix: format!("watchbridge-{group_id}-{}", upstream.input_topic),
+                group: Arc::new(group_metadata(&clients)?),
+            }),
         };
         let settings = RepartitionSettings {
             input_topic: upstream.input_topic.as_str().into(),

@@ -39,6 +39,10 @@ pub const SOURCE_OFFSET: &str = "watchbridge-source-offset";
 pub const LATE: &str = "watchbridge-late";
 pub const VALUE_DROPPED: &str = "watchbridge-value-dropped";
 pub const CONTROL: &str = "watchbridge-control";
+/// On a repartition record (`kafka/repartition/`): where its input came from,
+/// `<topic>/<partition>/<offset>` (a topic name holds no `/`), so that a dead letter the
+/// watch side makes of it names the input, not the repartition topic.
+pub const INPUT_SOURCE: &str = "watchbridge-input-source";
 /// The `CONTROL` value of a settle record ([`OutRecord::settle`]).
 const SETTLE: &[u8] = b"settle";
 
@@ -370,7 +374,25 @@ pub struct OutRecordParts {
     pub headers: Vec<(HeaderName, Option<Bytes>)>,
 }
 
+/// A repartition record's [`INPUT_SOURCE`] header for the input at `source`.
+pub fn input_source(source: &Source<'_>) -> (HeaderName, Option<Bytes>) {
+    let value = format!("{}/{}/{}", source.topic, source.partition, source.offset);
+    (INPUT_SOURCE.into(), Some(Bytes::from(value)))
+}
+
 impl OutRecordParts {
+    /// Take out the [`INPUT_SOURCE`] header a repartition record carries: the input's
+    /// topic, partition and offset (`None`: no such header, or not readable).
+    pub fn take_input_source(&mut self) -> Option<(String, i32, i64)> {
+        let at = self.headers.iter().position(|(k, _)| k == INPUT_SOURCE)?;
+        let (_, value) = self.headers.remove(at);
+        let text = String::from_utf8(value?.to_vec()).ok()?;
+        let mut parts = text.rsplitn(3, '/');
+        let offset = parts.next()?.parse().ok()?;
+        let partition = parts.next()?.parse().ok()?;
+        Some((parts.next()?.to_string(), partition, offset))
+    }
+
     /// Copy an input record's content (for its dead letter).
     pub fn of_message(m: &impl rdkafka::Message) -> Self {
         let headers = m
@@ -398,6 +420,28 @@ impl OutRecordParts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repartition_record_names_its_input_for_a_dead_letter() {
+        let source = Source {
+            topic: "users.v2",
+            partition: 3,
+            offset: 1234,
+        };
+        let mut parts = OutRecordParts {
+            headers: vec![
+                ("trace".into(), Some(Bytes::from_static(b"x"))),
+                input_source(&source),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            parts.take_input_source(),
+            Some(("users.v2".into(), 3, 1234))
+        );
+        assert_eq!(parts.headers.len(), 1, "taken out: {:?}", parts.headers);
+        assert_eq!(parts.take_input_source(), None);
+    }
 
     #[test]
     fn a_dead_letter_without_its_value_says_how_large_it_was() {

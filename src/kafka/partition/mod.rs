@@ -928,14 +928,25 @@ impl<P: Resolve> PartitionTask<P> {
                     error: &error,
                 }
                 .emit(&self.shared.metrics);
-                let record = OutRecord::dead_letter(
-                    &self.shared.dlq_topic,
-                    &OutRecordParts::of_message(&message),
-                    Source {
+                // Through the repartition topic, the input it came from is the source.
+                let mut parts = OutRecordParts::of_message(&message);
+                let upstream = parts.take_input_source();
+                let source = match &upstream {
+                    Some((topic, partition, offset)) => Source {
+                        topic,
+                        partition: *partition,
+                        offset: *offset,
+                    },
+                    None => Source {
                         topic: &self.shared.input_topic,
                         partition: self.partition,
                         offset,
                     },
+                };
+                let record = OutRecord::dead_letter(
+                    &self.shared.dlq_topic,
+                    &parts,
+                    source,
                     rejected.kind(),
                     &error,
                 );

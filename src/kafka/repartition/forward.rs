@@ -13,13 +13,15 @@ use crate::internal_events::{InputDeadLettered, InputRepartitioned};
 use crate::kafka::health::KafkaContext;
 use crate::kafka::offsets::OffsetTracker;
 use crate::kafka::partition::blocking;
-use crate::kafka::records::{OutRecord, OutRecordParts, Source, CONTROL};
+use crate::kafka::records::{
+    input_source, OutRecord, OutRecordParts, Source, CONTROL, INPUT_SOURCE,
+};
 use crate::watermark::{InputWatermark, WatermarkMessage};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
@@ -243,18 +245,28 @@ impl Forwarder {
         let record = match decoded {
             Ok(input) => {
                 InputRepartitioned.emit(&s.metrics);
+                let source = Source {
+                    topic: &s.input_topic,
+                    partition: self.partition,
+                    offset,
+                };
                 OutRecord {
                     topic: s.topic.clone(),
                     partition: Some(partition_of(&input.key, s.partitions)),
                     key: Some(input.key),
                     value: message.payload().map(Bytes::copy_from_slice),
                     timestamp: (input.timestamp >= 0).then_some(input.timestamp),
-                    headers: Vec::new(),
+                    headers: vec![input_source(&source)],
                 }
             }
             Err(rejected) => self.dead_letter(&message, &rejected),
         };
-        let headers = message.headers().cloned();
+        // The input's own headers, but a source a record re-sent from elsewhere may carry.
+        let headers = message.headers().map(|h| {
+            h.iter()
+                .filter(|h| h.key != INPUT_SOURCE)
+                .fold(OwnedHeaders::new(), |all, h| all.insert(h))
+        });
         self.tracker.caused(offset);
         self.tracker.consumed(offset);
         self.send(Some(offset), &record, headers).await
@@ -406,12 +418,7 @@ impl Forwarder {
             }
             return Ok(());
         }
-        if let Some(position) = self.tracker.to_commit() {
-            self.shared
-                .positions
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(self.partition, position);
+        if let Some(position) = self.publish_position() {
             while let Some(&(offset, watermark)) = self.moved.front() {
                 if offset >= position {
                     break;
@@ -555,14 +562,20 @@ impl Forwarder {
                 _ => break,
             }
         }
-        if let Some(position) = self.tracker.to_commit() {
-            self.shared
-                .positions
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(self.partition, position);
-        }
+        self.publish_position();
         Ended::Done
+    }
+
+    /// Outside transactions: the position below which every input's record is
+    /// acknowledged, if it moved, published for the consumer thread to store and commit.
+    fn publish_position(&mut self) -> Option<i64> {
+        let position = self.tracker.to_commit()?;
+        self.shared
+            .positions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(self.partition, position);
+        Some(position)
     }
 }
 
