@@ -225,7 +225,13 @@ impl Start<'_> {
         WatermarkSettings {
             generators,
             interval: config.watermark_interval,
-            idle_timeout: config.idle_timeout,
+            // Through the repartition topic, whether an input partition is idle is its own
+            // marker's word (the stage times it out); the watch side's input is idle when
+            // every one of them says so, not after a quiet spell between two markers.
+            idle_timeout: match layout.upstream_partitions {
+                Some(_) => Duration::MAX,
+                None => config.idle_timeout,
+            },
             topic: config.watermark_topic.as_str().into(),
             output_partitions: layout.output_partitions,
             read_back: read_back.topic.clone(),
