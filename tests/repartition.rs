@@ -188,3 +188,45 @@ async fn dead_letters_of_either_stage_name_the_input() {
         ]
     );
 }
+
+/// Turning repartitioning on for a group that ran without it: the repartition stage starts
+/// where the group left the input topic, so the inputs it had read are not forwarded again
+/// (with a week of history on the input topic, every one would come again, and every watch
+/// finished longer ago than `WATCHBRIDGE_FINISHED_RETENTION` would start again).
+#[tokio::test(flavor = "multi_thread")]
+async fn turned_on_for_a_group_that_ran_the_stage_starts_where_the_group_left_the_input() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("shared-handover", 2).await;
+    for user in 0..4i64 {
+        support::scenario::produce_user_to(&s.input, Some((user % 2) as i32), user).await;
+    }
+    let mut env = s.env(&server);
+    env.push(("WATCHBRIDGE_WATCH_KEY", "/id".into()));
+    env.push(("WATCHBRIDGE_GUARANTEE", "recovery".into()));
+    let mut before = env.clone();
+    before.push(("WATCHBRIDGE_REPARTITION", "never".into()));
+    let mut bridge = Bridge::start(&before);
+    wait_for_outputs(&s.output, 8, Duration::from_secs(60)).await;
+    let (code, _) = bridge.terminate();
+    assert_eq!(code, Some(0), "{}", bridge.log());
+
+    // One new input, then the same group with the repartition topic.
+    support::scenario::produce_user_to(&s.input, Some(0), 4).await;
+    let mut bridge = Bridge::start(&env);
+    wait_for_outputs(&s.output, 10, Duration::from_secs(60)).await;
+    let (code, _) = bridge.terminate();
+    let log = bridge.log();
+    assert_eq!(code, Some(0), "{log}");
+    let forwarded: Vec<String> = support::scenario::data_records(
+        broker()
+            .read_to_end(&format!("{}.repartition", s.group))
+            .await,
+    )
+    .iter()
+    .map(|m| {
+        use rdkafka::Message;
+        String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned()
+    })
+    .collect();
+    assert_eq!(forwarded, vec!["4".to_string()], "{log}");
+}

@@ -76,6 +76,7 @@ impl Start<'_> {
             group_id,
             decoder,
             consumer,
+            handover: self.clients.group_metadata_client(),
             producer: self.clients.output_producer(guarantee),
             transactions,
             commit_interval: config.checkpoint_interval,

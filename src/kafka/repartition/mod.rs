@@ -78,6 +78,10 @@ pub struct RepartitionSettings {
     pub decoder: Arc<InputDecoder>,
     /// The group consumer of the input topic.
     pub consumer: ClientConfig,
+    /// A client of the bridge's own group (`WATCHBRIDGE_GROUP_ID`), only to read where that
+    /// group left the input topic: a partition the stage has no commit for starts there
+    /// (the group ran without the repartition topic before), not from its beginning.
+    pub handover: ClientConfig,
     /// The idempotent producer's settings (recovery, at_least_once).
     pub producer: ClientConfig,
     /// `Some` in the exactly-once mode.
@@ -123,6 +127,8 @@ struct Running {
 /// run on that thread; the mutexes are never contended).
 struct Stage {
     shared: Arc<Shared>,
+    /// The bridge's own group's client (`RepartitionSettings::handover`).
+    handover: Option<BaseConsumer>,
     runtime: tokio::runtime::Handle,
     running: Mutex<HashMap<i32, Running>>,
     /// Partitions whose task ended on a failure, and when they are read again.
@@ -340,6 +346,52 @@ impl Stage {
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         running.keys().copied().collect()
     }
+
+    /// Explicit start offsets for a new assignment (`tpl`, librdkafka's, about to be
+    /// assigned): the stage's own commit; else where the bridge's own group left the input
+    /// topic, when it read it without the repartition topic (turning repartitioning on for
+    /// a group that ran: what that group read was handled, and is not forwarded again);
+    /// else as `auto.offset.reset` says (librdkafka's lookup).
+    fn set_start_offsets(&self, consumer: &BaseConsumer<StageContext>, tpl: &TopicPartitionList) {
+        let topic = &*self.shared.settings.input_topic;
+        let mut asked = TopicPartitionList::new();
+        for e in tpl.elements_for_topic(topic) {
+            if e.offset() == Offset::Invalid {
+                asked.add_partition(topic, e.partition());
+            }
+        }
+        if asked.count() == 0 {
+            return;
+        }
+        let timeout = Duration::from_secs(5);
+        let commit_of = |list: &TopicPartitionList, p: i32| match list
+            .find_partition(topic, p)
+            .map(|e| e.offset())
+        {
+            Some(Offset::Offset(o)) => Some(o),
+            _ => None,
+        };
+        let own = consumer.committed_offsets(asked.clone(), timeout).ok();
+        let handed = self
+            .handover
+            .as_ref()
+            .and_then(|h| h.committed_offsets(asked, timeout).ok());
+        for mut element in tpl.elements_for_topic(topic) {
+            let p = element.partition();
+            if let Some(o) = own.as_ref().and_then(|c| commit_of(c, p)) {
+                let _ = element.set_offset(Offset::Offset(o));
+            } else if let Some(o) = handed.as_ref().and_then(|c| commit_of(c, p)) {
+                tracing::info!(
+                    partition = p,
+                    offset = o,
+                    "repartition stage: no commit of its own; starting where the bridge's \
+                     group left the input topic without the repartition topic (what it read \
+                     before is not forwarded again)"
+                );
+                let _ = element.set_offset(Offset::Offset(o));
+            }
+        }
+    }
 }
 
 /// librdkafka's callbacks for the stage's consumer.
@@ -360,6 +412,9 @@ impl ClientContext for StageContext {
 
 impl ConsumerContext for StageContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            self.stage.set_start_offsets(consumer, tpl);
+        }
         if let Rebalance::Revoke(tpl) = rebalance {
             let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
             let lost = consumer.assignment_lost();
@@ -400,6 +455,8 @@ impl RepartitionStage {
         };
         let kafka = settings.kafka.clone();
         let consumer_config = settings.consumer.clone();
+        // Not having it only costs the handover: the stage then starts as a new group does.
+        let handover = settings.handover.create::<BaseConsumer>().ok();
         let topic = settings.input_topic.clone();
         let shared = Arc::new(Shared {
             settings,
@@ -408,6 +465,7 @@ impl RepartitionStage {
         });
         let stage = Arc::new(Stage {
             shared,
+            handover,
             runtime: tokio::runtime::Handle::current(),
             running: Mutex::new(HashMap::new()),
             restarts: Mutex::new(HashMap::new()),
