@@ -629,27 +629,16 @@ impl<P: Resolve> Partitions<P> {
         tpl: &TopicPartitionList,
     ) {
         let topic = &self.shared.input_topic;
-        let partitions: Vec<i32> = tpl
-            .elements_for_topic(topic)
-            .iter()
-            .filter(|e| e.offset() == Offset::Invalid)
-            .map(|e| e.partition())
-            .collect();
+        let partitions = without_start(tpl, topic);
         if partitions.is_empty() {
             return;
         }
-        let starts: HashMap<i32, i64> = self
+        let starts: HashMap<i32, Offset> = self
             .start_offsets(consumer, &partitions, Duration::from_secs(5))
             .into_iter()
-            .filter_map(|(p, start)| Some((p, start?)))
+            .filter_map(|(p, start)| Some((p, Offset::Offset(start?))))
             .collect();
-        for mut element in tpl.elements_for_topic(topic) {
-            if let Some(&start) = starts.get(&element.partition()) {
-                // The list is librdkafka's, about to be assigned: setting an element's
-                // offset sets what the assignment starts from.
-                let _ = element.set_offset(Offset::Offset(start));
-            }
-        }
+        start_at(tpl, topic, &starts);
     }
 
     fn all(&self) -> Vec<i32> {
@@ -854,6 +843,25 @@ impl<P: Resolve> Partitions<P> {
             Err(e) => {
                 tracing::warn!(error = %e, "commit failed; uncommitted inputs will be read again")
             }
+        }
+    }
+}
+
+/// The partitions of `topic` in a new assignment `tpl` that have no start offset yet.
+pub(crate) fn without_start(tpl: &TopicPartitionList, topic: &str) -> Vec<i32> {
+    tpl.elements_for_topic(topic)
+        .iter()
+        .filter(|e| e.offset() == Offset::Invalid)
+        .map(|e| e.partition())
+        .collect()
+}
+
+/// Start the partitions of `topic` in `tpl` at `starts` (the list is librdkafka's, about
+/// to be assigned: setting an element's offset sets what the assignment starts from).
+pub(crate) fn start_at(tpl: &TopicPartitionList, topic: &str, starts: &HashMap<i32, Offset>) {
+    for mut element in tpl.elements_for_topic(topic) {
+        if let Some(&start) = starts.get(&element.partition()) {
+            let _ = element.set_offset(start);
         }
     }
 }

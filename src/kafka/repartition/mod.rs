@@ -39,6 +39,7 @@ mod forward;
 use crate::clock::Clock;
 use crate::formats::input::InputDecoder;
 use crate::internal_events::ConsumerFailed;
+use crate::kafka::consumer::{start_at, without_start};
 use crate::kafka::health::{is_connection_error, KafkaContext};
 use crate::kafka::refusal::is_refusal;
 use crate::metrics::Metrics;
@@ -250,28 +251,17 @@ impl Stage {
             {
                 continue;
             }
-            let mut asked = TopicPartitionList::new();
-            asked.add_partition(topic, partition);
-            let start = match consumer.committed_offsets(asked, Duration::from_secs(10)) {
-                Ok(c) => match c.find_partition(topic, partition).map(|e| e.offset()) {
-                    Some(Offset::Offset(o)) => Offset::Offset(o),
-                    _ => Offset::Beginning,
-                },
+            let start = match self.starts(consumer, &[partition]) {
+                Ok(starts) => starts.get(&partition).copied().unwrap_or(self.no_commit()),
                 Err(e) => {
                     tracing::warn!(partition, error = %e, "repartition stage: cannot read the partition's last commit; trying again");
-                    self.restarts
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(partition, Instant::now() + RESTART_BACKOFF);
+                    self.retry_later(partition);
                     continue;
                 }
             };
             if let Err(e) = consumer.seek(topic, partition, start, Duration::from_secs(10)) {
                 tracing::warn!(partition, error = %e, "repartition stage: cannot read the partition again from its last commit; trying again");
-                self.restarts
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(partition, Instant::now() + RESTART_BACKOFF);
+                self.retry_later(partition);
                 continue;
             }
             tracing::info!(partition, offset = ?start, "repartition stage: reading the partition again from its last commit");
@@ -347,21 +337,36 @@ impl Stage {
         running.keys().copied().collect()
     }
 
-    /// Explicit start offsets for a new assignment (`tpl`, librdkafka's, about to be
-    /// assigned): the stage's own commit; else where the bridge's own group left the input
-    /// topic, when it read it without the repartition topic (turning repartitioning on for
-    /// a group that ran: what that group read was handled, and is not forwarded again);
-    /// else as `auto.offset.reset` says (librdkafka's lookup).
-    fn set_start_offsets(&self, consumer: &BaseConsumer<StageContext>, tpl: &TopicPartitionList) {
+    /// Start `partition` again after [`RESTART_BACKOFF`].
+    fn retry_later(&self, partition: i32) {
+        self.restarts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(partition, Instant::now() + RESTART_BACKOFF);
+    }
+
+    /// Where a partition with no commit anywhere starts (`auto.offset.reset`).
+    fn no_commit(&self) -> Offset {
+        match self.shared.settings.consumer.get("auto.offset.reset") {
+            Some("latest" | "largest" | "end") => Offset::End,
+            _ => Offset::Beginning,
+        }
+    }
+
+    /// Where each of `partitions` starts: the stage's own commit; else where the bridge's
+    /// own group left the input topic, when it read it without the repartition topic
+    /// (turning repartitioning on for a group that ran: what that group read was handled,
+    /// and is not forwarded again). A partition with neither is left out. An error if the
+    /// stage's own commits cannot be read.
+    fn starts(
+        &self,
+        consumer: &BaseConsumer<StageContext>,
+        partitions: &[i32],
+    ) -> Result<HashMap<i32, Offset>, KafkaError> {
         let topic = &*self.shared.settings.input_topic;
         let mut asked = TopicPartitionList::new();
-        for e in tpl.elements_for_topic(topic) {
-            if e.offset() == Offset::Invalid {
-                asked.add_partition(topic, e.partition());
-            }
-        }
-        if asked.count() == 0 {
-            return;
+        for &p in partitions {
+            asked.add_partition(topic, p);
         }
         let timeout = Duration::from_secs(5);
         let commit_of = |list: &TopicPartitionList, p: i32| match list
@@ -371,15 +376,15 @@ impl Stage {
             Some(Offset::Offset(o)) => Some(o),
             _ => None,
         };
-        let own = consumer.committed_offsets(asked.clone(), timeout).ok();
+        let own = consumer.committed_offsets(asked.clone(), timeout)?;
         let handed = self
             .handover
             .as_ref()
             .and_then(|h| h.committed_offsets(asked, timeout).ok());
-        for mut element in tpl.elements_for_topic(topic) {
-            let p = element.partition();
-            if let Some(o) = own.as_ref().and_then(|c| commit_of(c, p)) {
-                let _ = element.set_offset(Offset::Offset(o));
+        let mut starts = HashMap::new();
+        for &p in partitions {
+            if let Some(o) = commit_of(&own, p) {
+                starts.insert(p, Offset::Offset(o));
             } else if let Some(o) = handed.as_ref().and_then(|c| commit_of(c, p)) {
                 tracing::info!(
                     partition = p,
@@ -388,8 +393,22 @@ impl Stage {
                      group left the input topic without the repartition topic (what it read \
                      before is not forwarded again)"
                 );
-                let _ = element.set_offset(Offset::Offset(o));
+                starts.insert(p, Offset::Offset(o));
             }
+        }
+        Ok(starts)
+    }
+
+    /// Explicit start offsets for a new assignment `tpl`, as [`Self::starts`] says; a
+    /// partition it has none for is left to `auto.offset.reset`.
+    fn set_start_offsets(&self, consumer: &BaseConsumer<StageContext>, tpl: &TopicPartitionList) {
+        let topic = &*self.shared.settings.input_topic;
+        let partitions = without_start(tpl, topic);
+        if partitions.is_empty() {
+            return;
+        }
+        if let Ok(starts) = self.starts(consumer, &partitions) {
+            start_at(tpl, topic, &starts);
         }
     }
 }
