@@ -115,9 +115,10 @@ bench-smoke: setup broker-install bench-peer-install
 #   on Tansu   ~3.2 min [3.9]: cargo test 150 s [185] (bridge 42 s, watermarks 22 s,
 #              prometheus 14 s, avro 13 s, unit tests 11 s, brokers 11 s, cli 11 s,
 #              avro_interop 10 s, ops 7 s, kafka_broker 3 s, the rest < 1 s; the Avro
-#              tests' Python venv is made once, ~30 s), chaos-short 38 s [39]
-#   on Kafka   ~3 min [4]: the six broker test binaries 135 s [166] (each starts its own
-#              Kafka: 8-20 s of JVM start), compaction 50 s [62]
+#              tests' Python venv is made once, ~30 s), chaos-short 38 s [39],
+#              chaos-shared-keys ~63 s (issue 51)
+#   on Kafka   ~3 min [4]: the broker test binaries 135 s [166] (each starts its own
+#              Kafka: 8-20 s of JVM start; repartition ~25 s more), compaction 50 s [62]
 #   on three Kafka nodes ~5 min: replicated ~60 s, offline_partition ~30 s, ownership
 #              ~60 s, chaos-short in exactly_once and in recovery ~150 s each (node
 #              kills and pauses)
