@@ -395,8 +395,15 @@ pub fn partition_of_key(key: &[u8], partitions: i32) -> serde_json::Value {
         "murmur2": (murmur2(key) & 0x7fff_ffff) % n,
         // librdkafka's default (`consistent_random`): C, Go, Python, .NET clients, and
         // `watchbridge produce`.
-        "crc32": crc32fast::hash(key) % n,
+        "crc32": crc32_partition(key, partitions),
     })
+}
+
+/// The partition of `partitions` librdkafka's default partitioner (`consistent_random`)
+/// puts a record keyed `key` in: CRC-32 of the key. The repartition stage puts each watch
+/// key there (`kafka/repartition/`), so it is also where that key's watch lives then.
+pub fn crc32_partition(key: &[u8], partitions: i32) -> i32 {
+    (crc32fast::hash(key) % partitions.max(1) as u32) as i32
 }
 
 /// Kafka's murmur2 (`org.apache.kafka.common.utils.Utils.murmur2`), as its default

@@ -491,14 +491,14 @@ async fn watch(api: &OpsApi, rest: &str, query: &str) -> Response<Full<Bytes>> {
     let not_here = |owned: Vec<i32>| {
         if api.controls.repartitioned() {
             // The partition is known: the repartition stage put the key there.
-            let n = api.controls.input_partitions().max(1) as u32;
+            let partition = crate::control::crc32_partition(&key, api.controls.input_partitions());
             return json(
                 StatusCode::NOT_FOUND,
                 &serde_json::json!({
                     "error": "no live or remembered watch with this key on this instance",
                     "key": shown,
                     "owned_partitions": owned,
-                    "partition": crc32fast::hash(&key) % n,
+                    "partition": partition,
                     "hint": "the inputs go through the repartition topic (WATCHBRIDGE_REPARTITION), keyed by the watch key: the watch lives in this partition of it, on the instance that owns it (GET /partitions on each instance says which it owns). Pauses and resumes are taken by any instance",
                 }),
             );

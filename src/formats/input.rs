@@ -68,6 +68,23 @@ impl InputDecoder {
         }
     }
 
+    /// The event time a record decoded to `decoded` gives its partition's watermark: the
+    /// input's time; for a record that did not decode, its record timestamp (`now` without
+    /// one), unless the time is read from the value (`WATCHBRIDGE_INPUT_TIME`), which it
+    /// could not be: then none (it moves nothing).
+    pub fn watermark_time(
+        &self,
+        decoded: &Result<Input, Rejected>,
+        record_time: Option<Millis>,
+        now: Millis,
+    ) -> Option<Millis> {
+        match decoded {
+            Ok(input) => Some(input.timestamp),
+            Err(_) if self.time.is_some() => None,
+            Err(_) => Some(record_time.unwrap_or(now)),
+        }
+    }
+
     /// Decode one record. `now` stands in for a record without a timestamp.
     pub fn decode(
         &self,

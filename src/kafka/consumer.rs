@@ -753,25 +753,7 @@ impl<P: Resolve> Partitions<P> {
 
     /// Store the positions the tasks published, for librdkafka to commit.
     fn store_positions(&self, consumer: &BaseConsumer<BridgeContext<P>>) {
-        let positions: Vec<(i32, i64)> = match self.shared.positions.lock() {
-            Ok(mut p) => p.drain().collect(),
-            Err(_) => return,
-        };
-        if positions.is_empty() {
-            return;
-        }
-        let mut tpl = TopicPartitionList::new();
-        for (partition, offset) in positions {
-            let _ = tpl.add_partition_offset(
-                &self.shared.input_topic,
-                partition,
-                Offset::Offset(offset),
-            );
-        }
-        if let Err(e) = consumer.store_offsets(&tpl) {
-            // A partition revoked meanwhile: its new owner re-reads from the last commit.
-            tracing::debug!(error = %e, "could not store offsets");
-        }
+        store_positions(consumer, &self.shared.input_topic, &self.shared.positions);
     }
 
     /// The final commit of a stop: the positions in `wanted`, asynchronously, then checked
@@ -834,17 +816,63 @@ impl<P: Resolve> Partitions<P> {
 
     fn commit(&self, consumer: &BaseConsumer<BridgeContext<P>>) {
         self.store_positions(consumer);
-        match consumer.commit_consumer_state(CommitMode::Sync) {
-            Ok(()) => {}
-            // Nothing stored since the last commit.
-            Err(rdkafka::error::KafkaError::ConsumerCommit(
-                rdkafka::types::RDKafkaErrorCode::NoOffset,
-            )) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "commit failed; uncommitted inputs will be read again")
-            }
+        if let Err(e) = commit_stored(consumer) {
+            tracing::warn!(error = %e, "commit failed; uncommitted inputs will be read again")
         }
     }
+}
+
+/// Store the commit positions the tasks published in `positions` (partitions of `topic`),
+/// for librdkafka to commit.
+pub(crate) fn store_positions<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    positions: &Mutex<HashMap<i32, i64>>,
+) {
+    let positions: Vec<(i32, i64)> = match positions.lock() {
+        Ok(mut p) => p.drain().collect(),
+        Err(_) => return,
+    };
+    if positions.is_empty() {
+        return;
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (partition, offset) in positions {
+        let _ = tpl.add_partition_offset(topic, partition, Offset::Offset(offset));
+    }
+    if let Err(e) = consumer.store_offsets(&tpl) {
+        // A partition revoked meanwhile: its new owner re-reads from the last commit.
+        tracing::debug!(error = %e, "could not store offsets");
+    }
+}
+
+/// Commit what is stored, synchronously; nothing stored since the last commit is no error.
+pub(crate) fn commit_stored<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> KafkaResult<()> {
+    match consumer.commit_consumer_state(CommitMode::Sync) {
+        Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => Ok(()),
+        other => other,
+    }
+}
+
+/// Drop `consumer` (librdkafka's close: leaving its group waits for the group's
+/// coordinator) on a thread of its own, waiting for it until `by`: whether it closed in
+/// time. What is not done by then is left to that thread, which the process's exit ends.
+pub(crate) fn close_by<C: ConsumerContext + 'static>(
+    consumer: BaseConsumer<C>,
+    thread_name: &str,
+    by: Instant,
+) -> bool {
+    let (closed_tx, closed_rx) = std_mpsc::channel();
+    let closing = std::thread::Builder::new()
+        .name(thread_name.into())
+        .spawn(move || {
+            drop(consumer);
+            let _ = closed_tx.send(());
+        });
+    closing.is_ok()
+        && closed_rx
+            .recv_timeout(by.saturating_duration_since(Instant::now()))
+            .is_ok()
 }
 
 /// The partitions of `topic` in a new assignment `tpl` that have no start offset yet.
@@ -961,19 +989,28 @@ impl<P: Resolve> ConsumerContext for BridgeContext<P> {
     }
 }
 
-/// The input consumer's errors other than a lost connection (an ACL missing on the input
+/// A group consumer's errors other than a lost connection (an ACL missing on the input
 /// topic or the group, a batch it cannot decode): never a silent loop. Each is counted;
-/// logged at ERROR when it is new or every `ConsumerFailed::LOG_EVERY` while it lasts; and
-/// `/readyz` says not ready, naming it, until the consumer hands over a record or an end
-/// of partition again.
+/// logged at ERROR when it is new or every `ConsumerFailed::LOG_EVERY` while it lasts. The
+/// bridge's input consumer also has `/readyz` say not ready, naming it, until the consumer
+/// hands over a record or an end of partition again; the repartition stage's consumer
+/// (`kafka/repartition/`) only logs and counts.
 #[derive(Default)]
-struct ConsumerFailing {
+pub(crate) struct ConsumerFailing {
     /// The error and when it was last logged.
     last: Option<(String, Instant)>,
 }
 
 impl ConsumerFailing {
-    fn failed<P: Resolve>(&mut self, error: &KafkaError, shared: &Shared<P>) {
+    /// `error` from the consumer of `topic` in `group`: counted, logged if due. Returns
+    /// its text when it was logged.
+    pub(crate) fn failed(
+        &mut self,
+        error: &KafkaError,
+        topic: &str,
+        group: &str,
+        metrics: &crate::metrics::Metrics,
+    ) -> Option<&str> {
         let text = error.to_string();
         let log = match &self.last {
             Some((last, at)) => *last != text || at.elapsed() >= ConsumerFailed::LOG_EVERY,
@@ -984,24 +1021,43 @@ impl ConsumerFailing {
             refused: error
                 .rdkafka_error_code()
                 .is_some_and(super::refusal::is_refusal),
-            topic: &shared.input_topic,
-            group: &shared.group_id,
+            topic,
+            group,
             log,
         }
-        .emit(&shared.metrics);
-        if log {
-            shared
-                .readiness
-                .consumer_failing(Some(&text), &shared.metrics);
-            self.last = Some((text, Instant::now()));
+        .emit(metrics);
+        if !log {
+            return None;
         }
+        let (text, _) = self.last.insert((text, Instant::now()));
+        Some(text)
     }
 
-    fn reads<P: Resolve>(&mut self, shared: &Shared<P>) {
-        if self.last.take().is_some() {
-            tracing::info!("the input consumer reads again");
-            shared.readiness.consumer_failing(None, &shared.metrics);
-        }
+    /// The consumer handed something over: whether it had been failing until now.
+    pub(crate) fn reads(&mut self) -> bool {
+        self.last.take().is_some()
+    }
+}
+
+/// [`ConsumerFailing`] for the bridge's input consumer, whose failing `/readyz` names.
+fn consumer_failed<P: Resolve>(
+    failing: &mut ConsumerFailing,
+    error: &KafkaError,
+    shared: &Shared<P>,
+) {
+    let (topic, group) = (&shared.input_topic, &shared.group_id);
+    if let Some(text) = failing.failed(error, topic, group, &shared.metrics) {
+        shared
+            .readiness
+            .consumer_failing(Some(text), &shared.metrics);
+    }
+}
+
+/// The bridge's input consumer handed something over.
+fn consumer_reads<P: Resolve>(failing: &mut ConsumerFailing, shared: &Shared<P>) {
+    if failing.reads() {
+        tracing::info!("the input consumer reads again");
+        shared.readiness.consumer_failing(None, &shared.metrics);
     }
 }
 
@@ -1037,7 +1093,7 @@ pub fn consume<P: Resolve>(
         match consumer.poll(wait) {
             None => {}
             Some(Ok(message)) => {
-                failing.reads(&partitions.shared);
+                consumer_reads(&mut failing, &partitions.shared);
                 partitions.route(
                     &consumer,
                     message.partition(),
@@ -1045,7 +1101,7 @@ pub fn consume<P: Resolve>(
                 )
             }
             Some(Err(KafkaError::PartitionEOF(partition))) => {
-                failing.reads(&partitions.shared);
+                consumer_reads(&mut failing, &partitions.shared);
                 partitions.end_of_partition(&consumer, partition)
             }
             // A lost connection is the broker health's to report (once per outage); the
@@ -1053,7 +1109,7 @@ pub fn consume<P: Resolve>(
             Some(Err(e)) if e.rdkafka_error_code().is_some_and(is_connection_error) => {
                 tracing::trace!(error = %e, "consumer connection error")
             }
-            Some(Err(e)) => failing.failed(&e, &partitions.shared),
+            Some(Err(e)) => consumer_failed(&mut failing, &e, &partitions.shared),
         }
     }
     let deadline = *deadline.get_or_init(|| Instant::now() + partitions.shared.stop_timeout);
@@ -1075,18 +1131,8 @@ pub fn consume<P: Resolve>(
     };
     // Leaving the group (librdkafka's close, in the consumer's drop) waits for the group
     // coordinator; on a thread of its own, so that the stop does not wait past its bound.
-    let close_by = deadline.max(Instant::now() + Duration::from_millis(500));
-    let (closed_tx, closed_rx) = std_mpsc::channel();
-    let closing = std::thread::Builder::new()
-        .name("watchbridge-consumer-close".into())
-        .spawn(move || {
-            drop(consumer);
-            let _ = closed_tx.send(());
-        });
-    let closed = closing.is_ok()
-        && closed_rx
-            .recv_timeout(close_by.saturating_duration_since(Instant::now()))
-            .is_ok();
+    let by = deadline.max(Instant::now() + Duration::from_millis(500));
+    let closed = close_by(consumer, "watchbridge-consumer-close", by);
     ConsumerStopped {
         partitions: reports,
         commit,

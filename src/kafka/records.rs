@@ -45,6 +45,17 @@ pub const CONTROL: &str = "watchbridge-control";
 pub const INPUT_SOURCE: &str = "watchbridge-input-source";
 /// The `CONTROL` value of a settle record ([`OutRecord::settle`]).
 const SETTLE: &[u8] = b"settle";
+/// The [`CONTROL`] value of a watermark record.
+const WATERMARK: &[u8] = b"watermark";
+
+/// Whether `message` carries `watchbridge-control: <value>`.
+fn is_control(message: &impl rdkafka::Message, value: &[u8]) -> bool {
+    message.headers().is_some_and(|headers| {
+        headers
+            .iter()
+            .any(|h| h.key == CONTROL && h.value == Some(value))
+    })
+}
 
 /// The headers each output carries: the readable ones `WATCHBRIDGE_OUTPUT_HEADERS` asks
 /// for, and `wb-id` where a recovery reads outputs back.
@@ -287,7 +298,7 @@ impl OutRecord {
             key: Some(Bytes::from(key)),
             value: Some(Bytes::from(json)),
             timestamp: None,
-            headers: vec![(CONTROL.into(), Some(Bytes::from_static(b"watermark")))],
+            headers: vec![(CONTROL.into(), Some(Bytes::from_static(WATERMARK)))],
         }
     }
 
@@ -320,11 +331,13 @@ impl OutRecord {
     /// Whether `message` is a settle record ([`OutRecord::settle`]): it carries no value
     /// for a reader of the watermark topic.
     pub fn is_settle(message: &impl rdkafka::Message) -> bool {
-        message.headers().is_some_and(|headers| {
-            headers
-                .iter()
-                .any(|h| h.key == CONTROL && h.value == Some(SETTLE))
-        })
+        is_control(message, SETTLE)
+    }
+
+    /// Whether `message` is a watermark record ([`OutRecord::watermark`]): on the
+    /// repartition topic, an input partition's watermark in-band.
+    pub fn is_watermark(message: &impl rdkafka::Message) -> bool {
+        is_control(message, WATERMARK)
     }
 
     /// A partition's watermark as it is published: one record on the watermark topic and a

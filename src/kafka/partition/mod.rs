@@ -779,11 +779,10 @@ impl<P: Resolve> PartitionTask<P> {
         // The watermark follows input event times: the record timestamps, or with
         // WATCHBRIDGE_INPUT_TIME the times read from the values (an input without one
         // moves nothing).
-        let time = match &decoded {
-            Ok(input) => Some(input.timestamp),
-            Err(_) if self.shared.decoder.time.is_some() => None,
-            Err(_) => Some(message.timestamp().to_millis().unwrap_or(now)),
-        };
+        let time =
+            self.shared
+                .decoder
+                .watermark_time(&decoded, message.timestamp().to_millis(), now);
         if let Some(time) = time {
             let value = decoded.as_ref().ok().map(|input| &input.value);
             self.watermark.on_record(time, value, now);

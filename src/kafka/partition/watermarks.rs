@@ -10,7 +10,6 @@
 //! exactly-once mode the transaction makes the topic record and its copies one.
 
 use super::*;
-use crate::kafka::records::CONTROL;
 
 impl<P: Resolve> PartitionTask<P> {
     /// Publish the partition's watermark if it changed since the last tick.
@@ -45,11 +44,7 @@ impl<P: Resolve> PartitionTask<P> {
     /// the input partitions', `watermark::upstream`) and committed with the inputs around
     /// it. Returns whether `message` was one.
     pub(super) fn take_upstream_watermark(&mut self, message: &OwnedMessage) -> bool {
-        let is_marker = message.headers().is_some_and(|h| {
-            rdkafka::message::Headers::iter(h)
-                .any(|h| h.key == CONTROL && h.value == Some(b"watermark".as_slice()))
-        });
-        if !is_marker {
+        if !OutRecord::is_watermark(message) {
             return false;
         }
         match WatermarkMessage::parse(message.payload().unwrap_or_default()) {

@@ -7,15 +7,14 @@
 
 use super::Shared;
 use crate::clock::Millis;
+use crate::control::crc32_partition;
 use crate::formats::input::Attempt;
 use crate::formats::watch_input::Rejected;
 use crate::internal_events::{InputDeadLettered, InputRepartitioned};
 use crate::kafka::health::KafkaContext;
 use crate::kafka::offsets::OffsetTracker;
 use crate::kafka::partition::blocking;
-use crate::kafka::records::{
-    input_source, OutRecord, OutRecordParts, Source, CONTROL, INPUT_SOURCE,
-};
+use crate::kafka::records::{input_source, OutRecord, OutRecordParts, Source, INPUT_SOURCE};
 use crate::watermark::{InputWatermark, WatermarkMessage};
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -229,11 +228,9 @@ impl Forwarder {
                 }
             }
         };
-        let time = match &decoded {
-            Ok(input) => Some(input.timestamp),
-            Err(_) if s.decoder.time.is_some() => None,
-            Err(_) => Some(message.timestamp().to_millis().unwrap_or(now)),
-        };
+        let time = s
+            .decoder
+            .watermark_time(&decoded, message.timestamp().to_millis(), now);
         if let Some(time) = time {
             let before = self.watermark.watermark();
             let value = decoded.as_ref().ok().map(|input| &input.value);
@@ -252,7 +249,9 @@ impl Forwarder {
                 };
                 OutRecord {
                     topic: s.topic.clone(),
-                    partition: Some(partition_of(&input.key, s.partitions)),
+                    // As librdkafka's default partitioner would: the operations API's `crc32`
+                    // answer names the watch's partition.
+                    partition: Some(crc32_partition(&input.key, s.partitions)),
                     key: Some(input.key),
                     value: message.payload().map(Bytes::copy_from_slice),
                     timestamp: (input.timestamp >= 0).then_some(input.timestamp),
@@ -448,17 +447,9 @@ impl Forwarder {
             watermark_ms: watermark.unwrap_or(Millis::MIN),
             idle,
         };
-        let value = Bytes::from(message.to_json());
-        let key = Bytes::from(message.key());
+        let (key, json) = (message.key(), message.to_json());
         for partition in 0..s.partitions {
-            let record = OutRecord {
-                topic: s.topic.clone(),
-                partition: Some(partition),
-                key: Some(key.clone()),
-                value: Some(value.clone()),
-                timestamp: Some(s.clock.now_ms()),
-                headers: vec![(CONTROL.into(), Some(Bytes::from_static(b"watermark")))],
-            };
+            let record = OutRecord::watermark(&s.topic, Some(partition), key.clone(), json.clone());
             self.send(None, &record, None).await?;
         }
         self.marker = Some((watermark, idle, Instant::now()));
@@ -577,13 +568,6 @@ impl Forwarder {
             .insert(self.partition, position);
         Some(position)
     }
-}
-
-/// The repartition partition of a watch key: CRC-32, as librdkafka's default partitioner
-/// (`consistent_random`) hashes a key, so the operations API's `crc32` answer names the
-/// watch-side partition of a key.
-pub(super) fn partition_of(key: &[u8], partitions: i32) -> i32 {
-    (crc32fast::hash(key) % partitions.max(1) as u32) as i32
 }
 
 /// What a failed transactional call means: fenced (or another fatal error of the

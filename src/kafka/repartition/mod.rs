@@ -38,16 +38,17 @@ mod forward;
 
 use crate::clock::Clock;
 use crate::formats::input::InputDecoder;
-use crate::internal_events::ConsumerFailed;
-use crate::kafka::consumer::{start_at, without_start};
+use crate::kafka::consumer::{
+    close_by, commit_stored, start_at, store_positions, without_start, ConsumerFailing,
+    NoCommitStart,
+};
 use crate::kafka::health::{is_connection_error, KafkaContext};
-use crate::kafka::refusal::is_refusal;
 use crate::metrics::Metrics;
 use crate::watermark::Generators;
 use forward::{Ended, Forwarder};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{
-    BaseConsumer, CommitMode, Consumer, ConsumerContext, ConsumerGroupMetadata, Rebalance,
+    BaseConsumer, Consumer, ConsumerContext, ConsumerGroupMetadata, Rebalance,
 };
 use rdkafka::error::KafkaError;
 use rdkafka::message::OwnedMessage;
@@ -293,28 +294,8 @@ impl Stage {
 
     /// Store the positions the tasks published, for librdkafka to commit.
     fn store_positions(&self, consumer: &BaseConsumer<StageContext>) {
-        let positions: Vec<(i32, i64)> = {
-            let mut p = self
-                .shared
-                .positions
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            p.drain().collect()
-        };
-        if positions.is_empty() {
-            return;
-        }
-        let mut tpl = TopicPartitionList::new();
-        for (partition, offset) in positions {
-            let _ = tpl.add_partition_offset(
-                &self.shared.settings.input_topic,
-                partition,
-                Offset::Offset(offset),
-            );
-        }
-        if let Err(e) = consumer.store_offsets(&tpl) {
-            tracing::debug!(error = %e, "repartition stage: could not store offsets");
-        }
+        let settings = &self.shared.settings;
+        store_positions(consumer, &settings.input_topic, &self.shared.positions);
     }
 
     /// Commit what is stored (not in the exactly-once mode, whose transactions commit).
@@ -323,12 +304,8 @@ impl Stage {
             return;
         }
         self.store_positions(consumer);
-        match consumer.commit_consumer_state(CommitMode::Sync) {
-            Ok(())
-            | Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "repartition stage: commit failed; uncommitted inputs are forwarded again (the watch side starts nothing twice)")
-            }
+        if let Err(e) = commit_stored(consumer) {
+            tracing::warn!(error = %e, "repartition stage: commit failed; uncommitted inputs are forwarded again (the watch side starts nothing twice)")
         }
     }
 
@@ -347,9 +324,10 @@ impl Stage {
 
     /// Where a partition with no commit anywhere starts (`auto.offset.reset`).
     fn no_commit(&self) -> Offset {
-        match self.shared.settings.consumer.get("auto.offset.reset") {
-            Some("latest" | "largest" | "end") => Offset::End,
-            _ => Offset::Beginning,
+        let reset = self.shared.settings.consumer.get("auto.offset.reset");
+        match NoCommitStart::from_reset(reset) {
+            NoCommitStart::End => Offset::End,
+            NoCommitStart::First | NoCommitStart::Librdkafka => Offset::Beginning,
         }
     }
 
@@ -523,9 +501,7 @@ impl RepartitionStage {
 }
 
 fn consume(consumer: BaseConsumer<StageContext>, stage: Arc<Stage>, stop: Arc<AtomicBool>) {
-    // The last error the consumer reported (other than a lost connection), and when it was
-    // logged: each is counted, and logged when new or every `ConsumerFailed::LOG_EVERY`.
-    let mut failing: Option<(String, Instant)> = None;
+    let mut failing = ConsumerFailing::default();
     while !stop.load(Ordering::Relaxed) {
         stage.reap();
         stage.restart_due(&consumer);
@@ -533,7 +509,7 @@ fn consume(consumer: BaseConsumer<StageContext>, stage: Arc<Stage>, stop: Arc<At
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
             Some(Ok(message)) => {
-                if failing.take().is_some() {
+                if failing.reads() {
                     tracing::info!("the repartition stage's consumer reads again");
                 }
                 stage.route(message.detach(), &stop)
@@ -542,22 +518,9 @@ fn consume(consumer: BaseConsumer<StageContext>, stage: Arc<Stage>, stop: Arc<At
             // A lost connection is the broker health's to report (once per outage).
             Some(Err(e)) if e.rdkafka_error_code().is_some_and(is_connection_error) => {}
             Some(Err(e)) => {
-                let text = e.to_string();
-                let log = failing.as_ref().is_none_or(|(last, at)| {
-                    *last != text || at.elapsed() >= ConsumerFailed::LOG_EVERY
-                });
                 let settings = &stage.shared.settings;
-                ConsumerFailed {
-                    error: &e,
-                    refused: e.rdkafka_error_code().is_some_and(is_refusal),
-                    topic: &settings.input_topic,
-                    group: &settings.group_id,
-                    log,
-                }
-                .emit(&settings.metrics);
-                if log {
-                    failing = Some((text, Instant::now()));
-                }
+                let (topic, group) = (&settings.input_topic, &settings.group_id);
+                failing.failed(&e, topic, group, &settings.metrics);
             }
         }
     }
@@ -566,13 +529,7 @@ fn consume(consumer: BaseConsumer<StageContext>, stage: Arc<Stage>, stop: Arc<At
     if !lost {
         stage.commit(&consumer);
     }
-    // Leaving the group waits for its coordinator: on a thread of its own, bounded.
-    let (closed_tx, closed_rx) = std_mpsc::channel();
-    let _ = std::thread::Builder::new()
-        .name("watchbridge-repartition-close".into())
-        .spawn(move || {
-            drop(consumer);
-            let _ = closed_tx.send(());
-        });
-    let _ = closed_rx.recv_timeout(Duration::from_secs(5));
+    // Leaving the group waits for its coordinator: bounded.
+    let by = Instant::now() + Duration::from_secs(5);
+    close_by(consumer, "watchbridge-repartition-close", by);
 }
