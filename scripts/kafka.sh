@@ -193,6 +193,11 @@ auto.create.topics.enable=false
 log.cleaner.backoff.ms=500
 log.cleaner.dedupe.buffer.size=16777216
 log.cleaner.threads=1
+# No deletion by time: the broker deletes a record once its timestamp is older than
+# retention.ms (default 7 days), checked every 5 minutes, and the bridge stamps an output
+# with its event time: the tests' fixed event times (scenario::T0, 30 Nov 2026) would make
+# their outputs vanish between two reads (docs/brokers.md, "Retention and event time").
+log.retention.ms=-1
 # Less disk, fewer threads: a test broker.
 num.network.threads=2
 num.io.threads=2

@@ -70,7 +70,7 @@ use crate::limits::{Limits, PollSlot};
 use crate::metrics::Metrics;
 use crate::poll::{Output, PollError, PollResult, Poller};
 use crate::reason::TerminatedReason;
-use crate::seen::{hash_key, OutputHash, SeenSet};
+use crate::seen::{OutputHash, SeenSet};
 use crate::table::{Completion, WatchId, WatchTable};
 use crate::watch::{Next, Progress, WatchRules};
 use bytes::Bytes;
@@ -654,11 +654,9 @@ impl<P: Poller> Engine<P> {
                 }
                 .emit(&self.metrics);
                 let new_hashes = match (&polled.next, self.checkpoints) {
-                    (Next::PollAt(_), true) => polled
-                        .new_outputs
-                        .iter()
-                        .map(|o| hash_key(&o.key))
-                        .collect(),
+                    (Next::PollAt(_), true) => {
+                        polled.new_outputs.iter().map(|o| o.identity()).collect()
+                    }
                     _ => Vec::new(),
                 };
                 if !polled.new_outputs.is_empty() {

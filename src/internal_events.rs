@@ -485,6 +485,35 @@ impl LateOutput<'_> {
     }
 }
 
+/// An output whose event time (its timestamp on the output topic) is older than the output
+/// topic's `retention.ms`: written, but the broker deletes it at its next retention check.
+/// Logged at WARN for a partition's first such output (`first`), counted always.
+pub struct OutputPastRetention<'a> {
+    pub partition: i32,
+    pub key: &'a [u8],
+    pub event_time: crate::clock::Millis,
+    pub retention: std::time::Duration,
+    pub first: bool,
+}
+
+impl OutputPastRetention<'_> {
+    pub fn emit(&self, m: &Metrics) {
+        if self.first {
+            tracing::warn!(
+                partition = self.partition,
+                key = %KeyDisplay(self.key),
+                event_time = self.event_time,
+                retention_ms = self.retention.as_millis() as u64,
+                "an output's event time is older than the output topic's retention.ms: the \
+                 broker deletes it within minutes; keep such outputs with retention.ms=-1 (or \
+                 longer than their age) on the output topic (docs/brokers.md, \"Retention and \
+                 event time\"); further ones counted in watchbridge_outputs_past_retention_total"
+            );
+        }
+        m.outputs_past_retention.inc();
+    }
+}
+
 /// A partition's recovery began (it reads no input and polls nothing until it ends).
 pub struct PartitionRecovering {
     pub partition: i32,

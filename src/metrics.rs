@@ -67,6 +67,7 @@ pub struct Metrics {
     /// Seconds; absent until the merged watermark is known.
     pub watermark_lag: OptionalGauge,
     pub late_outputs: IntCounter,
+    pub outputs_past_retention: IntCounter,
     pub watches_restored: IntCounter,
     pub partitions_recovering: IntGauge,
     pub partitions_recovery_waiting: IntGauge,
@@ -235,6 +236,10 @@ impl Metrics {
         let late_outputs = reg!(IntCounter::new(
             "watchbridge_late_outputs_total",
             "Outputs emitted with an event time below their partition's published watermark (marked watchbridge-late)"
+        ));
+        let outputs_past_retention = reg!(IntCounter::new(
+            "watchbridge_outputs_past_retention_total",
+            "Outputs written with an event time older than the output topic's retention.ms: the broker deletes them at its next retention check"
         ));
         let watches_restored = reg!(IntCounter::new(
             "watchbridge_watches_restored_total",
@@ -422,6 +427,7 @@ impl Metrics {
             watermark,
             watermark_lag,
             late_outputs,
+            outputs_past_retention,
             watches_restored,
             partitions_recovering,
             partitions_recovery_waiting,

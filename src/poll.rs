@@ -21,6 +21,11 @@ pub struct Output {
     pub value: Bytes,
     /// When the output happened, in epoch milliseconds (the Kafka record timestamp).
     pub event_time: Millis,
+    /// Which version of the item `key` names this is (an `updated_at`, an ETag), where the
+    /// user asked that an updated item be emitted again (`WATCHBRIDGE_HTTP_ITEM_VERSION`):
+    /// the identity is then (key, version), and the output carries it in the
+    /// `watchbridge-item-version` header. `None`: the key alone is the identity.
+    pub version: Option<Bytes>,
 }
 
 impl Output {
@@ -30,7 +35,19 @@ impl Output {
             key: key.into(),
             value: value.into(),
             event_time,
+            version: None,
         }
+    }
+
+    /// The same output, as version `version` of its item.
+    pub fn with_version(mut self, version: impl Into<Bytes>) -> Self {
+        self.version = Some(version.into());
+        self
+    }
+
+    /// Its identity across polls: the hash of its key, or of its key and version.
+    pub fn identity(&self) -> crate::seen::OutputHash {
+        crate::seen::hash_identity(&self.key, self.version.as_deref())
     }
 }
 

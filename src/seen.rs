@@ -30,6 +30,24 @@ pub fn hash_key(key: &[u8]) -> OutputHash {
     xxh3_128(key)
 }
 
+/// The identity of version `version` of the item `key` (`Output::version`): the key's
+/// hash alone without a version, so that turning versions on changes nothing else; with
+/// one, XXH3-128 seeded apart of the key's length, the key and the version, so that no
+/// (key, version) pair hashes as a plain key, nor two pairs as each other by where the key
+/// ends. Pinned by a test, as [`hash_key`] is.
+pub fn hash_identity(key: &[u8], version: Option<&[u8]>) -> OutputHash {
+    let Some(version) = version else {
+        return hash_key(key);
+    };
+    /// "version1" in ASCII: the seed of versioned identities.
+    const VERSIONED: u64 = 0x7665_7273_696f_6e31;
+    let mut text = Vec::with_capacity(8 + key.len() + version.len());
+    text.extend_from_slice(&(key.len() as u64).to_le_bytes());
+    text.extend_from_slice(key);
+    text.extend_from_slice(version);
+    xxhash_rust::xxh3::xxh3_128_with_seed(&text, VERSIONED)
+}
+
 /// A set of output hashes, at about 16 bytes per entry.
 ///
 /// `base` is sorted and exactly sized (a boxed slice has no spare capacity). `recent` is sorted,
@@ -180,7 +198,7 @@ impl Lists {
         let mut fresh: Vec<(OutputHash, usize)> = outputs
             .iter()
             .enumerate()
-            .map(|(i, o)| (hash_key(&o.key), i))
+            .map(|(i, o)| (o.identity(), i))
             .filter(|&(h, _)| !self.contains(h))
             .collect();
         // Sorting by (hash, index) puts a repeated key's first occurrence first; dedup keeps it.
@@ -435,6 +453,31 @@ mod tests {
         assert_eq!(hash_key(b"watchbridge"), PINNED_WATCHBRIDGE);
     }
 
+    #[test]
+    fn hash_identity_is_pinned_and_apart_from_plain_keys() {
+        assert_eq!(hash_identity(b"watchbridge", None), PINNED_WATCHBRIDGE);
+        let versioned = hash_identity(b"c1", Some(b"2026-12-01T00:00:00Z"));
+        assert_eq!(versioned, PINNED_VERSIONED, "{versioned:#x}");
+        assert_ne!(hash_identity(b"c1", Some(b"")), hash_key(b"c1"));
+        assert_ne!(
+            hash_identity(b"ab", Some(b"c")),
+            hash_identity(b"a", Some(b"bc"))
+        );
+    }
+
+    #[test]
+    fn an_item_is_new_again_once_per_version() {
+        let mut s = SeenSet::new();
+        let v =
+            |version: &'static str, value: &'static str| out("c1", value, 1).with_version(version);
+        assert_eq!(s.take_new(vec![v("1", "first")]).len(), 1);
+        assert!(s.take_new(vec![v("1", "first again")]).is_empty());
+        let updated = s.take_new(vec![v("1", "first"), v("2", "edited")]);
+        assert_eq!(values(&updated), vec![&b"edited"[..]]);
+        assert_eq!(s.len(), 2);
+    }
+
+    const PINNED_VERSIONED: OutputHash = 0x7fbb_60da_2a16_5f4d_5a48_9280_ca3f_d12d;
     const PINNED_EMPTY: OutputHash = 0x99aa_06d3_0147_98d8_6001_c324_468d_497f;
     const PINNED_WATCHBRIDGE: OutputHash = 0x0f91_3d93_a8d8_5dd9_44df_fc57_4c94_44d6;
 

@@ -151,3 +151,52 @@ async fn a_start_on_topics_it_creates_becomes_ready_every_time() {
         assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
     }
 }
+
+/// The broker deletes a record whose timestamp is older than its topic's `retention.ms`,
+/// and an output's timestamp is its event time: outputs of a watch of history older than
+/// the output topic keeps are said (WARN, naming the retention) and counted
+/// (`watchbridge_outputs_past_retention_total`), not lost in silence. (Found when the
+/// tests' fixed event times, 30 Nov 2026, passed Kafka's default 7 days: outputs read
+/// once vanished before the next read.) On a broker that does not describe the topic's
+/// retention policy (Tansu 0.6), nothing can be said: the test checks that it says nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn outputs_older_than_the_output_topics_retention_are_said_and_counted() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("retained", 1).await;
+    let port = free_port();
+    let mut env = s.env(&server);
+    // One day: the outputs' event times (scenario::T0, 30 Nov 2026 on) are older.
+    env.push(("WATCHBRIDGE_TOPIC_CONFIG", "retention.ms=86400000".into()));
+    env.push(("WATCHBRIDGE_METRICS_ADDR", format!("127.0.0.1:{port}")));
+    let mut bridge = Bridge::start(&env);
+    support::scenario::produce_user(&s.input, 1).await;
+    support::scenario::wait_for_outputs(&s.output, 2, Duration::from_secs(60)).await;
+    let ops = Ops::new(port);
+    let counted = ops
+        .metric("watchbridge_outputs_past_retention_total")
+        .await
+        .expect("the metric is served");
+    assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
+    let log = bridge.log();
+    let warned = log
+        .lines()
+        .any(|l| l.contains("WARN") && l.contains("older than the output topic's retention.ms"));
+    // Tansu 0.6 describes the retention.ms it was given but no cleanup.policy: whether it
+    // deletes by time is not said, so the bridge says nothing.
+    let configs = described(&s.output).await;
+    let get = |name: &str| configs.get(name).cloned().flatten();
+    let describes = get("retention.ms").as_deref() == Some("86400000")
+        && get("cleanup.policy").as_deref() == Some("delete");
+    if broker().kind() == support::kafka::BrokerKind::Kafka {
+        assert!(describes, "Kafka describes the output topic's retention.ms");
+    }
+    let expected = if describes { 2.0 } else { 0.0 };
+    assert_eq!(counted, expected, "outputs counted past retention\n{log}");
+    assert_eq!(warned, describes, "warned once\n{log}");
+    assert!(
+        log.matches("older than the output topic's retention.ms")
+            .count()
+            <= 1,
+        "one WARN per partition, not per output\n{log}"
+    );
+}

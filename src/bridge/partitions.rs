@@ -170,6 +170,7 @@ impl Start<'_> {
             decoder: parts.formats.decoder,
             encoder: parts.formats.encoder,
             output_layout: parts.outputs.layout,
+            output_retention: layout.output_retention,
             rules: config.rules.clone(),
             poll_timeout: config.poll_timeout,
             limits: parts.limits,

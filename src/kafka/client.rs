@@ -375,6 +375,10 @@ pub struct TopicLayout {
     /// watermarks each watch-side partition takes the minimum of).
     pub upstream_partitions: Option<i32>,
     pub output_partitions: i32,
+    /// How old (by its timestamp, the output's event time) an output on the output topic
+    /// may be before the broker deletes it: its `retention.ms` where its `cleanup.policy`
+    /// deletes; `None` where nothing is deleted by time or the broker does not say.
+    pub output_retention: Option<Duration>,
 }
 
 /// Make sure the input, output, dead-letter, watermark, state and control topics exist.
@@ -524,6 +528,10 @@ pub async fn ensure_topics(
     if embedded.is_none() && !created_state {
         check_state_cleanup(client.admin(), &topics.state_topic).await?;
     }
+    let output_retention = match embedded {
+        Some(_) => None,
+        None => output_retention(client.admin(), &topics.output_topic).await,
+    };
     Ok(TopicLayout {
         input_partitions: partitions(watch_side),
         upstream_partitions: topics
@@ -531,7 +539,41 @@ pub async fn ensure_topics(
             .as_ref()
             .map(|_| partitions(&topics.input_topic)),
         output_partitions: partitions(&topics.output_topic),
+        output_retention,
     })
+}
+
+/// The output topic's retention by time (see [`TopicLayout::output_retention`]), said
+/// once at start: the broker deletes a record once its timestamp is older than
+/// `retention.ms`, and an output's timestamp is its event time, so an output whose event
+/// time is older than that is deleted at the broker's next retention check (within
+/// `log.retention.check.interval.ms`, 5 minutes by default) — a watch of history loses
+/// its outputs unless the topic keeps them (`retention.ms=-1`, or longer than the oldest
+/// event time). Such outputs are counted (`watchbridge_outputs_past_retention_total`).
+async fn output_retention(admin: &AdminClient<KafkaContext>, topic: &str) -> Option<Duration> {
+    let entries = describe_topic(admin, topic).await.ok()?;
+    let get = |name: &str| entries.get(name).cloned().flatten();
+    let policy = get("cleanup.policy")?;
+    let retention = retention_by_time(&policy, get("retention.ms").as_deref())?;
+    tracing::info!(
+        topic,
+        retention_ms = retention.as_millis() as u64,
+        "the output topic deletes records by time: an output whose event time (its \
+         timestamp) is older than its retention.ms is deleted by the broker within minutes \
+         (counted in watchbridge_outputs_past_retention_total; docs/brokers.md, \
+         \"Retention and event time\")"
+    );
+    Some(retention)
+}
+
+/// The age past which a topic with `cleanup.policy` `policy` and `retention.ms`
+/// `retention_ms` deletes a record (`None`: never by time).
+pub fn retention_by_time(policy: &str, retention_ms: Option<&str>) -> Option<Duration> {
+    let deletes = policy
+        .split(',')
+        .any(|p| p.trim().eq_ignore_ascii_case("delete"));
+    let ms: i64 = retention_ms?.trim().parse().ok()?;
+    (deletes && ms >= 0).then(|| Duration::from_millis(ms as u64))
 }
 
 /// One WARN line per topic of `topics` with replication factor 1 on a cluster of several
@@ -956,7 +998,18 @@ pub async fn broker_settings(
 
 #[cfg(test)]
 mod tests {
-    use super::deleting_setting;
+    use super::{deleting_setting, retention_by_time};
+    use std::time::Duration;
+
+    #[test]
+    fn an_output_topic_deletes_by_time_only_with_delete_and_a_retention() {
+        let day = Some(Duration::from_millis(86_400_000));
+        assert_eq!(retention_by_time("delete", Some("86400000")), day);
+        assert_eq!(retention_by_time("compact, Delete", Some("86400000")), day);
+        assert_eq!(retention_by_time("compact", Some("86400000")), None);
+        assert_eq!(retention_by_time("delete", Some("-1")), None);
+        assert_eq!(retention_by_time("delete", None), None);
+    }
 
     #[test]
     fn only_a_topic_that_deletes_nothing_but_by_compaction_keeps_watch_state() {

@@ -49,14 +49,15 @@ use crate::formats::watch_input::{Input, Rejected};
 use crate::internal_events::{
     AfterProduceFailure, FailedWatchRestarted, InputConsumed, InputDeadLettered,
     InputForFinishedWatch, InputKeyedApart, InputSkipped, LateOutput, OutputDeadLettered,
-    OutputsProduced, PartitionRecovered, PartitionRecovering, PartitionRecoveryAbandoned,
-    PartitionRestarting, PartitionWatermarkChanged, ProduceFailed, StateRecordWritten,
+    OutputPastRetention, OutputsProduced, PartitionRecovered, PartitionRecovering,
+    PartitionRecoveryAbandoned, PartitionRestarting, PartitionWatermarkChanged, ProduceFailed,
+    StateRecordWritten,
 };
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::pollers::Resolve;
 use crate::readiness::Readiness;
-use crate::seen::{hash_key, OutputHash, SeenSet};
+use crate::seen::{OutputHash, SeenSet};
 use crate::state::Registration;
 use crate::watch::{Progress, WatchRules};
 use crate::watermark::{
@@ -105,6 +106,8 @@ pub struct Shared<P: Resolve> {
     pub encoder: Arc<crate::formats::output::OutputEncoder>,
     /// How outputs are written: their headers and partition (`records::OutputLayout`).
     pub output_layout: super::records::OutputLayout,
+    /// The output topic's retention by time (`client::TopicLayout::output_retention`).
+    pub output_retention: Option<Duration>,
     pub rules: WatchRules,
     pub poll_timeout: Duration,
     pub limits: Limits,
@@ -316,6 +319,8 @@ pub struct PartitionTask<P: Resolve> {
     output_ends: super::output_ends::OutputEnds,
     /// Whether an input whose watch key is not its record key was logged already.
     keyed_apart_seen: bool,
+    /// Whether an output past the output topic's retention was logged already.
+    past_retention_seen: bool,
     /// Stopping (the input channel closed): outputs the engine still hands over are not
     /// sent (that could take longer than the stop may), and the watches they belong to
     /// are saved live, not finished, so that after the recovery they emit them again.
@@ -466,6 +471,7 @@ impl<P: Resolve> PartitionTask<P> {
             lost,
             output_ends,
             keyed_apart_seen: false,
+            past_retention_seen: false,
             stopping: false,
             unsent: HashMap::new(),
             recovery_input_end: None,
@@ -1178,7 +1184,7 @@ impl<P: Resolve> PartitionTask<P> {
                         *self.unsent.entry(key.clone()).or_default() += outputs.len() - n;
                         break;
                     }
-                    let hash = hash_key(&output.key);
+                    let hash = output.identity();
                     let mut record = OutRecord::output(
                         &self.shared.output_topic,
                         &key,
@@ -1213,6 +1219,7 @@ impl<P: Resolve> PartitionTask<P> {
                         .emit(&self.shared.metrics);
                         record = record.late();
                     }
+                    self.past_retention(&output.key, output.event_time, first_seen);
                     let ticket = self.durable.output_sent(watch);
                     let pending = Pending {
                         record,
@@ -1234,6 +1241,26 @@ impl<P: Resolve> PartitionTask<P> {
                 }
                 self.ended.push(key);
             }
+        }
+    }
+}
+
+impl<P: Resolve> PartitionTask<P> {
+    /// Say so when an output written at `now` is too old (by its event time) for the
+    /// output topic to keep it (`client::TopicLayout::output_retention`).
+    fn past_retention(&mut self, key: &[u8], event_time: Millis, now: Millis) {
+        let Some(retention) = self.shared.output_retention else {
+            return;
+        };
+        if now.saturating_sub(event_time) > retention.as_millis() as Millis {
+            OutputPastRetention {
+                partition: self.partition,
+                key,
+                event_time,
+                retention,
+                first: !std::mem::replace(&mut self.past_retention_seen, true),
+            }
+            .emit(&self.shared.metrics);
         }
     }
 }
