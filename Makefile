@@ -149,7 +149,7 @@ test: lint broker-install bench-smoke
 # episode and a broker pause under load. (lifecycle.rs, the start and stop with the brokers
 # away, runs on Tansu only in `make test`: on Kafka each of its tests starts a Kafka of its
 # own, ~100 s; `WATCHBRIDGE_TEST_BROKER=kafka cargo test --test lifecycle` runs it there.)
-KAFKA_TESTS = kafka_broker brokers bridge watermarks ops prometheus ownership examples topics upgrades repartition
+KAFKA_TESTS = kafka_broker brokers bridge watermarks ops prometheus ownership examples topics upgrades repartition long_lived
 test-kafka: setup
 	scripts/kafka.sh install
 	WATCHBRIDGE_TEST_BROKER=kafka $(CARGO) test $(KAFKA_TESTS:%=--test %)

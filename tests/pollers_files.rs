@@ -546,6 +546,42 @@ async fn zero_based_shards_complete() {
     assert!(e.message.contains("part-00000-of-00003.avro"), "{e}");
 }
 
+/// `WATCHBRIDGE_SHARDED_MATCH_UPDATED`: a rewritten shard is a new version of the same
+/// path (its modification time), new again to a watch's seen set; by default the same.
+#[tokio::test]
+async fn a_rewritten_shard_is_new_again_with_match_updated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = root(&tmp);
+    let job = json!({"job": "j"});
+    let pattern = format!("{}/{{/job}}/part-*-of-*", s(&data));
+    let by_version = ShardedPoller::new(
+        ShardedArgs {
+            sharded_pattern: Some(pattern.clone()),
+            sharded_match_updated: true,
+            ..ShardedArgs::default()
+        }
+        .config()
+        .unwrap(),
+    );
+    let by_path = sharded_poller(&pattern, "auto");
+    let shard = shard_path(&data.join("j"), 0, 1);
+    write(&shard, "v1", 1_000);
+    let mut seen = watchbridge::seen::SeenSet::new();
+    let mut seen_by_path = watchbridge::seen::SeenSet::new();
+    let first = poll(&by_version, &job).await.unwrap().outputs;
+    assert_eq!(first[0].version.as_deref(), Some(&b"1000000000"[..]));
+    assert_eq!(seen.take_new(first).len(), 1);
+    let by_path_first = poll(&by_path, &job).await.unwrap().outputs;
+    assert_eq!(by_path_first[0].version, None);
+    assert_eq!(seen_by_path.take_new(by_path_first).len(), 1);
+    write(&shard, "v2", 2_000);
+    let again = poll(&by_version, &job).await.unwrap().outputs;
+    assert_eq!(seen.take_new(again.clone()).len(), 1, "the rewrite is new");
+    assert_eq!(seen.take_new(again).len(), 0, "once");
+    let by_path_again = poll(&by_path, &job).await.unwrap().outputs;
+    assert_eq!(seen_by_path.take_new(by_path_again).len(), 0);
+}
+
 #[tokio::test]
 async fn shards_disagreeing_on_the_count_are_an_error() {
     let tmp = tempfile::tempdir().unwrap();

@@ -37,6 +37,10 @@ pub const SOURCE_TOPIC: &str = "watchbridge-source-topic";
 pub const SOURCE_PARTITION: &str = "watchbridge-source-partition";
 pub const SOURCE_OFFSET: &str = "watchbridge-source-offset";
 pub const LATE: &str = "watchbridge-late";
+/// The item version of an output (`poll::Output::version`), part of its identity: on every
+/// output that has one, so that a recovery that reads the identity from the key (header or
+/// value) reads the version beside it.
+pub const ITEM_VERSION: &str = "watchbridge-item-version";
 pub const VALUE_DROPPED: &str = "watchbridge-value-dropped";
 pub const CONTROL: &str = "watchbridge-control";
 /// On a repartition record (`kafka/repartition/`): where its input came from,
@@ -214,6 +218,9 @@ impl OutRecord {
         if with.first_seen {
             let first_seen = Bytes::from(first_seen.to_string());
             headers.push((FIRST_SEEN.into(), Some(first_seen)));
+        }
+        if let Some(version) = &output.version {
+            headers.push((ITEM_VERSION.into(), Some(version.clone())));
         }
         Self {
             topic: topic.clone(),

@@ -24,12 +24,14 @@ use super::clients::{Isolation, KafkaSettings};
 use super::durable::DurableState;
 use super::health::KafkaContext;
 use super::list_offsets::{list_offsets, Listed};
-use super::records::{parse_recovery_id, CONTROL, INPUT_PARTITION, OUTPUT_KEY, RECOVERY_ID};
+use super::records::{
+    parse_recovery_id, CONTROL, INPUT_PARTITION, ITEM_VERSION, OUTPUT_KEY, RECOVERY_ID,
+};
 use crate::clock::Millis;
 use crate::engine::RestoreWatch;
 use crate::pollers::{OutputKeyReader, ReadOutputKey, Resolve};
 use crate::reason::TerminatedReason;
-use crate::seen::{hash_key, OutputHash, SeenSet};
+use crate::seen::{hash_identity, OutputHash, SeenSet};
 use crate::state::{
     decode_entry, DecodeError, Entry, NewerRecord, OutputOffsets, Part, SeenChunk, SeenJournal,
     WatchRecord, DEFAULT_CHUNK_HASHES,
@@ -597,11 +599,12 @@ fn output_of<'a>(
                 .map(|(hash, _)| hash),
         );
     }
+    let version = header(ITEM_VERSION);
     if let Some(p) = header(INPUT_PARTITION) {
         return mine(
             header(OUTPUT_KEY)
                 .filter(|_| p == wanted.as_bytes())
-                .map(hash_key),
+                .map(|key| hash_identity(key, version)),
         );
     }
     if header(CONTROL).is_some() {
@@ -610,7 +613,7 @@ fn output_of<'a>(
     match keys {
         None => Identified::NotMine,
         Some(read) => match value.and_then(read) {
-            Some(key) => Identified::Mine(hash_key(&key)),
+            Some(key) => Identified::Mine(hash_identity(&key, version)),
             None => Identified::Unreadable,
         },
     }
@@ -979,6 +982,7 @@ mod tests {
     use super::*;
     use crate::poll::{PollError, PollResult, Poller};
     use crate::pollers::RenderError;
+    use crate::seen::hash_key;
     use crate::state::{state_key, Finished, OutputOffsets, SeenChunk, WatchRecord};
     use crate::watch::Progress;
 
@@ -1040,7 +1044,9 @@ mod tests {
     /// by where it is and what its value says, read by the poller.
     #[test]
     fn outputs_read_back_are_told_apart_by_header_or_by_place_and_value() {
-        use super::super::records::{recovery_id, CONTROL, INPUT_PARTITION, OUTPUT_KEY};
+        use super::super::records::{
+            recovery_id, CONTROL, INPUT_PARTITION, ITEM_VERSION, OUTPUT_KEY,
+        };
         let keys = |v: &[u8]| -> Option<Bytes> {
             let item: serde_json::Value = serde_json::from_slice(v).ok()?;
             Some(Bytes::from(item.get("id")?.as_str()?.to_string()))
@@ -1091,6 +1097,18 @@ mod tests {
         assert_eq!(of(&readable, v, None), Identified::Mine(h("ev-9")));
         let theirs = [(INPUT_PARTITION, &b"1"[..]), (OUTPUT_KEY, b"ev-9")];
         assert_eq!(of(&theirs, v, Some(keys)), Identified::NotMine);
+        // An item's version is part of its identity, by header or by value.
+        let versioned = hash_identity(b"ev-9", Some(b"v2"));
+        let headers = [
+            (INPUT_PARTITION, &b"2"[..]),
+            (OUTPUT_KEY, b"ev-9"),
+            (ITEM_VERSION, b"v2"),
+        ];
+        assert_eq!(of(&headers, v, None), Identified::Mine(versioned));
+        assert_eq!(
+            of(&[(ITEM_VERSION, b"v2")], br#"{"id":"ev-9"}"#, Some(keys)),
+            Identified::Mine(versioned)
+        );
     }
 
     /// Placed by input partition, an output partition the read did not ask keeps the

@@ -72,6 +72,19 @@ pub struct ShardedArgs {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub sharded_max_entries: u64,
+
+    /// Emit a rewritten shard again: its modification time is its version (header
+    /// `watchbridge-item-version`; by default a shard's path is emitted once).
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_SHARDED_MATCH_UPDATED", value_name = "WATCHBRIDGE_SHARDED_MATCH_UPDATED",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+    )]
+    pub sharded_match_updated: bool,
 }
 
 impl Default for ShardedArgs {
@@ -81,6 +94,7 @@ impl Default for ShardedArgs {
             sharded_first_shard: "auto".into(),
             sharded_follow_symlinks: FollowSymlinks::Inside,
             sharded_max_entries: DEFAULT_MAX_ENTRIES,
+            sharded_match_updated: false,
         }
     }
 }
@@ -91,6 +105,7 @@ pub struct ShardedConfig {
     pattern: Template,
     first_shard: FirstShard,
     walk: WalkLimits,
+    match_updated: bool,
 }
 
 impl ShardedConfig {
@@ -121,6 +136,7 @@ impl ShardedArgs {
                 max_entries: self.sharded_max_entries.max(1),
                 max_entries_var: VAR_MAX_ENTRIES,
             },
+            match_updated: self.sharded_match_updated,
         })
     }
 }
@@ -197,7 +213,10 @@ fn poll_blocking(
     }
     let found: Vec<shards::Shard> = shards.iter().map(|s| s.shard.clone()).collect();
     let progress = shards::assess(&found, config.first_shard, VAR_FIRST_SHARD)?;
-    let outputs = shards.iter().map(output).collect();
+    let outputs = shards
+        .iter()
+        .map(|s| output(s, config.match_updated))
+        .collect();
     Ok(PollResult {
         outputs,
         watermark: progress.watermark,
@@ -206,12 +225,17 @@ fn poll_blocking(
     })
 }
 
-fn output(shard: &Shard) -> Output {
+/// A shard's output; with `match_updated`, its modification time (ns) is its version.
+fn output(shard: &Shard, match_updated: bool) -> Output {
     let mut value = shard.file.json();
     value.insert("shard".into(), shard.shard.index.into());
     value.insert("of".into(), shard.shard.of.into());
     let value = serde_json::to_vec(&Value::Object(value)).unwrap_or_default();
-    Output::new(shard.file.path_bytes(), value, shard.file.modified_ms())
+    let output = Output::new(shard.file.path_bytes(), value, shard.file.modified_ms());
+    match match_updated {
+        true => output.with_version(shard.file.modified_ns().to_string()),
+        false => output,
+    }
 }
 
 #[cfg(test)]

@@ -58,6 +58,15 @@ pub struct HttpArgs {
         default_value = ""
     )]
     pub item_key: String,
+    /// JSON pointer to an item's version (an `updated_at`, an ETag field): an item whose
+    /// version changes is emitted again, once per version, with header
+    /// `watchbridge-item-version` (unset: an item is emitted once, whatever changes).
+    #[arg(
+        long = "http-item-version",
+        env = "WATCHBRIDGE_HTTP_ITEM_VERSION",
+        value_name = "WATCHBRIDGE_HTTP_ITEM_VERSION"
+    )]
+    pub item_version: Option<String>,
     /// JSON pointer to an item's event time, RFC 3339 or epoch ms (unset: when first seen).
     #[arg(
         long = "http-item-time",
@@ -175,6 +184,8 @@ pub struct HttpConfig {
     pub items: String,
     pub item_key: String,
     pub item_time: Option<String>,
+    /// `WATCHBRIDGE_HTTP_ITEM_VERSION`: an item's version, part of its identity.
+    pub item_version: Option<String>,
     pub watermark: Option<String>,
     pub complete: Option<String>,
     pub next: Option<String>,
@@ -457,6 +468,7 @@ impl HttpArgs {
             items: pointer("WATCHBRIDGE_HTTP_ITEMS", &self.items)?,
             item_key: pointer("WATCHBRIDGE_HTTP_ITEM_KEY", &self.item_key)?,
             item_time: optional_pointer("WATCHBRIDGE_HTTP_ITEM_TIME", &self.item_time)?,
+            item_version: optional_pointer("WATCHBRIDGE_HTTP_ITEM_VERSION", &self.item_version)?,
             watermark: optional_pointer("WATCHBRIDGE_HTTP_WATERMARK", &self.watermark)?,
             complete: optional_pointer("WATCHBRIDGE_HTTP_COMPLETE", &self.complete)?,
             next: optional_pointer("WATCHBRIDGE_HTTP_NEXT", &self.next)?,

@@ -92,7 +92,11 @@ impl Page {
         .map_err(|e| malformed(&e))?;
         let missing =
             |what: String| PollError::transient("missing_field", format!("{}: {what}", shown(url)));
-        let pointers = [Some(config.item_key.as_str()), config.item_time.as_deref()];
+        let pointers = [
+            Some(config.item_key.as_str()),
+            config.item_time.as_deref(),
+            config.item_version.as_deref(),
+        ];
         let items = items
             .and_then(|items| checked::elements_at(items.get(), pointers))
             .ok_or_else(|| {
@@ -111,7 +115,7 @@ impl Page {
             ));
         }
         let mut outputs = Vec::with_capacity(items.len());
-        for (i, (item, [key, time])) in items.into_iter().enumerate() {
+        for (i, (item, [key, time, version])) in items.into_iter().enumerate() {
             // A plain string (the usual id) is a view of the body, like the item's text;
             // anything else is made into a key of its own.
             let key = key.and_then(|k| match plain_string(k) {
@@ -144,11 +148,11 @@ impl Page {
             // The item's text as the response wrote it: a view of the body, not a copy (the
             // body lives until the last of its outputs is handed to the producer, which
             // copies it).
-            outputs.push(Output::new(
-                key,
-                body.slice_ref(item.as_bytes()),
-                event_time,
-            ));
+            let mut output = Output::new(key, body.slice_ref(item.as_bytes()), event_time);
+            // Read as a key is (the text of a string, else the JSON text); an item without
+            // one (or null) is its key alone.
+            output.version = version.and_then(key_of).map(Bytes::from);
+            outputs.push(output);
         }
         let watermark = match raw::parse(watermark) {
             None | Some(Value::Null) => None,
