@@ -164,6 +164,7 @@ struct Key(Bytes);
 
 fn idle_watch_bytes(watches: usize, termination: &str) -> (f64, f64) {
     let rules = WatchRules {
+        catch_up: Default::default(),
         termination: termination.parse().expect("termination"),
         schedule: Schedule::default(),
     };
@@ -204,6 +205,7 @@ fn noop_polls_per_second(s: &Sizes) -> Vec<f64> {
     runtime.block_on(async {
         let metrics = Arc::new(Metrics::new());
         let rules = WatchRules {
+            catch_up: Default::default(),
             termination: Termination::Never,
             // Every watch is always due: the engine runs flat out.
             schedule: Schedule {
@@ -401,6 +403,7 @@ fn poll_lateness(watches: usize, measure: Duration) -> Vec<f64> {
         let metrics = Arc::new(Metrics::new());
         let clock = Clock::system();
         let rules = WatchRules {
+            catch_up: Default::default(),
             termination: Termination::Never,
             // No jitter or backoff: every watch polls exactly one interval after its last
             // poll completed, so the spread set up by the restore stays.

@@ -366,6 +366,7 @@ fn engine_time(
             .expect("a free permit");
         let config = EngineConfig {
             rules: WatchRules {
+                catch_up: Default::default(),
                 termination: Termination::Never,
                 schedule: Schedule::default(),
             },

@@ -11,6 +11,7 @@ pub mod known;
 pub use demo_args::DemoArgs;
 mod operations;
 
+use crate::catch_up::{CatchUp, StartFrom};
 pub use crate::kafka::env::{kafka_properties, KafkaProperties};
 pub use operations::{OperationsArgs, OperationsConfig};
 
@@ -148,6 +149,23 @@ pub struct RunArgs {
         default_value = "never"
     )]
     pub termination: String,
+    /// Where a new watch starts: `earliest` (everything its resource shows is new) or `now`
+    /// (its first successful poll's items are recorded as seen, not emitted).
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_START_FROM",
+        value_name = "WATCHBRIDGE_START_FROM",
+        default_value = "earliest"
+    )]
+    pub start_from: String,
+    /// Most new outputs one poll of a watch emits (the earliest by event time); the rest
+    /// wait for its next polls. Unset: all of them.
+    #[arg(
+        long,
+        env = "WATCHBRIDGE_MAX_OUTPUTS_PER_POLL",
+        value_name = "WATCHBRIDGE_MAX_OUTPUTS_PER_POLL"
+    )]
+    pub max_outputs_per_poll: Option<std::num::NonZeroUsize>,
     /// Most polls in flight at once, over all partitions; a poll counts until its new
     /// outputs are handed to the producer.
     #[arg(
@@ -577,6 +595,11 @@ impl RunArgs {
             repartition_topic,
             formats,
             rules: WatchRules {
+                catch_up: CatchUp {
+                    start_from: StartFrom::parse(&self.start_from)
+                        .map_err(|e| ConfigError::new("WATCHBRIDGE_START_FROM", e))?,
+                    max_outputs_per_poll: self.max_outputs_per_poll,
+                },
                 termination,
                 schedule,
             },

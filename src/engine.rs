@@ -153,12 +153,27 @@ pub struct Checkpoint {
     pub next_poll: Millis,
     /// [`hash_key`] of each output this poll found new, in the order they were emitted.
     pub new_hashes: Vec<OutputHash>,
+    /// Hashes of what this poll marked seen without emitting it (a first poll with
+    /// `WATCHBRIDGE_START_FROM=now`, `catch_up.rs`): the runtime records them as seen.
+    pub silent_hashes: Vec<OutputHash>,
+    /// The watch holds new outputs back (`WATCHBRIDGE_MAX_OUTPUTS_PER_POLL`): its poller
+    /// state after this poll is past outputs not emitted yet, so the runtime keeps the
+    /// state it saved before (a restart polls them again rather than skip them).
+    pub holding_back: bool,
     /// The poller's state of the watch after this poll ([`Poller::resume_state`]).
     pub resume: Option<Vec<u8>>,
     /// Its user termination conditions' states after this poll
     /// ([`Watch::saved_conditions`](crate::watch::Watch::saved_conditions); `None`: the
     /// rules have none).
     pub conditions: Option<Vec<u8>>,
+}
+
+/// What a poll found, for its [`Checkpoint`].
+#[derive(Debug, Default)]
+struct Found {
+    new_hashes: Vec<OutputHash>,
+    silent_hashes: Vec<OutputHash>,
+    holding_back: bool,
 }
 
 /// What the engine reports.
@@ -653,11 +668,13 @@ impl<P: Poller> Engine<P> {
                     duration,
                 }
                 .emit(&self.metrics);
-                let new_hashes = match (&polled.next, self.checkpoints) {
-                    (Next::PollAt(_), true) => {
-                        polled.new_outputs.iter().map(|o| o.identity()).collect()
-                    }
-                    _ => Vec::new(),
+                let found = match (&polled.next, self.checkpoints) {
+                    (Next::PollAt(_), true) => Found {
+                        new_hashes: polled.new_outputs.iter().map(|o| o.identity()).collect(),
+                        silent_hashes: polled.silent,
+                        holding_back: polled.holding_back,
+                    },
+                    _ => Found::default(),
                 };
                 if !polled.new_outputs.is_empty() {
                     let outputs = polled.new_outputs;
@@ -678,10 +695,7 @@ impl<P: Poller> Engine<P> {
                     Next::Stop(reason) => {
                         self.terminated(key, reason, SeenSet::new(), events).await?
                     }
-                    Next::PollAt(at) => {
-                        self.checkpoint(done.id, key, at, new_hashes, events)
-                            .await?
-                    }
+                    Next::PollAt(at) => self.checkpoint(done.id, key, at, found, events).await?,
                 }
             }
             Completion::Failed {
@@ -716,7 +730,7 @@ impl<P: Poller> Engine<P> {
                 match failed.next {
                     Next::Stop(reason) => self.terminated(key, reason, seen, events).await?,
                     Next::PollAt(at) => {
-                        self.checkpoint(done.id, key, at, Vec::new(), events)
+                        self.checkpoint(done.id, key, at, Found::default(), events)
                             .await?
                     }
                 }
@@ -756,7 +770,7 @@ impl<P: Poller> Engine<P> {
         id: WatchId,
         key: Bytes,
         next_poll: Millis,
-        new_hashes: Vec<OutputHash>,
+        found: Found,
         events: &mpsc::Sender<Event>,
     ) -> Result<(), Ended> {
         if !self.checkpoints {
@@ -769,7 +783,9 @@ impl<P: Poller> Engine<P> {
             key,
             progress: watch.progress(),
             next_poll,
-            new_hashes,
+            new_hashes: found.new_hashes,
+            silent_hashes: found.silent_hashes,
+            holding_back: found.holding_back,
             resume: self.poller.resume_state(watch.input()),
             conditions: watch.saved_conditions(self.table.rules()),
         };

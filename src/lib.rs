@@ -142,6 +142,8 @@ pub mod avro;
 #[doc(hidden)]
 pub mod bridge;
 #[doc(hidden)]
+pub mod catch_up;
+#[doc(hidden)]
 pub mod config;
 #[doc(hidden)]
 pub mod config_error;

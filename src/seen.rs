@@ -143,12 +143,23 @@ impl SeenSet {
     /// inside `outputs` once (the first occurrence wins), insert the new hashes, and return the
     /// new outputs sorted by event time (stable sort: ties keep poll order).
     pub fn take_new(&mut self, outputs: Vec<Output>) -> Vec<Output> {
+        self.take_new_up_to(outputs, usize::MAX).0
+    }
+
+    /// [`SeenSet::take_new`], keeping at most `max` new outputs (the earliest by event
+    /// time, ties in poll order): those are returned first and marked seen; the rest are
+    /// returned second, in the same order, and not marked (so a later poll finds them new).
+    pub fn take_new_up_to(
+        &mut self,
+        outputs: Vec<Output>,
+        max: usize,
+    ) -> (Vec<Output>, Vec<Output>) {
         if outputs.is_empty() {
-            return outputs;
+            return (outputs, Vec::new());
         }
         self.lists
             .get_or_insert_with(Box::default)
-            .take_new(outputs)
+            .take_new(outputs, max)
     }
 }
 
@@ -193,7 +204,7 @@ impl Lists {
     /// Dedup one poll: keep the outputs whose key hash is not in the set, count a key repeated
     /// inside `outputs` once (the first occurrence wins), insert the new hashes, and return the
     /// new outputs sorted by event time (stable sort: ties keep poll order).
-    fn take_new(&mut self, outputs: Vec<Output>) -> Vec<Output> {
+    fn take_new(&mut self, outputs: Vec<Output>, max: usize) -> (Vec<Output>, Vec<Output>) {
         // (hash, poll index) of every output not seen by earlier polls.
         let mut fresh: Vec<(OutputHash, usize)> = outputs
             .iter()
@@ -205,20 +216,25 @@ impl Lists {
         fresh.sort_unstable();
         fresh.dedup_by_key(|&mut (h, _)| h);
 
-        let mut keep = vec![false; outputs.len()];
-        for &(_, i) in &fresh {
-            keep[i] = true;
+        let mut hash_of: Vec<Option<OutputHash>> = vec![None; outputs.len()];
+        for &(h, i) in &fresh {
+            hash_of[i] = Some(h);
         }
-        let hashes: Vec<OutputHash> = fresh.into_iter().map(|(h, _)| h).collect();
-        self.add_new_sorted(&hashes);
-
-        let mut new: Vec<Output> = outputs
+        let mut new: Vec<(Output, OutputHash)> = outputs
             .into_iter()
-            .zip(keep)
-            .filter_map(|(o, k)| k.then_some(o))
+            .zip(hash_of)
+            .filter_map(|(o, h)| Some((o, h?)))
             .collect();
-        new.sort_by_key(|o| o.event_time);
-        new
+        new.sort_by_key(|(o, _)| o.event_time);
+        let held: Vec<Output> = new
+            .split_off(max.min(new.len()))
+            .into_iter()
+            .map(|(o, _)| o)
+            .collect();
+        let mut hashes: Vec<OutputHash> = new.iter().map(|&(_, h)| h).collect();
+        hashes.sort_unstable();
+        self.add_new_sorted(&hashes);
+        (new.into_iter().map(|(o, _)| o).collect(), held)
     }
 
     /// Add `new`: sorted, without duplicates, and none already in the set.

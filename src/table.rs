@@ -18,7 +18,7 @@ use crate::pages::Pages;
 use crate::poll::{PollError, PollResult};
 use crate::reason::TerminatedReason;
 use crate::seen::SeenSet;
-use crate::watch::{Failed, Next, Polled, Progress, Watch, WatchRules};
+use crate::watch::{Backlog, Failed, Next, Polled, Progress, Watch, WatchRules};
 use bytes::Bytes;
 use dary_heap::QuaternaryHeap;
 use hashbrown::HashTable;
@@ -117,6 +117,9 @@ pub struct WatchTable<I> {
     /// that request made stale have left the queue. Empty but for those requests, so the
     /// queue pays nothing for it otherwise.
     moved: std::collections::HashMap<WatchId, Moved>,
+    /// What watches hold back for their next polls (`WATCHBRIDGE_MAX_OUTPUTS_PER_POLL`):
+    /// empty but for them, so that a watch's slot stays as small without a cap.
+    backlogs: std::collections::HashMap<WatchId, Box<Backlog>>,
 }
 
 /// A watch whose timer an operator replaced.
@@ -140,6 +143,7 @@ impl<I> WatchTable<I> {
             holds: BTreeMap::new(),
             rng: seed.map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed),
             moved: std::collections::HashMap::new(),
+            backlogs: std::collections::HashMap::new(),
         }
     }
 
@@ -292,6 +296,10 @@ impl<I> WatchTable<I> {
     /// Whether a due watch should end without polling (a time-based condition fired while
     /// it waited). If so it is removed, and the reason returned.
     pub fn stop_if_done(&mut self, id: WatchId, now: Millis) -> Option<(Bytes, TerminatedReason)> {
+        // Outputs held back are owed: the watch polls once more and emits them then.
+        if self.backlogs.contains_key(&id) {
+            return None;
+        }
         let reason = self.watch(id)?.stop_before_poll(now, &self.rules)?;
         let watch = self.remove(id)?;
         Some((Bytes::copy_from_slice(watch.key()), reason))
@@ -317,7 +325,15 @@ impl<I> WatchTable<I> {
         let old_hold = watch.hold();
         let (completion, next) = match outcome {
             Ok(result) => {
-                let polled = watch.on_success(result, now, &self.rules, &mut self.rng);
+                let mut backlog = match self.backlogs.is_empty() {
+                    true => None,
+                    false => self.backlogs.remove(&id),
+                };
+                let (rules, rng) = (&self.rules, &mut self.rng);
+                let polled = watch.on_success_holding(result, now, rules, rng, &mut backlog);
+                if let Some(backlog) = backlog {
+                    self.backlogs.insert(id, backlog);
+                }
                 let next = polled.next.clone();
                 let hold = watch.hold();
                 let key = Bytes::copy_from_slice(watch.key());
@@ -369,6 +385,9 @@ impl<I> WatchTable<I> {
         slot.generation = slot.generation.wrapping_add(1);
         if !self.moved.is_empty() {
             self.moved.remove(&id);
+        }
+        if !self.backlogs.is_empty() {
+            self.backlogs.remove(&id);
         }
         self.free.push(id.slot);
         // The index entry is found by slot number, so the slot no longer needs the key.
@@ -541,6 +560,7 @@ mod tests {
 
     fn table(termination: &str) -> WatchTable<()> {
         let rules = WatchRules {
+            catch_up: Default::default(),
             termination: termination.parse().unwrap(),
             schedule: Schedule {
                 interval: Duration::from_millis(100),
@@ -553,6 +573,32 @@ mod tests {
 
     fn key(s: &str) -> Bytes {
         Bytes::from(s.to_string())
+    }
+
+    /// A capped watch's backlog lives beside it, and is owed: a time-based end waits for
+    /// the poll that emits it, which emits it whole; the watch removed, it goes.
+    #[test]
+    fn a_backlog_is_kept_beside_its_watch_and_emitted_before_a_timed_end() {
+        let mut t = table("total(1s)");
+        t.rules.catch_up.max_outputs_per_poll = std::num::NonZeroUsize::new(1);
+        let id = t.insert(key("w"), Arc::new(()), 0, 0).unwrap();
+        let two = vec![Output::new("a", "v", 1), Output::new("b", "v", 2)];
+        let Some(Completion::Polled { polled, .. }) =
+            t.complete(id, Ok(PollResult::incomplete(two)), 10)
+        else {
+            panic!("polled");
+        };
+        assert_eq!(polled.new_outputs.len(), 1);
+        assert!(t.backlogs.contains_key(&id));
+        assert_eq!(t.stop_if_done(id, 5_000), None, "owed: polls once more");
+        let Some(Completion::Polled { polled, .. }) =
+            t.complete(id, Ok(PollResult::incomplete(vec![])), 5_010)
+        else {
+            panic!("polled");
+        };
+        assert_eq!(&polled.new_outputs[0].key[..], b"b");
+        assert_eq!(polled.next, Next::Stop(TerminatedReason::Total));
+        assert!(t.backlogs.is_empty() && t.watch(id).is_none());
     }
 
     /// An operator's poll-now makes a waiting watch due at once, once: the timer it

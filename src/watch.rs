@@ -5,11 +5,12 @@
 //! when to poll next. The table (`table.rs`) keeps a million of these and the engine
 //! (`engine.rs`) runs the polls; neither knows the rules below.
 
+use crate::catch_up::StartFrom;
 use crate::clock::{millis, Millis};
 use crate::poll::{Output, PollError, PollResult};
 use crate::reason::TerminatedReason;
 use crate::schedule::{AfterFailure, Schedule};
-use crate::seen::SeenSet;
+use crate::seen::{OutputHash, SeenSet};
 use crate::termination::{Condition, NewInput, TermState, Termination};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -19,6 +20,8 @@ use std::sync::Arc;
 pub struct WatchRules {
     pub termination: Termination,
     pub schedule: Schedule,
+    /// Where a new watch starts and how much one poll may emit (`catch_up.rs`).
+    pub catch_up: crate::catch_up::CatchUp,
 }
 
 /// What happens next to a watch.
@@ -33,11 +36,26 @@ pub enum Next {
 /// The result of applying a successful poll.
 #[derive(Debug)]
 pub struct Polled {
-    /// Outputs not seen before, in event-time order.
+    /// Outputs not seen before, in event-time order: to emit.
     pub new_outputs: Vec<Output>,
     /// How many outputs of the poll had been seen before (or repeated within it).
     pub duplicates: usize,
     pub next: Next,
+    /// Hashes of outputs marked seen and not emitted (a first poll starting from `now`).
+    pub silent: Vec<OutputHash>,
+    /// New outputs past `WATCHBRIDGE_MAX_OUTPUTS_PER_POLL` are held back for later polls.
+    pub holding_back: bool,
+}
+
+/// New outputs a watch holds back for its next polls (`WATCHBRIDGE_MAX_OUTPUTS_PER_POLL`),
+/// earliest first, owned (not views of the response they came in, which the poll's place
+/// under the in-flight limit accounts for). Kept beside the watch, not in it (the table's
+/// `backlogs`): a watch that holds nothing back pays nothing.
+#[derive(Debug)]
+pub struct Backlog {
+    outputs: Vec<Output>,
+    /// A poll said the set is final: the watch ends once the backlog is emitted.
+    final_seen: bool,
 }
 
 /// The result of applying a failed poll.
@@ -224,16 +242,45 @@ impl<I> Watch<I> {
     }
 
     /// Apply a successful poll completed at `now`.
-    pub fn on_success(
+    ///
+    /// The outputs held back by earlier polls come first (a key the poll shows again
+    /// counts once). A first poll starting from `now` marks all it finds seen and emits
+    /// none; otherwise at most `WATCHBRIDGE_MAX_OUTPUTS_PER_POLL` new outputs are emitted,
+    /// the earliest by event time, and the rest held back: meanwhile the watch ignores the
+    /// poller's watermark (its hold is the earliest output emitted) and a "final" (it ends
+    /// once it has emitted them all), and an end by its termination conditions emits them
+    /// all at once rather than lose them.
+    /// `backlog` is what the watch held back (`None`: nothing), taken and given back.
+    pub fn on_success_holding(
         &mut self,
         result: PollResult,
         now: Millis,
         rules: &WatchRules,
         rng: &mut fastrand::Rng,
+        backlog: &mut Option<Box<Backlog>>,
     ) -> Polled {
-        let total = result.outputs.len();
-        let new_outputs = self.seen.take_new(result.outputs);
-        let duplicates = total - new_outputs.len();
+        let first_poll = self.termination.polls() == 0;
+        let (mut outputs, mut final_seen) = match backlog.take() {
+            Some(backlog) => (backlog.outputs, backlog.final_seen),
+            None => (Vec::new(), false),
+        };
+        final_seen |= result.complete;
+        let offered = outputs.len() + result.outputs.len();
+        outputs.extend(result.outputs);
+        let catch_up = &rules.catch_up;
+        let (mut new_outputs, mut held, silent) =
+            if first_poll && catch_up.start_from == StartFrom::Now {
+                let seen = self.seen.take_new(outputs);
+                let silent: Vec<OutputHash> = seen.iter().map(Output::identity).collect();
+                (Vec::new(), Vec::new(), silent)
+            } else {
+                let max = catch_up
+                    .max_outputs_per_poll
+                    .map_or(usize::MAX, |m| m.get());
+                let (new, held) = self.seen.take_new_up_to(outputs, max);
+                (new, held, Vec::new())
+            };
+        let duplicates = offered - new_outputs.len() - held.len() - silent.len();
         self.failures = 0;
         if new_outputs.is_empty() {
             self.empty_streak = self.empty_streak.saturating_add(1);
@@ -247,27 +294,60 @@ impl<I> Watch<I> {
             .termination
             .on_poll_complete(now, &mut self.termination);
 
-        // new_outputs is sorted by event time, so its first is the earliest.
-        let candidate = result
-            .watermark
-            .or_else(|| new_outputs.first().map(|o| o.event_time));
+        let stop = match final_seen {
+            true => Some(TerminatedReason::Final),
+            false => rules.termination.can_stop_polling(now, &self.termination),
+        };
+        let next = match stop {
+            // Final, with outputs held back: emitted over the next polls first.
+            Some(TerminatedReason::Final) if !held.is_empty() => None,
+            Some(reason) => {
+                // Ended otherwise: what was held back goes now (it comes after what this
+                // poll emits, by event time).
+                new_outputs.append(&mut held);
+                Some(Next::Stop(reason))
+            }
+            None => None,
+        };
+        // new_outputs is sorted by event time, so its first is the earliest. While outputs
+        // are held back, the poller's watermark may be past them: not taken.
+        let watermark = result.watermark.filter(|_| held.is_empty());
+        let candidate = watermark.or_else(|| new_outputs.first().map(|o| o.event_time));
         if let Some(c) = candidate {
             self.hold = self.hold.max(c);
         }
-
-        let next = if result.complete {
-            Next::Stop(TerminatedReason::Final)
-        } else if let Some(reason) = rules.termination.can_stop_polling(now, &self.termination) {
-            Next::Stop(reason)
-        } else {
+        let holding_back = !held.is_empty();
+        if holding_back {
+            let outputs = held.into_iter().map(owned).collect();
+            *backlog = Some(Box::new(Backlog {
+                outputs,
+                final_seen,
+            }));
+        }
+        let next = next.unwrap_or_else(|| {
             let delay = rules.schedule.after_success(self.empty_streak, rng);
             Next::PollAt(self.wake_at(now.saturating_add(millis(delay)), rules))
-        };
+        });
         Polled {
             new_outputs,
             duplicates,
             next,
+            silent,
+            holding_back,
         }
+    }
+
+    /// [`Watch::on_success_holding`] for rules without `WATCHBRIDGE_MAX_OUTPUTS_PER_POLL`
+    /// (nothing is ever held back).
+    pub fn on_success(
+        &mut self,
+        result: PollResult,
+        now: Millis,
+        rules: &WatchRules,
+        rng: &mut fastrand::Rng,
+    ) -> Polled {
+        debug_assert!(rules.catch_up.max_outputs_per_poll.is_none());
+        self.on_success_holding(result, now, rules, rng, &mut None)
     }
 
     /// Apply a failed poll noticed at `now`.
@@ -306,6 +386,17 @@ impl<I> Watch<I> {
     }
 }
 
+/// `output` with bytes of its own: held back, it must not keep its response alive.
+fn owned(output: Output) -> Output {
+    let copy = |b: &Bytes| Bytes::copy_from_slice(b);
+    Output {
+        key: copy(&output.key),
+        value: copy(&output.value),
+        event_time: output.event_time,
+        version: output.version.as_ref().map(copy),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,6 +412,7 @@ mod tests {
         let termination =
             Termination::parse(termination).unwrap_or_else(|e| panic!("{termination}: {e}"));
         WatchRules {
+            catch_up: Default::default(),
             termination,
             schedule,
         }
@@ -349,6 +441,118 @@ mod tests {
 
     fn keys(outs: &[Output]) -> Vec<&[u8]> {
         outs.iter().map(|o| &o.key[..]).collect()
+    }
+
+    fn catching_up(termination: &str, start_from: StartFrom, max: usize) -> WatchRules {
+        WatchRules {
+            catch_up: crate::catch_up::CatchUp {
+                start_from,
+                max_outputs_per_poll: std::num::NonZeroUsize::new(max),
+            },
+            ..rules_for(termination, no_jitter())
+        }
+    }
+
+    /// Starting from `now`: the first poll's items are seen, not emitted (their hashes
+    /// handed on to be recorded); only what comes after is emitted.
+    #[test]
+    fn a_watch_from_now_emits_only_what_comes_after_its_first_poll() {
+        let rules = catching_up("never", StartFrom::Now, 0);
+        let mut w = watch(T0, T0, &rules);
+        let mut rng = fastrand::Rng::with_seed(1);
+        let history = vec![out("a", "a", T0 - 10), out("b", "b", T0 - 5)];
+        let first = w.on_success(
+            PollResult::incomplete(history.clone()),
+            T0,
+            &rules,
+            &mut rng,
+        );
+        assert!(first.new_outputs.is_empty());
+        assert_eq!(first.silent.len(), 2);
+        assert_eq!(first.duplicates, 0);
+        let mut next = history;
+        next.push(out("c", "c", T0 + 1));
+        let second = w.on_success(PollResult::incomplete(next), T0 + 10, &rules, &mut rng);
+        assert_eq!(keys(&second.new_outputs), [b"c"]);
+        assert!(second.silent.is_empty());
+        assert_eq!(second.duplicates, 2);
+        // Restored before its first poll completed: that poll is still the first.
+        let restored = Watch::restore(
+            Bytes::from_static(b"input"),
+            Arc::new(()),
+            SeenSet::new(),
+            watch(T0, T0, &rules).progress(),
+            None,
+            &rules,
+        );
+        let mut restored = restored;
+        let polled = restored.on_success(
+            PollResult::incomplete(vec![out("a", "a", T0)]),
+            T0,
+            &rules,
+            &mut rng,
+        );
+        assert!(polled.new_outputs.is_empty() && polled.silent.len() == 1);
+    }
+
+    /// Capped: each poll emits the earliest `max` new outputs, holding the rest back (not
+    /// seen yet) even when the next poll no longer shows them; a "final" waits for the
+    /// backlog; the hold is the earliest emitted, not the poller's watermark past the
+    /// backlog.
+    #[test]
+    fn a_capped_watch_emits_everything_once_over_several_polls() {
+        let rules = catching_up("never", StartFrom::Earliest, 2);
+        let mut w = watch(T0, T0, &rules);
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut backlog = None;
+        let mut poll = |w: &mut Watch<()>, result, now| {
+            w.on_success_holding(result, now, &rules, &mut rng, &mut backlog)
+        };
+        let all: Vec<Output> = (0..5)
+            .map(|i| out(&format!("k{i}"), "v", T0 + 10 - i))
+            .collect();
+        let result = PollResult::complete(all.clone()).with_watermark(T0 + 100);
+        let p1 = poll(&mut w, result, T0);
+        assert_eq!(keys(&p1.new_outputs), [b"k4", b"k3"], "the earliest first");
+        assert!(
+            p1.holding_back && matches!(p1.next, Next::PollAt(_)),
+            "final waits"
+        );
+        assert_eq!(w.hold(), T0 + 6, "not the watermark past what is held back");
+        // The next poll shows nothing (a cursor moved on): the backlog still comes.
+        let p2 = poll(&mut w, PollResult::complete(vec![]), T0 + 10);
+        assert_eq!(keys(&p2.new_outputs), [b"k2", b"k1"]);
+        assert!(p2.holding_back);
+        // Everything again: each once.
+        let p3 = poll(&mut w, PollResult::complete(all), T0 + 20);
+        assert_eq!(keys(&p3.new_outputs), [b"k0"]);
+        assert!(!p3.holding_back);
+        assert_eq!(p3.next, Next::Stop(TerminatedReason::Final));
+        assert!(backlog.is_none());
+    }
+
+    /// Ended by its conditions while holding outputs back: they are emitted at the end,
+    /// not lost.
+    #[test]
+    fn a_capped_watch_ended_by_its_conditions_emits_what_it_held_back() {
+        let rules = catching_up("polls(2)", StartFrom::Earliest, 1);
+        let mut w = watch(T0, T0, &rules);
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut backlog = None;
+        let all: Vec<Output> = (0..4).map(|i| out(&format!("k{i}"), "v", T0 + i)).collect();
+        let p1 = w.on_success_holding(
+            PollResult::incomplete(all),
+            T0,
+            &rules,
+            &mut rng,
+            &mut backlog,
+        );
+        assert_eq!(keys(&p1.new_outputs), [b"k0"]);
+        let empty = PollResult::incomplete(vec![]);
+        let p2 = w.on_success_holding(empty, T0 + 1, &rules, &mut rng, &mut backlog);
+        assert_eq!(keys(&p2.new_outputs), [b"k1", b"k2", b"k3"]);
+        assert!(matches!(p2.next, Next::Stop(TerminatedReason::Polls)));
+        assert!(backlog.is_none());
     }
 
     fn transient() -> PollError {

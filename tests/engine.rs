@@ -111,6 +111,7 @@ fn growing(n: i64) -> Vec<Step> {
 
 fn rules(termination: &str) -> WatchRules {
     WatchRules {
+        catch_up: Default::default(),
         termination: termination
             .parse::<Termination>()
             .expect("termination parses"),

@@ -145,6 +145,7 @@ async fn run(config: HttpConfig, key: &str, served: Served, run_for: &str) -> Ru
         served,
     });
     let rules = WatchRules {
+        catch_up: Default::default(),
         termination: run_for.parse().unwrap(),
         schedule: Schedule {
             interval: Duration::from_millis(50),

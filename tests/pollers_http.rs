@@ -580,6 +580,7 @@ async fn after_a_429(
     let p = Arc::new(poller(c));
     let input = Arc::new(p.resolve(&json!({}), b"w").unwrap());
     let rules = WatchRules {
+        catch_up: Default::default(),
         termination: termination.parse().unwrap(),
         schedule: Schedule {
             jitter: 0.0,
@@ -1158,6 +1159,7 @@ async fn in_the_engine_each_item_is_emitted_once_and_the_watch_ends_when_final()
     let p = Arc::new(poller(growing_feed_config(&server)));
     let input = Arc::new(p.resolve(&json!({"id": 7}), b"user-7").unwrap());
     let rules = WatchRules {
+        catch_up: Default::default(),
         termination: Termination::Never,
         schedule: Schedule {
             interval: Duration::from_millis(20),

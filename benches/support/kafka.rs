@@ -167,6 +167,8 @@ pub fn bridge_args(bootstrap: &str, name: &str, partitions: i32) -> RunArgs {
         poll_jitter: 0.1,
         backoff: "none".into(),
         termination: "never".into(),
+        start_from: "earliest".into(),
+        max_outputs_per_poll: None,
         max_in_flight: 256,
         input_hold_bytes: 16 << 20,
         host_rate: None,

@@ -22,9 +22,20 @@ pub fn heading(var: &str) -> Option<&'static str> {
         | "OUTPUT_SCHEMA"
         | "OUTPUT_SUBJECT_STRATEGY" => FORMATS,
         _ if prefixed("SCHEMA_REGISTRY_") => FORMATS,
-        "WATCH_KEY" | "REPARTITION" | "REPARTITION_TOPIC" | "POLLER" | "POLL_INTERVAL"
-        | "POLL_TIMEOUT" | "POLL_JITTER" | "BACKOFF" | "MAX_IN_FLIGHT" | "INPUT_HOLD_BYTES"
-        | "HOST_RATE" | "MODE" => POLLING,
+        "WATCH_KEY"
+        | "REPARTITION"
+        | "REPARTITION_TOPIC"
+        | "POLLER"
+        | "POLL_INTERVAL"
+        | "POLL_TIMEOUT"
+        | "POLL_JITTER"
+        | "BACKOFF"
+        | "MAX_IN_FLIGHT"
+        | "INPUT_HOLD_BYTES"
+        | "HOST_RATE"
+        | "MODE"
+        | "START_FROM"
+        | "MAX_OUTPUTS_PER_POLL" => POLLING,
         _ if prefixed("RETRY_") => POLLING,
         "TERMINATION" => TERMINATION,
         _ if prefixed("HTTP_") => HTTP,

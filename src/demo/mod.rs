@@ -132,6 +132,8 @@ fn bridge_config(args: &DemoArgs, formats: FormatArgs) -> Result<RunConfig, Conf
         // Quiet feeds are polled at the interval: the demo shows what each poll finds.
         backoff: "none".into(),
         termination: args.termination.clone(),
+        start_from: "earliest".into(),
+        max_outputs_per_poll: None,
         max_in_flight: args.max_in_flight,
         input_hold_bytes: 16 << 20,
         host_rate: args.host_rate,

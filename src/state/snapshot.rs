@@ -187,6 +187,7 @@ mod tests {
 
     fn rules(termination: &str, backoff: bool, jitter: f64, retries: u32) -> WatchRules {
         WatchRules {
+            catch_up: Default::default(),
             termination: Termination::parse(termination).unwrap(),
             schedule: Schedule {
                 interval: Duration::from_secs(10),
@@ -456,6 +457,7 @@ mod tests {
     #[test]
     fn user_condition_states_are_saved_and_go_on_after_a_restore() {
         let rules = WatchRules {
+            catch_up: Default::default(),
             termination: Termination::Any(vec![
                 Termination::custom("productive", Productive(2)),
                 Termination::Polls(4),

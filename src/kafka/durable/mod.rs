@@ -501,10 +501,28 @@ impl DurableState {
         }))
     }
 
+    /// `hashes` of outputs `key`'s watch marked seen without emitting them (its first
+    /// poll with `WATCHBRIDGE_START_FROM=now`): journaled at once, as an acknowledged
+    /// output's hash is (nothing of them is to be delivered), so that a restored watch does
+    /// not find them new.
+    pub fn seen_without_output(&mut self, key: &[u8], hashes: &[OutputHash]) {
+        if hashes.is_empty() {
+            return;
+        }
+        if let Some(w) = self.live.get_mut(key) {
+            for &h in hashes {
+                w.journal.add(h);
+            }
+            w.dirty = true;
+        }
+        self.touch(key);
+    }
+
     /// Where a live watch stands after a poll, and its poller state then (`resume`) and its
     /// user termination conditions' (`conditions`). With `held_back` (the stop left some of
-    /// its outputs unsent, to be found again after the recovery) those states are not kept:
-    /// they are past outputs that are nowhere.
+    /// its outputs unsent, to be found again after the recovery; or the watch holds new
+    /// outputs back for later polls, `WATCHBRIDGE_MAX_OUTPUTS_PER_POLL`) those states are not
+    /// kept: they are past outputs that are nowhere.
     pub fn checkpoint(
         &mut self,
         key: &[u8],

@@ -1157,8 +1157,9 @@ impl<P: Resolve> PartitionTask<P> {
                 }
             }
             Event::Checkpoint(c) => {
-                let held_back = self.stopping || self.unsent.contains_key(&c.key);
+                let held_back = self.stopping || c.holding_back || self.unsent.contains_key(&c.key);
                 let c = *c;
+                self.durable.seen_without_output(&c.key, &c.silent_hashes);
                 self.durable.checkpoint(
                     &c.key,
                     c.progress,
