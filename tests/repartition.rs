@@ -230,3 +230,51 @@ async fn turned_on_for_a_group_that_ran_the_stage_starts_where_the_group_left_th
     .collect();
     assert_eq!(forwarded, vec!["4".to_string()], "{log}");
 }
+
+/// A repartition record is stamped when the stage writes it, its input's timestamp carried
+/// in `watchbridge-input-timestamp`: stamped with an old input's timestamp, the broker's
+/// time retention (7 days by default) would delete the copy at its next check, before the
+/// watch side read it. Seen failing first: the records carried the inputs' timestamps.
+#[tokio::test(flavor = "multi_thread")]
+async fn repartition_records_are_stamped_when_written_and_carry_the_inputs_time() {
+    let server = TestServer::start(finished_feeds).await;
+    let s = Setup::new("stamped", 2).await;
+    let old = support::scenario::T0 - 30 * 86_400_000;
+    for user in 0..2 {
+        let value = serde_json::json!({ "id": user }).to_string();
+        let key = format!("a-{user}");
+        broker()
+            .produce_at(
+                &s.input,
+                Some(0),
+                Some(key.as_bytes()),
+                value.as_bytes(),
+                &[],
+                old,
+            )
+            .await;
+    }
+    let written_from = now_ms();
+    let mut env = s.env(&server);
+    env.push(("WATCHBRIDGE_WATCH_KEY", "/id".into()));
+    let mut bridge = Bridge::start(&env);
+    wait_for_outputs(&s.output, 4, Duration::from_secs(90)).await;
+    let (code, _) = bridge.terminate();
+    assert_eq!(code, Some(0), "{}", bridge.log());
+    let forwarded: Vec<_> = broker()
+        .read_to_end(&format!("{}.repartition", s.group))
+        .await
+        .into_iter()
+        .filter(|m| header(m, "watchbridge-control").is_none())
+        .collect();
+    assert_eq!(forwarded.len(), 2, "{}", bridge.log());
+    for m in &forwarded {
+        use rdkafka::Message;
+        let stamped = m.timestamp().to_millis().unwrap_or_default();
+        assert!(stamped >= written_from - 1_000, "stamped {stamped}");
+        assert_eq!(
+            header(m, "watchbridge-input-timestamp"),
+            Some(old.to_string().as_bytes())
+        );
+    }
+}

@@ -171,6 +171,7 @@ impl Start<'_> {
             encoder: parts.formats.encoder,
             output_layout: parts.outputs.layout,
             output_retention: layout.output_retention,
+            repartitioned: layout.upstream_partitions.is_some(),
             rules: config.rules.clone(),
             poll_timeout: config.poll_timeout,
             limits: parts.limits,

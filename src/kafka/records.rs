@@ -394,6 +394,34 @@ pub struct OutRecordParts {
     pub headers: Vec<(HeaderName, Option<Bytes>)>,
 }
 
+/// The record timestamp of the input a repartition record carries: the record itself is
+/// stamped when the stage writes it, so that the repartition topic's time retention counts
+/// from then, not from the input's timestamp (an input with an old timestamp, forwarded
+/// now, would be deleted at the broker's next retention check, before the watch side read
+/// it, were it stamped with it).
+pub const INPUT_TIMESTAMP: &str = "watchbridge-input-timestamp";
+
+/// A repartition record's [`INPUT_TIMESTAMP`] header for an input stamped `timestamp`.
+pub fn input_timestamp(timestamp: Millis) -> (HeaderName, Option<Bytes>) {
+    let value = Bytes::from(timestamp.to_string());
+    (INPUT_TIMESTAMP.into(), Some(value))
+}
+
+/// The record timestamp of the input `message` is or, `repartitioned`, carries
+/// ([`INPUT_TIMESTAMP`]; a repartition record without it, written before it existed, is
+/// stamped with its input's timestamp).
+pub fn input_record_time(message: &impl rdkafka::Message, repartitioned: bool) -> Option<Millis> {
+    let carried = || {
+        let headers = message.headers()?;
+        let header = headers.iter().find(|h| h.key == INPUT_TIMESTAMP)?;
+        std::str::from_utf8(header.value?).ok()?.parse().ok()
+    };
+    match repartitioned {
+        true => carried().or_else(|| message.timestamp().to_millis()),
+        false => message.timestamp().to_millis(),
+    }
+}
+
 /// A repartition record's [`INPUT_SOURCE`] header for the input at `source`.
 pub fn input_source(source: &Source<'_>) -> (HeaderName, Option<Bytes>) {
     let value = format!("{}/{}/{}", source.topic, source.partition, source.offset);
@@ -439,6 +467,38 @@ impl OutRecordParts {
 
 #[cfg(test)]
 mod tests {
+
+    /// The watch side takes an input's time from the header its repartition record
+    /// carries, and only there.
+    #[test]
+    fn an_inputs_record_time_is_the_carried_one_on_the_repartition_topic() {
+        use rdkafka::message::{OwnedHeaders, OwnedMessage, Timestamp};
+        let headers = OwnedHeaders::new().insert(rdkafka::message::Header {
+            key: INPUT_TIMESTAMP,
+            value: Some("1000"),
+        });
+        let m = |headers: Option<OwnedHeaders>| {
+            OwnedMessage::new(
+                None,
+                None,
+                "t".into(),
+                Timestamp::CreateTime(5_000),
+                0,
+                0,
+                headers,
+            )
+        };
+        assert_eq!(
+            input_record_time(&m(Some(headers.clone())), true),
+            Some(1_000)
+        );
+        assert_eq!(input_record_time(&m(Some(headers)), false), Some(5_000));
+        assert_eq!(
+            input_record_time(&m(None), true),
+            Some(5_000),
+            "written before it"
+        );
+    }
     use super::*;
 
     #[test]

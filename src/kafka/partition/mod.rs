@@ -37,7 +37,7 @@ pub use transaction::{Ending, TransactionSettings};
 
 use super::durable::{DurableState, StateWrite};
 use super::offsets::{OffsetTracker, Origins};
-use super::records::{OutRecord, OutRecordParts, Source};
+use super::records::{input_record_time, OutRecord, OutRecordParts, Source};
 use super::recovery::{self, RecoverySource};
 use super::state_lookup::{Again, CONTROL_HEADER};
 use super::stats::{BridgeProducer, ProducerSettings};
@@ -108,6 +108,9 @@ pub struct Shared<P: Resolve> {
     pub output_layout: super::records::OutputLayout,
     /// The output topic's retention by time (`client::TopicLayout::output_retention`).
     pub output_retention: Option<Duration>,
+    /// The input topic is the repartition topic (`bridge/repartition.rs`): an input's
+    /// record timestamp is the one its record carries (`records::input_record_time`).
+    pub repartitioned: bool,
     pub rules: WatchRules,
     pub poll_timeout: Duration,
     pub limits: Limits,
@@ -757,12 +760,8 @@ impl<P: Resolve> PartitionTask<P> {
         } else {
             let decoder = &self.shared.decoder;
             let now = self.shared.clock.now_ms();
-            match decoder.decode(
-                message.key(),
-                message.payload(),
-                message.timestamp().to_millis(),
-                now,
-            ) {
+            let record_time = input_record_time(&message, self.shared.repartitioned);
+            match decoder.decode(message.key(), message.payload(), record_time, now) {
                 Attempt::Fetch(id) => {
                     self.waiting = Some(Waiting {
                         message,
@@ -785,10 +784,11 @@ impl<P: Resolve> PartitionTask<P> {
         // The watermark follows input event times: the record timestamps, or with
         // WATCHBRIDGE_INPUT_TIME the times read from the values (an input without one
         // moves nothing).
-        let time =
-            self.shared
-                .decoder
-                .watermark_time(&decoded, message.timestamp().to_millis(), now);
+        let record_time = input_record_time(&message, self.shared.repartitioned);
+        let time = self
+            .shared
+            .decoder
+            .watermark_time(&decoded, record_time, now);
         if let Some(time) = time {
             let value = decoded.as_ref().ok().map(|input| &input.value);
             self.watermark.on_record(time, value, now);

@@ -14,7 +14,9 @@ use crate::internal_events::{InputDeadLettered, InputRepartitioned};
 use crate::kafka::health::KafkaContext;
 use crate::kafka::offsets::OffsetTracker;
 use crate::kafka::partition::blocking;
-use crate::kafka::records::{input_source, OutRecord, OutRecordParts, Source, INPUT_SOURCE};
+use crate::kafka::records::{
+    input_source, input_timestamp, OutRecord, OutRecordParts, Source, INPUT_SOURCE, INPUT_TIMESTAMP,
+};
 use crate::watermark::{InputWatermark, WatermarkMessage};
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -254,8 +256,12 @@ impl Forwarder {
                     partition: Some(crc32_partition(&input.key, s.partitions)),
                     key: Some(input.key),
                     value: message.payload().map(Bytes::copy_from_slice),
-                    timestamp: (input.timestamp >= 0).then_some(input.timestamp),
-                    headers: vec![input_source(&source)],
+                    // Stamped by librdkafka as it is sent; the input's own timestamp goes
+                    // in a header (`records::INPUT_TIMESTAMP`, why there).
+                    timestamp: None,
+                    headers: std::iter::once(input_source(&source))
+                        .chain(message.timestamp().to_millis().map(input_timestamp))
+                        .collect(),
                 }
             }
             Err(rejected) => self.dead_letter(&message, &rejected),
@@ -263,7 +269,7 @@ impl Forwarder {
         // The input's own headers, but a source a record re-sent from elsewhere may carry.
         let headers = message.headers().map(|h| {
             h.iter()
-                .filter(|h| h.key != INPUT_SOURCE)
+                .filter(|h| h.key != INPUT_SOURCE && h.key != INPUT_TIMESTAMP)
                 .fold(OwnedHeaders::new(), |all, h| all.insert(h))
         });
         self.tracker.caused(offset);
