@@ -29,8 +29,8 @@
 //! - **Checkpoints.** With [`EngineConfig::checkpoints`] on, every completed poll (success or
 //!   failure) after which the watch goes on is followed by one [`Event::Checkpoint`]: the
 //!   watch's [`Progress`], the next poll time the engine scheduled, and the hashes
-//!   ([`hash_key`] of the output key) of the outputs this poll found new, in the order of the
-//!   [`Event::Outputs`] just before it. That is exactly what
+//!   ([`Output::identity`]: of the output's key and version) of the outputs this poll
+//!   found new, in the order of the [`Event::Outputs`] just before it. That is exactly what
 //!   [`WatchRecord::from_watch`](crate::state::WatchRecord) and
 //!   [`SeenJournal::add`](crate::state::SeenJournal::add) need; the runtime decides when to
 //!   write (a hash only once its output is acknowledged). A poll that ends the watch sends
@@ -151,7 +151,7 @@ pub struct Checkpoint {
     pub progress: Progress,
     /// When its next poll is scheduled (processing time).
     pub next_poll: Millis,
-    /// [`hash_key`] of each output this poll found new, in the order they were emitted.
+    /// [`Output::identity`] of each output this poll found new, in the order they were emitted.
     pub new_hashes: Vec<OutputHash>,
     /// Hashes of what this poll marked seen without emitting it (a first poll with
     /// `WATCHBRIDGE_START_FROM=now`, `catch_up.rs`): the runtime records them as seen.
