@@ -252,6 +252,8 @@ pub struct Engine<P: Poller> {
     /// The error of the last poll of each watch whose polls fail (only those: see
     /// `control.rs`).
     last_errors: HashMap<Bytes, String>,
+    /// This engine's share of `watchbridge_outputs_held_back` last added to it.
+    held_back_reported: usize,
 }
 
 /// What [`Engine::with_controls`] connects.
@@ -317,6 +319,7 @@ impl<P: Poller> Engine<P> {
             controls_connected: false,
             controls_pause: None,
             last_errors: HashMap::new(),
+            held_back_reported: 0,
         }
     }
 
@@ -434,7 +437,21 @@ impl<P: Poller> Engine<P> {
         };
         // Watches left running are not finished; they just stop being counted here.
         self.metrics.watches_active.sub(self.table.len() as i64);
+        self.metrics
+            .outputs_held_back
+            .sub(self.held_back_reported as i64);
         ended
+    }
+
+    /// `watchbridge_outputs_held_back` moved by what this engine's watches hold back now
+    /// (a gauge every partition's engine adds its share to).
+    fn report_held_back(&mut self) {
+        let now = self.table.held_back();
+        if now != self.held_back_reported {
+            let delta = now as i64 - self.held_back_reported as i64;
+            self.metrics.outputs_held_back.add(delta);
+            self.held_back_reported = now;
+        }
     }
 
     /// One command from the partition task (`Shutdown` ends the engine: `Err`).
@@ -665,9 +682,11 @@ impl<P: Poller> Engine<P> {
                 PollSucceeded {
                     new_outputs: polled.new_outputs.len(),
                     duplicates: polled.duplicates,
+                    silent: polled.silent.len(),
                     duration,
                 }
                 .emit(&self.metrics);
+                self.report_held_back();
                 let found = match (&polled.next, self.checkpoints) {
                     (Next::PollAt(_), true) => Found {
                         new_hashes: polled.new_outputs.iter().map(|o| o.identity()).collect(),

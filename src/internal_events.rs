@@ -80,6 +80,8 @@ impl WatchTerminated<'_> {
 pub struct PollSucceeded {
     pub new_outputs: usize,
     pub duplicates: usize,
+    /// Marked seen without being emitted (a first poll from `now`).
+    pub silent: usize,
     pub duration: Duration,
 }
 
@@ -91,6 +93,9 @@ impl PollSucceeded {
             .observe(self.duration.as_secs_f64());
         m.outputs_emitted.inc_by(self.new_outputs as u64);
         m.duplicates_suppressed.inc_by(self.duplicates as u64);
+        if self.silent > 0 {
+            m.outputs_seen_silently.inc_by(self.silent as u64);
+        }
     }
 }
 

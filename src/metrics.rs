@@ -68,6 +68,8 @@ pub struct Metrics {
     pub watermark_lag: OptionalGauge,
     pub late_outputs: IntCounter,
     pub outputs_past_retention: IntCounter,
+    pub outputs_held_back: IntGauge,
+    pub outputs_seen_silently: IntCounter,
     pub watches_restored: IntCounter,
     pub partitions_recovering: IntGauge,
     pub partitions_recovery_waiting: IntGauge,
@@ -240,6 +242,14 @@ impl Metrics {
         let outputs_past_retention = reg!(IntCounter::new(
             "watchbridge_outputs_past_retention_total",
             "Outputs written with an event time older than the output topic's retention.ms: the broker deletes them at its next retention check"
+        ));
+        let outputs_held_back = reg!(IntGauge::new(
+            "watchbridge_outputs_held_back",
+            "New outputs watches hold back for their next polls (WATCHBRIDGE_MAX_OUTPUTS_PER_POLL)"
+        ));
+        let outputs_seen_silently = reg!(IntCounter::new(
+            "watchbridge_outputs_seen_silently_total",
+            "Outputs a watch's first poll recorded as seen without emitting them (WATCHBRIDGE_START_FROM=now)"
         ));
         let watches_restored = reg!(IntCounter::new(
             "watchbridge_watches_restored_total",
@@ -428,6 +438,8 @@ impl Metrics {
             watermark_lag,
             late_outputs,
             outputs_past_retention,
+            outputs_held_back,
+            outputs_seen_silently,
             watches_restored,
             partitions_recovering,
             partitions_recovery_waiting,

@@ -120,6 +120,8 @@ pub struct WatchTable<I> {
     /// What watches hold back for their next polls (`WATCHBRIDGE_MAX_OUTPUTS_PER_POLL`):
     /// empty but for them, so that a watch's slot stays as small without a cap.
     backlogs: std::collections::HashMap<WatchId, Box<Backlog>>,
+    /// How many outputs those backlogs hold (`watchbridge_outputs_held_back`).
+    held_back: usize,
 }
 
 /// A watch whose timer an operator replaced.
@@ -144,6 +146,7 @@ impl<I> WatchTable<I> {
             rng: seed.map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed),
             moved: std::collections::HashMap::new(),
             backlogs: std::collections::HashMap::new(),
+            held_back: 0,
         }
     }
 
@@ -329,9 +332,11 @@ impl<I> WatchTable<I> {
                     true => None,
                     false => self.backlogs.remove(&id),
                 };
+                self.held_back -= backlog.as_ref().map_or(0, |b| b.len());
                 let (rules, rng) = (&self.rules, &mut self.rng);
                 let polled = watch.on_success_holding(result, now, rules, rng, &mut backlog);
                 if let Some(backlog) = backlog {
+                    self.held_back += backlog.len();
                     self.backlogs.insert(id, backlog);
                 }
                 let next = polled.next.clone();
@@ -375,6 +380,11 @@ impl<I> WatchTable<I> {
         Some(completion)
     }
 
+    /// How many new outputs the watches hold back for their next polls.
+    pub fn held_back(&self) -> usize {
+        self.held_back
+    }
+
     /// Remove a watch (finished, or stopped from outside), releasing its hold.
     pub fn remove(&mut self, id: WatchId) -> Option<Watch<I>> {
         let slot = self.slots.get_mut(id.slot)?;
@@ -386,8 +396,8 @@ impl<I> WatchTable<I> {
         if !self.moved.is_empty() {
             self.moved.remove(&id);
         }
-        if !self.backlogs.is_empty() {
-            self.backlogs.remove(&id);
+        if let Some(backlog) = self.backlogs.remove(&id) {
+            self.held_back -= backlog.len();
         }
         self.free.push(id.slot);
         // The index entry is found by slot number, so the slot no longer needs the key.

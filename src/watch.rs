@@ -58,6 +58,18 @@ pub struct Backlog {
     final_seen: bool,
 }
 
+impl Backlog {
+    /// How many outputs it holds.
+    pub fn len(&self) -> usize {
+        self.outputs.len()
+    }
+
+    /// Never, once kept: an empty backlog is none.
+    pub fn is_empty(&self) -> bool {
+        self.outputs.is_empty()
+    }
+}
+
 /// The result of applying a failed poll.
 #[derive(Debug)]
 pub struct Failed {

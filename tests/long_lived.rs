@@ -11,8 +11,10 @@ use std::time::Duration;
 use support::bridge::Bridge;
 use support::http_server::{Reply, TestServer};
 use support::kafka::header;
+use support::ops_client::Ops;
 use support::scenario::{
-    assert_each_once, output_key, outputs_to_end, produce_user, wait_for_outputs, Setup, T0,
+    assert_each_once, free_port, output_key, outputs_to_end, produce_user, wait_for_outputs, Setup,
+    T0,
 };
 
 /// Each output's identity as a test sees it: `key@version` (`key@` without a version).
@@ -118,15 +120,21 @@ async fn a_capped_catch_up_emits_everything_once_over_several_polls() {
     ));
     env.push(("WATCHBRIDGE_MAX_OUTPUTS_PER_POLL", "3".into()));
     env.push(("WATCHBRIDGE_POLL_INTERVAL", "1s".into()));
+    let port = free_port();
+    env.push(("WATCHBRIDGE_METRICS_ADDR", format!("127.0.0.1:{port}")));
     let mut bridge = Bridge::start(&env);
     produce_user(&s.input, 1).await;
     let first = wait_for_outputs(&s.output, 3, Duration::from_secs(60)).await;
     assert_eq!(first.len(), 3, "one poll's worth: {}", bridge.log());
+    let held = Ops::new(port).metric("watchbridge_outputs_held_back").await;
+    assert!(held.is_some_and(|n| n > 0.0), "a catch-up shows: {held:?}");
     assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
     let mut bridge = Bridge::start(&env);
     wait_for_outputs(&s.output, 10, Duration::from_secs(60)).await;
     // The watch ends (final) once its backlog is emitted: wait for it to say so.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = Ops::new(port).metric("watchbridge_outputs_held_back").await;
+    assert_eq!(held, Some(0.0), "drained");
     assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
     let outputs = outputs_to_end(&s.output).await;
     let expected: Vec<String> = (0..10).map(|i| format!("e{i}")).collect();
@@ -153,6 +161,8 @@ async fn a_watch_from_now_emits_only_what_is_new_after_its_first_poll() {
     let mut env = s.env(&server);
     env.push(("WATCHBRIDGE_START_FROM", "now".into()));
     env.push(("WATCHBRIDGE_POLL_INTERVAL", "200ms".into()));
+    let port = free_port();
+    env.push(("WATCHBRIDGE_METRICS_ADDR", format!("127.0.0.1:{port}")));
     let mut bridge = Bridge::start(&env);
     produce_user(&s.input, 1).await;
     // Polled a few times: the first poll is done and checkpointed.
@@ -162,6 +172,10 @@ async fn a_watch_from_now_emits_only_what_is_new_after_its_first_poll() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let silent = Ops::new(port)
+        .metric("watchbridge_outputs_seen_silently_total")
+        .await;
+    assert_eq!(silent, Some(2.0), "the first poll's two items");
     assert_eq!(bridge.terminate().0, Some(0), "{}", bridge.log());
     let mut bridge = Bridge::start(&env);
     let polled = server.requests().len();
