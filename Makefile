@@ -118,7 +118,7 @@ bench-smoke: setup broker-install bench-peer-install
 #              tests' Python venv is made once, ~30 s), chaos-short 38 s [39],
 #              chaos-shared-keys ~63 s (issue 51)
 #   on Kafka   ~3 min [4]: the broker test binaries 135 s [166] (each starts its own
-#              Kafka: 8-20 s of JVM start; repartition ~25 s more), compaction 50 s [62]
+#              Kafka: 8-20 s of JVM start; repartition ~25 s more, long_lived ~25 s), compaction 50 s [62]
 #   on three Kafka nodes ~5 min: replicated ~60 s, offline_partition ~30 s, ownership
 #              ~60 s, chaos-short in exactly_once and in recovery ~150 s each (node
 #              kills and pauses)
