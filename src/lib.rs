@@ -156,6 +156,8 @@ pub mod engine;
 #[doc(hidden)]
 pub mod formats;
 #[doc(hidden)]
+pub mod identity;
+#[doc(hidden)]
 pub mod inspect;
 #[doc(hidden)]
 pub mod internal_events;

@@ -46,8 +46,8 @@ impl Output {
     }
 
     /// Its identity across polls: the hash of its key, or of its key and version.
-    pub fn identity(&self) -> crate::seen::OutputHash {
-        crate::seen::hash_identity(&self.key, self.version.as_deref())
+    pub fn identity(&self) -> crate::identity::OutputHash {
+        crate::identity::hash_identity(&self.key, self.version.as_deref())
     }
 }
 

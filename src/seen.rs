@@ -19,34 +19,8 @@
 //! of about `sqrt(2n)` entries.
 
 use crate::poll::Output;
-use xxhash_rust::xxh3::xxh3_128;
 
-/// The identity of an output across polls: a 128-bit hash of its key.
-pub type OutputHash = u128;
-
-/// XXH3-128 of an output key. Pinned by a test: changing it would make every persisted
-/// watch re-emit everything it had seen.
-pub fn hash_key(key: &[u8]) -> OutputHash {
-    xxh3_128(key)
-}
-
-/// The identity of version `version` of the item `key` (`Output::version`): the key's
-/// hash alone without a version, so that turning versions on changes nothing else; with
-/// one, XXH3-128 seeded apart of the key's length, the key and the version, so that no
-/// (key, version) pair hashes as a plain key, nor two pairs as each other by where the key
-/// ends. Pinned by a test, as [`hash_key`] is.
-pub fn hash_identity(key: &[u8], version: Option<&[u8]>) -> OutputHash {
-    let Some(version) = version else {
-        return hash_key(key);
-    };
-    /// "version1" in ASCII: the seed of versioned identities.
-    const VERSIONED: u64 = 0x7665_7273_696f_6e31;
-    let mut text = Vec::with_capacity(8 + key.len() + version.len());
-    text.extend_from_slice(&(key.len() as u64).to_le_bytes());
-    text.extend_from_slice(key);
-    text.extend_from_slice(version);
-    xxhash_rust::xxh3::xxh3_128_with_seed(&text, VERSIONED)
-}
+pub use crate::identity::{hash_identity, hash_key, OutputHash};
 
 /// A set of output hashes, at about 16 bytes per entry.
 ///
@@ -462,26 +436,6 @@ mod tests {
     }
 
     #[test]
-    fn hash_key_is_pinned() {
-        // XXH3-128 with the default secret and seed 0. If this fails the hash changed, and
-        // every persisted watch would re-emit all the outputs it had already seen.
-        assert_eq!(hash_key(b""), PINNED_EMPTY);
-        assert_eq!(hash_key(b"watchbridge"), PINNED_WATCHBRIDGE);
-    }
-
-    #[test]
-    fn hash_identity_is_pinned_and_apart_from_plain_keys() {
-        assert_eq!(hash_identity(b"watchbridge", None), PINNED_WATCHBRIDGE);
-        let versioned = hash_identity(b"c1", Some(b"2026-12-01T00:00:00Z"));
-        assert_eq!(versioned, PINNED_VERSIONED, "{versioned:#x}");
-        assert_ne!(hash_identity(b"c1", Some(b"")), hash_key(b"c1"));
-        assert_ne!(
-            hash_identity(b"ab", Some(b"c")),
-            hash_identity(b"a", Some(b"bc"))
-        );
-    }
-
-    #[test]
     fn an_item_is_new_again_once_per_version() {
         let mut s = SeenSet::new();
         let v =
@@ -492,10 +446,6 @@ mod tests {
         assert_eq!(values(&updated), vec![&b"edited"[..]]);
         assert_eq!(s.len(), 2);
     }
-
-    const PINNED_VERSIONED: OutputHash = 0x7fbb_60da_2a16_5f4d_5a48_9280_ca3f_d12d;
-    const PINNED_EMPTY: OutputHash = 0x99aa_06d3_0147_98d8_6001_c324_468d_497f;
-    const PINNED_WATCHBRIDGE: OutputHash = 0x0f91_3d93_a8d8_5dd9_44df_fc57_4c94_44d6;
 
     /// One poll: (key index into a small alphabet, event time).
     fn polls() -> impl Strategy<Value = Vec<Vec<(u8, Millis)>>> {
