@@ -24,11 +24,13 @@ pub fn hash_identity(key: &[u8], version: Option<&[u8]>) -> OutputHash {
     };
     /// "version1" in ASCII: the seed of versioned identities.
     const VERSIONED: u64 = 0x7665_7273_696f_6e31;
-    let mut text = Vec::with_capacity(8 + key.len() + version.len());
-    text.extend_from_slice(&(key.len() as u64).to_le_bytes());
-    text.extend_from_slice(key);
-    text.extend_from_slice(version);
-    xxhash_rust::xxh3::xxh3_128_with_seed(&text, VERSIONED)
+    // Streamed, not copied into one buffer first: the same hash (XXH3's streaming form
+    // equals its one-shot form), without an allocation per output of every poll.
+    let mut hasher = xxhash_rust::xxh3::Xxh3::with_seed(VERSIONED);
+    hasher.update(&(key.len() as u64).to_le_bytes());
+    hasher.update(key);
+    hasher.update(version);
+    hasher.digest128()
 }
 
 #[cfg(test)]

@@ -190,25 +190,28 @@ impl Lists {
         fresh.sort_unstable();
         fresh.dedup_by_key(|&mut (h, _)| h);
 
-        let mut hash_of: Vec<Option<OutputHash>> = vec![None; outputs.len()];
-        for &(h, i) in &fresh {
-            hash_of[i] = Some(h);
+        let mut keep = vec![false; outputs.len()];
+        for &(_, i) in &fresh {
+            keep[i] = true;
         }
-        let mut new: Vec<(Output, OutputHash)> = outputs
+        let mut new: Vec<Output> = outputs
             .into_iter()
-            .zip(hash_of)
-            .filter_map(|(o, h)| Some((o, h?)))
+            .zip(keep)
+            .filter_map(|(o, k)| k.then_some(o))
             .collect();
-        new.sort_by_key(|(o, _)| o.event_time);
-        let held: Vec<Output> = new
-            .split_off(max.min(new.len()))
-            .into_iter()
-            .map(|(o, _)| o)
-            .collect();
-        let mut hashes: Vec<OutputHash> = new.iter().map(|&(_, h)| h).collect();
-        hashes.sort_unstable();
-        self.add_new_sorted(&hashes);
-        (new.into_iter().map(|(o, _)| o).collect(), held)
+        new.sort_by_key(|o| o.event_time);
+        let held = new.split_off(max.min(new.len()));
+        if held.is_empty() {
+            // All of them kept: `fresh` holds their hashes, sorted already.
+            let hashes: Vec<OutputHash> = fresh.into_iter().map(|(h, _)| h).collect();
+            self.add_new_sorted(&hashes);
+        } else {
+            // Capped: only the kept ones are marked (their hashes again, at most `max`).
+            let mut hashes: Vec<OutputHash> = new.iter().map(Output::identity).collect();
+            hashes.sort_unstable();
+            self.add_new_sorted(&hashes);
+        }
+        (new, held)
     }
 
     /// Add `new`: sorted, without duplicates, and none already in the set.

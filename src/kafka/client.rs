@@ -569,11 +569,15 @@ async fn output_retention(admin: &AdminClient<KafkaContext>, topic: &str) -> Opt
 /// The age past which a topic with `cleanup.policy` `policy` and `retention.ms`
 /// `retention_ms` deletes a record (`None`: never by time).
 pub fn retention_by_time(policy: &str, retention_ms: Option<&str>) -> Option<Duration> {
-    let deletes = policy
-        .split(',')
-        .any(|p| p.trim().eq_ignore_ascii_case("delete"));
     let ms: i64 = retention_ms?.trim().parse().ok()?;
-    (deletes && ms >= 0).then(|| Duration::from_millis(ms as u64))
+    (has_policy(policy, "delete") && ms >= 0).then(|| Duration::from_millis(ms as u64))
+}
+
+/// Whether the `cleanup.policy` value `policy` (comma-separated, any case) names `wanted`.
+fn has_policy(policy: &str, wanted: &str) -> bool {
+    policy
+        .split(',')
+        .any(|p| p.trim().eq_ignore_ascii_case(wanted))
 }
 
 /// One WARN line per topic of `topics` with replication factor 1 on a cluster of several
@@ -655,14 +659,10 @@ pub fn deleting_setting(
     retention_bytes: Option<&str>,
 ) -> Option<String> {
     let policy = policy.unwrap_or("delete");
-    let policies: Vec<String> = policy
-        .split(',')
-        .map(|p| p.trim().to_ascii_lowercase())
-        .collect();
-    if !policies.iter().any(|p| p == "compact") {
+    if !has_policy(policy, "compact") {
         return Some(format!("cleanup.policy={policy}"));
     }
-    if !policies.iter().any(|p| p == "delete") {
+    if !has_policy(policy, "delete") {
         return None;
     }
     let limited = |value: Option<&str>| value.is_some_and(|v| v.trim() != "-1");

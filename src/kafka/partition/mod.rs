@@ -769,7 +769,7 @@ impl<P: Resolve> PartitionTask<P> {
                     });
                     return;
                 }
-                Attempt::Done(decoded) => self.on_input(message, decoded).await,
+                Attempt::Done(decoded) => self.on_input(message, record_time, decoded).await,
             }
         }
         if self.bounds.is_some_and(|b| offset + 1 >= b.end) {
@@ -777,14 +777,19 @@ impl<P: Resolve> PartitionTask<P> {
         }
     }
 
-    async fn on_input(&mut self, message: OwnedMessage, decoded: Result<Input, Rejected>) {
+    /// `record_time`: the input's record timestamp (`records::input_record_time`).
+    async fn on_input(
+        &mut self,
+        message: OwnedMessage,
+        record_time: Option<Millis>,
+        decoded: Result<Input, Rejected>,
+    ) {
         InputConsumed.emit(&self.shared.metrics);
         let offset = message.offset();
         let now = self.shared.clock.now_ms();
         // The watermark follows input event times: the record timestamps, or with
         // WATCHBRIDGE_INPUT_TIME the times read from the values (an input without one
         // moves nothing).
-        let record_time = input_record_time(&message, self.shared.repartitioned);
         let time = self
             .shared
             .decoder
